@@ -1,0 +1,40 @@
+# The two commands a newcomer types are `make run` and `make test`; both install what they need.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: run test install system-deps browser-deps lint bench slurm-up slurm-down clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# bubblewrap sandboxes agent/sandbox tasks on the local backend.
+system-deps:
+	@command -v bwrap >/dev/null || bash docker/install-packages.sh bubblewrap
+
+# Debian's Chromium for the browser tests (Playwright's own browser download is not used).
+browser-deps:
+	@test -x /usr/bin/chromium || bash docker/install-packages.sh chromium
+
+run: install system-deps
+	$(PY) manage.py up
+
+test: install system-deps browser-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
+
+bench: install system-deps
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf var

@@ -1,0 +1,1 @@
+from django.db import models  # noqa: F401  (usage records arrive with the accounting issue)

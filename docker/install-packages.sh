@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install Debian packages the project needs, once. Used by the Makefile and CI.
+set -euo pipefail
+missing=()
+for pkg in "$@"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "need root to install: ${missing[*]} (run: sudo apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+stamp=/var/lib/apt/periodic/switchyard-update-stamp
+if [ ! -f "$stamp" ] || [ -n "$(find "$stamp" -mmin +720 2>/dev/null)" ]; then
+  apt-get update -qq
+  mkdir -p "$(dirname "$stamp")" && touch "$stamp"
+fi
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "installed: ${missing[*]}"

@@ -1,0 +1,47 @@
+"""One error shape for the whole API: {"errors": [{"field", "message", "got"}]}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.errors import ApplicationError
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ApplicationError):
+        return Response(exc.as_payload(), status=exc.status)
+    if isinstance(exc, Http404):
+        return Response(_errors(None, "not found"), status=404)
+    if isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = {"errors": list(_flatten(exc.detail))}
+    else:
+        detail = getattr(exc, "detail", str(exc))
+        response.data = _errors(None, str(detail))
+    return response
+
+
+def _errors(field: str | None, message: str, got: Any = None) -> dict[str, Any]:
+    return {"errors": [{"field": field, "message": message, "got": got}]}
+
+
+def _flatten(detail: Any, prefix: str | None = None):
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = None if key == "non_field_errors" else (f"{prefix}.{key}" if prefix else key)
+            yield from _flatten(value, name)
+    elif isinstance(detail, list):
+        for item in detail:
+            yield from _flatten(item, prefix)
+    else:
+        yield {"field": prefix, "message": str(detail), "got": None}

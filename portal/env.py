@@ -1,0 +1,53 @@
+"""Strict environment reading for settings: a malformed value is an error, never a guess.
+
+`NAME_FILE` is read in place of `NAME` when set (for secrets mounted as files).
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE: cannot read {path!r}: {exc}") from exc
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = env_str(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}: expected one of 1/0/true/false/yes/no/on/off, got {raw!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = env_str(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: expected an integer, got {raw!r}") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = env_str(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]

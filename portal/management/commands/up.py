@@ -1,0 +1,79 @@
+"""Run the whole portal on this machine: web server, Celery worker and beat, seeded demo site.
+
+Ctrl-C stops everything. The embedded default needs no server: SQLite and a filesystem broker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Migrate, seed the demo site, and run web + worker + beat until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--addr", default="127.0.0.1:8000")
+        parser.add_argument("--no-seed", action="store_true")
+        parser.add_argument("--backend", default="local", help="backend alias for the demo pools")
+
+    def handle(self, *args, addr: str, no_seed: bool, backend: str, **options):
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        for folder in ("queue", "processed"):
+            (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        if not no_seed:
+            call_command("seed_demo", backend=backend)
+
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        celery = [sys.executable, "-m", "celery", "-A", "portal"]
+        procs = {
+            "worker": subprocess.Popen(
+                [
+                    *celery,
+                    "worker",
+                    "-B",
+                    "--loglevel=WARNING",
+                    "--concurrency=2",
+                    "-s",
+                    str(settings.VAR_DIR / "celerybeat-schedule"),
+                ],
+                cwd=settings.BASE_DIR,
+            ),
+            "web": subprocess.Popen(
+                [*manage, "runserver", "--noreload", "--insecure", addr],
+                cwd=settings.BASE_DIR,
+                env={**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "0")},
+            ),
+        }
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nSwitchyard is up: http://{addr}/  (log in as alice / alice-demo-pass)"
+            )
+        )
+        self.stdout.write(f"API docs: http://{addr}/api/v1/docs/   Admin: http://{addr}/admin/")
+        self.stdout.write("Press Ctrl-C to stop the web server, worker and beat.\n")
+        try:
+            while all(p.poll() is None for p in procs.values()):
+                time.sleep(0.5)
+            dead = [name for name, p in procs.items() if p.poll() is not None]
+            self.stderr.write(f"{', '.join(dead)} stopped; shutting down the rest")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs.values():
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()

@@ -1,0 +1,197 @@
+"""Switchyard settings.
+
+Defaults run with no server at all: SQLite, Celery on kombu's filesystem transport, the local
+backend. `DATABASE_URL` switches to PostgreSQL, `REDIS_URL` to a Redis broker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from portal.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("SWITCHYARD_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY") or (
+    "insecure-dev-only-key" if DEBUG or env_bool("SWITCHYARD_DEV", default=True) else None
+)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "portal",
+    "scheduling",
+    "accounting",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_sqlite_path = VAR_DIR / "switchyard.sqlite3"
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL") or f"sqlite:///{_sqlite_path}", conn_max_age=60
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, worker, beat) share one file: wait for the lock instead of
+    # failing, and let readers run beside the one writer.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # A file, not memory, so a test can share its database with a worker process it starts;
+    # one per test process, so concurrent test runs never share one.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "task-list"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- REST API -------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Switchyard API",
+    "DESCRIPTION": "Submit and follow HPC, AI training, inference and agent tasks.",
+    "VERSION": "1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+BROKER_DIR = VAR_DIR / "broker"
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+else:
+    # Serverless default: kombu's filesystem transport, polled fast enough for ~25 ms hops.
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.02,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+SWITCHYARD_POLL_SECONDS = float(env_int("SWITCHYARD_POLL_MS", 1000)) / 1000
+SWITCHYARD_SWEEP_SECONDS = env_int("SWITCHYARD_SWEEP_SECONDS", 15)
+# A task still `pending` this long after its last change is dispatched again by the sweep.
+SWITCHYARD_PENDING_GRACE_SECONDS = env_int("SWITCHYARD_PENDING_GRACE_SECONDS", 10)
+# How long one dispatcher owns a task before another may take it over (worker died mid-way).
+SWITCHYARD_DISPATCH_LEASE_SECONDS = env_int("SWITCHYARD_DISPATCH_LEASE_SECONDS", 60)
+
+CELERY_BEAT_SCHEDULE = {
+    "poll-backends": {
+        "task": "scheduling.poll_backends",
+        "schedule": SWITCHYARD_POLL_SECONDS,
+        "options": {"expires": SWITCHYARD_POLL_SECONDS * 2},
+    },
+    "sweep-pending": {
+        "task": "scheduling.sweep_pending",
+        "schedule": float(SWITCHYARD_SWEEP_SECONDS),
+        "options": {"expires": SWITCHYARD_SWEEP_SECONDS * 2},
+    },
+}
+
+# --- Descriptors ----------------------------------------------------------------------------
+SWITCHYARD_DESCRIPTOR_MAX_BYTES = env_int("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 256 * 1024)
+
+# --- Compute backends, by alias (a pool names one) ----------------------------------------
+COMPUTE_BACKENDS = {
+    "local": {
+        "BACKEND": "scheduling.backends.local.LocalBackend",
+        "OPTIONS": {
+            "root": str(VAR_DIR / "local-backend"),
+            "bwrap": env_str("SWITCHYARD_BWRAP", "bwrap"),
+        },
+    },
+}
+SWITCHYARD_DEFAULT_BACKEND = env_str("SWITCHYARD_DEFAULT_BACKEND", "local")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,69 @@
+from django.contrib import admin
+
+from scheduling.models import Attempt, Node, Pool, Queue, RoutingRule, Task, TaskEvent
+
+
+class NodeInline(admin.TabularInline):
+    model = Node
+    extra = 0
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "backend"]
+    inlines = [NodeInline]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "pool", "cpus", "memory_mib", "gpus", "gpu_model", "switch", "state"]
+    list_filter = ["pool", "state"]
+    search_fields = ["name"]
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "pool",
+        "policy",
+        "allocation",
+        "max_walltime_s",
+        "requires_estimate",
+        "preemptible",
+        "cpu_oversubscription",
+        "max_concurrency",
+    ]
+
+
+@admin.register(RoutingRule)
+class RoutingRuleAdmin(admin.ModelAdmin):
+    list_display = ["order", "match_type", "min_gpus", "min_cpus", "queue", "enabled"]
+    list_editable = ["enabled"]
+
+
+class TaskEventInline(admin.TabularInline):
+    model = TaskEvent
+    extra = 0
+    readonly_fields = ["at", "from_state", "to_state", "message"]
+    can_delete = False
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    can_delete = False
+    readonly_fields = [f.name for f in Attempt._meta.fields]
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "project", "owner", "type", "queue", "state", "submitted_at"]
+    list_filter = ["state", "type", "queue", "backend"]
+    search_fields = ["name", "backend_id"]
+    # State changes go through the engine's transition service, never through a form.
+    readonly_fields = [f.name for f in Task._meta.fields]
+    inlines = [AttemptInline, TaskEventInline]
+
+    def has_add_permission(self, request):
+        return False

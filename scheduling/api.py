@@ -1,0 +1,185 @@
+"""REST API v1 for tasks. Thin: read the request, call one service or selector, answer."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.generics import ListCreateAPIView, RetrieveAPIView
+from rest_framework.parsers import MultiPartParser
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.errors import ApplicationError
+from scheduling import services
+from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA
+from scheduling.models import TaskState
+from scheduling.selectors import task_get_for_user, task_list_for_user
+from scheduling.serializers import TaskDetailSerializer, TaskSerializer
+from scheduling.spec import TASK_TYPES
+
+_JSON_TYPES = {"application/json"}
+_YAML_TYPES = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"}
+
+
+def read_descriptor(request: Request) -> tuple[bytes, str | None]:
+    """The descriptor's bytes and format from a JSON, YAML or multipart request."""
+    limit = settings.SWITCHYARD_DESCRIPTOR_MAX_BYTES
+    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if content_type == "multipart/form-data":
+        upload = request.FILES.get("descriptor")
+        if upload is None:
+            text = request.POST.get("descriptor")
+            if text is None:
+                raise ApplicationError(
+                    "send the descriptor as the multipart field 'descriptor'", field="descriptor"
+                )
+            return text.encode("utf-8"), None
+        if upload.size > limit:
+            raise ApplicationError(
+                f"the descriptor is {upload.size} bytes; the limit is {limit}",
+                field="descriptor",
+                got=upload.size,
+            )
+        name = (upload.name or "").lower()
+        fmt = (
+            "json"
+            if name.endswith(".json")
+            else "yaml"
+            if name.endswith((".yaml", ".yml"))
+            else None
+        )
+        return upload.read(), fmt
+    if content_type in _JSON_TYPES or content_type in _YAML_TYPES:
+        if length > limit:
+            raise ApplicationError(
+                f"the descriptor is {length} bytes; the limit is {limit}", got=length
+            )
+        fmt = "json" if content_type in _JSON_TYPES else "yaml"
+        return request._request.read(limit + 1), fmt
+    raise ApplicationError(
+        "send the descriptor as application/json, application/yaml, or multipart field "
+        "'descriptor'",
+        field=None,
+        got=content_type or None,
+        status=415,
+    )
+
+
+_FILTERS = {
+    "state": ("state", {s.value for s in TaskState}),
+    "project": ("project__slug", None),
+    "queue": ("queue__name", None),
+    "type": ("type", set(TASK_TYPES)),
+}
+
+
+class TaskListCreate(ListCreateAPIView):
+    serializer_class = TaskSerializer
+    # JSON and YAML bodies are read raw and parsed by the descriptor module, with its limits.
+    parser_classes = [MultiPartParser]
+
+    def get_queryset(self):
+        queryset = task_list_for_user(self.request.user)
+        for param, (lookup, allowed) in _FILTERS.items():
+            value = self.request.query_params.get(param)
+            if value is None:
+                continue
+            if allowed is not None and value not in allowed:
+                raise ApplicationError(
+                    f"must be one of {', '.join(sorted(allowed))}", field=param, got=value
+                )
+            queryset = queryset.filter(**{lookup: value})
+        return queryset.order_by("-id")
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(name, str, description=f"filter by {name}") for name in _FILTERS
+        ]
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        request={
+            "application/json": OpenApiTypes.OBJECT,
+            "application/yaml": OpenApiTypes.STR,
+            "multipart/form-data": inline_serializer(
+                "DescriptorUpload", {"descriptor": serializers.FileField()}
+            ),
+        },
+        responses={201: TaskDetailSerializer},
+        description="Submit one task descriptor (see /api/v1/descriptor-schema/).",
+    )
+    def post(self, request: Request, *args, **kwargs) -> Response:
+        body, fmt = read_descriptor(request)
+        task = services.task_submit(user=request.user, text=body, fmt=fmt)
+        data = TaskDetailSerializer(task, context={"request": request}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class TaskDetail(RetrieveAPIView):
+    serializer_class = TaskDetailSerializer
+
+    def get_object(self):
+        return task_get_for_user(self.request.user, self.kwargs["pk"])
+
+
+class TaskCancel(APIView):
+    @extend_schema(request=None, responses={200: TaskSerializer})
+    def post(self, request: Request, pk: int) -> Response:
+        task = task_get_for_user(request.user, pk)
+        task = services.task_cancel(user=request.user, task=task)
+        return Response(TaskSerializer(task, context={"request": request}).data)
+
+
+class TaskLog(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("offset", int), OpenApiParameter("limit", int)],
+        responses={
+            200: inline_serializer(
+                "TaskLog",
+                {
+                    "task": serializers.IntegerField(),
+                    "offset": serializers.IntegerField(),
+                    "log": serializers.CharField(),
+                },
+            )
+        },
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        task = task_get_for_user(request.user, pk)
+        offset = _int_param(request, "offset", 0, minimum=0)
+        limit = _int_param(request, "limit", 1 << 20, minimum=1, maximum=8 << 20)
+        text = services.task_log(task=task, offset=offset, limit=limit)
+        return Response({"task": task.pk, "offset": offset, "log": text})
+
+
+def _int_param(
+    request: Request, name: str, default: int, *, minimum: int, maximum: int | None = None
+) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApplicationError("must be an integer", field=name, got=raw) from None
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ApplicationError(f"must be between {minimum} and {maximum}", field=name, got=value)
+    return value
+
+
+@extend_schema(responses={200: OpenApiTypes.OBJECT})
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def descriptor_schema(request: Request) -> Response:
+    return Response(DESCRIPTOR_JSON_SCHEMA)

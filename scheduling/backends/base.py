@@ -1,0 +1,88 @@
+"""The protocol every compute backend implements, and how backends are found by alias.
+
+A backend is chosen per pool (`Pool.backend` names an alias of `settings.COMPUTE_BACKENDS`).
+The engine only ever talks to this protocol, so the local runner, Slurm and the simulator are
+interchangeable behind it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from scheduling.decisions.types import NodeView, QueuePolicy
+from scheduling.spec import TaskSpec
+
+
+class BackendError(Exception):
+    """The backend could not do what was asked (unreachable, refused, timed out)."""
+
+
+class BackendUnavailable(BackendError):
+    """The backend could not be reached at all; the call may succeed later."""
+
+
+class JobState(enum.StrEnum):
+    PENDING = "pending"  # accepted by the backend, not started
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    NODE_FAIL = "node_fail"
+    UNKNOWN = "unknown"  # the backend no longer knows the job
+
+    @property
+    def finished(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What one submission became, as the backend sees it now."""
+
+    backend_id: str
+    state: JobState
+    reason: str = ""  # why it waits, or why it ended, in words a researcher reads
+    exit_code: int | None = None
+    nodes: tuple[str, ...] = ()
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest:
+    """Everything a backend needs to run one attempt of a task."""
+
+    key: str  # unique per task attempt, safe alphabet [a-z0-9-]; names the job
+    spec: TaskSpec
+    type: str  # the resolved task type
+    queue: QueuePolicy
+    project: str
+    user: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    alias: str
+
+    def submit(self, request: SubmitRequest) -> Job: ...
+
+    def find(self, key: str) -> Job | None: ...
+
+    def cancel(self, backend_id: str) -> None: ...
+
+    def poll(self, backend_ids: list[str]) -> dict[str, Job]: ...
+
+    def nodes(self) -> list[NodeView]: ...
+
+    def set_priority(self, backend_id: str, value: int) -> None: ...
+
+    def drain(self, node: str, reason: str) -> None: ...
+
+    def resume(self, node: str) -> None: ...
+
+    def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str: ...

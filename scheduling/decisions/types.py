@@ -1,0 +1,89 @@
+"""Plain values the decision functions take and return. No ORM, no I/O, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Classified:
+    type: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    name: str
+    pool: str
+    task_types: tuple[str, ...]  # the types this queue takes; empty = any
+    max_walltime_s: int | None = None  # None: no hard limit
+    default_walltime_s: int | None = None
+    requires_estimate: bool = False
+    preemptible: bool = False
+    allocation: str = "pack"  # "pack" | "whole-node"
+    cpu_oversubscription: int = 1  # 4 means 1:4
+    max_concurrency: int | None = None
+    policy: str = "fairshare"  # "fairshare" | "priority-quota" | "elastic"
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRuleView:
+    order: int
+    queue: str
+    match_type: str | None = None  # None: any type
+    min_gpus: int | None = None
+    min_cpus: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node's capacity and what is free on it now (free_* = capacity when idle)."""
+
+    name: str
+    cpus: int
+    memory_mib: int
+    gpus: int = 0
+    free_cpus: int | None = None
+    free_memory_mib: int | None = None
+    free_gpus: tuple[int, ...] | None = None  # indices of free GPUs
+    gpu_model: str | None = None
+    switch: str | None = None
+    available: bool = True  # False when drained / down
+
+    @property
+    def idle(self) -> bool:
+        return (
+            self.free_cpus in (None, self.cpus)
+            and self.free_memory_mib in (None, self.memory_mib)
+            and (self.free_gpus is None or len(self.free_gpus) == self.gpus)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    queue: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    reason: str
+    field: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAllocation:
+    node: str
+    cpus: int
+    memory_mib: int
+    gpu_indices: tuple[int, ...] = ()
+    whole_node: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    allocations: tuple[NodeAllocation, ...] = field(default_factory=tuple)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(a.node for a in self.allocations)

@@ -1,0 +1,225 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from scheduling.spec import FAIL_ACTIONS, PRIORITIES, TASK_TYPES
+
+
+class Pool(models.Model):
+    class Kind(models.TextChoices):
+        CPU_HPC = "cpu-hpc", "CPU HPC"
+        GPU_TRAINING = "gpu-training", "GPU training"
+        INFERENCE = "inference", "Inference / elastic"
+        SANDBOX = "sandbox", "Sandbox"
+
+    name = models.SlugField(max_length=63, unique=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    backend = models.CharField(
+        max_length=63, help_text="Alias in settings.COMPUTE_BACKENDS that runs this pool's work."
+    )
+    labels = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    class State(models.TextChoices):
+        UP = "up", "Up"
+        DRAINED = "drained", "Drained"
+        DOWN = "down", "Down"
+
+    name = models.CharField(max_length=63, unique=True)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="nodes")
+    cpus = models.PositiveIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    gpus = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=63, blank=True)
+    switch = models.CharField(max_length=63, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.UP)
+    health = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["pool", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Queue(models.Model):
+    class Policy(models.TextChoices):
+        FAIRSHARE = "fairshare", "Fair-share"
+        PRIORITY_QUOTA = "priority-quota", "Priority with quota"
+        ELASTIC = "elastic", "Elastic"
+
+    class Allocation(models.TextChoices):
+        WHOLE_NODE = "whole-node", "Whole nodes"
+        PACK = "pack", "Pack onto few nodes"
+
+    name = models.SlugField(max_length=63, unique=True)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="queues")
+    policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.FAIRSHARE)
+    task_types = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=f"Types this queue takes, from {TASK_TYPES}; empty = any.",
+    )
+    max_walltime_s = models.PositiveIntegerField(null=True, blank=True)
+    default_walltime_s = models.PositiveIntegerField(null=True, blank=True)
+    requires_estimate = models.BooleanField(default=False)
+    preemptible = models.BooleanField(default=False)
+    allocation = models.CharField(
+        max_length=16, choices=Allocation.choices, default=Allocation.PACK
+    )
+    cpu_oversubscription = models.PositiveSmallIntegerField(default=1)
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    idle_scale_in_s = models.PositiveIntegerField(null=True, blank=True)
+    weight_schedule = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RoutingRule(models.Model):
+    order = models.PositiveIntegerField()
+    match_type = models.CharField(
+        max_length=32, blank=True, choices=[(t, t) for t in TASK_TYPES], help_text="Empty = any."
+    )
+    min_gpus = models.PositiveIntegerField(null=True, blank=True)
+    min_cpus = models.PositiveIntegerField(null=True, blank=True)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="rules")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["order"]
+
+    def __str__(self) -> str:
+        return f"#{self.order} {self.match_type or 'any'} → {self.queue}"
+
+
+class TaskState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    WAITING = "waiting", "Waiting"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMEOUT = "timeout", "Timed out"
+    SKIPPED = "skipped", "Skipped"
+
+
+TERMINAL_STATES = frozenset(
+    {
+        TaskState.SUCCEEDED,
+        TaskState.FAILED,
+        TaskState.CANCELLED,
+        TaskState.TIMEOUT,
+        TaskState.SKIPPED,
+    }
+)
+ACTIVE_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING})
+
+
+class Task(models.Model):
+    project = models.ForeignKey("portal.Project", on_delete=models.PROTECT, related_name="tasks")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks"
+    )
+    name = models.CharField(max_length=63)
+    descriptor = models.TextField(help_text="The descriptor as submitted, verbatim.")
+    descriptor_format = models.CharField(max_length=8)
+    spec = models.JSONField(help_text="The validated TaskSpec.")
+    declared_type = models.CharField(max_length=32, blank=True)
+    type = models.CharField(max_length=32)
+    classify_reason = models.TextField()
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="tasks")
+    routing_reason = models.TextField()
+    backend = models.CharField(max_length=63)
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.PENDING)
+    reason = models.TextField(blank=True, help_text="Why the task waits, or why it ended.")
+    priority = models.CharField(
+        max_length=8, choices=[(p, p) for p in PRIORITIES], default="normal"
+    )
+    retry_count = models.PositiveSmallIntegerField(default=0)
+    fail_action = models.CharField(
+        max_length=8, choices=[(a, a) for a in FAIL_ACTIONS], default="abort"
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    backend_id = models.CharField(max_length=128, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    # A dispatcher owns the task until this time; another may take over after it passes.
+    dispatch_lease_until = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["state", "backend"], name="task_state_backend"),
+            models.Index(fields=["project", "-id"], name="task_project_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    @property
+    def key(self) -> str:
+        """The current attempt's job key: unique, in the safe alphabet, names the backend job."""
+        return attempt_key(self.pk, self.attempts)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def attempt_key(task_id: int, attempt: int) -> str:
+    return f"sy-{task_id}-{attempt}"
+
+
+class Attempt(models.Model):
+    """One backend job made for a task; a retried task has several."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveSmallIntegerField()
+    key = models.CharField(max_length=64, unique=True)
+    backend_id = models.CharField(max_length=128, blank=True)
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.QUEUED)
+    reason = models.TextField(blank=True)
+    nodes = models.JSONField(default=list, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["task", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "number"], name="one_row_per_attempt")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} attempt {self.number}"
+
+
+class TaskEvent(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.from_state or '∅'} → {self.to_state}"

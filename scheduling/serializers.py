@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from scheduling.models import Attempt, Task, TaskEvent
+
+
+class TaskEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TaskEvent
+        fields = ["at", "from_state", "to_state", "message"]
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Attempt
+        fields = [
+            "number",
+            "key",
+            "backend_id",
+            "state",
+            "reason",
+            "nodes",
+            "exit_code",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+        ]
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    project = serializers.CharField(source="project.slug")
+    owner = serializers.CharField(source="owner.username")
+    queue = serializers.CharField(source="queue.name")
+    wait_reason = serializers.SerializerMethodField()
+    url = serializers.HyperlinkedIdentityField(view_name="api-task-detail")
+
+    class Meta:
+        model = Task
+        fields = [
+            "id",
+            "url",
+            "name",
+            "project",
+            "owner",
+            "type",
+            "declared_type",
+            "classify_reason",
+            "queue",
+            "routing_reason",
+            "state",
+            "reason",
+            "wait_reason",
+            "priority",
+            "attempts",
+            "retry_count",
+            "fail_action",
+            "backend",
+            "backend_id",
+            "exit_code",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+        ]
+
+    def get_wait_reason(self, task: Task) -> str | None:
+        return task.reason if task.state in ("pending", "waiting", "queued") else None
+
+
+class TaskDetailSerializer(TaskSerializer):
+    events = TaskEventSerializer(many=True, read_only=True)
+    attempt_list = AttemptSerializer(source="attempt_set", many=True, read_only=True)
+
+    class Meta(TaskSerializer.Meta):
+        fields = [
+            *TaskSerializer.Meta.fields,
+            "descriptor",
+            "descriptor_format",
+            "spec",
+            "events",
+            "attempt_list",
+        ]

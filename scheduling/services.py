@@ -1,0 +1,205 @@
+"""Writes on tasks: submit, cancel, and the one state-transition service every change goes through."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from portal.errors import ApplicationError, ErrorItem
+from portal.models import Project
+from scheduling import decisions
+from scheduling.backends import BackendError, get_backend
+from scheduling.descriptor import DescriptorError, load_task
+from scheduling.models import TERMINAL_STATES, Task, TaskEvent, TaskState
+from scheduling.selectors import site_view
+from scheduling.spec import TaskSpec
+
+S = TaskState
+
+# Every move the state machine allows. Terminal states have no way out.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset(
+        {S.WAITING, S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.SKIPPED}
+    ),
+    S.WAITING: frozenset({S.PENDING, S.CANCELLED, S.SKIPPED, S.FAILED}),
+    S.QUEUED: frozenset({S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
+    S.RUNNING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
+    **{state: frozenset() for state in TERMINAL_STATES},
+}
+
+
+class TransitionError(Exception):
+    pass
+
+
+def task_set_state(
+    *,
+    task: Task,
+    to: str,
+    message: str = "",
+    reason: str | None = None,
+    fields: dict[str, Any] | None = None,
+) -> bool:
+    """Move `task` from the state it was read in to `to`, if nobody moved it meanwhile.
+
+    The update is conditional on the state read (compare-and-set), so two workers racing on
+    one task cannot both move it. Returns False when the task had moved on; the caller's view
+    of it is stale and it must not act on it. Writes the TaskEvent of the move.
+    """
+    frm = task.state
+    if to not in TRANSITIONS[frm]:
+        raise TransitionError(f"task {task.pk}: {frm} → {to} is not allowed")
+    now = timezone.now()
+    values: dict[str, Any] = {"state": to, "updated_at": now, **(fields or {})}
+    if reason is not None:
+        values["reason"] = reason
+    if to in TERMINAL_STATES and "ended_at" not in values:
+        values["ended_at"] = now
+    with transaction.atomic():
+        moved = Task.objects.filter(pk=task.pk, state=frm).update(**values)
+        if not moved:
+            return False
+        TaskEvent.objects.create(
+            task=task, at=now, from_state=frm, to_state=to, message=message or (reason or "")
+        )
+    for name, value in values.items():
+        setattr(task, name, value)
+    return True
+
+
+def task_submit(*, user: AbstractBaseUser, text: str | bytes, fmt: str | None = None) -> Task:
+    """Validate a descriptor, classify and route it, store the task and enqueue its dispatch.
+
+    Nothing is stored when any check fails; the error names the field.
+    """
+    from django.conf import settings
+
+    try:
+        spec = load_task(text, fmt=fmt, max_bytes=settings.SWITCHYARD_DESCRIPTOR_MAX_BYTES)
+    except DescriptorError as exc:
+        raise ApplicationError(
+            "invalid descriptor",
+            errors=[ErrorItem(e.field, e.message, e.got) for e in exc.errors],
+        ) from None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    return task_submit_spec(user=user, spec=spec, descriptor=text, fmt=fmt or _sniff(text))
+
+
+def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
+    project = Project.objects.filter(slug=spec.project, memberships__user=user).first()
+    if project is None:
+        raise ApplicationError(
+            "you are not a member of this project", field="project", got=spec.project
+        )
+    site = site_view()
+    classified = decisions.classify(spec)
+    routed = decisions.route(spec, classified.type, site.rules, site.queues)
+    if isinstance(routed, decisions.Refused):
+        raise ApplicationError(routed.reason, field=routed.field, got=spec.queue)
+    queue = site.queues[routed.queue]
+    refused = decisions.check(spec, queue, site.capacity(queue.pool))
+    if refused is not None:
+        raise ApplicationError(refused.reason, field=refused.field)
+    if spec.walltime_s is None and queue.default_walltime_s:
+        spec = dataclasses.replace(spec, walltime_s=queue.default_walltime_s)
+
+    with transaction.atomic():
+        task = Task.objects.create(
+            project=project,
+            owner=user,
+            name=spec.name,
+            descriptor=descriptor,
+            descriptor_format=fmt,
+            spec=spec.as_dict(),
+            declared_type=spec.type or "",
+            type=classified.type,
+            classify_reason=classified.reason,
+            queue_id=site.queue_ids[routed.queue],
+            routing_reason=routed.reason,
+            backend=site.queue_backends[routed.queue],
+            priority=spec.priority,
+            retry_count=spec.retry_count,
+            fail_action=spec.fail_action,
+            reason="waiting for the dispatcher",
+        )
+        TaskEvent.objects.create(
+            task=task,
+            at=task.submitted_at,
+            from_state="",
+            to_state=S.PENDING,
+            message=f"submitted by {user.get_username()}; {classified.reason}; {routed.reason}",
+        )
+        _enqueue_dispatch(task.pk)
+    return task
+
+
+def task_cancel(*, user: AbstractBaseUser, task: Task) -> Task:
+    """Cancel a task. Cancelling a cancelled task is a no-op; a finished one is a conflict."""
+    if task.state == S.CANCELLED:
+        return task
+    if task.is_terminal:
+        raise ApplicationError(
+            f"the task has already ended ({task.state})", field="state", got=task.state, status=409
+        )
+    who = user.get_username()
+    for _ in range(5):  # the engine may move the task meanwhile; re-read and try again
+        if task.backend_id and task.state in (S.QUEUED, S.RUNNING):
+            try:
+                get_backend(task.backend).cancel(task.backend_id)
+            except BackendError as exc:
+                raise ApplicationError(
+                    f"the scheduler could not be reached to cancel the job: {exc}", status=503
+                ) from exc
+        if task_set_state(task=task, to=S.CANCELLED, reason=f"cancelled by {who}"):
+            return task
+        task.refresh_from_db()
+        if task.is_terminal:
+            if task.state == S.CANCELLED:
+                return task
+            raise ApplicationError(
+                f"the task has already ended ({task.state})", field="state", status=409
+            )
+    raise ApplicationError("the task is changing state too fast; try again", status=409)
+
+
+def task_log(*, task: Task, offset: int = 0, limit: int = 1 << 20) -> str:
+    """The output of the task's current (or last) attempt so far."""
+    if not task.backend_id:
+        return ""
+    try:
+        return get_backend(task.backend).log(task.backend_id, offset=offset, limit=limit)
+    except BackendError as exc:
+        raise ApplicationError(f"the log could not be read: {exc}", status=503) from exc
+
+
+def _enqueue_dispatch(task_id: int) -> None:
+    from scheduling.tasks import dispatch
+
+    transaction.on_commit(lambda: _publish(dispatch, task_id))
+
+
+def _publish(celery_task: Any, task_id: int) -> None:
+    # A broker that is down must not turn a stored task into a 500: the sweep will dispatch it.
+    try:
+        celery_task.delay(task_id)
+    except Exception:  # noqa: BLE001 - any broker failure; the sweep is the safety net
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "could not enqueue dispatch of task %s; the sweep will", task_id, exc_info=True
+        )
+
+
+def _sniff(text: str) -> str:
+    return "json" if text.lstrip().startswith("{") else "yaml"
+
+
+def spec_to_descriptor(data: dict[str, Any]) -> str:
+    """The text stored for a task built from form fields: the same JSON the API would take."""
+    return json.dumps(data, indent=2, sort_keys=False)

@@ -1,0 +1,34 @@
+"""Celery tasks: ids in, call the engine. Retries live here."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from scheduling import engine
+
+
+@shared_task(
+    name="scheduling.dispatch",
+    bind=True,
+    acks_late=True,
+    max_retries=None,
+    autoretry_for=(engine.DispatchRetry,),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+)
+def dispatch(self, task_id: int) -> str:
+    return engine.task_dispatch(task_id)
+
+
+@shared_task(name="scheduling.poll_backends", acks_late=True)
+def poll_backends() -> int:
+    return sum(engine.backend_poll(alias) for alias in engine.active_backends())
+
+
+@shared_task(name="scheduling.sweep_pending", acks_late=True)
+def sweep_pending() -> int:
+    ids = engine.sweep_pending()
+    for task_id in ids:
+        dispatch.delay(task_id)
+    return len(ids)

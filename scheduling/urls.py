@@ -1,0 +1,10 @@
+from django.urls import path
+
+from scheduling import views
+
+urlpatterns = [
+    path("", views.task_list, name="task-list"),
+    path("tasks/new/", views.task_submit, name="task-submit"),
+    path("tasks/<int:pk>/", views.task_detail, name="task-detail"),
+    path("tasks/<int:pk>/cancel/", views.task_cancel, name="task-cancel"),
+]

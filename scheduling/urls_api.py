@@ -1,0 +1,11 @@
+from django.urls import path
+
+from scheduling import api
+
+urlpatterns = [
+    path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),
+    path("tasks/<int:pk>/", api.TaskDetail.as_view(), name="api-task-detail"),
+    path("tasks/<int:pk>/cancel/", api.TaskCancel.as_view(), name="api-task-cancel"),
+    path("tasks/<int:pk>/log/", api.TaskLog.as_view(), name="api-task-log"),
+    path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
+]

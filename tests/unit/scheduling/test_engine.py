@@ -1,0 +1,160 @@
+"""The engine against the in-memory fake backend: dispatch, poll, retries, sweep."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduling import engine, services
+from scheduling.backends import JobState, get_backend
+from scheduling.backends.fake import FakeBackend
+from scheduling.models import Task
+from tests.conftest import descriptor, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def _submit(api, **overrides) -> Task:
+    response = submit(api, descriptor(**overrides))
+    assert response.status_code == 201, response.json()
+    return Task.objects.get(pk=response.json()["id"])
+
+
+def _states(task: Task) -> list[str]:
+    return [e.to_state for e in task.events.order_by("at", "id")]
+
+
+def test_dispatch_is_enqueued_on_commit(api, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        _submit(api)
+    assert len(callbacks) == 1
+
+
+def test_dispatch_twice_makes_one_backend_job(api):
+    task = _submit(api)
+    assert engine.task_dispatch(task.pk) == "submitted"
+    assert engine.task_dispatch(task.pk) == "not-claimed"
+    assert len(FakeBackend.jobs_for("fake")) == 1
+    task.refresh_from_db()
+    assert (task.state, task.attempts, task.backend_id) == ("queued", 1, task.key)
+
+
+def test_a_crash_after_submit_is_adopted_not_resubmitted(api):
+    task = _submit(api)
+    backend = get_backend("fake")
+    # The worker submitted, then died before it could record anything; its lease ran out.
+    from scheduling.backends import SubmitRequest
+    from scheduling.selectors import site_view
+    from scheduling.spec import TaskSpec
+
+    backend.submit(
+        SubmitRequest(
+            key=task.key.replace("-0", "-1"),
+            spec=TaskSpec.from_dict(task.spec),
+            type=task.type,
+            queue=site_view().queues[task.queue.name],
+            project="materials",
+            user="alice",
+        )
+    )
+    assert engine.task_dispatch(task.pk) == "submitted"
+    assert len(FakeBackend.jobs_for("fake")) == 1
+    assert [c[0] for c in backend.calls].count("submit") == 1
+
+
+def test_poll_follows_the_job_to_success_with_one_call(api):
+    tasks = [_submit(api, name=f"t{i}") for i in range(3)]
+    for task in tasks:
+        engine.task_dispatch(task.pk)
+    backend = get_backend("fake")
+    for task in tasks:
+        task.refresh_from_db()
+        backend.finish(task.backend_id, JobState.SUCCEEDED, exit_code=0)
+    before = [c[0] for c in backend.calls].count("poll")
+    assert engine.backend_poll("fake") == 3
+    assert [c[0] for c in backend.calls].count("poll") == before + 1
+    for task in tasks:
+        task.refresh_from_db()
+        assert task.state == "succeeded" and task.exit_code == 0 and task.ended_at
+
+
+def test_a_failed_attempt_with_retries_left_goes_back_to_pending_then_fails(api):
+    task = _submit(api, retry_count=1)
+    backend = get_backend("fake")
+    engine.task_dispatch(task.pk)
+    task.refresh_from_db()
+    backend.finish(task.backend_id, JobState.FAILED, exit_code=3)
+    engine.backend_poll("fake")
+    task.refresh_from_db()
+    assert task.state == "pending" and "attempt 1 failed" in task.reason
+    engine.task_dispatch(task.pk)
+    task.refresh_from_db()
+    assert task.attempts == 2 and task.backend_id.endswith("-2")
+    backend.finish(task.backend_id, JobState.FAILED, exit_code=4)
+    engine.backend_poll("fake")
+    task.refresh_from_db()
+    assert (task.state, task.exit_code) == ("failed", 4)
+    assert [a.exit_code for a in task.attempt_set.all()] == [3, 4]
+    # terminal is final: nothing moves it again
+    backend.finish(task.backend_id, JobState.SUCCEEDED, exit_code=0)
+    engine.backend_poll("fake")
+    task.refresh_from_db()
+    assert task.state == "failed"
+
+
+def test_every_transition_writes_an_event(api):
+    task = _submit(api)
+    engine.task_dispatch(task.pk)
+    task.refresh_from_db()
+    backend = get_backend("fake")
+    backend.finish(task.backend_id, JobState.RUNNING)
+    engine.backend_poll("fake")
+    backend.finish(task.backend_id, JobState.TIMEOUT)
+    engine.backend_poll("fake")
+    task.refresh_from_db()
+    assert _states(task) == ["pending", "queued", "running", "timeout"]
+
+
+def test_a_dispatch_lost_between_commit_and_publish_is_found_by_the_sweep_once(
+    api, django_capture_on_commit_callbacks, settings
+):
+    # The commit happens; the on-commit publish never runs (the process died right there).
+    with django_capture_on_commit_callbacks(execute=False):
+        task = _submit(api)
+    assert engine.sweep_pending() == []  # still inside the grace period
+    Task.objects.filter(pk=task.pk).update(updated_at=timezone.now() - timedelta(minutes=5))
+    assert engine.sweep_pending() == [task.pk]
+    for task_id in engine.sweep_pending() + engine.sweep_pending():  # two sweeps race
+        engine.task_dispatch(task_id)
+    assert len(FakeBackend.jobs_for("fake")) == 1
+    task.refresh_from_db()
+    assert task.state == "queued"
+
+
+def test_cancel_of_a_queued_task_cancels_the_backend_job(api, researcher):
+    task = _submit(api)
+    engine.task_dispatch(task.pk)
+    task.refresh_from_db()
+    services.task_cancel(user=researcher, task=task)
+    assert FakeBackend.jobs_for("fake")[task.backend_id].state is JobState.CANCELLED
+    assert Task.objects.get(pk=task.pk).state == "cancelled"
+
+
+def test_a_task_cancelled_while_being_submitted_does_not_leave_a_job_running(api, researcher):
+    task = _submit(api)
+    original_submit = FakeBackend.submit
+
+    def submit_then_user_cancels(self, request):
+        job = original_submit(self, request)
+        services.task_cancel(user=researcher, task=Task.objects.get(pk=task.pk))
+        return job
+
+    FakeBackend.submit = submit_then_user_cancels
+    try:
+        assert engine.task_dispatch(task.pk) == "lost-race"
+    finally:
+        FakeBackend.submit = original_submit
+    [job] = FakeBackend.jobs_for("fake").values()
+    assert job.state is JobState.CANCELLED
