@@ -25,8 +25,9 @@ browser-deps:
 run: install system-deps
 	$(PY) manage.py up
 
+# Tests keep their own var/ (broker folder, local-backend root) apart from a running `make run`.
 test: install system-deps browser-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	SWITCHYARD_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -4,6 +4,10 @@ import os
 
 from celery import Celery
 
+from portal import broker
+
+broker.register()
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("switchyard")

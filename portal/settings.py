@@ -136,7 +136,10 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 else:
     # Serverless default: kombu's filesystem transport, polled fast enough for ~25 ms hops.
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "sy-filesystem://"  # portal/broker.py: atomic message files
+    # kombu does not create its folders; every process (web, worker, tests) may be first.
+    for _folder in ("queue", "processed"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
@@ -182,7 +185,7 @@ COMPUTE_BACKENDS = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",
         "OPTIONS": {
-            "root": str(VAR_DIR / "local-backend"),
+            "root": env_str("SWITCHYARD_LOCAL_ROOT") or str(VAR_DIR / "local-backend"),
             "bwrap": env_str("SWITCHYARD_BWRAP", "bwrap"),
         },
     },

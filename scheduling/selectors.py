@@ -58,9 +58,12 @@ def node_view(node: Node) -> NodeView:
     )
 
 
-def node_views_for_backend(alias: str) -> list[NodeView]:
-    """The inventory a backend runs on: every node of the pools that name this backend."""
-    return [node_view(n) for n in Node.objects.filter(pool__backend=alias).order_by("name")]
+def node_views_for_backend(alias: str) -> dict[str, list[NodeView]]:
+    """The inventory a backend runs on, by pool: a queue's jobs go only to its pool's nodes."""
+    pools: dict[str, list[NodeView]] = {}
+    for node in Node.objects.filter(pool__backend=alias).select_related("pool").order_by("name"):
+        pools.setdefault(node.pool.name, []).append(node_view(node))
+    return pools
 
 
 @dataclass(frozen=True, slots=True)

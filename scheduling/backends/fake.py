@@ -1,0 +1,192 @@
+"""An in-memory backend for tests: records every call, runs nothing.
+
+Jobs live in a class-level registry keyed by alias, so a test can inspect what the engine
+submitted through whichever instance `get_backend()` built (`FakeBackend.jobs_for("fake")`
+-> {backend_id: Job}), and drive a job on with `finish()`.
+
+`get_backend()` caches instances across tests, so the registry (and `calls`) is also scoped
+to the running test (pytest's PYTEST_CURRENT_TEST): every test starts with an empty fake
+cluster without having to reset anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from django.core.exceptions import ImproperlyConfigured
+
+from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest
+from scheduling.decisions.types import NodeView
+
+
+@dataclasses.dataclass
+class _Cluster:
+    """What one alias holds during one test."""
+
+    jobs: dict[str, Job] = dataclasses.field(default_factory=dict)
+    requests: dict[str, SubmitRequest] = dataclasses.field(default_factory=dict)
+    priorities: dict[str, int] = dataclasses.field(default_factory=dict)
+    drained: dict[str, str] = dataclasses.field(default_factory=dict)
+    calls: list[tuple[str, tuple[Any, ...]]] = dataclasses.field(default_factory=list)
+
+
+def _test_scope() -> str:
+    # "tests/x.py::test_y (call)" -> "tests/x.py::test_y": setup, call and teardown share it.
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    return current.rsplit(" (", 1)[0]
+
+
+class FakeBackend:
+    _registry: ClassVar[dict[tuple[str, str], _Cluster]] = {}
+    _lock: ClassVar[threading.RLock] = threading.RLock()
+
+    def __init__(
+        self,
+        alias: str,
+        *,
+        nodes: list[NodeView] | None = None,
+        start_immediately: bool = False,
+        **options: Any,
+    ) -> None:
+        # Decided by `"pytest" in sys.modules` rather than a settings flag: a flag can be left
+        # on in a deployment by mistake, while a production process never imports pytest. A
+        # backend that accepts work and runs nothing must never serve real users.
+        if "pytest" not in sys.modules:
+            raise ImproperlyConfigured(
+                "FakeBackend is for tests only (it runs nothing): configure a real backend"
+            )
+        self.alias = alias
+        self.options = options
+        self.start_immediately = start_immediately  # submit -> RUNNING instead of PENDING
+        self._nodes = list(nodes or ())
+
+    # -- test helpers ------------------------------------------------------------------
+
+    @classmethod
+    def _cluster(cls, alias: str) -> _Cluster:
+        with cls._lock:
+            return cls._registry.setdefault((_test_scope(), alias), _Cluster())
+
+    @classmethod
+    def jobs_for(cls, alias: str) -> dict[str, Job]:
+        """{backend_id: Job} of this alias in the current test."""
+        return dict(cls._cluster(alias).jobs)
+
+    @classmethod
+    def requests_for(cls, alias: str) -> dict[str, SubmitRequest]:
+        return dict(cls._cluster(alias).requests)
+
+    @classmethod
+    def reset(cls) -> None:
+        with cls._lock:
+            cls._registry.clear()
+
+    @property
+    def calls(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """Every protocol call made on this alias in the current test, as (method, args)."""
+        return self._cluster(self.alias).calls
+
+    def priority_of(self, backend_id: str) -> int | None:
+        return self._cluster(self.alias).priorities.get(backend_id)
+
+    def finish(self, backend_id: str, state: JobState, exit_code: int | None = None) -> Job:
+        """Move a job to `state` as the test says (RUNNING starts it; others end it)."""
+        with self._lock:
+            cluster = self._cluster(self.alias)
+            job = self._get(cluster, backend_id)
+            now = datetime.now(UTC)
+            reason = job.reason
+            if state is JobState.FAILED and exit_code:
+                reason = f"exit code {exit_code}"
+            job = dataclasses.replace(
+                job,
+                state=state,
+                exit_code=exit_code,
+                reason=reason,
+                started_at=job.started_at or now,
+                ended_at=now if state.finished else None,
+            )
+            cluster.jobs[backend_id] = job
+            return job
+
+    # -- protocol ----------------------------------------------------------------------
+
+    def submit(self, request: SubmitRequest) -> Job:
+        with self._lock:
+            cluster = self._cluster(self.alias)
+            cluster.calls.append(("submit", (request,)))
+            if request.key in cluster.jobs:  # idempotent by key, like the real backends
+                return cluster.jobs[request.key]
+            now = datetime.now(UTC)
+            job = Job(
+                backend_id=request.key,
+                state=JobState.RUNNING if self.start_immediately else JobState.PENDING,
+                started_at=now if self.start_immediately else None,
+            )
+            cluster.jobs[request.key] = job
+            cluster.requests[request.key] = request
+            return job
+
+    def find(self, key: str) -> Job | None:
+        cluster = self._record("find", key)
+        return cluster.jobs.get(key)
+
+    def cancel(self, backend_id: str) -> None:
+        with self._lock:
+            cluster = self._record("cancel", backend_id)
+            job = cluster.jobs.get(backend_id)
+            if job is None or job.state.finished:
+                return  # unknown or finished: a no-op, like the real backends
+            cluster.jobs[backend_id] = dataclasses.replace(
+                job, state=JobState.CANCELLED, reason="cancelled", ended_at=datetime.now(UTC)
+            )
+
+    def poll(self, backend_ids: list[str]) -> dict[str, Job]:
+        cluster = self._record("poll", list(backend_ids))
+        return {
+            i: cluster.jobs.get(i) or Job(i, JobState.UNKNOWN, reason="no such job")
+            for i in backend_ids
+        }
+
+    def nodes(self) -> list[NodeView]:
+        cluster = self._record("nodes")
+        return [
+            dataclasses.replace(n, available=n.available and n.name not in cluster.drained)
+            for n in self._nodes
+        ]
+
+    def set_priority(self, backend_id: str, value: int) -> None:
+        with self._lock:
+            cluster = self._record("set_priority", backend_id, value)
+            self._get(cluster, backend_id)
+            cluster.priorities[backend_id] = value
+
+    def drain(self, node: str, reason: str) -> None:
+        self._record("drain", node, reason).drained[node] = reason
+
+    def resume(self, node: str) -> None:
+        self._record("resume", node).drained.pop(node, None)
+
+    def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str:
+        cluster = self._record("log", backend_id, offset, limit)
+        if backend_id not in cluster.jobs:
+            return ""
+        return f"fake log of {backend_id}\n"[offset : offset + limit]
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _record(self, method: str, *args: Any) -> _Cluster:
+        cluster = self._cluster(self.alias)
+        cluster.calls.append((method, args))
+        return cluster
+
+    def _get(self, cluster: _Cluster, backend_id: str) -> Job:
+        try:
+            return cluster.jobs[backend_id]
+        except KeyError:
+            raise BackendError(f"fake backend {self.alias!r} has no job {backend_id!r}") from None

@@ -1,0 +1,353 @@
+"""The supervisor of one local job: `python -I -S local_shim.py <jobdir>`.
+
+The local backend spawns one of these per started job, detached (its own session, no
+inherited descriptors, an almost empty environment). It starts the job's command, enforces
+the walltime, honours the cancel marker, and writes the job's state to `<jobdir>/state.json`.
+
+Start-up speed is the scheduling latency users see (submit -> running), and on this machine
+every stdlib import counts (`json` alone pulls in `re` and `enum`: ~30 ms; Django ~200 ms).
+So this file imports nothing from the project, and until the child runs it uses only `os`,
+`sys` and the built-in `marshal`: the backend hands over the launch plan as
+`launch.marshal`, the child is started with a bare fork/exec, and `state.json` is written by
+the small JSON writer below. The modules the wait loop needs are imported once the child is
+running. The backend runs this file by path,
+which does not import the `scheduling` package (its `__init__` imports Django);
+`python -m scheduling.backends.local_shim <jobdir>` works too, only slower.
+
+The child's environment is exactly `plan["env"]`, built by the backend from nothing: this
+process's own environment never reaches it.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+import time
+
+# How often the wait loop wakes to look for the cancel marker when nothing else happens. The
+# canceller SIGTERMs the child's group itself, so this bounds only when the grace period
+# (then SIGKILL) starts for a child that ignores SIGTERM.
+MARKER_POLL_S = 0.25
+DEFAULT_GRACE_S = 5.0
+BWRAP_MISSING = "bubblewrap (bwrap) is not installed: agent/sandbox tasks never run unsandboxed"
+
+
+def now_iso() -> str:
+    """UTC now in ISO 8601 (what datetime.fromisoformat reads), without importing datetime."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}+00:00"
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), or None if gone.
+
+    A (pid, start time) pair names one process for good; a pid alone may be reused.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
+    rest = data[data.rfind(b")") + 2 :].split()
+    if rest[0] in (b"Z", b"X"):  # finished; only its parent's wait is missing
+        return None
+    return int(rest[19])
+
+
+def _json(value: object) -> str:
+    """JSON for the plain values a state holds (str, int, float, bool, None, list, dict)."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        s = value.replace("\\", "\\\\").replace('"', '\\"')
+        return '"' + "".join(c if c >= " " else f"\\u{ord(c):04x}" for c in s) + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_json(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_json(str(k))}: {_json(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def write_state(path: str, state: dict[str, object]) -> None:
+    # tmp + os.replace: a reader in another process sees the old file or the new, never half.
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(_json(state))
+    os.replace(tmp, path)
+
+
+class Shim:
+    def __init__(self, jobdir: str) -> None:
+        self.jobdir = jobdir
+        self.state_path = os.path.join(jobdir, "state.json")
+        self.marker_path = os.path.join(jobdir, "cancel")
+        with open(os.path.join(jobdir, "launch.marshal"), "rb") as f:
+            self.plan = marshal.load(f)
+        # While this supervisor lives it is the only writer of state.json, so it starts from
+        # the state the backend wrote when it spawned us instead of re-reading (and parsing).
+        self.state = dict(self.plan["state"])
+        self.state["shim_pid"] = os.getpid()
+        self.state["shim_start"] = proc_start_time(os.getpid())
+        self.terminated_by: int | None = None  # a signal sent to this supervisor itself
+        self.sandbox: tuple[int, int | None] | None = None  # (pid, start) of the sandbox init
+
+    def update_state(self, **fields: object) -> None:
+        self.state.update(fields)
+        write_state(self.state_path, self.state)
+
+    def finish(self, state: str, reason: str, exit_code: int | None = None) -> None:
+        self.update_state(state=state, reason=reason, exit_code=exit_code, ended_at=now_iso())
+
+    def cancelled(self) -> bool:
+        return os.path.exists(self.marker_path)
+
+    # -- start -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        plan = self.plan
+        # A cancel may arrive between the backend spawning us and the child starting: look
+        # now, and again (in wait) once the child's group is published in state.json.
+        if self.cancelled():
+            self.finish("cancelled", "cancelled before it started")
+            return
+        bwrap = plan.get("bwrap")
+        if plan.get("sandboxed") and not (bwrap and os.access(bwrap, os.X_OK)):
+            # Never fall back to running an agent/sandbox task without its sandbox.
+            self.finish("failed", BWRAP_MISSING)
+            return
+        for d in plan.get("mkdirs", ()):
+            os.makedirs(d, exist_ok=True)
+        try:
+            pid, sandbox_pid = self.spawn(plan["argv"], plan["env"], plan["cwd"], bool(bwrap))
+        except OSError as exc:
+            self.finish("failed", f"could not start the command: {exc}", exit_code=127)
+            return
+        self.sandbox = (sandbox_pid, proc_start_time(sandbox_pid)) if sandbox_pid else None
+        self.update_state(
+            state="running",
+            reason="",
+            started_at=now_iso(),
+            child_pid=pid,
+            child_pgid=pid,
+            child_start=proc_start_time(pid),
+            sandbox_pid=sandbox_pid,
+            sandbox_start=self.sandbox[1] if self.sandbox else None,
+        )
+        self.wait(pid)
+
+    def spawn(
+        self, argv: list[str], env: dict[str, str], cwd: str, sandboxed: bool
+    ) -> tuple[int, int | None]:
+        """fork + exec `argv` in a new session (pgid == its pid), output to output.log.
+
+        Like subprocess.Popen(start_new_session=True, close_fds=True), without importing it:
+        an exec failure comes back through a close-on-exec pipe as the errno.
+
+        For a sandbox, bwrap reports (--info-fd) the host pid of the sandbox's own init (pid 1
+        of its pid namespace); returned as the second value. bwrap's --die-with-parent is
+        racy while bwrap is still setting up (a SIGTERM in its first ~20 ms can leave the
+        sandbox running without it), so the supervisor also kills that init directly, which
+        takes every process of the namespace with it.
+        """
+        log_fd = os.open(
+            os.path.join(self.jobdir, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
+        null_fd = os.open(os.devnull, os.O_RDONLY)
+        err_r, err_w = os.pipe()  # both close-on-exec (PEP 446)
+        info_r, info_w = os.pipe() if sandboxed else (-1, -1)
+        if sandboxed:
+            argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
+        pid = os.fork()
+        if pid == 0:  # the child: no Python-level cleanup may run here, only exec or _exit
+            try:
+                os.setsid()
+                os.chdir(cwd)
+                os.dup2(null_fd, 0)
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                if sandboxed:
+                    os.set_inheritable(info_w, True)
+                # Every other descriptor is non-inheritable, so exec closes it.
+                os.execvpe(argv[0], argv, env)  # PATH is looked up in `env`, not ours
+            except OSError as exc:
+                os.write(err_w, str(exc.errno or 0).encode())
+            finally:
+                os._exit(127)
+        for fd in (err_w, log_fd, null_fd, info_w):
+            if fd >= 0:
+                os.close(fd)
+        data = _read_all(err_r)
+        if data:  # exec failed: the child has exited with 127
+            if info_r >= 0:
+                os.close(info_r)
+            os.waitpid(pid, 0)
+            errno = int(data)
+            raise OSError(errno, f"{os.strerror(errno)}: {argv[0]!r}")
+        sandbox_pid = None
+        if info_r >= 0:
+            # {"child-pid": N, ...}; EOF without it: bwrap failed to set up, and exits.
+            info = _read_all(info_r).decode("ascii", "replace")
+            key = '"child-pid":'
+            if key in info:
+                sandbox_pid = int(info.split(key, 1)[1].split(",", 1)[0].split("}", 1)[0])
+        return pid, sandbox_pid
+
+    # -- supervise ---------------------------------------------------------------------
+
+    def kill_sandbox(self) -> None:
+        """SIGKILL the sandbox's init: the kernel then kills everything in its namespace.
+
+        Its programs get no grace period: they would get SIGKILL from --die-with-parent
+        anyway once bwrap itself exits on SIGTERM.
+        """
+        if self.sandbox is None:
+            return
+        pid, start = self.sandbox
+        if start is not None and proc_start_time(pid) == start:
+            try:  # noqa: SIM105 (contextlib is an import this file avoids)
+                os.kill(pid, 9)  # SIGKILL, without importing signal for it
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def wait(self, pid: int) -> None:
+        # Only now the heavier modules: the child already runs.
+        import select
+        import signal
+
+        plan = self.plan
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+
+        def on_signal(signo: int, _frame: object) -> None:
+            self.terminated_by = signo  # the wakeup fd interrupts the select
+
+        for signo in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signo, on_signal)
+
+        walltime = plan.get("walltime_s")
+        grace = float(plan.get("grace_s", DEFAULT_GRACE_S))
+        deadline = time.monotonic() + walltime if walltime else None
+        kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
+        why: str | None = None  # "timeout" | "cancelled" | "terminated"
+        try:
+            pidfd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None  # old kernel: fall back to short polls
+
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            now = time.monotonic()
+            if why is None:
+                if self.cancelled():
+                    why = "cancelled"
+                elif self.terminated_by is not None:
+                    why = "terminated"
+                elif deadline is not None and now >= deadline:
+                    why = "timeout"
+                if why is not None:
+                    signal_group(pid, signal.SIGTERM)
+                    self.kill_sandbox()
+                    kill_at = now + grace
+            elif kill_at is not None and now >= kill_at:
+                signal_group(pid, signal.SIGKILL)
+                kill_at = None
+            timeouts = [MARKER_POLL_S if pidfd is not None else 0.05]
+            if why is None and deadline is not None:
+                timeouts.append(deadline - now)
+            if kill_at is not None:
+                timeouts.append(kill_at - now)
+            fds = [wake_r] if pidfd is None else [wake_r, pidfd]
+            try:
+                ready, _, _ = select.select(fds, [], [], max(0.0, min(timeouts)))
+            except InterruptedError:
+                continue
+            if wake_r in ready:
+                try:  # noqa: SIM105 (contextlib is an import this file avoids)
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+
+        # Whatever is left of the job's process group (background children) goes with it:
+        # a finished job leaves no processes behind.
+        signal_group(pid, signal.SIGKILL)
+        self.kill_sandbox()
+        code = 128 - rc if rc < 0 else rc  # shell convention: death by signal N is 128 + N
+
+        if why == "cancelled" or (why is None and self.cancelled()):
+            self.finish("cancelled", "cancelled", exit_code=code)
+        elif why == "timeout":
+            self.finish("timeout", f"walltime of {walltime} s exceeded: stopped", exit_code=code)
+        elif why == "terminated":
+            name = signal.Signals(self.terminated_by).name  # type: ignore[arg-type]
+            self.finish(
+                "failed", f"the local supervisor was stopped by {name}: job killed", exit_code=code
+            )
+        elif rc == 0:
+            self.finish("succeeded", "", exit_code=0)
+        elif rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            self.finish("failed", f"killed by signal {name} ({-rc})", exit_code=code)
+        else:
+            self.finish("failed", f"exit code {rc}", exit_code=code)
+
+
+def _read_all(fd: int) -> bytes:
+    """Read a pipe to EOF, then close it."""
+    data = b""
+    while chunk := os.read(fd, 4096):
+        data += chunk
+    os.close(fd)
+    return data
+
+
+def signal_group(pgid: int, signo: int) -> None:
+    # pgid is the child's pid: the kernel does not reuse a pid while a process group of that
+    # id has members, so this never hits an unrelated group.
+    try:  # noqa: SIM105 (contextlib is an import this file avoids)
+        os.killpg(pgid, signo)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: local_shim.py <jobdir>", file=sys.stderr)
+        return 2
+    jobdir = os.path.abspath(argv[1])
+    shim: Shim | None = None
+    try:
+        shim = Shim(jobdir)
+        shim.run()
+    except BaseException as exc:
+        import traceback
+
+        # Our stderr is /dev/null: keep the traceback with the job, and do not leave the job
+        # looking alive (the backend would otherwise report "the supervisor died").
+        try:
+            with open(os.path.join(jobdir, "shim.err"), "a", encoding="utf-8") as f:
+                traceback.print_exc(file=f)
+            if shim is not None:
+                shim.finish("failed", f"the local supervisor failed: {exc!r}")
+        except Exception:
+            pass
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

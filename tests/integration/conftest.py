@@ -1,0 +1,133 @@
+"""Integration fixtures: a real Celery worker process on the configured broker and database.
+
+`.ci/run` switches on PostgreSQL and Redis (DATABASE_URL, REDIS_URL). Without them the same
+tests run on the embedded default (SQLite file, filesystem broker). In CI a service that is
+configured but unreachable fails the test; it never skips.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from scheduling.selectors import site_view_invalidate
+from tests.conftest import ROOT
+
+
+def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def database_url() -> str:
+    """The URL of the test database this process uses, for a worker process to share."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+@pytest.fixture
+def local_root(settings, tmp_path) -> Path:
+    """One local-backend root shared by this test process and the worker it starts."""
+    root = tmp_path / "local-backend"
+    settings.COMPUTE_BACKENDS = {
+        **settings.COMPUTE_BACKENDS,
+        "local": {
+            "BACKEND": "scheduling.backends.local.LocalBackend",
+            "OPTIONS": {"root": str(root), "bwrap": "bwrap"},
+        },
+    }
+    return root
+
+
+@pytest.fixture
+def site(transactional_db, local_root):
+    """The default site on the local backend, committed so a worker process sees it."""
+    call_command("seed_demo", backend="local", quiet=True)
+    site_view_invalidate()
+
+
+@pytest.fixture
+def purge_broker():
+    from portal.celery import app
+
+    def purge() -> None:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge(app.conf.task_default_queue)
+
+    purge()
+    return purge
+
+
+@pytest.fixture
+def start_worker(local_root, tmp_path, purge_broker) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start `celery worker -B` against this test's database, broker and local root."""
+    procs: list[subprocess.Popen] = []
+
+    def start(*, sweep_seconds: int = 15, grace_seconds: int = 10) -> subprocess.Popen:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "SWITCHYARD_LOCAL_ROOT": str(local_root),
+            "SWITCHYARD_POLL_MS": "200",
+            "SWITCHYARD_SWEEP_SECONDS": str(sweep_seconds),
+            "SWITCHYARD_PENDING_GRACE_SECONDS": str(grace_seconds),
+            "SWITCHYARD_VAR_DIR": str(settings.VAR_DIR),
+        }
+        log = open(tmp_path / f"worker-{len(procs)}.log", "w")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "-B",
+                "--loglevel=INFO",
+                "--concurrency=2",
+                "-s",
+                str(tmp_path / f"beat-{len(procs)}"),
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc.log_path = log.name  # type: ignore[attr-defined]
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def worker_log(proc: subprocess.Popen) -> str:
+    return Path(proc.log_path).read_text()[-4000:]  # type: ignore[attr-defined]
