@@ -2,47 +2,59 @@
 
 from __future__ import annotations
 
-import json
+import shlex
+from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from portal.errors import ApplicationError
+from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_list_for_user
 from scheduling import services
-from scheduling.forms import FIELD_FOR_ERROR, TaskSubmitForm
+from scheduling.decisions.humanize import count, format_duration, format_memory
+from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
 from scheduling.models import TaskState
 from scheduling.selectors import task_get_for_user, task_list_for_user
 
-LIVE_STATES = {"pending", "waiting", "queued", "running"}
+LOG_LIMIT = 256 * 1024
 
 
 @login_required
 def task_list(request: HttpRequest) -> HttpResponse:
     tasks = task_list_for_user(request.user).order_by("-id")
-    state = request.GET.get("state")
+    state = request.GET.get("state") or ""
     if state:
         tasks = tasks.filter(state=state)
     page = Paginator(tasks, 50).get_page(request.GET.get("page"))
+    # htmx polls the rows every 2 s; it gets only the <tr>s, not the page around them.
     template = "scheduling/task_rows.html" if request.htmx else "scheduling/task_list.html"
-    return render(
-        request, template, {"page": page, "state": state or "", "states": TaskState.choices}
-    )
+    context = {"page": page, "state": state, "states": TaskState.choices}
+    return render(request, template, context)
 
 
 @login_required
 def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk)
+    try:
+        log = services.task_log(task=task, limit=LOG_LIMIT)
+        log_error = ""
+    except ApplicationError as exc:  # the backend is away: the rest of the page still helps
+        log, log_error = "", str(exc)
     context = {
         "task": task,
+        "asked": _asked(task.spec),
+        "command": shlex.join(task.spec.get("command") or []) or "(a script; see the descriptor)",
         "events": task.events.all(),
         "attempts": task.attempt_set.all(),
-        "log": services.task_log(task=task, limit=256 * 1024) if task.backend_id else "",
-        "live": task.state in LIVE_STATES,
+        "log": log,
+        "log_error": log_error,
+        "live": not task.is_terminal,
     }
+    # While the task lives, htmx re-fetches the status block (state, timeline, log) every 2 s.
     template = "scheduling/task_status.html" if request.htmx else "scheduling/task_detail.html"
     return render(request, template, context)
 
@@ -54,46 +66,68 @@ def task_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         services.task_cancel(user=request.user, task=task)
     except ApplicationError as exc:
-        from django.contrib import messages
-
         messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Task {task.name} is cancelled.")
     return redirect("task-detail", pk=task.pk)
 
 
 @login_required
 def task_submit(request: HttpRequest) -> HttpResponse:
-    projects = list(project_list_for_user(request.user).values_list("slug", flat=True))
-    form = TaskSubmitForm(request.POST or None, request.FILES or None, projects=projects)
-    errors: list = []
-    if request.method == "POST" and form.is_valid():
-        source = form.descriptor_source()
+    projects = list(
+        project_list_for_user(request.user).order_by("slug").values_list("slug", flat=True)
+    )
+    if request.method == "POST":
+        form = TaskSubmitForm(request.POST, request.FILES, projects=projects)
+    else:
+        form = TaskSubmitForm(projects=projects)
+    errors: list[ErrorItem] = []
+    if form.is_bound and form.is_valid():
+        text, fmt = form.descriptor_text()
         try:
-            if source is not None:
-                task = services.task_submit(user=request.user, text=source[0], fmt=source[1])
-            else:
-                doc = form.as_descriptor()
-                if form.errors:
-                    raise ApplicationError("fix the fields marked", field=None)
-                task = services.task_submit(user=request.user, text=json.dumps(doc), fmt="json")
+            task = services.task_submit(user=request.user, text=text, fmt=fmt)
         except ApplicationError as exc:
-            errors = _attach(form, exc, by_field=source is None)
+            errors = _attach(form, exc)
         else:
             return redirect("task-detail", pk=task.pk)
+    context = {
+        "form": form,
+        "errors": errors,
+        # Descriptor errors are listed beside the box or the file they came from.
+        "errors_at": form.source if errors else None,
+        "main_fields": [form[name] for name in MAIN_FIELDS],
+        "more_fields": [form[name] for name in MORE_FIELDS],
+        "more_open": any(form[name].errors or form[name].value() for name in MORE_FIELDS),
+    }
     return render(
         request,
         "scheduling/task_submit.html",
-        {"form": form, "errors": errors},
-        status=400 if errors else 200,
+        context,
+        status=400 if form.is_bound else 200,
     )
 
 
-def _attach(form: TaskSubmitForm, exc: ApplicationError, *, by_field: bool) -> list:
-    """Put each error beside its form field; the rest are listed above the form."""
+def _attach(form: TaskSubmitForm, exc: ApplicationError) -> list[ErrorItem]:
+    """Put each error beside the form field it names; return the rest to list together."""
     rest = []
     for err in exc.errors:
-        target = FIELD_FOR_ERROR.get(err.field or "") if by_field else None
+        target = FIELD_FOR_ERROR.get(err.field or "") if form.source == "fields" else None
         if target:
             form.add_error(target, err.message)
         else:
             rest.append(err)
     return rest
+
+
+def _asked(spec: dict[str, Any]) -> str:
+    """What the task asked for, in the units its author wrote them in."""
+    res = spec.get("resources") or {}
+    parts = [count(res.get("cpus", 1), "CPU"), count(res.get("gpus", 0), "GPU")]
+    parts.append(f"{format_memory(res.get('memory_mib', 1024))} per node")
+    if res.get("nodes"):
+        parts.insert(0, count(res["nodes"], "node"))
+    if spec.get("walltime_s"):
+        parts.append(f"walltime {format_duration(spec['walltime_s'])}")
+    if spec.get("estimate_s"):
+        parts.append(f"estimate {format_duration(spec['estimate_s'])}")
+    return " · ".join(parts)

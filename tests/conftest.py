@@ -21,6 +21,8 @@ def in_ci() -> bool:
 def _backends(settings, tmp_path_factory):
     """Every test gets a fresh local-backend root and the in-memory fake backend."""
     root = tmp_path_factory.mktemp("local-backend")
+    # Seeding hashes five demo passwords per test; the real hasher makes that seconds.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.COMPUTE_BACKENDS = {
         "local": {
             "BACKEND": "scheduling.backends.local.LocalBackend",

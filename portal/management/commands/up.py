@@ -61,6 +61,8 @@ class Command(BaseCommand):
         )
         self.stdout.write(f"API docs: http://{addr}/api/v1/docs/   Admin: http://{addr}/admin/")
         self.stdout.write("Press Ctrl-C to stop the web server, worker and beat.\n")
+        # A SIGTERM (from a supervisor, or `timeout`) stops the children too, like Ctrl-C.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             while all(p.poll() is None for p in procs.values()):
                 time.sleep(0.5)

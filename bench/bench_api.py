@@ -1,0 +1,295 @@
+"""How many tasks per second the portal accepts through `POST /api/v1/tasks/` (target ≥ 1,000/s).
+
+Run: `.venv/bin/python bench/bench_api.py` (or `... --profile /tmp/api.prof` for a cProfile of
+the in-process variant instead). Prints one JSON line; `run()` returns the same dict for `bench/run_all.py`.
+
+Each run submits 1,000 small valid JSON descriptors to a portal of its own: a fresh
+SWITCHYARD_VAR_DIR (its own SQLite file and filesystem-broker folder) holding the migrated,
+`seed_demo`-ed default site. Accepting a task includes everything the API does for it:
+token auth, parsing and validating the descriptor, classify/route/check, the INSERTs of the
+task and its first event, and the dispatch message published on commit to the broker folder
+(no worker runs, so the messages stay there and are counted). Every response must be 201, and
+the database must hold exactly 1,000 tasks and the broker 1,000 dispatch messages afterwards.
+
+Variants:
+- `inprocess`: DRF's APIClient with token auth in one process: the portal's own cost per
+  request (middleware, DRF, service, ORM, broker), without sockets or an HTTP server.
+- `http-runserver-cN`: real HTTP/1.1 keep-alive from N client threads (http.client) to
+  `manage.py runserver --noreload` in a subprocess (one process, a thread per connection).
+- `http-prefork2-cN`: the same against bench/_prefork_server.py with 2 processes (what a
+  pre-forking server such as gunicorn -w 2 would give; none is installed here).
+With DATABASE_URL set, every variant runs again against PostgreSQL (a fresh database per run,
+dropped afterwards); without it the PostgreSQL variants are skipped.
+The rates reported are the median of `repeats` runs, each on a fresh portal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _common as c  # noqa: E402
+
+N_TASKS = 1000
+TARGET_PER_S = 1000
+COMMAND = ".venv/bin/python bench/bench_api.py"
+
+
+# -- one run of each kind --------------------------------------------------------------------
+
+
+def _bodies(n: int) -> list[bytes]:
+    return [json.dumps(c.small_descriptor(f"bench-{i}")).encode() for i in range(n)]
+
+
+def _inprocess_child(n: int, profile_path: str | None) -> dict[str, Any]:
+    """Runs inside a child process whose environment names its var dir (see _run_inprocess)."""
+    import django
+
+    django.setup()
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    token = Token.objects.get(user__username=c.DEMO_USER).key
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    warm = client.get("/api/v1/tasks/")
+    assert warm.status_code == 200, warm.content[:300]
+    bodies = _bodies(n)
+    statuses: list[int] = []
+    latencies: list[float] = []
+    profiler = None
+    if profile_path:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    start = time.perf_counter()
+    for body in bodies:
+        t = time.perf_counter()
+        response = client.post("/api/v1/tasks/", data=body, content_type="application/json")
+        latencies.append(time.perf_counter() - t)
+        statuses.append(response.status_code)
+        if response.status_code != 201:
+            raise AssertionError(f"POST answered {response.status_code}: {response.content[:500]}")
+    seconds = time.perf_counter() - start
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile_path)
+    return {"seconds": seconds, "statuses": statuses, "latencies": latencies}
+
+
+def _run_inprocess(env: dict[str, str], var_dir: Path, profile_path: str | None = None) -> dict:
+    argv = [c.PY, __file__, "--inprocess-child", str(N_TASKS)]
+    if profile_path:
+        argv += ["--profile-out", profile_path]
+    import subprocess
+
+    out = subprocess.run(argv, cwd=c.ROOT, env=env, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"in-process run failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run_http(
+    env: dict[str, str], var_dir: Path, *, clients: int, server: str, workers: int = 2
+) -> dict:
+    port = c.free_port()
+    argv = c.runserver_argv(port) if server == "runserver" else c.prefork_argv(port, workers)
+    proc = c.start(argv, env, var_dir / "web.log")
+    try:
+        c.wait_until(lambda: c.http_ready(port), timeout=60, what="the web server", procs=[proc])
+        token = c.get_token(port)
+        conns = [c.Client(port, token) for _ in range(clients)]
+        for conn in conns:  # open the connections and warm the server up (creates nothing)
+            status, _ = conn.request("GET", "/api/v1/tasks/")
+            assert status == 200, status
+        bodies = _bodies(N_TASKS)
+        counter = itertools.count()
+        results: list[list[tuple[int, float, bytes]]] = [[] for _ in range(clients)]
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(clients + 1)
+
+        def work(i: int) -> None:
+            conn, out = conns[i], results[i]
+            barrier.wait()
+            try:
+                while (k := next(counter)) < N_TASKS:
+                    t = time.perf_counter()
+                    status, data = conn.request(
+                        "POST", "/api/v1/tasks/", bodies[k], "application/json"
+                    )
+                    out.append((status, time.perf_counter() - t, data if status != 201 else b""))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        start = time.perf_counter()
+        for t in threads:
+            t.join()
+        seconds = time.perf_counter() - start
+        for conn in conns:
+            conn.close()
+        if errors:
+            raise RuntimeError(f"client error: {errors[0]!r}\n{c.log_tail(proc)}")
+    finally:
+        c.stop(proc)
+    flat = [r for rs in results for r in rs]
+    bad = [(s, d[:300]) for s, _, d in flat if s != 201]
+    if bad:
+        raise AssertionError(f"{len(bad)} responses were not 201, e.g. {bad[:3]}")
+    return {
+        "seconds": seconds,
+        "statuses": [s for s, _, _ in flat],
+        "latencies": [lat for _, lat, _ in flat],
+    }
+
+
+def _finish(raw: dict, env: dict[str, str], var_dir: Path) -> dict[str, Any]:
+    """Check what the run left behind, and reduce it to numbers."""
+    tasks = c.count_rows(env, "scheduling_task")
+    messages = sum(1 for p in (var_dir / "broker" / "queue").iterdir() if p.name.endswith(".msg"))
+    statuses = raw["statuses"]
+    assert len(statuses) == N_TASKS and all(s == 201 for s in statuses), "not all 201"
+    assert tasks == N_TASKS, f"the database holds {tasks} tasks, expected exactly {N_TASKS}"
+    assert messages == N_TASKS, f"the broker holds {messages} dispatch messages, not {N_TASKS}"
+    return {
+        "tasks_per_s": N_TASKS / raw["seconds"],
+        "seconds": raw["seconds"],
+        "latency": c.summary_ms(raw["latencies"]),
+    }
+
+
+# -- portals to run against ------------------------------------------------------------------
+
+
+class _Sites:
+    """Fresh portals: for SQLite a copy of one migrated + seeded file per run, for PostgreSQL
+    a database cloned from a migrated + seeded template per run."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self.stack = contextlib.ExitStack()
+        self.template_env: dict[str, str] | None = None
+
+    def __enter__(self) -> _Sites:
+        var_dir = c.fresh_var_dir("api-template")
+        self.stack.callback(c.remove_var_dir, var_dir)
+        if self.database == "sqlite":
+            self.template_env = c.django_env(var_dir)
+        else:
+            url = self.stack.enter_context(
+                c.fresh_postgres_database(os.environ["DATABASE_URL"])
+            )
+            self.template_env = c.django_env(var_dir, database_url=url)
+        c.prepare_site(self.template_env)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+    @contextlib.contextmanager
+    def fresh(self, tag: str):
+        var_dir = c.fresh_var_dir(f"api-{tag}")
+        try:
+            assert self.template_env is not None
+            if self.database == "sqlite":
+                c.clone_sqlite_site(self.template_env, var_dir)
+                yield c.django_env(var_dir), var_dir
+            else:
+                with c.fresh_postgres_database(
+                    os.environ["DATABASE_URL"], template=self.template_env["DATABASE_URL"]
+                ) as url:
+                    yield c.django_env(var_dir, database_url=url), var_dir
+        finally:
+            c.remove_var_dir(var_dir)
+
+
+def _variants(concurrency: tuple[int, ...]) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = [("inprocess", {})]
+    out += [(f"http-runserver-c{n}", {"clients": n, "server": "runserver"}) for n in concurrency]
+    out.append(
+        (f"http-prefork2-c{max(concurrency)}", {"clients": max(concurrency), "server": "prefork"})
+    )
+    return out
+
+
+def run(repeats: int = 3, concurrency: tuple[int, ...] = (4, 8)) -> dict[str, Any]:
+    databases = ["sqlite"] + (["postgresql"] if os.environ.get("DATABASE_URL") else [])
+    results: dict[str, Any] = {}
+    for database in databases:
+        with _Sites(database) as sites:
+            for name, kwargs in _variants(concurrency):
+                runs = []
+                for i in range(repeats):
+                    with sites.fresh(f"{name}-{i}") as (env, var_dir):
+                        if name == "inprocess":
+                            raw = _run_inprocess(env, var_dir)
+                        else:
+                            raw = _run_http(env, var_dir, **kwargs)
+                        runs.append(_finish(raw, env, var_dir))
+                rates = [r["tasks_per_s"] for r in runs]
+                mid = sorted(runs, key=lambda r: r["tasks_per_s"])[len(runs) // 2]
+                results[f"{database}/{name}"] = {
+                    "tasks_per_s": round(c.median(rates)),
+                    "tasks_per_s_runs": [round(r) for r in rates],
+                    "latency_of_median_run": mid["latency"],
+                    "clients": kwargs.get("clients", 1),
+                    "server": kwargs.get("server", "none (APIClient)"),
+                }
+    return {
+        "bench": "api",
+        "n_tasks": N_TASKS,
+        "repeats": repeats,
+        "target_tasks_per_s": TARGET_PER_S,
+        "postgresql": "measured" if "postgresql" in databases else "skipped: DATABASE_URL not set",
+        "variants": results,
+    }
+
+
+def profile(out: str, top: int = 25) -> None:
+    """cProfile the in-process variant once, keep the stats in `out`, print the top costs."""
+    import pstats
+
+    with _Sites("sqlite") as sites, sites.fresh("profile") as (env, var_dir):
+        raw = _run_inprocess(env, var_dir, profile_path=str(Path(out).resolve()))
+    print(f"{N_TASKS} POSTs in {raw['seconds']:.2f} s under cProfile; stats in {out}")
+    stats = pstats.Stats(out)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top + 15)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--profile",
+        metavar="STATS_FILE",
+        help="instead: cProfile the in-process run, save the stats, print the top costs",
+    )
+    parser.add_argument("--inprocess-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inprocess_child:
+        print(json.dumps(_inprocess_child(args.inprocess_child, args.profile_out)))
+    elif args.profile:
+        profile(args.profile)
+    else:
+        print(json.dumps(run(repeats=args.repeats)))
+
+
+if __name__ == "__main__":
+    main()

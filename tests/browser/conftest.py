@@ -1,0 +1,74 @@
+"""Browser fixtures: real Chromium against live_server, with a real Celery worker behind it.
+
+The worker and the seeded site come from the integration fixtures: the site is committed
+(`transactional_db`) on the local backend, and the worker shares this test's database and
+local-backend root, so the page served by live_server shows what the worker did.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import in_ci
+from tests.integration.conftest import (  # noqa: F401 - fixtures re-exported for tests/browser
+    local_root,
+    purge_broker,
+    site,
+    start_worker,
+)
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # The seed hashes five demo passwords; the default hasher makes that seconds per test.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def chromium() -> Iterator[object]:
+    """Debian's Chromium driven by Playwright (its own browser download does not work here)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        message = f"{CHROMIUM} is missing: `make browser-deps` installs it"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(chromium, live_server, tmp_path) -> Iterator[object]:
+    """A fresh page on the live server; a failing test leaves a screenshot in tmp_path."""
+    context = chromium.new_context(
+        base_url=live_server.url, viewport={"width": 1280, "height": 800}
+    )
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        try:
+            page.screenshot(path=str(tmp_path / "last.png"), full_page=True)
+        finally:
+            context.close()
