@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from scheduling.backends import (
@@ -58,7 +58,7 @@ def _claim(task_id: int) -> bool:
     return bool(
         Task.objects.filter(pk=task_id, state=S.PENDING)
         .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
-        .update(dispatch_lease_until=until)
+        .update(dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1)
     )
 
 
@@ -95,7 +95,9 @@ def task_dispatch(task_id: int) -> str:
         user=task.owner.get_username(),
     )
     try:
-        job = backend.find(key) or backend.submit(request)
+        # A job under this key can exist only if an earlier dispatcher claimed this attempt
+        # and got as far as submitting; the first claimant skips the look-up.
+        job = (backend.find(key) if task.dispatch_claims > 1 else None) or backend.submit(request)
     except BackendUnavailable as exc:
         _release(task_id, reason=f"{SCHEDULER_UNREACHABLE}: {exc}")
         raise DispatchRetry(str(exc)) from exc
@@ -110,7 +112,12 @@ def task_dispatch(task_id: int) -> str:
             to=S.QUEUED,
             reason=job.reason or "queued in the backend",
             message=f"attempt {number} submitted to {task.backend} as {job.backend_id}",
-            fields={"attempts": number, "backend_id": job.backend_id, "dispatch_lease_until": None},
+            fields={
+                "attempts": number,
+                "backend_id": job.backend_id,
+                "dispatch_lease_until": None,
+                "dispatch_claims": 0,
+            },
         )
         if moved:
             Attempt.objects.create(

@@ -157,6 +157,9 @@ class Task(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     # A dispatcher owns the task until this time; another may take over after it passes.
     dispatch_lease_until = models.DateTimeField(null=True, blank=True)
+    # How many dispatchers have claimed the current attempt. On the first claim no job can
+    # exist under the attempt's key yet, so the backend look-up before submit is skipped.
+    dispatch_claims = models.PositiveSmallIntegerField(default=0)
     submitted_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)

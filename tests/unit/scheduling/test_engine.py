@@ -42,16 +42,18 @@ def test_dispatch_twice_makes_one_backend_job(api):
 
 
 def test_a_crash_after_submit_is_adopted_not_resubmitted(api):
-    task = _submit(api)
-    backend = get_backend("fake")
-    # The worker submitted, then died before it could record anything; its lease ran out.
     from scheduling.backends import SubmitRequest
+    from scheduling.models import attempt_key
     from scheduling.selectors import site_view
     from scheduling.spec import TaskSpec
 
+    task = _submit(api)
+    backend = get_backend("fake")
+    # The first dispatcher claims the task and submits, then dies before it records anything.
+    assert engine._claim(task.pk)
     backend.submit(
         SubmitRequest(
-            key=task.key.replace("-0", "-1"),
+            key=attempt_key(task.pk, 1),
             spec=TaskSpec.from_dict(task.spec),
             type=task.type,
             queue=site_view().queues[task.queue.name],
@@ -59,9 +61,21 @@ def test_a_crash_after_submit_is_adopted_not_resubmitted(api):
             user="alice",
         )
     )
+    assert engine.task_dispatch(task.pk) == "not-claimed"  # its lease still holds
+    Task.objects.filter(pk=task.pk).update(dispatch_lease_until=timezone.now())
     assert engine.task_dispatch(task.pk) == "submitted"
+    methods = [c[0] for c in backend.calls]
+    assert methods.count("submit") == 1 and "find" in methods
     assert len(FakeBackend.jobs_for("fake")) == 1
-    assert [c[0] for c in backend.calls].count("submit") == 1
+    task.refresh_from_db()
+    assert (task.state, task.attempts, task.dispatch_claims) == ("queued", 1, 0)
+
+
+def test_the_first_dispatch_of_an_attempt_skips_the_lookup(api):
+    task = _submit(api)
+    engine.task_dispatch(task.pk)
+    methods = [c[0] for c in get_backend("fake").calls]
+    assert methods == ["submit"]
 
 
 def test_poll_follows_the_job_to_success_with_one_call(api):
