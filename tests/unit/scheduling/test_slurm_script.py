@@ -1,0 +1,136 @@
+"""The sbatch command and batch script the Slurm backend generates (no cluster needed).
+
+The script is run with the real bash here: what the descriptor said must arrive in the
+program's argv and environment byte for byte, and nothing in it may run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scheduling.backends import SubmitRequest
+from scheduling.backends.slurm import SlurmBackend, _exit_code
+from scheduling.decisions.types import QueuePolicy
+from scheduling.spec import Resources, TaskSpec
+
+HOSTILE = ["$(id)", "`id`", "a; touch /tmp/pwned", "x\n#SBATCH --account=other", "'\"", "*"]
+
+TRAINING = QueuePolicy(
+    name="training",
+    pool="gpu-train",
+    task_types=("ai-training",),
+    allocation="whole-node",
+    requires_estimate=True,
+)
+HPC = QueuePolicy(
+    name="hpc", pool="cpu-hpc", task_types=("hpc-simulation",), max_walltime_s=72 * 3600
+)
+
+
+def request(
+    spec: TaskSpec, queue: QueuePolicy = HPC, type_: str = "hpc-simulation", key: str = "sy-1-1"
+) -> SubmitRequest:
+    return SubmitRequest(
+        key=key, spec=spec, type=type_, queue=queue, project="materials", user="alice"
+    )
+
+
+@pytest.fixture
+def backend(tmp_path) -> SlurmBackend:
+    return SlurmBackend("slurm", cluster="test", workdir=str(tmp_path / "jobs"))
+
+
+def test_hostile_arguments_and_env_values_arrive_verbatim_and_run_nothing(backend, tmp_path):
+    marker = tmp_path / "pwned"
+    hostile = [*HOSTILE, f"$(touch {marker})"]
+    echo = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ['GREETING'], os.environ['MULTI']]))"
+    spec = TaskSpec(
+        name="x",
+        project="materials",
+        command=("/usr/bin/python3", "-c", echo, *hostile),
+        env=(("GREETING", f"$(touch {marker})"), ("MULTI", "a\nb`id`")),
+    )
+    _, script = backend.sbatch_command(request(spec))
+    done = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    argv, greeting, multi = json.loads(done.stdout)
+    assert argv == hostile
+    assert (greeting, multi) == (f"$(touch {marker})", "a\nb`id`")
+    assert not marker.exists()
+
+
+def test_no_sbatch_directive_is_read_from_a_users_script(backend):
+    spec = TaskSpec(name="x", project="materials", script="#SBATCH --account=other\necho hi\n")
+    _, script = backend.sbatch_command(request(spec))
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash" and lines[1] == ":"  # a command ends directive parsing
+    assert "#SBATCH" not in script  # the body is a separate 0600 file
+    body = Path(backend.workdir / "sy-1-1" / "script.sh")
+    assert body.read_text().startswith("#SBATCH") and oct(body.stat().st_mode & 0o777) == "0o600"
+
+
+def test_account_partition_and_limits_go_on_the_command_line(backend):
+    spec = TaskSpec(
+        name="t",
+        project="materials",
+        command=("python", "train.py"),
+        resources=Resources(nodes=4, gpus=32, cpus=256, memory_mib=512 * 1024),
+        walltime_s=10 * 3600,
+        estimate_s=8 * 3600 + 1,
+    )
+    argv, _ = backend.sbatch_command(request(spec, TRAINING, "ai-training"))
+    for option in (
+        "--partition=training",
+        "--account=materials",
+        "--export=NONE",
+        "--job-name=sy-1-1",
+        "--nodes=4",
+        "--gres=gpu:8",
+        "--exclusive",
+        "--time=600",
+        "--time-min=481",
+        "--mem=524288M",
+        "--dependency=singleton",
+        "--ntasks-per-node=64",
+    ):
+        assert option in argv, option
+
+
+def test_a_single_process_task_asks_one_node_and_cpus_per_task(backend):
+    spec = TaskSpec(
+        name="a", project="materials", command=("true",), resources=Resources(cpus=2, gpus=1)
+    )
+    argv, _ = backend.sbatch_command(request(spec, HPC, "ai-inference"))
+    assert {"--nodes=1", "--ntasks=1", "--cpus-per-task=2", "--gres=gpu:1"} <= set(argv)
+
+
+def test_an_environment_name_outside_the_allowlist_is_refused(backend):
+    from scheduling.backends import BackendError
+
+    spec = TaskSpec(name="a", project="materials", command=("true",), env=(("bad name", "x"),))
+    with pytest.raises(BackendError):
+        backend.sbatch_command(request(spec))
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        ({"return_code": 3, "status": "FAILED"}, 3),
+        ({"return_code": 0, "status": "SUCCESS"}, 0),
+        ({"return_code": 0, "signal": {"signal_id": 9}}, 137),
+        (768, 3),  # squeue's wait status: 3 << 8
+        (9, 137),  # killed by SIGKILL
+        (None, None),
+    ],
+)
+def test_exit_codes_are_read_from_both_json_forms(raw, code):
+    assert _exit_code(raw) == code
