@@ -8,7 +8,8 @@ local-backend root, so the page served by live_server shows what the worker did.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,20 +34,30 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    # The seed hashes five demo passwords; the default hasher makes that seconds per test.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
-def chromium() -> Iterator[object]:
-    """Debian's Chromium driven by Playwright (its own browser download does not work here)."""
+def worker(
+    start_worker: Callable[..., subprocess.Popen],  # noqa: F811 - the fixture imported above
+) -> subprocess.Popen:
+    return start_worker()
+
+
+@pytest.fixture(autouse=True)
+def _needs_chromium() -> None:
+    # Checked before any other fixture starts a worker or seeds the database.
     if not os.access(CHROMIUM, os.X_OK):
         message = f"{CHROMIUM} is missing: `make browser-deps` installs it"
         if in_ci():
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture
+def chromium() -> Iterator[object]:
+    """Debian's Chromium driven by Playwright (its own browser download does not work here).
+
+    Request it (or `page`) after the fixtures that use the ORM: Playwright's sync API runs an
+    event loop in this thread, and Django refuses ORM calls while one runs.
+    """
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -69,6 +80,6 @@ def page(chromium, live_server, tmp_path) -> Iterator[object]:
         yield page
     finally:
         try:
-            page.screenshot(path=str(tmp_path / "last.png"), full_page=True)
+            page.screenshot(path=str(tmp_path / "page-at-teardown.png"), full_page=True)
         finally:
             context.close()
