@@ -164,11 +164,22 @@ SWITCHYARD_PENDING_GRACE_SECONDS = env_int("SWITCHYARD_PENDING_GRACE_SECONDS", 1
 # How long one dispatcher owns a task before another may take it over (worker died mid-way).
 SWITCHYARD_DISPATCH_LEASE_SECONDS = env_int("SWITCHYARD_DISPATCH_LEASE_SECONDS", 60)
 
+SWITCHYARD_RETRY_BACKOFF_SECONDS = float(env_int("SWITCHYARD_RETRY_BACKOFF_MS", 1000)) / 1000
+SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS = 60.0
+SWITCHYARD_TRIGGER_SECONDS = float(env_int("SWITCHYARD_TRIGGER_MS", 2000)) / 1000
+# Trigger files must lie under one of these folders (users cannot probe the filesystem).
+SWITCHYARD_TRIGGER_ROOTS = env_list("SWITCHYARD_TRIGGER_ROOTS", [str(VAR_DIR / "triggers")])
+
 CELERY_BEAT_SCHEDULE = {
     "poll-backends": {
         "task": "scheduling.poll_backends",
         "schedule": SWITCHYARD_POLL_SECONDS,
         "options": {"expires": SWITCHYARD_POLL_SECONDS * 2},
+    },
+    "timers": {
+        "task": "scheduling.timers",
+        "schedule": SWITCHYARD_TRIGGER_SECONDS,
+        "options": {"expires": SWITCHYARD_TRIGGER_SECONDS * 2},
     },
     "sweep-pending": {
         "task": "scheduling.sweep_pending",

@@ -15,11 +15,21 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
-from scheduling import services
+from scheduling import services, workflows
 from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA
 from scheduling.models import TaskState
-from scheduling.selectors import task_get_for_user, task_list_for_user
-from scheduling.serializers import TaskDetailSerializer, TaskSerializer
+from scheduling.selectors import (
+    task_get_for_user,
+    task_list_for_user,
+    workflow_get_for_user,
+    workflow_list_for_user,
+)
+from scheduling.serializers import (
+    TaskDetailSerializer,
+    TaskSerializer,
+    WorkflowDetailSerializer,
+    WorkflowSerializer,
+)
 from scheduling.spec import TASK_TYPES
 
 _JSON_TYPES = {"application/json"}
@@ -75,6 +85,7 @@ def read_descriptor(request: Request) -> tuple[bytes, str | None]:
 
 
 _FILTERS = {
+    "workflow": ("workflow_id", None),
     "state": ("state", {s.value for s in TaskState}),
     "project": ("project__slug", None),
     "queue": ("queue__name", None),
@@ -93,6 +104,8 @@ class TaskListCreate(ListCreateAPIView):
             value = self.request.query_params.get(param)
             if value is None:
                 continue
+            if param == "workflow" and not value.isdigit():
+                raise ApplicationError("must be a workflow id", field=param, got=value)
             if allowed is not None and value not in allowed:
                 raise ApplicationError(
                     f"must be one of {', '.join(sorted(allowed))}", field=param, got=value
@@ -183,3 +196,43 @@ def _int_param(
 @permission_classes([AllowAny])
 def descriptor_schema(request: Request) -> Response:
     return Response(DESCRIPTOR_JSON_SCHEMA)
+
+
+class WorkflowListCreate(ListCreateAPIView):
+    serializer_class = WorkflowSerializer
+    parser_classes = [MultiPartParser]
+
+    def get_queryset(self):
+        return workflow_list_for_user(self.request.user).order_by("-id")
+
+    @extend_schema(
+        request={
+            "application/json": OpenApiTypes.OBJECT,
+            "application/yaml": OpenApiTypes.STR,
+            "multipart/form-data": inline_serializer(
+                "WorkflowUpload", {"descriptor": serializers.FileField()}
+            ),
+        },
+        responses={201: WorkflowDetailSerializer},
+        description="Submit a `kind: Workflow` descriptor: a DAG of tasks.",
+    )
+    def post(self, request: Request, *args, **kwargs) -> Response:
+        body, fmt = read_descriptor(request)
+        workflow = workflows.workflow_submit(user=request.user, text=body, fmt=fmt)
+        data = WorkflowDetailSerializer(workflow, context={"request": request}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class WorkflowDetail(RetrieveAPIView):
+    serializer_class = WorkflowDetailSerializer
+
+    def get_object(self):
+        return workflow_get_for_user(self.request.user, self.kwargs["pk"])
+
+
+class WorkflowCancel(APIView):
+    @extend_schema(request=None, responses={200: WorkflowSerializer})
+    def post(self, request: Request, pk: int) -> Response:
+        workflow = workflow_get_for_user(request.user, pk)
+        workflow = workflows.workflow_cancel(user=request.user, workflow=workflow)
+        return Response(WorkflowSerializer(workflow, context={"request": request}).data)

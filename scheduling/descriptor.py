@@ -1,4 +1,5 @@
-"""Task descriptor v1 (`kind: Task`): parse a YAML or JSON document and validate it into a TaskSpec.
+"""Descriptor v1: parse a YAML or JSON document and validate it into a TaskSpec (`kind: Task`)
+or a WorkflowSpec (`kind: Workflow`).
 
 One validation serves the browser form, the REST API and file upload (DESIGN "Task descriptor
 v1"). It runs in two stages:
@@ -6,7 +7,10 @@ v1"). It runs in two stages:
 - `parse_document` turns bytes or text into a plain dict and guards the parser itself: size,
   encoding, NUL and CR, YAML anchors/aliases/tags, nesting depth, duplicate keys.
 - `parse_task` checks every field of that dict and collects *every* error before raising, so a
-  user fixes a descriptor in one round trip.
+  user fixes a descriptor in one round trip. `parse_workflow` does the same for a workflow:
+  each entry of `tasks` is a task body (field paths `tasks[2].resources.gpus`), then the DAG
+  is checked (duplicate names, unknown or self dependencies, cycles). `load_descriptor`
+  dispatches on `kind`.
 
 Each error carries the dotted field (`resources.gpus`, `command[2]`, `env.FOO`), a message that
 says what was expected, and the value got, already made JSON-safe, so it maps 1:1 onto the
@@ -16,6 +20,7 @@ API's error shape `{"field", "message", "got"}`.
 from __future__ import annotations
 
 import difflib
+import heapq
 import json
 import math
 import re
@@ -25,21 +30,45 @@ from typing import Any
 
 import yaml
 
-from scheduling.spec import FAIL_ACTIONS, PRIORITIES, TASK_TYPES, Resources, TaskSpec
+from scheduling.spec import (
+    FAIL_ACTIONS,
+    PRIORITIES,
+    TASK_TYPES,
+    Resources,
+    TaskSpec,
+    WorkflowSpec,
+)
 
 __all__ = [
     "DESCRIPTOR_JSON_SCHEMA",
+    "MAX_WORKFLOW_EDGES",
+    "MAX_WORKFLOW_TASKS",
     "DescriptorError",
     "FieldError",
+    "dependants",
+    "load_descriptor",
     "load_task",
+    "parse_descriptor",
     "parse_document",
     "parse_duration",
     "parse_size",
     "parse_task",
+    "parse_workflow",
+    "topological_order",
 ]
 
 API_VERSION = "switchyard/v1"
 KIND = "Task"
+WORKFLOW_KIND = "Workflow"
+_ENDPOINTS = {
+    KIND: ("single tasks", "/api/v1/tasks/"),
+    WORKFLOW_KIND: ("workflows", "/api/v1/workflows/"),
+}
+
+# A workflow's size is capped before any of its tasks is validated, so a huge one is refused
+# in the time it takes to count it. Not settings: the DAG code and the schema rely on them.
+MAX_WORKFLOW_TASKS = 1000
+MAX_WORKFLOW_EDGES = 20_000  # depends_on entries (names and ids) over all tasks
 
 # --- limits ---------------------------------------------------------------------------------
 # The absurd-value caps are not site policy (queues and nodes decide what fits); they stop
@@ -59,6 +88,7 @@ _MAX_ENV = 128
 _MAX_ENV_NAME = 255
 _MAX_ENV_VALUE = 4096
 _MAX_DEPENDS = 1000
+_MAX_TASK_ID = 2**53 - 1  # exact in every JSON client, and within a PostgreSQL bigint
 _MAX_PATH = 4096
 _MAX_IMAGE = 512
 _GOT_CHARS = 80
@@ -181,7 +211,20 @@ _TOP_FIELDS = (
 )  # fmt: skip
 _RESOURCE_FIELDS = ("nodes", "cpus", "memory", "gpus", "gpu_type")
 _TRIGGER_FIELDS = ("file",)
-_ALLOWED_SETS = {f: frozenset(f) for f in (_TOP_FIELDS, _RESOURCE_FIELDS, _TRIGGER_FIELDS)}
+_HEADER_FIELDS = ("apiVersion", "kind")
+# A task inside a workflow: the header is set once on the workflow; project is optional.
+_WORKFLOW_TASK_FIELDS = tuple(f for f in _TOP_FIELDS if f not in _HEADER_FIELDS)
+_WORKFLOW_FIELDS = ("apiVersion", "kind", "name", "project", "tasks")
+_ALLOWED_SETS = {
+    f: frozenset(f)
+    for f in (
+        _TOP_FIELDS,
+        _RESOURCE_FIELDS,
+        _TRIGGER_FIELDS,
+        _WORKFLOW_TASK_FIELDS,
+        _WORKFLOW_FIELDS,
+    )
+}
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -536,26 +579,78 @@ def _yaml_scalar(loader: Any, event: Any) -> Any:
 
 # --- stage 2: fields ------------------------------------------------------------------------
 def load_task(text: str | bytes, *, fmt: str | None = None, max_bytes: int) -> TaskSpec:
-    """Parse and validate a descriptor; raises DescriptorError listing every problem."""
+    """Parse and validate a `kind: Task` descriptor; raises DescriptorError listing every problem."""
     return parse_task(parse_document(text, fmt=fmt, max_bytes=max_bytes))
+
+
+def load_descriptor(
+    text: str | bytes, *, fmt: str | None = None, max_bytes: int
+) -> TaskSpec | WorkflowSpec:
+    """Parse and validate a descriptor of either kind (dispatch on `kind`)."""
+    return parse_descriptor(parse_document(text, fmt=fmt, max_bytes=max_bytes))
+
+
+def parse_descriptor(data: dict) -> TaskSpec | WorkflowSpec:
+    """`parse_task` or `parse_workflow`, chosen by the mapping's `kind`."""
+    if not isinstance(data, dict):
+        raise _document_error("the descriptor must be a mapping of fields", type(data).__name__)
+    kind = data.get("kind")
+    if kind == WORKFLOW_KIND:
+        return parse_workflow(data)
+    if kind == KIND:
+        return parse_task(data)
+    expected = f'must be "{KIND}" or "{WORKFLOW_KIND}"'
+    if kind is not None:
+        errors: list[FieldError] = []
+        _check_version(data, errors)
+        _add(errors, "kind", expected, kind)
+        raise DescriptorError(errors)
+    # No kind: check it as the kind it looks like, so the other errors are reported too.
+    parse = parse_workflow if "tasks" in data else parse_task
+    try:
+        parse(data)
+    except DescriptorError as exc:
+        errors = [
+            FieldError("kind", f"is required; {expected}") if e.field == "kind" else e
+            for e in exc.errors
+        ]
+        raise DescriptorError(errors) from None
+    raise AssertionError("unreachable: both parsers require kind")  # pragma: no cover
 
 
 def parse_task(data: dict) -> TaskSpec:
     """Validate a descriptor's mapping into a TaskSpec, or raise DescriptorError with all errors.
 
     An optional field given as null counts as not given (forms and YAML's `key:` send that).
+    A single task's `depends_on` takes task ids only: it has no siblings to name.
     """
     if not isinstance(data, dict):
         raise _document_error("the descriptor must be a mapping of fields", type(data).__name__)
     errors: list[FieldError] = []
-    if not _check_header(data, errors):
+    if not _check_header(data, errors, KIND):
         # Another kind has other fields: checking them as a Task would only add noise.
         raise DescriptorError(errors)
     _check_unknown(data, _TOP_FIELDS, "", errors)
-    get = data.get
+    values = _task_values(data, errors, in_workflow=False)
+    if errors:
+        raise DescriptorError(errors)
+    return TaskSpec(**values)
 
+
+def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> dict[str, Any]:
+    """TaskSpec's fields from a task body; `errors` gets what is wrong. In a workflow the
+    project is the workflow's and is not among them (the caller checks and sets it).
+
+    `name` and `depends_on` hold what could be read even when other fields are wrong, so a
+    workflow can still check its DAG.
+    """
+    get = data.get
     name = _required(get("name"), "name", _NAME_RE, _MAX_NAME, _NAME_RULE, errors)
-    project = _required(get("project"), "project", _SLUG_RE, _MAX_NAME, _SLUG_RULE, errors)
+    values: dict[str, Any] = {"name": name}
+    if not in_workflow:
+        values["project"] = _required(
+            get("project"), "project", _SLUG_RE, _MAX_NAME, _SLUG_RULE, errors
+        )
     task_type = _optional_choice(get("type"), "type", TASK_TYPES, None, errors)
     queue = _optional_match(get("queue"), "queue", _SLUG_RE, _MAX_NAME, _SLUG_RULE, errors)
     resources = _resources(get("resources"), errors)
@@ -580,33 +675,32 @@ def parse_task(data: dict) -> TaskSpec:
         errors,
     )
     env = _env(get("env"), errors)
-    depends_on = _depends_on(get("depends_on"), name, errors)
+    depends_on, depends_on_ids = _depends_on(
+        get("depends_on"), name, errors, names_allowed=in_workflow
+    )
     retry_count = _optional_int(get("retry_count"), "retry_count", 0, _MAX_RETRIES, 0, errors)
     fail_action = _optional_choice(get("fail_action"), "fail_action", FAIL_ACTIONS, "abort", errors)
     trigger_file = _trigger(get("trigger"), errors)
     priority = _optional_choice(get("priority"), "priority", PRIORITIES, "normal", errors)
-
-    if errors:
-        raise DescriptorError(errors)
-    return TaskSpec(
-        name=name,
-        project=project,
-        resources=resources,
-        type=task_type,
-        queue=queue,
-        walltime_s=walltime,
-        estimate_s=estimate,
-        command=command,
-        script=script,
-        image=image,
-        env=env,
-        depends_on=depends_on,
-        retry_count=retry_count,
-        fail_action=fail_action,
-        wait_timeout_s=wait_timeout,
-        trigger_file=trigger_file,
-        priority=priority,
-    )
+    return {
+        **values,
+        "resources": resources,
+        "type": task_type,
+        "queue": queue,
+        "walltime_s": walltime,
+        "estimate_s": estimate,
+        "command": command,
+        "script": script,
+        "image": image,
+        "env": env,
+        "depends_on": depends_on,
+        "depends_on_ids": depends_on_ids,
+        "retry_count": retry_count,
+        "fail_action": fail_action,
+        "wait_timeout_s": wait_timeout,
+        "trigger_file": trigger_file,
+        "priority": priority,
+    }
 
 
 def _add(errors: list[FieldError], field: str | None, message: str, got: Any = None) -> None:
@@ -617,24 +711,35 @@ def _path(prefix: str, key: Any) -> str:
     return f"{prefix}{_short(key if isinstance(key, str) else str(key))}"
 
 
-def _check_header(data: dict, errors: list[FieldError]) -> bool:
-    """Check apiVersion and kind; False when the document is some other kind than Task."""
+def _check_version(data: dict, errors: list[FieldError]) -> None:
     version = data.get("apiVersion")
     if version is None:
         _add(errors, "apiVersion", f'is required; must be "{API_VERSION}"')
     elif version != API_VERSION:
         _add(errors, "apiVersion", f'must be "{API_VERSION}"', version)
+
+
+def _check_header(data: dict, errors: list[FieldError], expected: str) -> bool:
+    """Check apiVersion and kind; False when the document is some other kind than `expected`."""
+    _check_version(data, errors)
     kind = data.get("kind")
     if kind is None:
-        _add(errors, "kind", f'is required; must be "{KIND}"')
+        _add(errors, "kind", f'is required; must be "{expected}"')
         return True
-    if kind == "Workflow":
-        _add(errors, "kind", f'"Workflow" is not supported here; this takes kind "{KIND}"', kind)
-        return False
-    if kind != KIND:
-        _add(errors, "kind", f'must be "{KIND}"', kind)
-        return False
-    return True
+    if kind == expected:
+        return True
+    if isinstance(kind, str) and kind in _ENDPOINTS:
+        what, endpoint = _ENDPOINTS[kind]
+        _add(
+            errors,
+            "kind",
+            f'"{kind}" is not supported here: this endpoint takes kind: {expected}; '
+            f"send {what} to {endpoint}",
+            kind,
+        )
+    else:
+        _add(errors, "kind", f'must be "{expected}"', kind)
+    return False
 
 
 def _check_unknown(
@@ -958,23 +1063,31 @@ def _env(value: Any, errors: list[FieldError]) -> tuple[tuple[str, str], ...]:
 
 
 # workflow fields ----------------------------------------------------------------------------
-def _depends_on(value: Any, own_name: str | None, errors: list[FieldError]) -> tuple[str, ...]:
+def _depends_on(
+    value: Any, own_name: str | None, errors: list[FieldError], *, names_allowed: bool
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(names, ids) in `value`: a string is a task name, an integer (not a bool) a task id."""
     if value is None:
-        return ()
+        return (), ()
     if not isinstance(value, list):
         _add(errors, "depends_on", "must be a list of task names or task ids", value)
-        return ()
+        return (), ()
     if len(value) > _MAX_DEPENDS:
         _add(errors, "depends_on", f"must have at most {_MAX_DEPENDS} entries", len(value))
-        return ()
-    seen: dict[str, int] = {}
+        return (), ()
+    seen: dict[str | int, int] = {}
+    names: list[str] = []
+    ids: list[int] = []
     for index, item in enumerate(value):
         field = f"depends_on[{index}]"
-        if type(item) is int and item >= 1:
-            ref = str(item)  # TaskSpec keeps references as text
-        elif isinstance(item, str) and len(item) <= _MAX_NAME and _NAME_RE.fullmatch(item):
-            ref = item
-        else:
+        is_id = type(item) is int
+        if is_id and item > _MAX_TASK_ID:
+            _add(errors, field, f"is not a task id: ids are at most {_MAX_TASK_ID}", item)
+            continue
+        if not (
+            (is_id and item >= 1)
+            or (isinstance(item, str) and len(item) <= _MAX_NAME and _NAME_RE.fullmatch(item))
+        ):
             _add(
                 errors,
                 field,
@@ -983,12 +1096,24 @@ def _depends_on(value: Any, own_name: str | None, errors: list[FieldError]) -> t
                 item,
             )
             continue
-        if ref in seen:
-            _add(errors, field, f"duplicate of depends_on[{seen[ref]}]", item)
-        elif ref == own_name:
-            _add(errors, field, "a task cannot depend on itself", item)
-        seen.setdefault(ref, index)
-    return tuple(seen)
+        if item in seen:
+            _add(errors, field, f"duplicate of depends_on[{seen[item]}]", item)
+            continue
+        seen[item] = index
+        if is_id:
+            ids.append(item)
+        elif item == own_name:
+            _add(errors, field, f"task '{item}' cannot depend on itself", item)
+        elif not names_allowed:
+            _add(
+                errors,
+                field,
+                "a single task has no siblings to depend on; use a Workflow, or give a task id",
+                item,
+            )
+        else:
+            names.append(item)
+    return tuple(names), tuple(ids)
 
 
 def _trigger(value: Any, errors: list[FieldError]) -> str | None:
@@ -1023,6 +1148,317 @@ def _trigger(value: Any, errors: list[FieldError]) -> str | None:
     return path
 
 
+# --- workflows ------------------------------------------------------------------------------
+def parse_workflow(data: dict) -> WorkflowSpec:
+    """Validate a `kind: Workflow` mapping into a WorkflowSpec, or raise DescriptorError.
+
+    Every error is collected: the workflow's own fields, each task's fields (as
+    `tasks[2].resources.gpus`), then the DAG (duplicate names, unknown dependencies, cycles).
+    The task and dependency counts are checked first, so an oversized workflow is refused
+    without validating any of its tasks.
+    """
+    if not isinstance(data, dict):
+        raise _document_error("the descriptor must be a mapping of fields", type(data).__name__)
+    errors: list[FieldError] = []
+    if not _check_header(data, errors, WORKFLOW_KIND):
+        raise DescriptorError(errors)
+    _check_unknown(data, _WORKFLOW_FIELDS, "", errors)
+    name = _required(data.get("name"), "name", _NAME_RE, _MAX_NAME, _NAME_RULE, errors)
+    project = _required(data.get("project"), "project", _SLUG_RE, _MAX_NAME, _SLUG_RULE, errors)
+    entries = data.get("tasks")
+    if not _check_sizes(entries, errors):
+        raise DescriptorError(errors)
+
+    tasks: list[TaskSpec | None] = []
+    names: list[str | None] = []  # valid names, by index
+    for index, entry in enumerate(entries):
+        spec, task_name = _workflow_task(index, entry, data.get("project"), project, errors)
+        tasks.append(spec)
+        names.append(task_name)
+    # depends_on names as read, even for tasks with other errors, so the DAG is still checked.
+    _check_dag(entries, tasks, names, errors)
+
+    if errors:
+        raise DescriptorError(errors)
+    return WorkflowSpec(name=name, project=project, tasks=tuple(t for t in tasks if t is not None))
+
+
+def _check_sizes(entries: Any, errors: list[FieldError]) -> bool:
+    """False when `tasks` cannot be checked task by task (missing, not a list, too big)."""
+    limit = MAX_WORKFLOW_TASKS
+    if entries is None:
+        _add(errors, "tasks", f"is required: a list of 1 to {limit} tasks")
+        return False
+    if not isinstance(entries, list):
+        _add(errors, "tasks", f"must be a list of 1 to {limit} tasks", entries)
+        return False
+    if not entries:
+        _add(errors, "tasks", "must have at least one task", entries)
+        return False
+    if len(entries) > limit:
+        _add(errors, "tasks", f"must have at most {limit} tasks, got {len(entries)}")
+        return False
+    edges = sum(
+        len(deps)
+        for entry in entries
+        if isinstance(entry, dict) and isinstance(deps := entry.get("depends_on"), list)
+    )
+    if edges > MAX_WORKFLOW_EDGES:
+        _add(
+            errors,
+            "tasks",
+            f"must have at most {MAX_WORKFLOW_EDGES} depends_on entries in all, got {edges}",
+        )
+        return False
+    return True
+
+
+def _workflow_task(
+    index: int,
+    entry: Any,
+    raw_project: Any,
+    project: str | None,
+    errors: list[FieldError],
+) -> tuple[TaskSpec | None, str | None]:
+    """One entry of `tasks`: its spec (None when wrong) and its name (None when invalid)."""
+    prefix = f"tasks[{index}]"
+    if not isinstance(entry, dict):
+        _add(errors, prefix, "must be a mapping of task fields (name, command, ...)", entry)
+        return None, None
+    own: list[FieldError] = []
+    body = entry
+    if "apiVersion" in entry or "kind" in entry:
+        for key in _HEADER_FIELDS:
+            if key in entry:
+                _add(own, key, "is set once on the workflow, not on each task", entry[key])
+        body = {k: v for k, v in entry.items() if k not in _HEADER_FIELDS}
+    _check_unknown(body, _WORKFLOW_TASK_FIELDS, "", own)
+    task_project = entry.get("project")
+    if task_project is not None and task_project != raw_project and project is not None:
+        _add(
+            own,
+            "project",
+            f'must be the workflow\'s project "{project}" or left out: '
+            "every task of a workflow belongs to its project",
+            task_project,
+        )
+    values = _task_values(body, own, in_workflow=True)
+    for error in own:
+        field = f"{prefix}.{error.field}" if error.field else prefix
+        errors.append(FieldError(field, error.message, error.got))
+    spec = None if own or project is None else TaskSpec(project=project, **values)
+    return spec, values["name"]
+
+
+def _check_dag(
+    entries: list[Any],
+    tasks: list[TaskSpec | None],
+    names: list[str | None],
+    errors: list[FieldError],
+) -> None:
+    """Duplicate names, unknown dependencies and cycles, each error naming the tasks."""
+    first: dict[str, int] = {}  # name -> index of its first use
+    for index, task_name in enumerate(names):
+        if task_name is None:
+            continue
+        if task_name in first:
+            _add(
+                errors,
+                f"tasks[{index}].name",
+                f"duplicate task name '{task_name}': tasks[{first[task_name]}] already has it",
+                task_name,
+            )
+        else:
+            first[task_name] = index
+    # Names that were given but are invalid already have an error; don't call them unknown.
+    written = {
+        entry["name"]
+        for entry in entries
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str)
+    }
+    successors: list[list[int]] = [[] for _ in names]  # edges dependency -> dependant
+    for index, entry in enumerate(entries):
+        task_name = names[index]
+        # Only a task whose name is valid and first used is a node of the graph.
+        is_node = task_name is not None and first[task_name] == index
+        for position, dep in _dependency_names(entry, tasks[index], task_name):
+            target = first.get(dep)
+            if target is None:
+                if dep not in written:
+                    _add(
+                        errors,
+                        f"tasks[{index}].depends_on[{position}]",
+                        _unknown_message(task_name, dep, first),
+                        dep,
+                    )
+            elif is_node and target != index:
+                successors[target].append(index)
+    for cycle in _cycles(successors):
+        _add(errors, "tasks", "cycle: " + _cycle_text([str(names[i]) for i in cycle]))
+
+
+def _dependency_names(
+    entry: Any, spec: TaskSpec | None, task_name: str | None
+) -> list[tuple[int, str]]:
+    """(position in depends_on, name) of each valid dependency name of one entry."""
+    if spec is not None:
+        if not spec.depends_on:
+            return []
+        wanted = set(spec.depends_on)
+        return [(i, d) for i, d in enumerate(entry["depends_on"]) if type(d) is str and d in wanted]
+    # The task has errors: reread its depends_on leniently (valid, distinct, not itself).
+    deps = entry.get("depends_on") if isinstance(entry, dict) else None
+    if not isinstance(deps, list) or len(deps) > _MAX_DEPENDS:
+        return []
+    found: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for position, dep in enumerate(deps):
+        if (
+            isinstance(dep, str)
+            and dep not in seen
+            and dep != task_name
+            and len(dep) <= _MAX_NAME
+            and _NAME_RE.fullmatch(dep)
+        ):
+            seen.add(dep)
+            found.append((position, dep))
+    return found
+
+
+def _unknown_message(task_name: str | None, dep: str, known: dict[str, int]) -> str:
+    close = difflib.get_close_matches(dep, known, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    who = f"task '{task_name}': " if task_name else ""
+    return f"{who}no task named '{dep}' in this workflow{hint}"
+
+
+def _cycle_text(cycle: list[str]) -> str:
+    """`a → b → c → a`: each task waits for the one before it; long cycles are shortened."""
+    shown = cycle if len(cycle) <= 12 else [*cycle[:10], "…", cycle[-1]]
+    text = " → ".join([*shown, cycle[0]])
+    if len(cycle) > 12:
+        text += f" ({len(cycle)} tasks)"
+    return text
+
+
+def _cycles(successors: list[list[int]]) -> list[list[int]]:
+    """One cycle per strongly connected component with more than one node, each as a list of
+    node indices starting at the component's first node, in the order of the edges; the
+    components in order of their first node. Iterative Tarjan, then one BFS per component:
+    O(V + E), no recursion."""
+    count = len(successors)
+    order = [-1] * count  # discovery index
+    low = [0] * count
+    on_stack = [False] * count
+    stack: list[int] = []
+    components: list[list[int]] = []
+    counter = 0
+    for root in range(count):
+        if order[root] != -1:
+            continue
+        order[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        work = [(root, 0)]
+        while work:
+            node, edge = work[-1]
+            if edge < len(successors[node]):
+                work[-1] = (node, edge + 1)
+                nxt = successors[node][edge]
+                if order[nxt] == -1:
+                    order[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack[nxt] = True
+                    work.append((nxt, 0))
+                elif on_stack[nxt] and order[nxt] < low[node]:
+                    low[node] = order[nxt]
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                if low[node] < low[parent]:
+                    low[parent] = low[node]
+            if low[node] == order[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack[member] = False
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(component)
+    cycles = [_cycle_through(min(c), set(c), successors) for c in components]
+    cycles.sort(key=lambda cycle: cycle[0])
+    return cycles
+
+
+def _cycle_through(start: int, members: set[int], successors: list[list[int]]) -> list[int]:
+    """A shortest cycle through `start` inside its strongly connected component (BFS)."""
+    parent = {start: start}
+    queue = [start]
+    for node in queue:  # the list grows while it is read: a FIFO without popping
+        for nxt in successors[node]:
+            if nxt == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(parent[path[-1]])
+                return path[::-1]
+            if nxt in members and nxt not in parent:
+                parent[nxt] = node
+                queue.append(nxt)
+    raise AssertionError("a strongly connected component without a cycle")  # pragma: no cover
+
+
+# DAG helpers for the service and the workflow page -----------------------------------------
+def _graph(spec: WorkflowSpec) -> tuple[list[str], list[list[int]], list[int]]:
+    """Names, successors (dependency -> dependants, in document order) and in-degrees."""
+    names = [task.name for task in spec.tasks]
+    index = {name: i for i, name in enumerate(names)}
+    if len(index) != len(names):
+        raise ValueError("the workflow has duplicate task names")
+    successors: list[list[int]] = [[] for _ in names]
+    indegree = [0] * len(names)
+    for i, task in enumerate(spec.tasks):
+        for dep in dict.fromkeys(task.depends_on):
+            j = index.get(dep)
+            if j is None or j == i:
+                raise ValueError(f"task {task.name!r} depends on {dep!r}, which is not a sibling")
+            successors[j].append(i)
+            indegree[i] += 1
+    return names, successors, indegree
+
+
+def topological_order(spec: WorkflowSpec) -> list[str]:
+    """Task names, every task after the tasks it depends on; ties in document order.
+
+    Only names count: ids of existing tasks are outside the workflow. Raises ValueError for a
+    spec that `parse_workflow` would refuse (cycle, unknown or duplicate names).
+    """
+    names, successors, indegree = _graph(spec)
+    ready = [i for i, degree in enumerate(indegree) if degree == 0]  # sorted: a valid heap
+    order: list[str] = []
+    while ready:
+        node = heapq.heappop(ready)
+        order.append(names[node])
+        for nxt in successors[node]:
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                heapq.heappush(ready, nxt)
+    if len(order) != len(names):
+        raise ValueError("the workflow has a cycle")
+    return order
+
+
+def dependants(spec: WorkflowSpec) -> dict[str, list[str]]:
+    """For every task name, the names of the tasks that depend on it directly, in document
+    order (an empty list for a task nothing depends on)."""
+    names, successors, _ = _graph(spec)
+    return {name: [names[i] for i in successors[n]] for n, name in enumerate(names)}
+
+
 # --- JSON Schema ----------------------------------------------------------------------------
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     # parse_task treats null as "not given" for every optional field.
@@ -1046,147 +1482,223 @@ _DURATION_SCHEMA: dict[str, Any] = {
     "description": _DURATION_RULE.removeprefix("must be ") + "; at most 365d",
 }
 
+_NAME_SCHEMA = _pattern_string(NAME_PATTERN, _MAX_NAME, _NAME_RULE.removeprefix("must be "))
+_PROJECT_SCHEMA = _pattern_string(SLUG_PATTERN, _MAX_NAME, "the project's slug")
+_TASK_ID_SCHEMA = {
+    "type": "integer",
+    "minimum": 1,
+    "maximum": _MAX_TASK_ID,
+    "description": "the id of an existing task",
+}
+
+
+def _depends_on_schema(*, names: bool) -> dict[str, Any]:
+    item = (
+        {"anyOf": [_pattern_string(NAME_PATTERN, _MAX_NAME, "a task name"), _TASK_ID_SCHEMA]}
+        if names
+        else _TASK_ID_SCHEMA
+    )
+    return _nullable(
+        {
+            "type": "array",
+            "maxItems": _MAX_DEPENDS,
+            "uniqueItems": True,
+            "items": item,
+            "description": (
+                "names of tasks in this workflow, or ids of existing tasks"
+                if names
+                else "ids of existing tasks (a single task has no siblings to name)"
+            ),
+        }
+    )
+
+
+# The fields of a task body, shared by kind Task and the entries of a workflow's tasks.
+_TASK_BODY_PROPERTIES: dict[str, Any] = {
+    "name": _NAME_SCHEMA,
+    "type": _nullable({"enum": list(TASK_TYPES)}),
+    "queue": _nullable(_pattern_string(SLUG_PATTERN, _MAX_NAME, "a queue's name")),
+    "resources": _nullable(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "nodes": _nullable({"type": "integer", "minimum": 1, "maximum": _MAX_NODES}),
+                "cpus": _nullable(
+                    {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": _MAX_CPUS,
+                        "default": 1,
+                        "description": "total for the task; divisible by nodes",
+                    }
+                ),
+                "memory": _nullable(
+                    {
+                        "oneOf": [
+                            {"type": "integer", "minimum": 1, "maximum": _MAX_MEMORY_MIB},
+                            {"type": "string", "pattern": SIZE_PATTERN, "maxLength": 22},
+                        ],
+                        "default": "1Gi",
+                        "description": "per node; " + _SIZE_RULE.removeprefix("must be "),
+                    }
+                ),
+                "gpus": _nullable(
+                    {
+                        "type": "integer",
+                        "minimum": 0,
+                        "maximum": _MAX_GPUS,
+                        "default": 0,
+                        "description": "total for the task; divisible by nodes",
+                    }
+                ),
+                "gpu_type": _nullable(
+                    _pattern_string(GPU_TYPE_PATTERN, _MAX_NAME, "GPU model, e.g. a100")
+                ),
+            },
+        }
+    ),
+    "walltime": _nullable({**_DURATION_SCHEMA, "description": "hard run-time limit"}),
+    "estimate": _nullable({**_DURATION_SCHEMA, "description": "expected run time"}),
+    "wait_timeout": _nullable(
+        {**_DURATION_SCHEMA, "description": "cancel if still waiting on dependencies"}
+    ),
+    "command": _nullable(
+        {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": _MAX_COMMAND_ARGS,
+            "prefixItems": [{"type": "string", "minLength": 1}],
+            "items": {"type": "string", "maxLength": _MAX_ARG_CHARS, "pattern": _NO_NUL_CR},
+            "description": "argv of the program to run (no shell)",
+        }
+    ),
+    "script": _nullable(
+        {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": _MAX_SCRIPT_BYTES,
+            "allOf": [{"pattern": "\\S"}, {"pattern": _NO_NUL_CR}],
+            "description": f"a shell script body, at most {_MAX_SCRIPT_BYTES} bytes of UTF-8",
+        }
+    ),
+    "image": _nullable(_pattern_string(IMAGE_PATTERN, _MAX_IMAGE, "container image")),
+    "env": _nullable(
+        {
+            "type": "object",
+            "maxProperties": _MAX_ENV,
+            "propertyNames": {
+                "pattern": ENV_NAME_PATTERN,
+                "maxLength": _MAX_ENV_NAME,
+                "not": {
+                    "anyOf": [
+                        {"enum": sorted(_ENV_RESERVED_NAMES)},
+                        {"pattern": "^(" + "|".join(p for p, _ in _ENV_RESERVED_PREFIXES) + ")"},
+                    ]
+                },
+            },
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": _MAX_ENV_VALUE,
+                "pattern": _NO_NUL_CR_LF,
+            },
+        }
+    ),
+    "depends_on": _depends_on_schema(names=True),
+    "retry_count": _nullable(
+        {"type": "integer", "minimum": 0, "maximum": _MAX_RETRIES, "default": 0}
+    ),
+    "fail_action": _nullable({"enum": list(FAIL_ACTIONS), "default": "abort"}),
+    "trigger": _nullable(
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["file"],
+            "properties": {
+                "file": {
+                    "type": "string",
+                    "pattern": "^/[^\\n\\r\\u0000]*$",
+                    "maxLength": _MAX_PATH,
+                    "description": "absolute path; the task is released when it exists",
+                }
+            },
+        }
+    ),
+    "priority": _nullable({"enum": list(PRIORITIES), "default": "normal"}),
+}
+# Exactly one of command / script, counting null as absent.
+_ONE_PROGRAM = [
+    {"required": ["command"], "properties": {"command": {"type": "array"}}},
+    {"required": ["script"], "properties": {"script": {"type": "string"}}},
+]
+
 DESCRIPTOR_JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "/api/v1/descriptor-schema/",
-    "title": "Switchyard task descriptor v1 (kind: Task)",
+    "title": "Switchyard descriptor v1 (kind: Task or kind: Workflow)",
+    "description": (
+        "A single task, or a workflow of tasks. Checks a schema cannot express are made by the "
+        "server: in a workflow, task names are unique, depends_on names exist and form no "
+        "cycle, and a task's project, when given, is the workflow's."
+    ),
     "type": "object",
+    "required": ["kind"],
+    # The top level lists every field either kind may have (kind: Task's, plus `tasks`), so a
+    # client reading `properties` sees them all; `then` / `else` hold each kind's exact rules.
     "additionalProperties": False,
-    "required": ["apiVersion", "kind", "name", "project"],
     "properties": {
         "apiVersion": {"const": API_VERSION},
-        "kind": {"const": KIND},
-        "name": _pattern_string(NAME_PATTERN, _MAX_NAME, _NAME_RULE.removeprefix("must be ")),
-        "project": _pattern_string(SLUG_PATTERN, _MAX_NAME, "the project's slug"),
-        "type": _nullable({"enum": list(TASK_TYPES)}),
-        "queue": _nullable(_pattern_string(SLUG_PATTERN, _MAX_NAME, "a queue's name")),
-        "resources": _nullable(
-            {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "nodes": _nullable({"type": "integer", "minimum": 1, "maximum": _MAX_NODES}),
-                    "cpus": _nullable(
-                        {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": _MAX_CPUS,
-                            "default": 1,
-                            "description": "total for the task; divisible by nodes",
-                        }
-                    ),
-                    "memory": _nullable(
-                        {
-                            "oneOf": [
-                                {"type": "integer", "minimum": 1, "maximum": _MAX_MEMORY_MIB},
-                                {"type": "string", "pattern": SIZE_PATTERN, "maxLength": 22},
-                            ],
-                            "default": "1Gi",
-                            "description": "per node; " + _SIZE_RULE.removeprefix("must be "),
-                        }
-                    ),
-                    "gpus": _nullable(
-                        {
-                            "type": "integer",
-                            "minimum": 0,
-                            "maximum": _MAX_GPUS,
-                            "default": 0,
-                            "description": "total for the task; divisible by nodes",
-                        }
-                    ),
-                    "gpu_type": _nullable(
-                        _pattern_string(GPU_TYPE_PATTERN, _MAX_NAME, "GPU model, e.g. a100")
-                    ),
-                },
-            }
-        ),
-        "walltime": _nullable({**_DURATION_SCHEMA, "description": "hard run-time limit"}),
-        "estimate": _nullable({**_DURATION_SCHEMA, "description": "expected run time"}),
-        "wait_timeout": _nullable(
-            {**_DURATION_SCHEMA, "description": "cancel if still waiting on dependencies"}
-        ),
-        "command": _nullable(
-            {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": _MAX_COMMAND_ARGS,
-                "prefixItems": [{"type": "string", "minLength": 1}],
-                "items": {"type": "string", "maxLength": _MAX_ARG_CHARS, "pattern": _NO_NUL_CR},
-                "description": "argv of the program to run (no shell)",
-            }
-        ),
-        "script": _nullable(
-            {
-                "type": "string",
-                "minLength": 1,
-                "maxLength": _MAX_SCRIPT_BYTES,
-                "allOf": [{"pattern": "\\S"}, {"pattern": _NO_NUL_CR}],
-                "description": f"a shell script body, at most {_MAX_SCRIPT_BYTES} bytes of UTF-8",
-            }
-        ),
-        "image": _nullable(_pattern_string(IMAGE_PATTERN, _MAX_IMAGE, "container image")),
-        "env": _nullable(
-            {
-                "type": "object",
-                "maxProperties": _MAX_ENV,
-                "propertyNames": {
-                    "pattern": ENV_NAME_PATTERN,
-                    "maxLength": _MAX_ENV_NAME,
-                    "not": {
-                        "anyOf": [
-                            {"enum": sorted(_ENV_RESERVED_NAMES)},
-                            {
-                                "pattern": "^("
-                                + "|".join(p for p, _ in _ENV_RESERVED_PREFIXES)
-                                + ")"
-                            },
-                        ]
-                    },
-                },
-                "additionalProperties": {
-                    "type": "string",
-                    "maxLength": _MAX_ENV_VALUE,
-                    "pattern": _NO_NUL_CR_LF,
-                },
-            }
-        ),
-        "depends_on": _nullable(
-            {
-                "type": "array",
-                "maxItems": _MAX_DEPENDS,
-                "uniqueItems": True,
-                "items": {
-                    "anyOf": [
-                        _pattern_string(NAME_PATTERN, _MAX_NAME, "a task name"),
-                        {"type": "integer", "minimum": 1, "description": "a task id"},
-                    ]
-                },
-            }
-        ),
-        "retry_count": _nullable(
-            {"type": "integer", "minimum": 0, "maximum": _MAX_RETRIES, "default": 0}
-        ),
-        "fail_action": _nullable({"enum": list(FAIL_ACTIONS), "default": "abort"}),
-        "trigger": _nullable(
-            {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["file"],
-                "properties": {
-                    "file": {
-                        "type": "string",
-                        "pattern": "^/[^\\n\\r\\u0000]*$",
-                        "maxLength": _MAX_PATH,
-                        "description": "absolute path; the task is released when it exists",
-                    }
-                },
-            }
-        ),
-        "priority": _nullable({"enum": list(PRIORITIES), "default": "normal"}),
+        "kind": {"enum": [KIND, WORKFLOW_KIND]},
+        "project": _PROJECT_SCHEMA,
+        **_TASK_BODY_PROPERTIES,
+        "tasks": {"$ref": "#/$defs/workflow/properties/tasks"},
     },
-    # Exactly one of command / script, counting null as absent.
-    "oneOf": [
-        {"required": ["command"], "properties": {"command": {"type": "array"}}},
-        {"required": ["script"], "properties": {"script": {"type": "string"}}},
-    ],
+    "if": {"required": ["kind"], "properties": {"kind": {"const": WORKFLOW_KIND}}},
+    "then": {"$ref": "#/$defs/workflow"},
+    "else": {"$ref": "#/$defs/task"},
+    "$defs": {
+        "task": {
+            "title": "kind: Task",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["apiVersion", "kind", "name", "project"],
+            "properties": {
+                "apiVersion": {"const": API_VERSION},
+                "kind": {"const": KIND},
+                "project": _PROJECT_SCHEMA,
+                **_TASK_BODY_PROPERTIES,
+                "depends_on": _depends_on_schema(names=False),
+            },
+            "oneOf": _ONE_PROGRAM,
+        },
+        "workflowTask": {
+            "title": "a task of a workflow (no apiVersion or kind: they are set on the workflow)",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name"],
+            "properties": {
+                "project": {**_PROJECT_SCHEMA, "description": "the workflow's project, if given"},
+                **_TASK_BODY_PROPERTIES,
+            },
+            "oneOf": _ONE_PROGRAM,
+        },
+        "workflow": {
+            "title": "kind: Workflow",
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["apiVersion", "kind", "name", "project", "tasks"],
+            "properties": {
+                "apiVersion": {"const": API_VERSION},
+                "kind": {"const": WORKFLOW_KIND},
+                "name": _NAME_SCHEMA,
+                "project": _PROJECT_SCHEMA,
+                "tasks": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_WORKFLOW_TASKS,
+                    "items": {"$ref": "#/$defs/workflowTask"},
+                },
+            },
+        },
+    },
 }

@@ -58,6 +58,7 @@ def _claim(task_id: int) -> bool:
     return bool(
         Task.objects.filter(pk=task_id, state=S.PENDING)
         .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
         .update(dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1)
     )
 
@@ -204,19 +205,27 @@ def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
     )
     attempts_left = task.retry_count + 1 - task.attempts
     if job.state in _RETRIABLE and attempts_left > 0:
+        backoff = retry_backoff_seconds(task.attempts)
         moved = task_set_state(
             task=task,
             to=S.PENDING,
-            reason=f"attempt {task.attempts} {target}: {reason}; retrying",
+            reason=f"attempt {task.attempts} {target}: {reason}; retrying in {backoff:g}s",
             message=f"attempt {task.attempts} ended {target} ({reason}); "
             f"{attempts_left} attempt(s) left",
-            fields={"backend_id": "", "exit_code": job.exit_code},
+            fields={
+                "backend_id": "",
+                "exit_code": job.exit_code,
+                "not_before": now + timedelta(seconds=backoff),
+            },
         )
         if moved:
             from scheduling.services import _enqueue_dispatch
 
-            _enqueue_dispatch(task.pk)
+            _enqueue_dispatch(task.pk, countdown=backoff)
         return moved
+    if target in (S.FAILED, S.TIMEOUT) and task.fail_action == "skip":
+        reason = f"{target}: {reason}; skipped (fail_action: skip)"
+        target = S.SKIPPED
     return task_set_state(
         task=task,
         to=target,
@@ -227,6 +236,13 @@ def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
             "started_at": task.started_at or job.started_at,
         },
     )
+
+
+def retry_backoff_seconds(attempt: int) -> float:
+    """1 s, 2 s, 4 s … after attempts 1, 2, 3 …, capped; short, so Celery countdowns stay
+    far below the broker's visibility timeout."""
+    base = settings.SWITCHYARD_RETRY_BACKOFF_SECONDS
+    return min(base * 2 ** (attempt - 1), settings.SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS)
 
 
 def _default_reason(job: Job) -> str:
@@ -251,6 +267,7 @@ def sweep_pending() -> list[int]:
     return list(
         Task.objects.filter(state=S.PENDING, updated_at__lt=stale)
         .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
         .values_list("pk", flat=True)[:1000]
     )
 

@@ -128,8 +128,45 @@ TERMINAL_STATES = frozenset(
 ACTIVE_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING})
 
 
+class WorkflowState(models.TextChoices):
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Workflow(models.Model):
+    """A DAG of tasks submitted as one descriptor."""
+
+    project = models.ForeignKey("portal.Project", on_delete=models.PROTECT, related_name="workflows")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workflows"
+    )
+    name = models.CharField(max_length=63)
+    descriptor = models.TextField(help_text="The descriptor as submitted, verbatim.")
+    descriptor_format = models.CharField(max_length=8)
+    state = models.CharField(
+        max_length=16, choices=WorkflowState.choices, default=WorkflowState.RUNNING
+    )
+    reason = models.TextField(blank=True)
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (workflow #{self.pk})"
+
+
 class Task(models.Model):
     project = models.ForeignKey("portal.Project", on_delete=models.PROTECT, related_name="tasks")
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="tasks", null=True, blank=True
+    )
+    depends_on = models.ManyToManyField(
+        "self", symmetrical=False, related_name="dependants", blank=True
+    )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks"
     )
@@ -157,6 +194,11 @@ class Task(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     # A dispatcher owns the task until this time; another may take over after it passes.
     dispatch_lease_until = models.DateTimeField(null=True, blank=True)
+    wait_timeout_s = models.PositiveIntegerField(null=True, blank=True)
+    waiting_since = models.DateTimeField(null=True, blank=True)
+    trigger_file = models.CharField(max_length=4096, blank=True)
+    # A retried attempt is not dispatched before this time (backoff).
+    not_before = models.DateTimeField(null=True, blank=True)
     # How many dispatchers have claimed the current attempt. On the first claim no job can
     # exist under the attempt's key yet, so the backend look-up before submit is skipped.
     dispatch_claims = models.PositiveSmallIntegerField(default=0)

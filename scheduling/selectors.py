@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 
+from portal.errors import ApplicationError
 from scheduling.decisions import PoolCapacity, pool_capacity
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
-from scheduling.models import Node, Queue, RoutingRule, Task
+from scheduling.models import Node, Queue, RoutingRule, Task, Workflow
 
 
 def task_list_for_user(user: AbstractBaseUser) -> QuerySet[Task]:
@@ -28,6 +30,38 @@ def task_get_for_user(user: AbstractBaseUser, pk: int | str) -> Task:
         return task_list_for_user(user).get(pk=int(pk))
     except (Task.DoesNotExist, ValueError, TypeError):
         raise Http404("no such task") from None
+
+
+def tasks_visible_by_ids(
+    user: AbstractBaseUser, ids: Iterable[int], *, field: str
+) -> list[Task]:
+    """The tasks with these ids, all of which the user must be able to see.
+
+    An id the user cannot see is refused like one that does not exist (400 naming the field).
+    """
+    ids = list(ids)
+    if not ids:
+        return []
+    found = {t.pk: t for t in task_list_for_user(user).filter(pk__in=ids)}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise ApplicationError(
+            f"no task #{missing[0]} among your projects' tasks", field=field, got=missing[0]
+        )
+    return [found[i] for i in ids]
+
+
+def workflow_list_for_user(user: AbstractBaseUser) -> QuerySet[Workflow]:
+    return Workflow.objects.filter(project__memberships__user=user).select_related(
+        "project", "owner"
+    )
+
+
+def workflow_get_for_user(user: AbstractBaseUser, pk: int | str) -> Workflow:
+    try:
+        return workflow_list_for_user(user).get(pk=int(pk))
+    except (Workflow.DoesNotExist, ValueError, TypeError):
+        raise Http404("no such workflow") from None
 
 
 def queue_policy(queue: Queue) -> QueuePolicy:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from scheduling.models import Attempt, Task, TaskEvent
+from scheduling.models import Attempt, Task, TaskEvent, Workflow
 
 
 class TaskEventSerializer(serializers.ModelSerializer):
@@ -80,3 +80,39 @@ class TaskDetailSerializer(TaskSerializer):
             "events",
             "attempt_list",
         ]
+
+
+class WorkflowTaskSerializer(serializers.ModelSerializer):
+    depends_on = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    url = serializers.HyperlinkedIdentityField(view_name="api-task-detail")
+
+    class Meta:
+        model = Task
+        fields = [
+            "id", "url", "name", "type", "queue_id", "state", "reason", "attempts",
+            "fail_action", "depends_on", "started_at", "ended_at", "exit_code",
+        ]
+
+
+class WorkflowSerializer(serializers.ModelSerializer):
+    project = serializers.CharField(source="project.slug")
+    owner = serializers.CharField(source="owner.username")
+    url = serializers.HyperlinkedIdentityField(view_name="api-workflow-detail")
+
+    class Meta:
+        model = Workflow
+        fields = [
+            "id", "url", "name", "project", "owner", "state", "reason", "submitted_at",
+            "ended_at",
+        ]
+
+
+class WorkflowDetailSerializer(WorkflowSerializer):
+    tasks = serializers.SerializerMethodField()
+
+    class Meta(WorkflowSerializer.Meta):
+        fields = [*WorkflowSerializer.Meta.fields, "descriptor", "descriptor_format", "tasks"]
+
+    def get_tasks(self, workflow: Workflow) -> list[dict]:
+        tasks = workflow.tasks.prefetch_related("depends_on").order_by("id")
+        return WorkflowTaskSerializer(tasks, many=True, context=self.context).data

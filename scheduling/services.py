@@ -27,8 +27,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
         {S.WAITING, S.QUEUED, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.SKIPPED}
     ),
     S.WAITING: frozenset({S.PENDING, S.CANCELLED, S.SKIPPED, S.FAILED}),
-    S.QUEUED: frozenset({S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
-    S.RUNNING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT}),
+    S.QUEUED: frozenset(
+        {S.RUNNING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.SKIPPED}
+    ),
+    S.RUNNING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.SKIPPED}),
     **{state: frozenset() for state in TERMINAL_STATES},
 }
 
@@ -44,12 +46,17 @@ def task_set_state(
     message: str = "",
     reason: str | None = None,
     fields: dict[str, Any] | None = None,
+    settle: bool = True,
 ) -> bool:
     """Move `task` from the state it was read in to `to`, if nobody moved it meanwhile.
 
     The update is conditional on the state read (compare-and-set), so two workers racing on
     one task cannot both move it. Returns False when the task had moved on; the caller's view
     of it is stale and it must not act on it. Writes the TaskEvent of the move.
+
+    When the task ends, its dependants are settled at once (released, or cancelled when it
+    failed with fail_action abort) and its workflow's state follows; `settle=False` is for
+    the settling loop itself, which works through the DAG without recursion.
     """
     frm = task.state
     if to not in TRANSITIONS[frm]:
@@ -69,6 +76,10 @@ def task_set_state(
         )
     for name, value in values.items():
         setattr(task, name, value)
+    if settle and to in TERMINAL_STATES:
+        from scheduling import workflows
+
+        workflows.after_end(task)
     return True
 
 
@@ -91,50 +102,128 @@ def task_submit(*, user: AbstractBaseUser, text: str | bytes, fmt: str | None = 
     return task_submit_spec(user=user, spec=spec, descriptor=text, fmt=fmt or _sniff(text))
 
 
-def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
-    project = Project.objects.filter(slug=spec.project, memberships__user=user).first()
-    if project is None:
-        raise ApplicationError(
-            "you are not a member of this project", field="project", got=spec.project
-        )
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decided:
+    """A task spec the site accepts, with where it goes and why."""
+
+    spec: TaskSpec
+    type: str
+    classify_reason: str
+    queue: str
+    routing_reason: str
+
+
+def task_decide(spec: TaskSpec, *, field_prefix: str = "") -> Decided:
+    """Classify, route and check one spec against the site, or raise naming the field."""
     site = site_view()
     classified = decisions.classify(spec)
     routed = decisions.route(spec, classified.type, site.rules, site.queues)
     if isinstance(routed, decisions.Refused):
-        raise ApplicationError(routed.reason, field=routed.field, got=spec.queue)
+        raise ApplicationError(
+            routed.reason, field=_prefixed(field_prefix, routed.field), got=spec.queue
+        )
     queue = site.queues[routed.queue]
     refused = decisions.check(spec, queue, site.capacity(queue.pool))
     if refused is not None:
-        raise ApplicationError(refused.reason, field=refused.field)
+        raise ApplicationError(refused.reason, field=_prefixed(field_prefix, refused.field))
+    if spec.trigger_file:
+        from scheduling.workflows import trigger_path_allowed, trigger_roots
+
+        if not trigger_path_allowed(spec.trigger_file):
+            raise ApplicationError(
+                f"must be under one of the trigger roots: {', '.join(trigger_roots())}",
+                field=_prefixed(field_prefix, "trigger.file"),
+                got=spec.trigger_file,
+            )
     if spec.walltime_s is None and queue.default_walltime_s:
         spec = dataclasses.replace(spec, walltime_s=queue.default_walltime_s)
+    return Decided(spec, classified.type, classified.reason, routed.queue, routed.reason)
 
+
+def _prefixed(prefix: str, field: str | None) -> str | None:
+    if not prefix:
+        return field
+    return f"{prefix}.{field}" if field else prefix
+
+
+def project_for_member(user: AbstractBaseUser, slug: str) -> Project:
+    project = Project.objects.filter(slug=slug, memberships__user=user).first()
+    if project is None:
+        raise ApplicationError("you are not a member of this project", field="project", got=slug)
+    return project
+
+
+def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
+    project = project_for_member(user, spec.project)
+    decided = task_decide(spec)
+    from scheduling.selectors import tasks_visible_by_ids
+
+    upstream = tasks_visible_by_ids(user, spec.depends_on_ids, field="depends_on")
     with transaction.atomic():
-        task = Task.objects.create(
-            project=project,
-            owner=user,
-            name=spec.name,
-            descriptor=descriptor,
-            descriptor_format=fmt,
-            spec=spec.as_dict(),
-            declared_type=spec.type or "",
-            type=classified.type,
-            classify_reason=classified.reason,
-            queue_id=site.queue_ids[routed.queue],
-            routing_reason=routed.reason,
-            backend=site.queue_backends[routed.queue],
-            priority=spec.priority,
-            retry_count=spec.retry_count,
-            fail_action=spec.fail_action,
-            reason="waiting for the dispatcher",
+        task = task_create(
+            user=user, project=project, decided=decided, descriptor=descriptor, fmt=fmt,
+            upstream=upstream,
         )
-        TaskEvent.objects.create(
-            task=task,
-            at=task.submitted_at,
-            from_state="",
-            to_state=S.PENDING,
-            message=f"submitted by {user.get_username()}; {classified.reason}; {routed.reason}",
-        )
+    return task
+
+
+def task_create(
+    *,
+    user: AbstractBaseUser,
+    project: Project,
+    decided: Decided,
+    descriptor: str,
+    fmt: str,
+    workflow=None,
+    upstream: list[Task] = (),
+) -> Task:
+    """Store one decided task and its first event; schedule what comes next on commit.
+
+    A task with dependencies or a trigger starts `waiting`; the others are dispatched.
+    Call inside a transaction.
+    """
+    spec = decided.spec
+    now = timezone.now()
+    holds = bool(upstream) or bool(spec.trigger_file)
+    task = Task.objects.create(
+        project=project,
+        owner=user,
+        workflow=workflow,
+        name=spec.name,
+        descriptor=descriptor,
+        descriptor_format=fmt,
+        spec=spec.as_dict(),
+        declared_type=spec.type or "",
+        type=decided.type,
+        classify_reason=decided.classify_reason,
+        queue_id=site_view().queue_ids[decided.queue],
+        routing_reason=decided.routing_reason,
+        backend=site_view().queue_backends[decided.queue],
+        priority=spec.priority,
+        retry_count=spec.retry_count,
+        fail_action=spec.fail_action,
+        wait_timeout_s=spec.wait_timeout_s,
+        trigger_file=spec.trigger_file or "",
+        state=S.WAITING if holds else S.PENDING,
+        waiting_since=now if holds else None,
+        reason="waiting for its dependencies" if holds else "waiting for the dispatcher",
+    )
+    if upstream:
+        task.depends_on.add(*upstream)
+    TaskEvent.objects.create(
+        task=task,
+        at=task.submitted_at,
+        from_state="",
+        to_state=task.state,
+        message=f"submitted by {user.get_username()}; {decided.classify_reason}; "
+        f"{decided.routing_reason}",
+    )
+    if holds:
+        from scheduling import workflows
+
+        pk = task.pk
+        transaction.on_commit(lambda: workflows.settle_waiting([pk]))
+    else:
         _enqueue_dispatch(task.pk)
     return task
 
@@ -178,16 +267,19 @@ def task_log(*, task: Task, offset: int = 0, limit: int = 1 << 20) -> str:
         raise ApplicationError(f"the log could not be read: {exc}", status=503) from exc
 
 
-def _enqueue_dispatch(task_id: int) -> None:
+def _enqueue_dispatch(task_id: int, *, countdown: float = 0) -> None:
     from scheduling.tasks import dispatch
 
-    transaction.on_commit(lambda: _publish(dispatch, task_id))
+    transaction.on_commit(lambda: _publish(dispatch, task_id, countdown))
 
 
-def _publish(celery_task: Any, task_id: int) -> None:
+def _publish(celery_task: Any, task_id: int, countdown: float = 0) -> None:
     # A broker that is down must not turn a stored task into a 500: the sweep will dispatch it.
     try:
-        celery_task.delay(task_id)
+        if countdown:
+            celery_task.apply_async((task_id,), countdown=countdown)
+        else:
+            celery_task.delay(task_id)
     except Exception:  # noqa: BLE001 - any broker failure; the sweep is the safety net
         import logging
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from scheduling.decisions.types import NodeView, QueuePolicy
 
 # Names written into Slurm's files: no spaces, '=', '#', ',' or newlines can reach them.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
 
 WHOLE_NODE = "whole-node"
 
@@ -81,7 +81,7 @@ class SlurmConfigError(ValueError):
 
 
 def check_name(kind: str, name: str) -> str:
-    if not _NAME.match(name or ""):
+    if not _NAME.fullmatch(name or ""):
         raise SlurmConfigError(
             f"{kind} name {name!r} cannot be used in Slurm's configuration: "
             "expected letters, digits, '.', '_' or '-' (at most 63, not starting with a symbol)"
@@ -90,7 +90,7 @@ def check_name(kind: str, name: str) -> str:
 
 
 def check_path(kind: str, path: str) -> str:
-    if not _PATH.match(path or "") or "//" in path or "/../" in f"{path}/":
+    if not _PATH.fullmatch(path or "") or "//" in path or "/../" in f"{path}/":
         raise SlurmConfigError(
             f"{kind} {path!r} cannot be used in Slurm's configuration: expected an absolute "
             "path of letters, digits, '.', '_', '+', '-' and '/'"
@@ -153,7 +153,9 @@ def scale_down(
     the same site always gives the same nodes.
     """
     if max_per_pool is None:
-        return {pool: tuple(sorted(nodes, key=lambda n: n.name)) for pool, nodes in pool_nodes.items()}
+        return {
+            pool: tuple(sorted(nodes, key=lambda n: n.name)) for pool, nodes in pool_nodes.items()
+        }
     if max_per_pool < 1:
         raise SlurmConfigError(f"max nodes per pool must be at least 1, got {max_per_pool}")
     scaled: dict[str, tuple[NodeView, ...]] = {}
@@ -341,9 +343,7 @@ def slurm_conf(
 
 def gpu_devices(cluster: ClusterSettings, nodes: Sequence[SlurmNode]) -> list[tuple[str, str]]:
     """(node, device file) for every GPU: character devices the cluster script creates."""
-    return [
-        (n.name, cluster.device(n.name, i)) for n in nodes for i in range(n.node.gpus)
-    ]
+    return [(n.name, cluster.device(n.name, i)) for n in nodes for i in range(n.node.gpus)]
 
 
 def gres_conf(cluster: ClusterSettings, nodes: Sequence[SlurmNode]) -> str:

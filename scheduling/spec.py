@@ -3,6 +3,8 @@
 `TaskSpec` is what the descriptor parser produces and what every decision function and
 backend consumes. It is plain data: frozen, no ORM, sizes in MiB and durations in seconds,
 so the same value can be stored (`as_dict`), shipped to a worker, and fed to the simulator.
+`WorkflowSpec` is a validated `kind: Workflow`: a project, a name, and its tasks in document
+order, whose `depends_on` names refer to each other (the DAG is checked by the parser).
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ class TaskSpec:
     script: str | None = None
     image: str | None = None
     env: tuple[tuple[str, str], ...] = ()
-    depends_on: tuple[str, ...] = ()
+    depends_on: tuple[str, ...] = ()  # names of tasks in the same workflow
     retry_count: int = 0
     fail_action: str = "abort"
     wait_timeout_s: int | None = None
     trigger_file: str | None = None
     priority: str = "normal"
+    # ids of tasks that already exist; the service checks the submitter may see them
+    depends_on_ids: tuple[int, ...] = ()
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -54,6 +58,7 @@ class TaskSpec:
         data["command"] = list(self.command) if self.command is not None else None
         data["env"] = dict(self.env)
         data["depends_on"] = list(self.depends_on)
+        data["depends_on_ids"] = list(self.depends_on_ids)
         return data
 
     @classmethod
@@ -63,5 +68,54 @@ class TaskSpec:
         if data.get("command") is not None:
             data["command"] = tuple(data["command"])
         data["env"] = tuple(sorted((data.get("env") or {}).items()))
-        data["depends_on"] = tuple(data.get("depends_on") or ())
+        depends_on = data.get("depends_on") or ()
+        if "depends_on_ids" not in data:
+            # Stored before depends_on_ids existed: task ids were kept in depends_on as text
+            # ("42"). A lone task had no siblings, so its only meaningful references were ids.
+            ids = [int(ref) for ref in depends_on if _legacy_id(ref)]
+            depends_on = [ref for ref in depends_on if not _legacy_id(ref)]
+            data["depends_on_ids"] = ids
+        data["depends_on"] = tuple(depends_on)
+        data["depends_on_ids"] = tuple(data.get("depends_on_ids") or ())
         return cls(**data)
+
+
+def _legacy_id(ref: Any) -> bool:
+    return (type(ref) is int) or (isinstance(ref, str) and ref.isascii() and ref.isdigit())
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSpec:
+    """A validated workflow: every task carries the workflow's project, names are unique,
+    `depends_on` names exist in `tasks` and form no cycle."""
+
+    name: str
+    project: str
+    tasks: tuple[TaskSpec, ...] = ()
+
+    @property
+    def external_ids(self) -> tuple[int, ...]:
+        """Ids of existing tasks that some task depends on, once each, in document order."""
+        return tuple(dict.fromkeys(i for task in self.tasks for i in task.depends_on_ids))
+
+    def task(self, name: str) -> TaskSpec:
+        """The task called `name`; KeyError when there is none."""
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "project": self.project,
+            "tasks": [task.as_dict() for task in self.tasks],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkflowSpec:
+        return cls(
+            name=data["name"],
+            project=data["project"],
+            tasks=tuple(TaskSpec.from_dict(task) for task in data.get("tasks") or ()),
+        )

@@ -32,3 +32,11 @@ def sweep_pending() -> int:
     for task_id in ids:
         dispatch.delay(task_id)
     return len(ids)
+
+
+@shared_task(name="scheduling.timers", acks_late=True)
+def timers() -> int:
+    """Wait timeouts and trigger files: the engine's only clock-driven releases."""
+    from scheduling import workflows
+
+    return workflows.expire_waiting() + workflows.check_triggers()

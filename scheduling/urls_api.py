@@ -7,5 +7,8 @@ urlpatterns = [
     path("tasks/<int:pk>/", api.TaskDetail.as_view(), name="api-task-detail"),
     path("tasks/<int:pk>/cancel/", api.TaskCancel.as_view(), name="api-task-cancel"),
     path("tasks/<int:pk>/log/", api.TaskLog.as_view(), name="api-task-log"),
+    path("workflows/", api.WorkflowListCreate.as_view(), name="api-workflow-list"),
+    path("workflows/<int:pk>/", api.WorkflowDetail.as_view(), name="api-workflow-detail"),
+    path("workflows/<int:pk>/cancel/", api.WorkflowCancel.as_view(), name="api-workflow-cancel"),
     path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
 ]

@@ -92,7 +92,8 @@ class Command(BaseCommand):
         for node in Node.objects.filter(pool__name__in=pool_names).select_related("pool"):
             pool_nodes[node.pool.name].append(node_view(node))
         queues = [
-            queue_policy(q) for q in Queue.objects.filter(pool__name__in=pool_names).select_related("pool")
+            queue_policy(q)
+            for q in Queue.objects.filter(pool__name__in=pool_names).select_related("pool")
         ]
         try:
             files = render(cluster, pool_nodes, queues, max_per_pool=opts["max_nodes"])
@@ -109,7 +110,11 @@ class Command(BaseCommand):
                 target.unlink()  # e.g. a topology.conf left from a site that had switches
 
         if opts["prune_db"] and opts["max_nodes"] is not None:
-            kept = {n.name for nodes in scale_down(pool_nodes, opts["max_nodes"]).values() for n in nodes}
+            kept = {
+                n.name
+                for nodes in scale_down(pool_nodes, opts["max_nodes"]).values()
+                for n in nodes
+            }
             with transaction.atomic():
                 gone, _ = (
                     Node.objects.filter(pool__name__in=pool_names).exclude(name__in=kept).delete()

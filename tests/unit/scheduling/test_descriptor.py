@@ -36,7 +36,7 @@ estimate: 40h
 command: ["mpirun", "-n", "256", "lmp", "-in", "in.lj"]
 image: null
 env: {OMP_NUM_THREADS: "1", LAMMPS_POTENTIALS: /shared/pot}
-depends_on: [gen-data, 42]
+depends_on: [42]             # a single task depends on existing tasks by id
 retry_count: 2
 fail_action: abort
 wait_timeout: 6h
@@ -56,7 +56,8 @@ FULL_SPEC = TaskSpec(
     script=None,
     image=None,
     env=(("LAMMPS_POTENTIALS", "/shared/pot"), ("OMP_NUM_THREADS", "1")),
-    depends_on=("gen-data", "42"),
+    depends_on=(),
+    depends_on_ids=(42,),
     retry_count=2,
     fail_action="abort",
     wait_timeout_s=6 * 3600,
@@ -542,8 +543,12 @@ def test_env_accepts_ordinary_names_and_keeps_them_sorted():
     assert spec.env == (("A1", "a b $c"), ("OMP_NUM_THREADS", "4"), ("_X", ""))
 
 
-def test_depends_on_takes_names_and_task_ids():
-    assert parse_task(doc(depends_on=["gen-data", 17])).depends_on == ("gen-data", "17")
+def test_depends_on_takes_task_ids_and_refuses_names_in_a_single_task():
+    spec = parse_task(doc(depends_on=[17, 4]))
+    assert (spec.depends_on, spec.depends_on_ids) == ((), (17, 4))
+    error = the_error(doc(depends_on=["gen-data", 17]), "depends_on[0]")
+    assert "a single task has no siblings to depend on" in error.message
+    assert error.got == "gen-data"
 
 
 # --- document-level defences ----------------------------------------------------------------

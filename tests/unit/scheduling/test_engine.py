@@ -103,6 +103,8 @@ def test_a_failed_attempt_with_retries_left_goes_back_to_pending_then_fails(api)
     engine.backend_poll("fake")
     task.refresh_from_db()
     assert task.state == "pending" and "attempt 1 failed" in task.reason
+    assert engine.task_dispatch(task.pk) == "not-claimed"  # backing off
+    Task.objects.filter(pk=task.pk).update(not_before=timezone.now())
     engine.task_dispatch(task.pk)
     task.refresh_from_db()
     assert task.attempts == 2 and task.backend_id.endswith("-2")
