@@ -201,6 +201,18 @@ COMPUTE_BACKENDS = {
         },
     },
 }
+# The localhost cluster (docker/slurm/cluster.sh) writes its settings to <dir>/env.
+SWITCHYARD_SLURM_DIR = env_str("SWITCHYARD_SLURM_DIR", "/var/tmp/switchyard-slurm")
+COMPUTE_BACKENDS["slurm"] = {
+    "BACKEND": "scheduling.backends.slurm.SlurmBackend",
+    "OPTIONS": {
+        "cluster": env_str("SWITCHYARD_SLURM_CLUSTER", "switchyard"),
+        "slurm_conf": env_str("SLURM_CONF") or f"{SWITCHYARD_SLURM_DIR}/etc/slurm.conf",
+        "workdir": env_str("SWITCHYARD_SLURM_WORKDIR") or str(VAR_DIR / "slurm-jobs"),
+        "command_timeout_s": float(env_int("SWITCHYARD_SLURM_TIMEOUT_S", 20)),
+        "service_account": env_str("SWITCHYARD_SLURM_SERVICE_ACCOUNT") or None,
+    },
+}
 SWITCHYARD_DEFAULT_BACKEND = env_str("SWITCHYARD_DEFAULT_BACKEND", "local")
 
 LOGGING = {

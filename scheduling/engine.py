@@ -81,7 +81,7 @@ def task_dispatch(task_id: int) -> str:
         return "not-claimed"
     task = Task.objects.select_related("queue__pool", "project", "owner").get(pk=task_id)
     number = task.attempts + 1
-    key = attempt_key(task.pk, number)
+    key = attempt_key(task.pk, number, task.key_salt)
     backend = get_backend(task.backend)
     site = site_view()
     queue = site.queues.get(task.queue.name)

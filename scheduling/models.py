@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import secrets
+import string
+
 from django.conf import settings
 from django.db import models
 
@@ -128,6 +131,10 @@ TERMINAL_STATES = frozenset(
 ACTIVE_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING})
 
 
+def new_key_salt() -> str:
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(6))
+
+
 class WorkflowState(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
@@ -138,7 +145,9 @@ class WorkflowState(models.TextChoices):
 class Workflow(models.Model):
     """A DAG of tasks submitted as one descriptor."""
 
-    project = models.ForeignKey("portal.Project", on_delete=models.PROTECT, related_name="workflows")
+    project = models.ForeignKey(
+        "portal.Project", on_delete=models.PROTECT, related_name="workflows"
+    )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workflows"
     )
@@ -202,6 +211,7 @@ class Task(models.Model):
     # How many dispatchers have claimed the current attempt. On the first claim no job can
     # exist under the attempt's key yet, so the backend look-up before submit is skipped.
     dispatch_claims = models.PositiveSmallIntegerField(default=0)
+    key_salt = models.CharField(max_length=8, default=new_key_salt, editable=False)
     submitted_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -220,15 +230,20 @@ class Task(models.Model):
     @property
     def key(self) -> str:
         """The current attempt's job key: unique, in the safe alphabet, names the backend job."""
-        return attempt_key(self.pk, self.attempts)
+        return attempt_key(self.pk, self.attempts, self.key_salt)
 
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
 
-def attempt_key(task_id: int, attempt: int) -> str:
-    return f"sy-{task_id}-{attempt}"
+def attempt_key(task_id: int, attempt: int, salt: str) -> str:
+    """The job name of one attempt: `sy-<task>-<salt>-<attempt>`, in [a-z0-9-].
+
+    The salt is random per task, so a job left by another portal database (whose task ids
+    restart at 1) is never taken for this task's job.
+    """
+    return f"sy-{task_id}-{salt}-{attempt}"
 
 
 class Attempt(models.Model):

@@ -32,9 +32,7 @@ def task_get_for_user(user: AbstractBaseUser, pk: int | str) -> Task:
         raise Http404("no such task") from None
 
 
-def tasks_visible_by_ids(
-    user: AbstractBaseUser, ids: Iterable[int], *, field: str
-) -> list[Task]:
+def tasks_visible_by_ids(user: AbstractBaseUser, ids: Iterable[int], *, field: str) -> list[Task]:
     """The tasks with these ids, all of which the user must be able to see.
 
     An id the user cannot see is refused like one that does not exist (400 naming the field).

@@ -89,8 +89,19 @@ class WorkflowTaskSerializer(serializers.ModelSerializer):
     class Meta:
         model = Task
         fields = [
-            "id", "url", "name", "type", "queue_id", "state", "reason", "attempts",
-            "fail_action", "depends_on", "started_at", "ended_at", "exit_code",
+            "id",
+            "url",
+            "name",
+            "type",
+            "queue_id",
+            "state",
+            "reason",
+            "attempts",
+            "fail_action",
+            "depends_on",
+            "started_at",
+            "ended_at",
+            "exit_code",
         ]
 
 
@@ -102,7 +113,14 @@ class WorkflowSerializer(serializers.ModelSerializer):
     class Meta:
         model = Workflow
         fields = [
-            "id", "url", "name", "project", "owner", "state", "reason", "submitted_at",
+            "id",
+            "url",
+            "name",
+            "project",
+            "owner",
+            "state",
+            "reason",
+            "submitted_at",
             "ended_at",
         ]
 

@@ -161,7 +161,11 @@ def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str,
     upstream = tasks_visible_by_ids(user, spec.depends_on_ids, field="depends_on")
     with transaction.atomic():
         task = task_create(
-            user=user, project=project, decided=decided, descriptor=descriptor, fmt=fmt,
+            user=user,
+            project=project,
+            decided=decided,
+            descriptor=descriptor,
+            fmt=fmt,
             upstream=upstream,
         )
     return task

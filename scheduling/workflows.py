@@ -40,7 +40,9 @@ _BAD_ENDS = frozenset({S.FAILED, S.TIMEOUT, S.CANCELLED})
 # --- submit -------------------------------------------------------------------------------
 
 
-def workflow_submit(*, user: AbstractBaseUser, text: str | bytes, fmt: str | None = None) -> Workflow:
+def workflow_submit(
+    *, user: AbstractBaseUser, text: str | bytes, fmt: str | None = None
+) -> Workflow:
     """Validate a whole DAG, decide every task, and store it all or nothing."""
     from scheduling.descriptor import DescriptorError, load_descriptor, topological_order
     from scheduling.services import _sniff, project_for_member, task_create, task_decide

@@ -204,7 +204,7 @@ start_munge() {
   touch "$LOG/munged.log" && chown munge:munge "$LOG/munged.log"
   runuser -u munge -- "$MUNGED" --socket="$MUNGE_SOCKET" --key-file="$MUNGE_DIR/munge.key" \
     --log-file="$LOG/munged.log" --pid-file="$MUNGE_DIR/munged.pid" \
-    --seed-file="$MUNGE_DIR/munged.seed" </dev/null >>"$LOG/munged.out" 2>&1 ||
+    --seed-file="$MUNGE_DIR/munged.seed" </dev/null >>"$LOG/munged.out" 2>&1 9>&- ||
     fail "munged did not start" "$LOG/munged.log" "$LOG/munged.out"
   local i
   for ((i = 0; i < WAIT * 10; i++)); do
@@ -274,7 +274,7 @@ start_slurmdbd() {
   else
     port_busy "$DBD_PORT" && fail "port $DBD_PORT (slurmdbd) is taken by another process"
     setup_database
-    "$SLURMDBD" </dev/null >>"$LOG/slurmdbd.out" 2>&1 ||
+    "$SLURMDBD" </dev/null >>"$LOG/slurmdbd.out" 2>&1 9>&- ||
       fail "slurmdbd did not start" "$LOG/slurmdbd.log" "$LOG/slurmdbd.out"
     for ((i = 0; i < WAIT * 5; i++)); do
       dbd_answers >/dev/null && break
@@ -351,7 +351,7 @@ start_slurmctld() {
     return
   fi
   port_busy "$CTLD_PORT" && fail "port $CTLD_PORT (slurmctld) is taken by another process"
-  "$SLURMCTLD" </dev/null >>"$LOG/slurmctld.out" 2>&1 ||
+  "$SLURMCTLD" </dev/null >>"$LOG/slurmctld.out" 2>&1 9>&- ||
     fail "slurmctld did not start" "$LOG/slurmctld.log" "$LOG/slurmctld.out"
   for ((i = 0; i < WAIT * 5; i++)); do
     ctld_up && break
@@ -375,7 +375,7 @@ start_slurmds() {
     fi
     port_busy "$port" && fail "port $port (slurmd $name) is taken by another process"
     mkdir -p "$STATE/spool/$name"
-    "$SLURMD" -N "$name" </dev/null >>"$LOG/slurmd-$name.out" 2>&1 ||
+    "$SLURMD" -N "$name" </dev/null >>"$LOG/slurmd-$name.out" 2>&1 9>&- ||
       fail "slurmd -N $name did not start" "$LOG/slurmd-$name.log" "$LOG/slurmd-$name.out"
     STARTED_NODES+="$name "
     started=$((started + 1))
@@ -431,6 +431,8 @@ write_env() {
 
 # --- commands --------------------------------------------------------------------------------
 
+# One cluster.sh at a time per state directory. Daemons are started with fd 9 closed, so
+# the lock ends with this script.
 lock() {
   mkdir -p "$STATE"
   exec 9>"$STATE/.lock"

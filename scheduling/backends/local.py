@@ -82,6 +82,39 @@ SANDBOX_SYSTEM_BINDS = (
     "--ro-bind-try", "/dev/null", "/etc/gshadow",
 )  # fmt: skip
 
+
+def sandbox_argv(
+    bwrap: str, *, writable: Sequence[str], readonly: Sequence[str] = (), hide: str, chdir: str
+) -> list[str]:
+    """The bubblewrap prefix for a sandboxed command (append the command's argv to it).
+
+    New namespaces (so no network: only a loopback that is down), only the read-only system,
+    a private /tmp, `hide` covered by an empty tmpfs (other jobs' folders are not this job's
+    to read), and then this job's own folders brought back.
+    """
+    binds: list[str] = []
+    for path in writable:
+        binds += ["--bind", path, path]
+    for path in readonly:
+        binds += ["--ro-bind", path, path]
+    return [
+        bwrap,
+        "--unshare-all",  # new user/ipc/pid/net/uts/cgroup namespaces: no network
+        "--die-with-parent",
+        "--new-session",
+        # Only the system, read-only: the portal's code, settings, database and other users'
+        # files (/work, /root, /home, /var, /srv) are not there at all.
+        *SANDBOX_SYSTEM_BINDS,
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--tmpfs", "/tmp",
+        "--tmpfs", hide,
+        *binds,
+        "--chdir", chdir,
+        "--",
+    ]  # fmt: skip
+
+
 NodeSource = Callable[[str], "Sequence[NodeView] | Mapping[str, Sequence[NodeView]]"]
 
 
@@ -445,28 +478,16 @@ class LocalBackend:
         # machine to the job. The process runs "on" the first node of its allocation.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (first.gpu_indices if first else ()))
         if sandboxed:
-            binds = ["--bind", work, work, "--bind", home, home]  # HOME must be writable too
-            if spec.command is None:
-                binds += ["--ro-bind", argv[1], argv[1]]  # script.sh
             argv = [
-                bwrap,
-                "--unshare-all",  # new user/ipc/pid/net/uts/cgroup namespaces: no network
-                "--die-with-parent",
-                "--new-session",
-                # Only the system, read-only: the portal's code, settings, database and
-                # other users' files (/work, /root, /home, /var, /srv) are not there at all.
-                *SANDBOX_SYSTEM_BINDS,
-                "--dev", "/dev",
-                "--proc", "/proc",
-                "--tmpfs", "/tmp",
-                # Other jobs' dirs (their logs, requests, env values) are not this job's to
-                # read: hide the whole backend root, then bring back this job's own dirs.
-                "--tmpfs", self.root,
-                *binds,
-                "--chdir", work,
-                "--",
+                *sandbox_argv(
+                    bwrap,
+                    writable=[work, home],  # HOME must be writable too
+                    readonly=[argv[1]] if spec.command is None else [],  # script.sh
+                    hide=self.root,
+                    chdir=work,
+                ),
                 *argv,
-            ]  # fmt: skip
+            ]
         walltime = spec.walltime_s
         try:
             grace = float(request.extra.get("kill_grace_s", self.kill_grace_s))

@@ -40,7 +40,9 @@ from scheduling.backends.base import (
     JobState,
     SubmitRequest,
 )
+from scheduling.backends.local import sandbox_argv
 from scheduling.decisions.types import NodeView
+from scheduling.spec import SANDBOXED_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +141,8 @@ class CommandRunner:
         argv = list(argv)
         if self.bin_dir:
             argv[0] = os.path.join(self.bin_dir, argv[0])
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        # Epoch seconds in sacct's text output, whatever the host's time zone.
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "SLURM_TIME_FORMAT": "%s"}
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         self.calls.append(tuple(argv))
@@ -182,7 +185,6 @@ class SlurmBackend:
         command_timeout_s: float = 20.0,
         qos: str | None = None,
         service_account: str | None = None,
-        user_accounts: Mapping[str, str] | None = None,
         sacct_window_days: int = 7,
         runner: CommandRunner | None = None,
     ) -> None:
@@ -191,7 +193,6 @@ class SlurmBackend:
         self.workdir = Path(workdir)
         self.qos = qos
         self.service_account = service_account
-        self.user_accounts = dict(user_accounts or {})
         self.sacct_window_days = sacct_window_days
         self.run = runner or CommandRunner(
             slurm_conf=slurm_conf, timeout_s=command_timeout_s, bin_dir=bin_dir
@@ -211,7 +212,7 @@ class SlurmBackend:
         except BackendError as exc:
             if "Invalid account" not in str(exc):
                 raise
-            self.ensure_association(request.project, self._unix_user(request.user))
+            self.ensure_association(request.project, self._unix_user(request))
             out = self.run(argv, stdin=script)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
@@ -261,11 +262,11 @@ class SlurmBackend:
                 argv.append(f"--gres=gpu:{res.gpus}")
         if spec.walltime_s:
             argv.append(f"--time={_minutes(spec.walltime_s)}")
-        if spec.estimate_s and spec.walltime_s:
-            argv.append(f"--time-min={_minutes(min(spec.estimate_s, spec.walltime_s))}")
+        # The estimate is not passed as --time-min: Slurm 22.05's backfill may lower a job's
+        # time limit to its --time-min, killing it at its estimate (docs/slurm.md).
         if request.queue.allocation == "whole-node":
             argv.append("--exclusive")
-        unix_user = self._unix_user(request.user)
+        unix_user = self._unix_user(request)
         if unix_user:
             argv.append(f"--uid={unix_user}")
         return argv, self.batch_script(request)
@@ -278,18 +279,34 @@ class SlurmBackend:
             # only until the first command, so none can hide in a user's script.
             ":",
             f"export SWITCHYARD_TASK_KEY={shlex.quote(request.key)}",
+            # With --export=NONE an srun inside the job would get an empty environment.
+            "export SLURM_EXPORT_ENV=ALL",
         ]
         for name, value in spec.env:
             if not _ENV_NAME_RE.match(name):
                 raise BackendError(f"environment name {name!r} is not allowed")
             lines.append(f"export {name}={shlex.quote(value)}")
+        workdir = self.workdir / request.key
         if spec.command is not None:
-            lines.append("exec " + " ".join(shlex.quote(arg) for arg in spec.command))
+            argv = list(spec.command)
         elif spec.script is not None:
-            body = self.workdir / request.key / "script.sh"
-            lines.append(f"exec /bin/bash {shlex.quote(str(body))}")
+            argv = ["/bin/bash", str(workdir / "script.sh")]
         else:
             raise BackendError("the task has neither a command nor a script")
+        if request.type in SANDBOXED_TYPES:
+            lines.append(
+                "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
+                "this node: agent/sandbox tasks never run unsandboxed' >&2; exit 127; }"
+            )
+            prefix = sandbox_argv(
+                "bwrap",
+                writable=[str(workdir)],
+                readonly=[argv[1]] if spec.command is None else [],
+                hide=str(self.workdir),
+                chdir=str(workdir),
+            )
+            argv = [*prefix, *argv]
+        lines.append("exec " + " ".join(shlex.quote(arg) for arg in argv))
         self._prepare_workdir(request)
         return "\n".join(lines) + "\n"
 
@@ -301,7 +318,7 @@ class SlurmBackend:
             fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(request.spec.script)
-        unix_user = self._unix_user(request.user)
+        unix_user = self._unix_user(request)
         if unix_user:
             import pwd
 
@@ -312,8 +329,9 @@ class SlurmBackend:
             for item in (path, *path.iterdir()):
                 os.chown(item, entry.pw_uid, entry.pw_gid)
 
-    def _unix_user(self, portal_user: str) -> str | None:
-        return self.user_accounts.get(portal_user) or self.service_account
+    def _unix_user(self, request: SubmitRequest) -> str | None:
+        """The researcher's cluster account if they have one, else the service account."""
+        return request.extra.get("run_as") or self.service_account
 
     # -- accounts ----------------------------------------------------------------------------
 
@@ -411,19 +429,25 @@ class SlurmBackend:
         return [_SlurmJob.from_squeue(j) for j in data.get("jobs", [])]
 
     def _sacct(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = ()) -> list[_SlurmJob]:
-        argv = ["sacct", "--json", "-X", f"--starttime=now-{self.sacct_window_days}days"]
+        # Parsable text, not --json: Slurm 22.05's `sacct --json` reports exit code 0 for a
+        # job that exited 3 (docs/slurm.md). JobName goes last so a '|' in someone else's
+        # job name cannot shift the columns.
+        argv = [
+            "sacct", "-X", "-P", "-n", f"--starttime=now-{self.sacct_window_days}days",
+            "--format=JobIDRaw,State,ExitCode,Submit,Start,End,NodeList,Reason,JobName",
+        ]  # fmt: skip
         if job_ids:
             argv.append("--jobs=" + ",".join(job_ids))
         if names:
             argv.append("--name=" + ",".join(names))
-        data = _json(self.run(argv))
-        jobs = [_SlurmJob.from_sacct(j) for j in data.get("jobs", [])]
+        jobs = []
+        for line in self.run(argv).splitlines():
+            fields = line.split("|", 8)
+            if len(fields) == 9 and fields[0].isdigit():
+                jobs.append(_SlurmJob.from_sacct_row(fields))
         # sacct lists every run of a requeued job; the latest is the one that counts.
         jobs.sort(key=lambda j: j.submit_time or 0)
-        latest: dict[str, _SlurmJob] = {}
-        for job in jobs:
-            latest[job.job_id] = job
-        return list(latest.values())
+        return list({job.job_id: job for job in jobs}.values())
 
     # -- control -----------------------------------------------------------------------------
 
@@ -511,19 +535,19 @@ class _SlurmJob:
         )
 
     @classmethod
-    def from_sacct(cls, j: Mapping[str, Any]) -> _SlurmJob:
-        state = j.get("state") or {}
-        times = j.get("time") or {}
+    def from_sacct_row(cls, fields: Sequence[str]) -> _SlurmJob:
+        job_id, state, exit_code, submit, start, end, nodes, reason, name = fields
+        code, _, signal = exit_code.partition(":")
         return cls(
-            job_id=str(_scalar(j.get("job_id"))),
-            key=str(j.get("name") or ""),
-            state_name=_state_name(state.get("current") if isinstance(state, dict) else state),
-            reason=str((state.get("reason") if isinstance(state, dict) else None) or "None"),
-            exit_code=_exit_code(j.get("exit_code")),
-            nodes=_nodelist(j.get("nodes")),
-            submit_time=_time(times.get("submission")),
-            start_time=_time(times.get("start")),
-            end_time=_time(times.get("end")),
+            job_id=job_id,
+            key=name,
+            state_name=_state_name(state),
+            reason=reason or "None",
+            exit_code=128 + int(signal) if signal.isdigit() and int(signal) else _int(code),
+            nodes=_nodelist(nodes),
+            submit_time=_time(submit),
+            start_time=_time(start),
+            end_time=_time(end),
         )
 
     def as_job(self) -> Job:
@@ -587,6 +611,13 @@ def _time(value: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return value or None
+
+
+def _int(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def _dt(epoch: int | None) -> datetime | None:

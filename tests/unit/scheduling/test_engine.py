@@ -53,7 +53,7 @@ def test_a_crash_after_submit_is_adopted_not_resubmitted(api):
     assert engine._claim(task.pk)
     backend.submit(
         SubmitRequest(
-            key=attempt_key(task.pk, 1),
+            key=attempt_key(task.pk, 1, task.key_salt),
             spec=TaskSpec.from_dict(task.spec),
             type=task.type,
             queue=site_view().queues[task.queue.name],

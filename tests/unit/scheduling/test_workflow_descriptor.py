@@ -457,6 +457,21 @@ def test_too_many_dependencies_in_all_are_refused_before_any_task_is_checked():
     ]
 
 
+def test_twenty_thousand_unknown_dependencies_are_refused_quickly():
+    # "did you mean" compares each unknown name with every task name; unbounded, this
+    # document (about 300 KiB) took minutes. Every unknown name still gets its error.
+    tasks = [
+        task(f"task-{i:04d}", *[f"tusk-{(i * 20 + j) % 9999:04d}" for j in range(20)])
+        for i in range(MAX_WORKFLOW_TASKS)
+    ]
+    data = workflow(*tasks)
+    start = time.perf_counter()
+    errors = errors_of(data)
+    assert time.perf_counter() - start < 1.5
+    assert len(errors) == 20_000
+    assert "did you mean 'task-0000'?" in errors[0].message
+
+
 def test_workflow_errors_are_json_serialisable():
     data = workflow(
         task("a", "a", "b"),
