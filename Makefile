@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test install system-deps browser-deps lint bench slurm-up slurm-down clean
+.PHONY: run run-slurm test install system-deps browser-deps lint bench slurm-up slurm-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,6 +36,18 @@ lint: install
 
 bench: install system-deps
 	$(PY) bench/run_all.py
+
+# The localhost Slurm cluster, generated from the portal's model (docs/slurm.md).
+slurm-up: install
+	bash docker/slurm/cluster.sh start
+
+slurm-down:
+	bash docker/slurm/cluster.sh stop
+
+# The portal on the localhost Slurm cluster: every pool's backend is Slurm.
+run-slurm: slurm-up system-deps
+	set -a; . /var/tmp/switchyard-slurm/env; set +a; \
+	DATABASE_URL=$$SWITCHYARD_SLURM_PORTAL_DATABASE_URL $(PY) manage.py up --no-seed
 
 clean:
 	rm -rf var

@@ -224,10 +224,8 @@ def stop(proc: subprocess.Popen, *, grace: float = 10) -> None:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
         # The leader may be gone while its children (pool workers, beat) still run.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -280,8 +278,9 @@ def runserver_argv(port: int) -> list[str]:
     return [PY, MANAGE, "runserver", "--noreload", "--skip-checks", f"{HOST}:{port}"]
 
 
-def prefork_argv(port: int, workers: int) -> list[str]:
-    return [PY, str(ROOT / "bench" / "_prefork_server.py"), f"{HOST}:{port}", str(workers)]
+def prefork_argv(port: int, workers: int, *, nodelay: bool = False) -> list[str]:
+    argv = [PY, str(ROOT / "bench" / "_prefork_server.py"), f"{HOST}:{port}", str(workers)]
+    return [*argv, "--nodelay"] if nodelay else argv
 
 
 def worker_argv(var_dir: Path) -> list[str]:
@@ -353,14 +352,22 @@ class Client:
 
     def get_json(self, path: str) -> tuple[int, Any]:
         status, data = self.request("GET", path)
-        return status, json.loads(data) if data else None
+        return status, _decode(data)
 
     def post_json(self, path: str, doc: Any) -> tuple[int, Any]:
         status, data = self.request("POST", path, json.dumps(doc).encode(), "application/json")
-        return status, json.loads(data) if data else None
+        return status, _decode(data)
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _decode(data: bytes) -> Any:
+    """The JSON of an answer; the text itself when it is not JSON (e.g. an HTML error page)."""
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return data.decode(errors="replace")
 
 
 def http_ready(port: int) -> bool:

@@ -1,4 +1,4 @@
-"""A minimal pre-fork WSGI server for the API bench: `python bench/_prefork_server.py HOST:PORT N`.
+"""A minimal pre-fork WSGI server for the API bench: `python bench/_prefork_server.py HOST:PORT N [--nodelay]`.
 
 No production WSGI server (gunicorn, uWSGI…) is installed in this venv, and Django's
 runserver is one process (its threads share one GIL). This stands in for "gunicorn -w N
@@ -9,6 +9,7 @@ each connection to one of them). It is a measuring aid, not something to deploy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main() -> None:
     addr, workers = sys.argv[1], int(sys.argv[2])
+    nodelay = "--nodelay" in sys.argv[3:]
     host, port = addr.rsplit(":", 1)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -27,6 +29,11 @@ def main() -> None:
     from django.db import connections
 
     from portal.wsgi import application
+
+    class Handler(WSGIRequestHandler):
+        # Django's handler writes the headers and the body with separate send() calls; with
+        # Nagle on, the body waits for the client's delayed ACK of the headers (~40 ms).
+        disable_nagle_algorithm = nodelay
 
     connections.close_all()  # nothing open may be shared across the fork
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -38,7 +45,7 @@ def main() -> None:
     for _ in range(workers):
         pid = os.fork()
         if pid == 0:
-            server = ThreadedWSGIServer((host, int(port)), WSGIRequestHandler, bind_and_activate=False)
+            server = ThreadedWSGIServer((host, int(port)), Handler, bind_and_activate=False)
             server.socket.close()
             server.socket = sock
             # What server_bind() would have set: the names the WSGI environ carries.
@@ -53,15 +60,15 @@ def main() -> None:
 
     def stop(signo, frame):
         for child in children:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"prefork server on {addr}: {workers} processes {children}", flush=True)
+    print(
+        f"prefork server on {addr}: {workers} processes {children}, nodelay={nodelay}", flush=True
+    )
     for _ in children:
         os.wait()
 

@@ -16,11 +16,16 @@ Variants:
   request (middleware, DRF, service, ORM, broker), without sockets or an HTTP server.
 - `http-runserver-cN`: real HTTP/1.1 keep-alive from N client threads (http.client) to
   `manage.py runserver --noreload` in a subprocess (one process, a thread per connection).
-- `http-prefork2-cN`: the same against bench/_prefork_server.py with 2 processes (what a
-  pre-forking server such as gunicorn -w 2 would give; none is installed here).
+- `http-prefork2-nodelay-cN`: the same against bench/_prefork_server.py: 2 processes, each
+  Django's threaded server with TCP_NODELAY on (what a pre-forking server such as
+  `gunicorn -w 2` could give; none is installed here).
+- `keepalive_get_probe`: one client, 100 sequential keep-alive GETs of the task list, on
+  runserver and on a 1-process server with TCP_NODELAY: the fixed cost of the HTTP layer.
 With DATABASE_URL set, every variant runs again against PostgreSQL (a fresh database per run,
 dropped afterwards); without it the PostgreSQL variants are skipped.
-The rates reported are the median of `repeats` runs, each on a fresh portal.
+Each rate is 1,000 / (time from the first request sent to the last answer received); with
+`--repeats R` the median of R runs, each on a fresh portal (`make bench` runs each once, to
+stay within its time budget).
 """
 
 from __future__ import annotations
@@ -101,12 +106,16 @@ def _run_inprocess(env: dict[str, str], var_dir: Path, profile_path: str | None 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _run_http(
-    env: dict[str, str], var_dir: Path, *, clients: int, server: str, workers: int = 2
-) -> dict:
+def _server_argv(server: str, port: int) -> list[str]:
+    if server == "runserver":
+        return c.runserver_argv(port)
+    workers = int(server.removeprefix("prefork").split("-")[0])
+    return c.prefork_argv(port, workers, nodelay=server.endswith("-nodelay"))
+
+
+def _run_http(env: dict[str, str], var_dir: Path, *, clients: int, server: str) -> dict:
     port = c.free_port()
-    argv = c.runserver_argv(port) if server == "runserver" else c.prefork_argv(port, workers)
-    proc = c.start(argv, env, var_dir / "web.log")
+    proc = c.start(_server_argv(server, port), env, var_dir / "web.log")
     try:
         c.wait_until(lambda: c.http_ready(port), timeout=60, what="the web server", procs=[proc])
         token = c.get_token(port)
@@ -150,7 +159,9 @@ def _run_http(
     flat = [r for rs in results for r in rs]
     bad = [(s, d[:300]) for s, _, d in flat if s != 201]
     if bad:
-        raise AssertionError(f"{len(bad)} responses were not 201, e.g. {bad[:3]}")
+        raise AssertionError(
+            f"{len(bad)} responses were not 201, e.g. {bad[:2]}\nserver log:\n{c.log_tail(proc)}"
+        )
     return {
         "seconds": seconds,
         "statuses": [s for s, _, _ in flat],
@@ -191,9 +202,7 @@ class _Sites:
         if self.database == "sqlite":
             self.template_env = c.django_env(var_dir)
         else:
-            url = self.stack.enter_context(
-                c.fresh_postgres_database(os.environ["DATABASE_URL"])
-            )
+            url = self.stack.enter_context(c.fresh_postgres_database(os.environ["DATABASE_URL"]))
             self.template_env = c.django_env(var_dir, database_url=url)
         c.prepare_site(self.template_env)
         return self
@@ -221,15 +230,42 @@ class _Sites:
 def _variants(concurrency: tuple[int, ...]) -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = [("inprocess", {})]
     out += [(f"http-runserver-c{n}", {"clients": n, "server": "runserver"}) for n in concurrency]
-    out.append(
-        (f"http-prefork2-c{max(concurrency)}", {"clients": max(concurrency), "server": "prefork"})
-    )
+    top = max(concurrency)
+    out.append((f"http-prefork2-nodelay-c{top}", {"clients": top, "server": "prefork2-nodelay"}))
     return out
 
 
-def run(repeats: int = 3, concurrency: tuple[int, ...] = (4, 8)) -> dict[str, Any]:
+def _keepalive_probe(sites: _Sites, requests: int = 100) -> dict[str, Any]:
+    """One client, one keep-alive connection, `requests` sequential GET /api/v1/tasks/ (token
+    auth, one small query, ~50 bytes of JSON): the round trip of a request that costs the
+    portal a few ms, on runserver and on a server with TCP_NODELAY set."""
+    out = {}
+    for server in ("runserver", "prefork1-nodelay"):
+        with sites.fresh(f"probe-{server}") as (env, var_dir):
+            port = c.free_port()
+            proc = c.start(_server_argv(server, port), env, var_dir / "web.log")
+            try:
+                c.wait_until(
+                    lambda port=port: c.http_ready(port), timeout=60, what=server, procs=[proc]
+                )
+                client = c.Client(port, c.get_token(port))
+                latencies = []
+                for _ in range(requests + 5):
+                    t = time.perf_counter()
+                    status, _ = client.request("GET", "/api/v1/tasks/")
+                    latencies.append(time.perf_counter() - t)
+                    assert status == 200, status
+                client.close()
+            finally:
+                c.stop(proc)
+            out[server] = c.summary_ms(latencies[5:])
+    return out
+
+
+def run(repeats: int = 1, concurrency: tuple[int, ...] = (4, 8)) -> dict[str, Any]:
     databases = ["sqlite"] + (["postgresql"] if os.environ.get("DATABASE_URL") else [])
     results: dict[str, Any] = {}
+    probe: dict[str, Any] = {}
     for database in databases:
         with _Sites(database) as sites:
             for name, kwargs in _variants(concurrency):
@@ -250,6 +286,8 @@ def run(repeats: int = 3, concurrency: tuple[int, ...] = (4, 8)) -> dict[str, An
                     "clients": kwargs.get("clients", 1),
                     "server": kwargs.get("server", "none (APIClient)"),
                 }
+            if database == "sqlite":
+                probe = _keepalive_probe(sites)
     return {
         "bench": "api",
         "n_tasks": N_TASKS,
@@ -257,6 +295,7 @@ def run(repeats: int = 3, concurrency: tuple[int, ...] = (4, 8)) -> dict[str, An
         "target_tasks_per_s": TARGET_PER_S,
         "postgresql": "measured" if "postgresql" in databases else "skipped: DATABASE_URL not set",
         "variants": results,
+        "keepalive_get_probe": probe,
     }
 
 
@@ -274,7 +313,7 @@ def profile(out: str, top: int = 25) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="runs per variant (median)")
     parser.add_argument(
         "--profile",
         metavar="STATS_FILE",

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.models import Membership, Project
+from portal.models import ClusterAccount, Membership, Project
 
 
 class MembershipInline(admin.TabularInline):
@@ -13,3 +13,9 @@ class ProjectAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "pi"]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
+
+
+@admin.register(ClusterAccount)
+class ClusterAccountAdmin(admin.ModelAdmin):
+    list_display = ["user", "unix_username"]
+    search_fields = ["user__username", "unix_username"]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 
 
@@ -37,3 +38,21 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} ({self.role})"
+
+
+class ClusterAccount(models.Model):
+    """The researcher's own Unix account on the clusters; jobs run as it when set.
+
+    Without one, jobs run as the backend's configured service account.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cluster_account"
+    )
+    unix_username = models.CharField(
+        max_length=32,
+        validators=[RegexValidator(r"^[a-z_][a-z0-9_-]{0,31}$", "a POSIX user name")],
+    )
+
+    def __str__(self) -> str:
+        return f"{self.user} → {self.unix_username}"

@@ -94,6 +94,7 @@ def task_dispatch(task_id: int) -> str:
         queue=queue,
         project=task.project.slug,
         user=task.owner.get_username(),
+        extra=_run_as(task.owner),
     )
     try:
         # A job under this key can exist only if an earlier dispatcher claimed this attempt
@@ -133,6 +134,13 @@ def task_dispatch(task_id: int) -> str:
     if job.state is not JobState.PENDING:
         apply_job(task, job)
     return "submitted"
+
+
+def _run_as(user) -> dict[str, str]:
+    from portal.models import ClusterAccount
+
+    account = ClusterAccount.objects.filter(user=user).values_list("unix_username", flat=True)
+    return {"run_as": account[0]} if account else {}
 
 
 def _cancel_quietly(backend, backend_id: str) -> None:

@@ -84,6 +84,7 @@ class TaskDetailSerializer(TaskSerializer):
 
 class WorkflowTaskSerializer(serializers.ModelSerializer):
     depends_on = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    queue = serializers.CharField(source="queue.name")
     url = serializers.HyperlinkedIdentityField(view_name="api-task-detail")
 
     class Meta:
@@ -93,7 +94,7 @@ class WorkflowTaskSerializer(serializers.ModelSerializer):
             "url",
             "name",
             "type",
-            "queue_id",
+            "queue",
             "state",
             "reason",
             "attempts",
@@ -132,5 +133,5 @@ class WorkflowDetailSerializer(WorkflowSerializer):
         fields = [*WorkflowSerializer.Meta.fields, "descriptor", "descriptor_format", "tasks"]
 
     def get_tasks(self, workflow: Workflow) -> list[dict]:
-        tasks = workflow.tasks.prefetch_related("depends_on").order_by("id")
+        tasks = workflow.tasks.select_related("queue").prefetch_related("depends_on").order_by("id")
         return WorkflowTaskSerializer(tasks, many=True, context=self.context).data

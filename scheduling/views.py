@@ -8,17 +8,23 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Count, Prefetch, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_list_for_user
-from scheduling import services
+from scheduling import services, workflows
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
-from scheduling.models import TaskState
-from scheduling.selectors import task_get_for_user, task_list_for_user
+from scheduling.models import TERMINAL_STATES, Task, TaskState, WorkflowState
+from scheduling.selectors import (
+    task_get_for_user,
+    task_list_for_user,
+    workflow_get_for_user,
+    workflow_list_for_user,
+)
 
 LOG_LIMIT = 256 * 1024
 
@@ -85,11 +91,14 @@ def task_submit(request: HttpRequest) -> HttpResponse:
     if form.is_bound and form.is_valid():
         text, fmt = form.descriptor_text()
         try:
-            task = services.task_submit(user=request.user, text=text, fmt=fmt)
+            # A descriptor may be a Task or a whole Workflow; the fields always make a Task.
+            made = workflows.descriptor_submit(user=request.user, text=text, fmt=fmt)
         except ApplicationError as exc:
             errors = _attach(form, exc)
         else:
-            return redirect("task-detail", pk=task.pk)
+            if isinstance(made, Task):
+                return redirect("task-detail", pk=made.pk)
+            return redirect("workflow-detail", pk=made.pk)
     context = {
         "form": form,
         "errors": errors,
@@ -105,6 +114,71 @@ def task_submit(request: HttpRequest) -> HttpResponse:
         context,
         status=400 if form.is_bound else 200,
     )
+
+
+@login_required
+def workflow_list(request: HttpRequest) -> HttpResponse:
+    ended = Q(tasks__state__in=TERMINAL_STATES)
+    found = workflow_list_for_user(request.user).annotate(
+        total=Count("tasks", distinct=True), ended=Count("tasks", filter=ended, distinct=True)
+    )
+    state = request.GET.get("state") or ""
+    if state:
+        found = found.filter(state=state)
+    page = Paginator(found.order_by("-id"), 50).get_page(request.GET.get("page"))
+    template = "scheduling/workflow_rows.html" if request.htmx else "scheduling/workflow_list.html"
+    context = {"page": page, "state": state, "states": WorkflowState.choices}
+    return render(request, template, context)
+
+
+@login_required
+def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    workflow = workflow_get_for_user(request.user, pk)
+    # Dependencies in id order: the order they were written in the descriptor.
+    deps = Prefetch("depends_on", queryset=Task.objects.order_by("id").only("id", "name", "state"))
+    tasks = list(workflow.tasks.select_related("queue").prefetch_related(deps).order_by("id"))
+    in_workflow = {task.pk for task in tasks}
+    rows = [
+        (
+            task,
+            [d for d in task.depends_on.all() if d.pk in in_workflow],
+            [d.pk for d in task.depends_on.all() if d.pk not in in_workflow],
+        )
+        for task in tasks
+    ]
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task.state] = counts.get(task.state, 0) + 1
+    context = {
+        "workflow": workflow,
+        "rows": rows,
+        "picture": workflows.dag_picture(tasks),
+        "counts": sorted(counts.items(), key=lambda kv: _STATE_ORDER.index(kv[0])),
+        # Live while a task can still move: a failed (aborted) workflow may still have
+        # tasks running on other branches.
+        "live": any(task.state not in TERMINAL_STATES for task in tasks),
+    }
+    # While it lives, htmx re-fetches the status block (state, DAG, table) every 2 s.
+    template = (
+        "scheduling/workflow_status.html" if request.htmx else "scheduling/workflow_detail.html"
+    )
+    return render(request, template, context)
+
+
+_STATE_ORDER = [state.value for state in TaskState]
+
+
+@login_required
+@require_POST
+def workflow_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    workflow = workflow_get_for_user(request.user, pk)
+    try:
+        workflows.workflow_cancel(user=request.user, workflow=workflow)
+    except ApplicationError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Workflow {workflow.name}: every unfinished task is cancelled.")
+    return redirect("workflow-detail", pk=workflow.pk)
 
 
 def _attach(form: TaskSubmitForm, exc: ApplicationError) -> list[ErrorItem]:

@@ -81,7 +81,9 @@ def start_worker(local_root, tmp_path, purge_broker) -> Iterator[Callable[..., s
     """Start `celery worker -B` against this test's database, broker and local root."""
     procs: list[subprocess.Popen] = []
 
-    def start(*, sweep_seconds: int = 15, grace_seconds: int = 10) -> subprocess.Popen:
+    def start(
+        *, sweep_seconds: int = 15, grace_seconds: int = 10, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         env = {
             **os.environ,
             "DATABASE_URL": database_url(),
@@ -90,6 +92,7 @@ def start_worker(local_root, tmp_path, purge_broker) -> Iterator[Callable[..., s
             "SWITCHYARD_SWEEP_SECONDS": str(sweep_seconds),
             "SWITCHYARD_PENDING_GRACE_SECONDS": str(grace_seconds),
             "SWITCHYARD_VAR_DIR": str(settings.VAR_DIR),
+            **(extra_env or {}),
         }
         log = open(tmp_path / f"worker-{len(procs)}.log", "w")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(

@@ -1,0 +1,271 @@
+"""Submit → running latency of agent tasks on the local backend (target: p50 ≤ 200 ms).
+
+Run: `.venv/bin/python bench/bench_latency.py`. Prints one JSON line; `run()` returns the same
+dict for `bench/run_all.py`.
+
+Starts the real stack as subprocesses on a fresh SWITCHYARD_VAR_DIR (migrated and seeded like
+`manage.py up` does): `manage.py runserver --noreload` and `celery -A portal worker -B
+--concurrency=2`, with beat polling the backends every SWITCHYARD_POLL_MS = 100 ms. Then, in
+two phases on that one stack, it submits agent tasks (`type: agent`, 1 cpu, walltime 5m,
+`sleep 0.1`) over HTTP, open-loop at a steady rate from 4 keep-alive connections, and waits for
+each phase's tasks to end before the next phase:
+- `light`: 100 tasks at 5/s;
+- `main`: 200 tasks at 20/s (the issue's scenario; the inference-agent pool could run
+  thousands at once, so the pool's capacity is never the limit).
+
+Reported per phase:
+- `started`: `started_at - submitted_at` from the API: when the job's process really started
+  (the local backend's supervisor records it right after it forks the sandbox);
+- `shown_running`: the time of the task's first TaskEvent into `running` or a later state
+  (read from the database), minus `submitted_at`: when the portal first *showed* it running
+  or already ended (a `sleep 0.1` often ends before the next poll sees it running);
+- `queued`: the same for the `queued` event (broker hop, worker, backend submit);
+- the worker's own timings from its log: how long each `dispatch` ran, how many backend polls
+  ran, and how many beat polls expired unrun in the queue.
+Every subprocess is stopped at the end (their process groups), and any job process left
+(supervisors and sandboxes under this run's var dir) is killed and counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sqlite3
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _common as c  # noqa: E402
+
+PHASES = (("light", 100, 5.0), ("main", 200, 20.0))  # name, tasks, submissions per second
+POLL_MS = 100
+SUBMITTERS = 4  # client connections sharing the submission schedule
+TARGET_P50_MS = 200
+TERMINAL = ("succeeded", "failed", "cancelled", "timeout", "skipped")
+LATER_THAN_QUEUED = ("running", *TERMINAL)
+COMMAND = ".venv/bin/python bench/bench_latency.py"
+
+_DONE_RE = re.compile(r"Task scheduling\.(\w+)\[[^\]]+\] succeeded in ([0-9.]+)s")
+_DISCARD_RE = re.compile(r"Discarding revoked task: scheduling\.(\w+)")
+
+
+def _descriptor(name: str) -> dict[str, Any]:
+    return c.small_descriptor(
+        name,
+        type="agent",
+        resources={"cpus": 1, "memory": "1Gi"},
+        walltime="5m",
+        command=["sleep", "0.1"],
+    )
+
+
+def _ts(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def _submit(port: int, token: str, phase: str, n: int, rate: float) -> tuple[list[int], dict]:
+    """Open-loop: task i is sent at t0 + i / rate (or as soon as possible if late), from a few
+    keep-alive connections, so that one slow answer does not hold back the next ones."""
+    ids: list[int | None] = [None] * n
+    post_s: list[float] = []
+    errors: list[BaseException] = []
+    t0 = time.monotonic() + 0.1
+
+    def submitter(first: int) -> None:
+        client = c.Client(port, token)
+        try:
+            for i in range(first, n, SUBMITTERS):
+                delay = t0 + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                t = time.monotonic()
+                status, data = client.post_json("/api/v1/tasks/", _descriptor(f"{phase}-{i}"))
+                post_s.append(time.monotonic() - t)
+                if status != 201:
+                    raise AssertionError(f"task {i}: POST answered {status}: {str(data)[:500]}")
+                ids[i] = data["id"]
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=submitter, args=(k,)) for k in range(SUBMITTERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    seconds = time.monotonic() - t0
+    return [i for i in ids if i is not None], {
+        "submit_rate_per_s": round(n / seconds, 1),
+        "post_latency": c.summary_ms(post_s),
+    }
+
+
+def _all_tasks(client: c.Client) -> dict[int, dict[str, Any]]:
+    tasks: dict[int, dict[str, Any]] = {}
+    path = "/api/v1/tasks/"
+    while path:
+        status, data = client.get_json(path)
+        assert status == 200, (status, data)
+        tasks.update((t["id"], t) for t in data["results"])
+        nxt = data.get("next")
+        path = nxt[nxt.index("/api/") :] if nxt else ""
+    return tasks
+
+
+def _first_events(db_path: Path, ids: list[int]) -> dict[int, dict[str, str]]:
+    """Per task, the time of its first `queued` and first running-or-later TaskEvent."""
+    out: dict[int, dict[str, str]] = {i: {} for i in ids}
+    with contextlib.closing(sqlite3.connect(db_path, timeout=30)) as db:
+        rows = db.execute(
+            "SELECT task_id, to_state, at FROM scheduling_taskevent ORDER BY at, id"
+        ).fetchall()
+    for task_id, to_state, at in rows:
+        if task_id not in out:
+            continue
+        kind = "queued" if to_state == "queued" else "run" if to_state in LATER_THAN_QUEUED else ""
+        if kind and kind not in out[task_id]:
+            out[task_id][kind] = at
+    return out
+
+
+def _db_time(value: str) -> datetime:
+    # Django stores aware datetimes in SQLite as naive UTC text.
+    return datetime.fromisoformat(value.replace(" ", "T") + ("" if "+" in value else "+00:00"))
+
+
+def _worker_stats(log_text: str) -> dict[str, Any]:
+    runs: dict[str, list[float]] = {}
+    for name, seconds in _DONE_RE.findall(log_text):
+        runs.setdefault(name, []).append(float(seconds))
+    discarded: dict[str, int] = {}
+    for name in _DISCARD_RE.findall(log_text):
+        discarded[name] = discarded.get(name, 0) + 1
+    return {
+        "dispatch_run": c.summary_ms(runs.get("dispatch", [])),
+        "polls_run": len(runs.get("poll_backends", [])),
+        "poll_run_p50_ms": round(c.median(runs.get("poll_backends", [])) * 1000, 1)
+        if runs.get("poll_backends")
+        else None,
+        "polls_expired_unrun": discarded.get("poll_backends", 0),
+    }
+
+
+def _phase(port, token, client, worker, db_path, name, n, rate) -> dict[str, Any]:
+    log_path = Path(worker.log_path)
+    log_from = log_path.stat().st_size
+    before = sum(_count_ended(client).values())
+    t0 = time.monotonic()
+    ids, submit = _submit(port, token, name, n, rate)
+    counts = c.wait_until(
+        lambda: (lambda k: k if sum(k.values()) >= before + n else None)(_count_ended(client)),
+        timeout=120,
+        what=f"the {n} tasks of phase {name} to end",
+        step=0.25,
+        procs=[worker],
+    )
+    drain = time.monotonic() - t0 - n / rate
+    with open(log_path, "rb") as f:
+        f.seek(log_from)
+        worker_log = f.read().decode(errors="replace")
+
+    tasks = _all_tasks(client)
+    events = _first_events(db_path, ids)
+    started, shown, queued, states = [], [], [], {}
+    for task_id in ids:
+        task = tasks[task_id]
+        states[task["state"]] = states.get(task["state"], 0) + 1
+        submitted = _ts(task["submitted_at"])
+        if task["started_at"]:
+            started.append((_ts(task["started_at"]) - submitted).total_seconds())
+        if "run" in events[task_id]:
+            shown.append((_db_time(events[task_id]["run"]) - submitted).total_seconds())
+        if "queued" in events[task_id]:
+            queued.append((_db_time(events[task_id]["queued"]) - submitted).total_seconds())
+    del counts
+    return {
+        "n_tasks": n,
+        "submit_rate_target_per_s": rate,
+        **submit,
+        "seconds_to_drain_after_last_submit": round(drain, 1),
+        "started": c.summary_ms(started),
+        "shown_running": c.summary_ms(shown),
+        "queued": c.summary_ms(queued),
+        "states": states,
+        "succeeded": states.get("succeeded", 0),
+        "worker": _worker_stats(worker_log),
+    }
+
+
+def _worker_ready(worker) -> bool:
+    return " ready." in c.log_tail(worker, 100_000)
+
+
+def _count_ended(client: c.Client) -> dict[str, int]:
+    counts = {}
+    for state in TERMINAL:
+        status, data = client.get_json(f"/api/v1/tasks/?state={state}")
+        assert status == 200, (status, data)
+        counts[state] = data["count"]
+    return counts
+
+
+def run(phases=PHASES, poll_ms: int = POLL_MS, keep: bool = False) -> dict[str, Any]:
+    var_dir = c.fresh_var_dir("latency")
+    job_marker = str(var_dir / "local-backend")
+    env = c.django_env(var_dir, SWITCHYARD_POLL_MS=str(poll_ms))
+    procs = []
+    results: dict[str, Any] = {}
+    ok = False
+    try:
+        c.prepare_site(env)
+        port = c.free_port()
+        web = c.start(c.runserver_argv(port), env, var_dir / "web.log")
+        procs.append(web)
+        worker = c.start(c.worker_argv(var_dir), env, var_dir / "worker.log")
+        procs.append(worker)
+        c.wait_until(lambda: c.http_ready(port), timeout=60, what="the web server", procs=procs)
+        c.wait_until(lambda: _worker_ready(worker), timeout=60, what="the worker", procs=procs)
+        time.sleep(1.0)  # let beat start its schedule
+        token = c.get_token(port)
+        client = c.Client(port, token)
+        db_path = var_dir / "switchyard.sqlite3"
+        for name, n, rate in phases:
+            results[name] = _phase(port, token, client, worker, db_path, name, n, rate)
+        client.close()
+        # Every supervisor exits once its job has ended: none may be left now.
+        time.sleep(0.5)
+        left = len(c.processes_mentioning(job_marker))
+        ok = True
+    finally:
+        for proc in reversed(procs):
+            c.stop(proc)
+        killed = c.kill_processes_mentioning(job_marker)
+        if ok and not keep:
+            c.remove_var_dir(var_dir)
+        else:
+            print(f"bench_latency: logs kept in {var_dir}", file=sys.stderr)
+
+    for name, n, _ in phases:
+        got = results[name]["succeeded"]
+        assert got == n, f"phase {name}: {got} of {n} tasks succeeded: {results[name]['states']}"
+    return {
+        "bench": "latency",
+        "poll_ms": poll_ms,
+        "target_p50_ms": TARGET_P50_MS,
+        "phases": results,
+        "job_processes_left": left,
+        "job_processes_killed_at_cleanup": killed,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run()))

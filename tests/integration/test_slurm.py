@@ -1,0 +1,362 @@
+"""Switchyard against a real Slurm: the localhost cluster of docker/slurm/cluster.sh.
+
+`.ci/run` starts the cluster; without it these tests fail in CI and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from scheduling import engine
+from scheduling.backends import get_backend
+from scheduling.models import Task, TaskState
+from scheduling.selectors import site_view_invalidate
+from tests.conftest import ROOT, descriptor, in_ci, submit
+from tests.integration.conftest import database_url, wait_for, worker_log
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
+
+STATE_DIR = Path(os.environ.get("SWITCHYARD_SLURM_DIR", "/var/tmp/switchyard-slurm"))
+CLUSTER_SH = ROOT / "docker" / "slurm" / "cluster.sh"
+
+
+def _cluster_env() -> dict[str, str]:
+    env = {}
+    env_file = STATE_DIR / "env"
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            if line.startswith("export "):
+                name, _, value = line[len("export ") :].partition("=")
+                env[name] = value
+    return env
+
+
+@pytest.fixture(scope="session")
+def slurm_env() -> dict[str, str]:
+    status = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True, text=True)
+    env = _cluster_env()
+    if status.returncode != 0 or "SLURM_CONF" not in env:
+        message = f"the localhost Slurm cluster is not running ({CLUSTER_SH} start):\n{status.stdout[-800:]}"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return env
+
+
+@pytest.fixture
+def slurm(slurm_env, settings, tmp_path, monkeypatch):
+    """The Slurm backend for this test, with its job folders under tmp_path."""
+    workdir = tmp_path / "slurm-jobs"
+    workdir.mkdir()
+    options = {
+        "cluster": slurm_env.get("SWITCHYARD_SLURM_CLUSTER", "switchyard"),
+        "slurm_conf": slurm_env["SLURM_CONF"],
+        "workdir": str(workdir),
+        "command_timeout_s": 5.0,
+    }
+    settings.COMPUTE_BACKENDS = {
+        **settings.COMPUTE_BACKENDS,
+        "slurm": {"BACKEND": "scheduling.backends.slurm.SlurmBackend", "OPTIONS": options},
+    }
+    # A worker started by this test reads the same through its environment.
+    monkeypatch.setenv("SLURM_CONF", options["slurm_conf"])
+    monkeypatch.setenv("SWITCHYARD_SLURM_CLUSTER", options["cluster"])
+    monkeypatch.setenv("SWITCHYARD_SLURM_WORKDIR", str(workdir))
+    monkeypatch.setenv("SWITCHYARD_SLURM_TIMEOUT_S", "5")
+    return get_backend("slurm")
+
+
+@pytest.fixture
+def site(transactional_db, slurm, local_root):
+    """The default site with every pool on Slurm, committed so a worker sees it."""
+    call_command("seed_demo", backend="slurm", quiet=True)
+    site_view_invalidate()
+
+
+def scontrol(job_id: str, env: dict[str, str]) -> str:
+    return subprocess.run(
+        ["scontrol", "show", "job", job_id],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "SLURM_CONF": env["SLURM_CONF"]},
+    ).stdout
+
+
+def sacct_runs(key: str, env: dict[str, str]) -> list[str]:
+    """Every Slurm job ever made under this name (-D: requeued runs too).
+
+    slurmdbd records jobs a moment after slurmctld: wait until it shows at least one.
+    """
+    return wait_for(lambda: _sacct_runs(key, env), timeout=30, what=f"sacct to record {key}")
+
+
+def _sacct_runs(key: str, env: dict[str, str]) -> list[str]:
+    out = subprocess.run(
+        [
+            "sacct",
+            "-D",
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            "JobIDRaw",
+            f"--name={key}",
+            "--starttime=now-1days",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "SLURM_CONF": env["SLURM_CONF"]},
+    ).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def drive(
+    task_ids: list[int], *, until=lambda t: t.is_terminal, timeout: float = 120
+) -> list[Task]:
+    """Run the engine in this process (dispatch, then one batched poll a cycle) until done."""
+    deadline = time.monotonic() + timeout
+    while True:
+        tasks = list(Task.objects.filter(pk__in=task_ids).order_by("pk"))
+        if all(until(t) for t in tasks):
+            return tasks
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                "timed out: " + ", ".join(f"{t.name}={t.state} ({t.reason})" for t in tasks)
+            )
+        for task in tasks:
+            if task.state == TaskState.PENDING:
+                with contextlib.suppress(engine.DispatchRetry):
+                    engine.task_dispatch(task.pk)
+        engine.backend_poll("slurm")
+        time.sleep(0.5)
+
+
+def _submit(api, **fields) -> int:
+    response = submit(api, descriptor(**fields))
+    assert response.status_code == 201, response.json()
+    return response.json()["id"]
+
+
+def _job_id(task: Task) -> str:
+    return task.backend_id.partition(":")[0]
+
+
+def test_every_workload_kind_succeeds_through_a_real_worker(site, api, start_worker, slurm_env):
+    proc = start_worker()
+    ids = {
+        "hpc": _submit(
+            api,
+            name="hpc",
+            type="hpc-simulation",
+            resources={"cpus": 4},
+            command=["sh", "-c", "echo hpc-ok"],
+        ),
+        "training": _submit(
+            api,
+            name="train",
+            type="ai-training",
+            estimate="1m",
+            walltime="5m",
+            resources={"nodes": 1, "gpus": 2, "cpus": 8, "memory": "8Gi"},
+            command=["sh", "-c", "echo train-ok"],
+        ),
+        "agent": _submit(
+            api, name="agent", type="agent", walltime="5m", command=["sh", "-c", "echo agent-ok"]
+        ),
+        "sandbox": _submit(
+            api, name="box", type="sandbox", walltime="5m", command=["sh", "-c", "echo sandbox-ok"]
+        ),
+    }
+
+    def all_done():
+        tasks = Task.objects.filter(pk__in=ids.values())
+        return all(t.is_terminal for t in tasks)
+
+    try:
+        wait_for(all_done, timeout=90, what="four tasks on Slurm", step=0.5)
+    except AssertionError:
+        raise AssertionError(worker_log(proc)) from None
+    tasks = {name: Task.objects.get(pk=pk) for name, pk in ids.items()}
+    for name, task in tasks.items():
+        assert task.state == "succeeded", (name, task.reason)
+        assert task.queue.name == {"hpc": "hpc", "training": "training"}.get(
+            name, "inference-agent"
+        )
+        assert f"{name if name != 'training' else 'train'}-ok" in get_backend("slurm").log(
+            task.backend_id
+        )
+    training = scontrol(_job_id(tasks["training"]), slurm_env)
+    assert "Partition=training" in training
+    assert "gres/gpu=8" in training  # the whole node, as OverSubscribe=EXCLUSIVE gives
+    assert "NumCPUs=64" in training
+    assert "Account=materials" in scontrol(_job_id(tasks["hpc"]), slurm_env)
+
+
+def test_failure_timeout_cancel_and_a_pending_reason(site, api, slurm_env):
+    failing = _submit(api, name="fails", command=None, script="echo about-to-fail\nexit 3\n")
+    slow = _submit(api, name="slow", walltime="1m", command=["sleep", "600"])
+    victim = _submit(api, name="victim", command=["sleep", "600"])
+    # Two whole-node jobs fill the training partition (2 nodes); a third must wait.
+    fillers = [
+        _submit(
+            api,
+            name=f"fill{i}",
+            type="ai-training",
+            estimate="1m",
+            walltime="10m",
+            resources={"nodes": 1, "gpus": 8, "cpus": 64},
+            command=["sleep", "600"],
+        )
+        for i in range(2)
+    ]
+    waiter = _submit(
+        api,
+        name="waiter",
+        type="ai-training",
+        estimate="1m",
+        walltime="10m",
+        resources={"nodes": 1, "gpus": 8, "cpus": 64},
+        command=["true"],
+    )
+
+    drive([victim, *fillers], until=lambda t: t.state == "running", timeout=60)
+    [waiting] = drive(
+        [waiter], until=lambda t: t.state == "queued" and "waiting" in t.reason, timeout=60
+    )
+    assert "Slurm" in waiting.reason or "nodes" in waiting.reason or "priority" in waiting.reason
+    response = api.get(f"/api/v1/tasks/{waiter}/").json()
+    assert response["wait_reason"] == waiting.reason
+
+    assert api.post(f"/api/v1/tasks/{victim}/cancel/").status_code == 200
+    for pk in (*fillers, waiter):
+        api.post(f"/api/v1/tasks/{pk}/cancel/")
+
+    done = {t.pk: t for t in drive([failing, slow, victim], timeout=180)}
+    assert (done[failing].state, done[failing].exit_code) == ("failed", 3)
+    assert done[slow].state == "timeout", done[slow].reason
+    assert done[victim].state == "cancelled"
+    # the backend agrees: nothing of ours is still running
+    assert "JobState=CANCELLED" in scontrol(_job_id(done[victim]), slurm_env)
+
+
+def test_injection_attempts_take_no_effect(site, api, slurm_env, tmp_path):
+    bad = [
+        descriptor(name="a\n#SBATCH --account=other"),
+        descriptor(env={"LD_PRELOAD": "/tmp/evil.so"}),
+        descriptor(env={"SLURM_ACCOUNT": "other"}),
+        descriptor(env={"GREETING": "x\n#SBATCH --account=other"}),
+    ]
+    for doc in bad:
+        response = submit(api, doc)
+        assert response.status_code == 400, doc
+    assert Task.objects.count() == 0
+
+    marker = tmp_path / "pwned"
+    hostile = ["$(id)", "`id`", f"; touch {marker}", f"$(touch {marker})", "--account=other"]
+    pk = _submit(
+        api,
+        name="inject",
+        command=["printf", "%s|", *hostile],
+        env={"GREETING": f"$(touch {marker})"},
+    )
+    [task] = drive([pk], timeout=60)
+    assert task.state == "succeeded", task.reason
+    assert get_backend("slurm").log(task.backend_id) == "".join(f"{h}|" for h in hostile)
+    assert not marker.exists()
+    job = scontrol(_job_id(task), slurm_env)
+    assert "Account=materials" in job and "other" not in job.split("Command=")[0]
+
+
+CRASH = """
+import os, signal, sys
+import django
+django.setup()
+from scheduling import engine
+from scheduling.backends.slurm import SlurmBackend
+
+original = SlurmBackend.submit
+
+def submit_then_die(self, request):
+    job = original(self, request)   # sbatch has returned: the job exists in Slurm
+    os.kill(os.getpid(), signal.SIGKILL)  # ... and the worker dies before the commit
+
+SlurmBackend.submit = submit_then_die
+engine.task_dispatch(int(sys.argv[1]))
+"""
+
+
+def test_a_worker_killed_after_sbatch_leaves_exactly_one_job_20_times(site, api, slurm_env):
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
+    ids = [_submit(api, name=f"crash{i}", command=["true"]) for i in range(20)]
+    for pk in ids:
+        done = subprocess.run(
+            [sys.executable, "-c", CRASH, str(pk)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    # The dead dispatchers' leases run out; the engine dispatches again.
+    Task.objects.filter(pk__in=ids).update(dispatch_lease_until=None)
+    tasks = drive(ids, timeout=120)
+    for task in tasks:
+        assert task.state == "succeeded", task.reason
+        assert task.attempts == 1
+        assert len(sacct_runs(task.key, slurm_env)) == 1, task.key
+
+
+def test_a_stopped_controller_loses_and_duplicates_nothing(site, api, slurm_env):
+    running = _submit(api, name="through", command=["sleep", "8"])
+    drive([running], until=lambda t: t.state == "running", timeout=60)
+    ctld = int((STATE_DIR / "run" / "slurmctld.pid").read_text())
+    os.kill(ctld, signal.SIGSTOP)  # frozen: every Slurm command now times out
+    try:
+        later = [_submit(api, name=f"later{i}", command=["true"]) for i in range(3)]
+        for pk in later:
+            with pytest.raises(engine.DispatchRetry):
+                engine.task_dispatch(pk)
+        engine.backend_poll("slurm")
+        for task in Task.objects.filter(pk__in=[running, *later]):
+            assert task.state in ("pending", "running")
+            assert "scheduler unreachable" in task.reason, task.reason
+    finally:
+        os.kill(ctld, signal.SIGCONT)
+    tasks = drive([running, *later], timeout=120)
+    for task in tasks:
+        assert task.state == "succeeded", task.reason
+        assert len(sacct_runs(task.key, slurm_env)) == 1
+
+
+def test_one_squeue_and_one_sacct_per_poll_with_200_jobs(site, api):
+    ids = [
+        _submit(api, name=f"many{i}", type="agent", walltime="5m", command=["true"])
+        for i in range(200)
+    ]
+    drive(ids, until=lambda t: t.state != "pending", timeout=240)
+    backend = get_backend("slurm")
+    backend.run.calls.clear()
+    engine.backend_poll("slurm")
+    assert backend.run.count("squeue") == 1
+    assert backend.run.count("sacct") <= 1
+    assert len(backend.run.calls) <= 2
+    # Leave the cluster idle for whatever runs next.
+    for task in Task.objects.filter(pk__in=ids).exclude(state__in=["succeeded"]):
+        api.post(f"/api/v1/tasks/{task.pk}/cancel/")
+    assert not Task.objects.filter(pk__in=ids, state__in=["pending", "queued", "running"]).exists()
