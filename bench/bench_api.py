@@ -94,8 +94,47 @@ def _inprocess_child(n: int, profile_path: str | None) -> dict[str, Any]:
     return {"seconds": seconds, "statuses": statuses, "latencies": latencies}
 
 
-def _run_inprocess(env: dict[str, str], var_dir: Path, profile_path: str | None = None) -> dict:
-    argv = [c.PY, __file__, "--inprocess-child", str(N_TASKS)]
+BATCH_SIZE = 100
+
+
+def _batch_child(n: int) -> dict[str, Any]:
+    """The same N tasks as a parameter sweep: POST /api/v1/tasks/batch/, BATCH_SIZE a request."""
+    import django
+
+    django.setup()
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    token = Token.objects.get(user__username=c.DEMO_USER).key
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/api/v1/tasks/").status_code == 200
+    docs = [c.small_descriptor(f"bench-{i}") for i in range(n)]
+    bodies = [
+        json.dumps({"tasks": docs[i : i + BATCH_SIZE]}).encode() for i in range(0, n, BATCH_SIZE)
+    ]
+    statuses: list[int] = []
+    latencies: list[float] = []
+    start = time.perf_counter()
+    for body in bodies:
+        t = time.perf_counter()
+        response = client.post("/api/v1/tasks/batch/", data=body, content_type="application/json")
+        latencies.append(time.perf_counter() - t)
+        if response.status_code != 201:
+            raise AssertionError(f"POST answered {response.status_code}: {response.content[:500]}")
+        statuses += [201] * response.json()["count"]
+    return {
+        "seconds": time.perf_counter() - start,
+        "statuses": statuses,
+        "latencies": latencies,
+        "messages_expected": len(bodies),
+    }
+
+
+def _run_inprocess(
+    env: dict[str, str], var_dir: Path, profile_path: str | None = None, batch: bool = False
+) -> dict:
+    argv = [c.PY, __file__, "--batch-child" if batch else "--inprocess-child", str(N_TASKS)]
     if profile_path:
         argv += ["--profile-out", profile_path]
     import subprocess
@@ -176,7 +215,8 @@ def _finish(raw: dict, env: dict[str, str], var_dir: Path) -> dict[str, Any]:
     statuses = raw["statuses"]
     assert len(statuses) == N_TASKS and all(s == 201 for s in statuses), "not all 201"
     assert tasks == N_TASKS, f"the database holds {tasks} tasks, expected exactly {N_TASKS}"
-    assert messages == N_TASKS, f"the broker holds {messages} dispatch messages, not {N_TASKS}"
+    expected = raw.get("messages_expected", N_TASKS)  # a batch is dispatched by one message
+    assert messages == expected, f"the broker holds {messages} dispatch messages, not {expected}"
     return {
         "tasks_per_s": N_TASKS / raw["seconds"],
         "seconds": raw["seconds"],
@@ -228,7 +268,7 @@ class _Sites:
 
 
 def _variants(concurrency: tuple[int, ...]) -> list[tuple[str, dict[str, Any]]]:
-    out: list[tuple[str, dict[str, Any]]] = [("inprocess", {})]
+    out: list[tuple[str, dict[str, Any]]] = [("inprocess", {}), ("inprocess-batch100", {})]
     out += [(f"http-runserver-c{n}", {"clients": n, "server": "runserver"}) for n in concurrency]
     top = max(concurrency)
     out.append((f"http-prefork2-nodelay-c{top}", {"clients": top, "server": "prefork2-nodelay"}))
@@ -272,8 +312,8 @@ def run(repeats: int = 1, concurrency: tuple[int, ...] = (4, 8)) -> dict[str, An
                 runs = []
                 for i in range(repeats):
                     with sites.fresh(f"{name}-{i}") as (env, var_dir):
-                        if name == "inprocess":
-                            raw = _run_inprocess(env, var_dir)
+                        if name.startswith("inprocess"):
+                            raw = _run_inprocess(env, var_dir, batch=name.endswith("batch100"))
                         else:
                             raw = _run_http(env, var_dir, **kwargs)
                         runs.append(_finish(raw, env, var_dir))
@@ -321,8 +361,11 @@ def main() -> None:
     )
     parser.add_argument("--inprocess-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", help=argparse.SUPPRESS)
+    parser.add_argument("--batch-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.inprocess_child:
+    if args.batch_child:
+        print(json.dumps(_batch_child(args.batch_child)))
+    elif args.inprocess_child:
         print(json.dumps(_inprocess_child(args.inprocess_child, args.profile_out)))
     elif args.profile:
         profile(args.profile)

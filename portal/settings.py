@@ -200,6 +200,9 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- Descriptors ----------------------------------------------------------------------------
 SWITCHYARD_DESCRIPTOR_MAX_BYTES = env_int("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 256 * 1024)
+# POST /api/v1/tasks/batch/: many independent tasks (a parameter sweep) in one request.
+SWITCHYARD_BATCH_MAX_TASKS = env_int("SWITCHYARD_BATCH_MAX_TASKS", 10_000)
+SWITCHYARD_BATCH_MAX_BYTES = env_int("SWITCHYARD_BATCH_MAX_BYTES", 16 * 1024 * 1024)
 
 # --- Compute backends, by alias (a pool names one) ----------------------------------------
 COMPUTE_BACKENDS = {

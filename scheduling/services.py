@@ -299,3 +299,126 @@ def _sniff(text: str) -> str:
 def spec_to_descriptor(data: dict[str, Any]) -> str:
     """The text stored for a task built from form fields: the same JSON the API would take."""
     return json.dumps(data, indent=2, sort_keys=False)
+
+
+def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]:
+    """Many independent tasks in one request (a parameter sweep): all stored, or none.
+
+    The body is `{"tasks": [descriptor, ...]}`; every descriptor is validated and decided like
+    a single submission, errors name `tasks[i].field`, and the rows are written with bulk
+    inserts in one transaction. One message dispatches them all (the sweep covers its loss).
+    Batched tasks may not depend on anything or wait for a trigger: that is a workflow.
+    """
+    from django.conf import settings
+
+    from scheduling.descriptor import DescriptorError, parse_document, parse_task
+
+    limit = settings.SWITCHYARD_BATCH_MAX_TASKS
+    try:
+        data = parse_document(text, fmt="json", max_bytes=settings.SWITCHYARD_BATCH_MAX_BYTES)
+    except DescriptorError as exc:
+        raise ApplicationError(
+            "invalid batch", errors=[ErrorItem(e.field, e.message, e.got) for e in exc.errors]
+        ) from None
+    docs = data.get("tasks")
+    if set(data) != {"tasks"} or not isinstance(docs, list) or not docs:
+        raise ApplicationError(
+            'the body must be {"tasks": [descriptor, ...]} with at least one task',
+            field="tasks",
+        )
+    if len(docs) > limit:
+        raise ApplicationError(f"at most {limit} tasks in one batch", field="tasks", got=len(docs))
+
+    errors: list[ErrorItem] = []
+    decided: list[Decided] = []
+    projects: dict[str, Project | None] = {}
+    for i, doc in enumerate(docs):
+        prefix = f"tasks[{i}]"
+        try:
+            spec = parse_task(doc)
+        except DescriptorError as exc:
+            errors += [ErrorItem(_prefixed(prefix, e.field), e.message, e.got) for e in exc.errors]
+            continue
+        if spec.project not in projects:
+            projects[spec.project] = Project.objects.filter(
+                slug=spec.project, memberships__user=user
+            ).first()
+        if projects[spec.project] is None:
+            errors.append(
+                ErrorItem(f"{prefix}.project", "you are not a member of this project", spec.project)
+            )
+            continue
+        if spec.depends_on_ids or spec.trigger_file:
+            errors.append(
+                ErrorItem(prefix, "a batched task cannot depend or wait; submit a workflow", None)
+            )
+            continue
+        try:
+            decided.append(task_decide(spec, field_prefix=prefix))
+        except ApplicationError as exc:
+            errors += exc.errors
+        if len(errors) >= 100:
+            break  # enough to fix; the rest after
+    if errors:
+        raise ApplicationError("invalid batch", errors=errors)
+
+    site = site_view()
+    now = timezone.now()
+    who = user.get_username()
+    with transaction.atomic():
+        tasks = Task.objects.bulk_create(
+            [
+                Task(
+                    project=projects[d.spec.project],
+                    owner=user,
+                    name=d.spec.name,
+                    descriptor=json.dumps(doc),
+                    descriptor_format="json",
+                    spec=d.spec.as_dict(),
+                    declared_type=d.spec.type or "",
+                    type=d.type,
+                    classify_reason=d.classify_reason,
+                    queue_id=site.queue_ids[d.queue],
+                    routing_reason=d.routing_reason,
+                    backend=site.queue_backends[d.queue],
+                    priority=d.spec.priority,
+                    retry_count=d.spec.retry_count,
+                    fail_action=d.spec.fail_action,
+                    wait_timeout_s=d.spec.wait_timeout_s,
+                    reason="waiting for the dispatcher",
+                    submitted_at=now,
+                )
+                for d, doc in zip(decided, docs, strict=True)
+            ],
+            batch_size=500,
+        )
+        TaskEvent.objects.bulk_create(
+            [
+                TaskEvent(
+                    task=task,
+                    at=now,
+                    from_state="",
+                    to_state=S.PENDING,
+                    message=f"submitted by {who} in a batch of {len(tasks)}; "
+                    f"{d.classify_reason}; {d.routing_reason}",
+                )
+                for task, d in zip(tasks, decided, strict=True)
+            ],
+            batch_size=500,
+        )
+        ids = [task.pk for task in tasks]
+        from scheduling.tasks import dispatch_many
+
+        transaction.on_commit(lambda: _publish_many(dispatch_many, ids))
+    return ids
+
+
+def _publish_many(celery_task: Any, ids: list[int]) -> None:
+    try:
+        celery_task.delay(ids)
+    except Exception:  # noqa: BLE001 - any broker failure; the sweep is the safety net
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "could not enqueue dispatch of %d tasks; the sweep will", len(ids), exc_info=True
+        )

@@ -21,6 +21,19 @@ def dispatch(self, task_id: int) -> str:
     return engine.task_dispatch(task_id)
 
 
+@shared_task(name="scheduling.dispatch_many", acks_late=True)
+def dispatch_many(task_ids: list[int]) -> int:
+    """A batch's tasks, in order; each dispatch is idempotent, so a redelivery is harmless."""
+    done = 0
+    for task_id in task_ids:
+        try:
+            engine.task_dispatch(task_id)
+            done += 1
+        except engine.DispatchRetry:
+            dispatch.apply_async((task_id,), countdown=2)  # that one backs off alone
+    return done
+
+
 @shared_task(name="scheduling.poll_backends", acks_late=True)
 def poll_backends() -> int:
     return sum(engine.backend_poll(alias) for alias in engine.active_backends())

@@ -4,6 +4,7 @@ from scheduling import api
 
 urlpatterns = [
     path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),
+    path("tasks/batch/", api.TaskBatch.as_view(), name="api-task-batch"),
     path("tasks/<int:pk>/", api.TaskDetail.as_view(), name="api-task-detail"),
     path("tasks/<int:pk>/cancel/", api.TaskCancel.as_view(), name="api-task-cancel"),
     path("tasks/<int:pk>/log/", api.TaskLog.as_view(), name="api-task-log"),

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -360,3 +361,26 @@ def test_one_squeue_and_one_sacct_per_poll_with_200_jobs(site, api):
     for task in Task.objects.filter(pk__in=ids).exclude(state__in=["succeeded"]):
         api.post(f"/api/v1/tasks/{task.pk}/cancel/")
     assert not Task.objects.filter(pk__in=ids, state__in=["pending", "queued", "running"]).exists()
+
+
+def test_the_seed_chain_workflow_runs_on_slurm_in_order(site, api):
+    from tests.integration.test_workflows import SEED_CHAIN
+
+    response = api.post(
+        "/api/v1/workflows/", data=json.dumps(SEED_CHAIN), content_type="application/json"
+    )
+    assert response.status_code == 201, response.json()
+    workflow_id = response.json()["id"]
+    ids = list(Task.objects.filter(workflow_id=workflow_id).values_list("pk", flat=True))
+    tasks = {t.name: t for t in drive(ids, timeout=180)}
+    assert all(t.state == "succeeded" for t in tasks.values()), {
+        n: (t.state, t.reason) for n, t in tasks.items()
+    }
+    assert all(t.backend == "slurm" and t.backend_id for t in tasks.values())
+    order = ["simulate", "train", "infer", "agent"]
+    for before, after in zip(order, order[1:], strict=False):
+        done = tasks[before].events.get(to_state="succeeded").at
+        started = tasks[after].events.filter(to_state="queued").first().at
+        assert done <= started, (before, after)
+    detail = api.get(f"/api/v1/workflows/{workflow_id}/").json()
+    assert detail["state"] == "succeeded"
