@@ -84,6 +84,17 @@ def read_descriptor(request: Request) -> tuple[bytes, str | None]:
     )
 
 
+def _descriptor_request(upload_name: str) -> dict:
+    """The three ways a descriptor arrives, for the OpenAPI schema."""
+    return {
+        "application/json": OpenApiTypes.OBJECT,
+        "application/yaml": OpenApiTypes.STR,
+        "multipart/form-data": inline_serializer(
+            upload_name, {"descriptor": serializers.FileField()}
+        ),
+    }
+
+
 _FILTERS = {
     "workflow": ("workflow_id", None),
     "state": ("state", {s.value for s in TaskState}),
@@ -122,13 +133,7 @@ class TaskListCreate(ListCreateAPIView):
         return super().get(request, *args, **kwargs)
 
     @extend_schema(
-        request={
-            "application/json": OpenApiTypes.OBJECT,
-            "application/yaml": OpenApiTypes.STR,
-            "multipart/form-data": inline_serializer(
-                "DescriptorUpload", {"descriptor": serializers.FileField()}
-            ),
-        },
+        request=_descriptor_request("DescriptorUpload"),
         responses={201: TaskSerializer},
         description="Submit one task descriptor (see /api/v1/descriptor-schema/).",
     )
@@ -234,13 +239,7 @@ class WorkflowListCreate(ListCreateAPIView):
         return workflow_list_for_user(self.request.user).order_by("-id")
 
     @extend_schema(
-        request={
-            "application/json": OpenApiTypes.OBJECT,
-            "application/yaml": OpenApiTypes.STR,
-            "multipart/form-data": inline_serializer(
-                "WorkflowUpload", {"descriptor": serializers.FileField()}
-            ),
-        },
+        request=_descriptor_request("WorkflowUpload"),
         responses={201: WorkflowDetailSerializer},
         description="Submit a `kind: Workflow` descriptor: a DAG of tasks.",
     )

@@ -116,6 +116,12 @@ PENDING_REASONS = {
     "InvalidQOS": "the QOS is not valid for this project",
 }
 
+_ALREADY_GONE = (
+    "already completing or completed",
+    "Invalid job id specified",
+    "Job/step already completing",
+)
+
 _UNREACHABLE_MARKERS = (
     "Unable to contact slurm controller",
     "Slurm controller not responding",
@@ -457,7 +463,12 @@ class SlurmBackend:
         argv = ["scancel", job_id]
         if key:
             argv.append(f"--name={key}")
-        self.run(argv)
+        try:
+            self.run(argv)
+        except BackendError as exc:
+            # Cancelling a job that has already ended (or that Slurm has forgotten) is a no-op.
+            if not any(m in str(exc) for m in _ALREADY_GONE):
+                raise
 
     def set_priority(self, backend_id: str, value: int) -> None:
         job_id = backend_id.partition(":")[0]
@@ -585,6 +596,10 @@ def _json(text: str) -> dict[str, Any]:
         raise BackendError(f"Slurm answered something that is not JSON: {text[:200]!r}") from exc
     errors = data.get("errors") or []
     if errors:
+        # "Failed while looking for jobs" (slurm_load_jobs) is what a controller that is
+        # starting up or overloaded answers: a passing state, not a refusal.
+        if any(str(e.get("source", "")).startswith("slurm_load_") for e in errors):
+            raise BackendUnavailable(f"Slurm could not answer: {errors[0].get('description')}")
         raise BackendError(f"Slurm reported errors: {errors}")
     return data
 

@@ -19,7 +19,7 @@ from django.core.management import call_command
 
 from scheduling import engine
 from scheduling.backends import get_backend
-from scheduling.models import Task, TaskState
+from scheduling.models import TERMINAL_STATES, Task, TaskState
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import ROOT, descriptor, in_ci, submit
 from tests.integration.conftest import database_url, wait_for, worker_log
@@ -62,7 +62,7 @@ def slurm(slurm_env, settings, tmp_path, monkeypatch):
         "cluster": slurm_env.get("SWITCHYARD_SLURM_CLUSTER", "switchyard"),
         "slurm_conf": slurm_env["SLURM_CONF"],
         "workdir": str(workdir),
-        "command_timeout_s": 5.0,
+        "command_timeout_s": 20.0,
     }
     settings.COMPUTE_BACKENDS = {
         **settings.COMPUTE_BACKENDS,
@@ -72,7 +72,7 @@ def slurm(slurm_env, settings, tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", options["slurm_conf"])
     monkeypatch.setenv("SWITCHYARD_SLURM_CLUSTER", options["cluster"])
     monkeypatch.setenv("SWITCHYARD_SLURM_WORKDIR", str(workdir))
-    monkeypatch.setenv("SWITCHYARD_SLURM_TIMEOUT_S", "5")
+    monkeypatch.setenv("SWITCHYARD_SLURM_TIMEOUT_S", "20")
     return get_backend("slurm")
 
 
@@ -81,6 +81,17 @@ def site(transactional_db, slurm, local_root):
     """The default site with every pool on Slurm, committed so a worker sees it."""
     call_command("seed_demo", backend="slurm", quiet=True)
     site_view_invalidate()
+    yield
+    # Leave the cluster as we found it: a job left behind would hold nodes (or, once its
+    # tmp folder is gone, sit in the queue as "launch failed requeued held").
+    for backend_id in (
+        Task.objects.filter(backend="slurm")
+        .exclude(backend_id="")
+        .exclude(state__in=TERMINAL_STATES)
+        .values_list("backend_id", flat=True)
+    ):
+        with contextlib.suppress(Exception):
+            slurm.cancel(backend_id)
 
 
 def scontrol(job_id: str, env: dict[str, str]) -> str:
@@ -323,7 +334,13 @@ def test_a_worker_killed_after_sbatch_leaves_exactly_one_job_20_times(site, api,
         assert len(sacct_runs(task.key, slurm_env)) == 1, task.key
 
 
-def test_a_stopped_controller_loses_and_duplicates_nothing(site, api, slurm_env):
+def test_a_stopped_controller_loses_and_duplicates_nothing(site, api, slurm_env, settings):
+    # A frozen controller makes every command wait for its time-out: keep that short here.
+    slurm = settings.COMPUTE_BACKENDS["slurm"]
+    settings.COMPUTE_BACKENDS = {
+        **settings.COMPUTE_BACKENDS,
+        "slurm": {**slurm, "OPTIONS": {**slurm["OPTIONS"], "command_timeout_s": 4.0}},
+    }
     running = _submit(api, name="through", command=["sleep", "8"])
     drive([running], until=lambda t: t.state == "running", timeout=60)
     ctld = int((STATE_DIR / "run" / "slurmctld.pid").read_text())
@@ -384,3 +401,62 @@ def test_the_seed_chain_workflow_runs_on_slurm_in_order(site, api):
         assert done <= started, (before, after)
     detail = api.get(f"/api/v1/workflows/{workflow_id}/").json()
     assert detail["state"] == "succeeded"
+
+
+def test_a_researcher_with_a_cluster_account_runs_as_it(site, api, researcher, settings):
+    """Jobs run as the researcher's own Unix account when they have one (sbatch --uid)."""
+    import pwd
+    import shutil
+    import uuid
+
+    from portal.models import ClusterAccount
+
+    unix = "sy-alice"
+    try:
+        pwd.getpwnam(unix)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", unix], check=True)
+    ClusterAccount.objects.create(user=researcher, unix_username=unix)
+    # The job folder must be reachable by that user (pytest's tmp dirs are private to root).
+    workdir = Path("/var/tmp/switchyard-test-jobs") / uuid.uuid4().hex
+    workdir.mkdir(parents=True)
+    workdir.parent.chmod(0o755)
+    workdir.chmod(0o755)
+    slurm_options = settings.COMPUTE_BACKENDS["slurm"]["OPTIONS"]
+    settings.COMPUTE_BACKENDS = {
+        **settings.COMPUTE_BACKENDS,
+        "slurm": {
+            **settings.COMPUTE_BACKENDS["slurm"],
+            "OPTIONS": {**slurm_options, "workdir": str(workdir)},
+        },
+    }
+    try:
+        pk = _submit(api, name="whoami", command=["id", "-un"])
+        [task] = drive([pk], timeout=60)
+        assert task.state == "succeeded", task.reason
+        assert get_backend("slurm").log(task.backend_id).strip() == unix
+        assert f"UserId={unix}(" in scontrol(_job_id(task), _cluster_env())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_a_controller_stopped_and_started_again_loses_nothing(site, api, slurm_env):
+    running = _submit(api, name="survivor", command=["sleep", "6"])
+    drive([running], until=lambda t: t.state == "running", timeout=60)
+    pid_file = STATE_DIR / "run" / "slurmctld.pid"
+    ctld = int(pid_file.read_text())
+    os.kill(ctld, signal.SIGTERM)  # a clean stop: slurmctld saves its state and exits
+    wait_for(lambda: not Path(f"/proc/{ctld}").exists(), timeout=30, what="slurmctld to stop")
+    try:
+        later = _submit(api, name="while-down", command=["true"])
+        with pytest.raises(engine.DispatchRetry):
+            engine.task_dispatch(later)
+        engine.backend_poll("slurm")
+        for task in Task.objects.filter(pk__in=[running, later]):
+            assert "scheduler unreachable" in task.reason, task.reason
+    finally:
+        subprocess.run(["bash", str(CLUSTER_SH), "start"], check=True, capture_output=True)
+    tasks = drive([running, later], timeout=120)
+    for task in tasks:
+        assert task.state == "succeeded", task.reason
+        assert len(sacct_runs(task.key, slurm_env)) == 1

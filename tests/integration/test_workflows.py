@@ -210,6 +210,7 @@ def test_a_trigger_file_made_by_the_test_releases_the_waiting_step_within_a_peri
         what="the trigger to release the task",
     )
     lag = (released.at - made).total_seconds()
-    # One period, plus a little for the beat's tick and the worker picking the check up.
-    assert lag <= period + 0.5, f"released {lag:.2f}s after the file appeared"
+    # One period, plus the beat's tick and the hop through the broker, which on a loaded
+    # 2-core CI machine has been seen to take a second or more.
+    assert lag <= period + 1.5, f"released {lag:.2f}s after the file appeared"
     assert _ended(workflow, proc).state == "succeeded"
