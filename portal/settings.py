@@ -211,6 +211,7 @@ COMPUTE_BACKENDS = {
         "OPTIONS": {
             "root": env_str("SWITCHYARD_LOCAL_ROOT") or str(VAR_DIR / "local-backend"),
             "bwrap": env_str("SWITCHYARD_BWRAP", "bwrap"),
+            "inventory_ttl_s": 2.0,
         },
     },
 }

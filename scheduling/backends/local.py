@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -146,6 +147,7 @@ class LocalBackend:
         node_source: str | NodeSource = "scheduling.selectors.node_views_for_backend",
         python: str = sys.executable,
         kill_grace_s: float = KILL_GRACE_S,
+        inventory_ttl_s: float = 0.0,
     ) -> None:
         self.alias = alias
         self.root = os.path.abspath(str(root))
@@ -153,6 +155,9 @@ class LocalBackend:
         self.python = python
         self.kill_grace_s = kill_grace_s
         self._node_source = node_source
+        # Reading the inventory was a sixth of a dispatch; nodes change rarely (admin edits).
+        self.inventory_ttl_s = inventory_ttl_s
+        self._inventory_cache: tuple[float, dict[str, tuple[NodeView, ...]]] | None = None
         self._jobs_dir = os.path.join(self.root, "jobs")
         self._active_dir = os.path.join(self.root, "active")
         self._tmp_dir = os.path.join(self.root, "tmp")
@@ -393,14 +398,20 @@ class LocalBackend:
         node_source may return a list (every node serves every queue of this backend) or a
         mapping pool name -> nodes (a queue only uses its own pool's nodes).
         """
+        now = time.monotonic()
+        if self._inventory_cache and now - self._inventory_cache[0] < self.inventory_ttl_s:
+            return self._inventory_cache[1]
         source = self._node_source
         if isinstance(source, str):
             source = import_string(source)  # lazily: the selector imports the ORM
             self._node_source = source
         nodes = source(self.alias)
         if isinstance(nodes, Mapping):
-            return {pool: tuple(ns) for pool, ns in nodes.items()}
-        return {"": tuple(nodes)}
+            inventory = {pool: tuple(ns) for pool, ns in nodes.items()}
+        else:
+            inventory = {"": tuple(nodes)}
+        self._inventory_cache = (now, inventory)
+        return inventory
 
     # -- starting a job ----------------------------------------------------------------
 
