@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
 from rest_framework.test import APIClient
 
 from scheduling.selectors import site_view_invalidate
@@ -67,6 +68,21 @@ def api(researcher) -> APIClient:
 def outsider_api(outsider) -> APIClient:
     client = APIClient()
     client.force_authenticate(outsider)
+    return client
+
+
+@pytest.fixture
+def browser(researcher) -> Client:
+    """Django's test client, logged in as the researcher (for the pages)."""
+    client = Client()
+    client.force_login(researcher)
+    return client
+
+
+@pytest.fixture
+def outsider_browser(outsider) -> Client:
+    client = Client()
+    client.force_login(outsider)
     return client
 
 

@@ -28,26 +28,6 @@ FIELDS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    # The seed hashes five demo passwords; the default hasher makes that seconds per test.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def browser(researcher) -> Client:
-    client = Client()
-    client.force_login(researcher)
-    return client
-
-
-@pytest.fixture
-def outsider_browser(outsider) -> Client:
-    client = Client()
-    client.force_login(outsider)
-    return client
-
-
 def _task(user: User, **overrides) -> Task:
     return services.task_submit(user=user, text=json.dumps(descriptor(**overrides)), fmt="json")
 

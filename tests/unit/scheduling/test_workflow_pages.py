@@ -7,7 +7,6 @@ import json
 import re
 
 import pytest
-from django.test import Client
 
 from scheduling import services, workflows
 from scheduling.models import Task, Workflow
@@ -15,20 +14,6 @@ from tests.conftest import descriptor
 from tests.unit.scheduling.test_workflows import DIAMOND, task, workflow
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def browser(researcher) -> Client:
-    client = Client()
-    client.force_login(researcher)
-    return client
-
-
-@pytest.fixture
-def outsider_browser(outsider) -> Client:
-    client = Client()
-    client.force_login(outsider)
-    return client
 
 
 @pytest.fixture
