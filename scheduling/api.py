@@ -36,14 +36,29 @@ _JSON_TYPES = {"application/json"}
 _YAML_TYPES = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"}
 
 
-def read_descriptor(request: Request) -> tuple[bytes, str | None]:
-    """The descriptor's bytes and format from a JSON, YAML or multipart request."""
-    limit = settings.SWITCHYARD_DESCRIPTOR_MAX_BYTES
-    content_type = (request.content_type or "").split(";")[0].strip().lower()
+def _content_type(request: Request) -> str:
+    return (request.content_type or "").split(";")[0].strip().lower()
+
+
+def _read_body(request: Request, *, limit: int, what: str) -> bytes:
+    """The raw body, refused before reading when its declared length is over `limit`.
+
+    Read with one byte to spare, so a body sent without a length (chunked) that is too big
+    still reaches the parser's own size check instead of being cut silently.
+    """
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
+    if length > limit:
+        raise ApplicationError(f"the {what} is {length} bytes; the limit is {limit}", got=length)
+    return request._request.read(limit + 1)
+
+
+def read_descriptor(request: Request) -> tuple[bytes, str | None]:
+    """The descriptor's bytes and format from a JSON, YAML or multipart request."""
+    limit = settings.SWITCHYARD_DESCRIPTOR_MAX_BYTES
+    content_type = _content_type(request)
     if content_type == "multipart/form-data":
         upload = request.FILES.get("descriptor")
         if upload is None:
@@ -69,12 +84,8 @@ def read_descriptor(request: Request) -> tuple[bytes, str | None]:
         )
         return upload.read(), fmt
     if content_type in _JSON_TYPES or content_type in _YAML_TYPES:
-        if length > limit:
-            raise ApplicationError(
-                f"the descriptor is {length} bytes; the limit is {limit}", got=length
-            )
         fmt = "json" if content_type in _JSON_TYPES else "yaml"
-        return request._request.read(limit + 1), fmt
+        return _read_body(request, limit=limit, what="descriptor"), fmt
     raise ApplicationError(
         "send the descriptor as application/json, application/yaml, or multipart field "
         "'descriptor'",
@@ -159,16 +170,13 @@ class TaskBatch(APIView):
         "All are stored or none; errors name `tasks[i].field`.",
     )
     def post(self, request: Request) -> Response:
-        limit = settings.SWITCHYARD_BATCH_MAX_BYTES
-        content_type = (request.content_type or "").split(";")[0].strip().lower()
+        content_type = _content_type(request)
         if content_type not in _JSON_TYPES:
             raise ApplicationError(
                 "send the batch as application/json", got=content_type or None, status=415
             )
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-        if length > limit:
-            raise ApplicationError(f"the batch is {length} bytes; the limit is {limit}", got=length)
-        ids = services.task_submit_batch(user=request.user, text=request._request.read(limit + 1))
+        body = _read_body(request, limit=settings.SWITCHYARD_BATCH_MAX_BYTES, what="batch")
+        ids = services.task_submit_batch(user=request.user, text=body)
         return Response({"count": len(ids), "ids": ids}, status=status.HTTP_201_CREATED)
 
 

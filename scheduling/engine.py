@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 S = TaskState
 
 SCHEDULER_UNREACHABLE = "scheduler unreachable"
+QUEUED_REASON = "queued in the backend"
 
 # What a finished backend job means for the attempt.
 _JOB_TO_TASK = {
@@ -127,7 +128,7 @@ def task_dispatch(task_id: int) -> str:
         moved = task_set_state(
             task=task,
             to=S.QUEUED,
-            reason=job.reason or "queued in the backend",
+            reason=job.reason or QUEUED_REASON,
             message=f"attempt {number} submitted to {task.backend} as {job.backend_id}",
             fields={
                 "attempts": number,
@@ -195,9 +196,12 @@ def apply_job(task: Task, job: Job) -> bool:
     target = _JOB_TO_TASK[job.state]
     now = timezone.now()
     if target == task.state:
-        if job.reason and job.reason != task.reason:
-            Task.objects.filter(pk=task.pk, state=task.state).update(reason=job.reason)
-            task.reason = job.reason
+        # The backend's word replaces ours, so a reason such as "scheduler unreachable" goes
+        # away at the first poll that reaches the backend again.
+        reason = job.reason or (QUEUED_REASON if target == S.QUEUED else "")
+        if reason != task.reason:
+            Task.objects.filter(pk=task.pk, state=task.state).update(reason=reason)
+            task.reason = reason
             return True
         return False
     if target == S.QUEUED:

@@ -72,3 +72,11 @@ def test_too_many_tasks_are_refused(api, settings):
     settings.SWITCHYARD_BATCH_MAX_TASKS = 3
     response = post(api, {"tasks": [descriptor(name=f"t{i}") for i in range(4)]})
     assert response.status_code == 400 and response.json()["errors"][0]["got"] == 4
+
+
+def test_an_oversized_batch_is_refused_before_it_is_read(api, settings):
+    settings.SWITCHYARD_BATCH_MAX_BYTES = 1000
+    response = post(api, {"tasks": [descriptor(name=f"t{i}") for i in range(20)]})
+    assert response.status_code == 400
+    assert "limit is 1000" in response.json()["errors"][0]["message"]
+    assert Task.objects.count() == 0

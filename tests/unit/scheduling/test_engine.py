@@ -174,3 +174,27 @@ def test_a_task_cancelled_while_being_submitted_does_not_leave_a_job_running(api
         FakeBackend.submit = original_submit
     [job] = FakeBackend.jobs_for("fake").values()
     assert job.state is JobState.CANCELLED
+
+
+def test_an_unreachable_backend_is_the_reason_until_a_poll_reaches_it_again(api, monkeypatch):
+    from scheduling.backends import BackendUnavailable
+
+    task = _submit(api)
+    engine.task_dispatch(task.pk)
+    task.refresh_from_db()
+    backend = get_backend("fake")
+    backend.finish(task.backend_id, JobState.RUNNING)
+    engine.backend_poll("fake")
+
+    def down(backend_ids):
+        raise BackendUnavailable("connection refused")
+
+    monkeypatch.setattr(backend, "poll", down)
+    engine.backend_poll("fake")
+    task.refresh_from_db()
+    assert task.state == "running" and task.reason.startswith("scheduler unreachable")
+
+    monkeypatch.undo()
+    engine.backend_poll("fake")
+    task.refresh_from_db()
+    assert (task.state, task.reason) == ("running", "")
