@@ -25,7 +25,7 @@ MAX = 256 * 1024
 
 FULL_YAML = """\
 apiVersion: switchyard/v1
-kind: Task                 # the DESIGN example, every field
+kind: Task                 # the docs example, every field
 name: md-run-7
 project: materials
 type: hpc-simulation
