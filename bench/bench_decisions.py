@@ -14,7 +14,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduling.decisions import (  # noqa: E402
-    NodeView,
     PoolCapacity,
     QueuePolicy,
     Routed,
@@ -24,65 +23,12 @@ from scheduling.decisions import (  # noqa: E402
     pool_capacity,
     route,
 )
+from scheduling.sites import default_site  # noqa: E402
 from scheduling.spec import Resources, TaskSpec  # noqa: E402
 
 H = 3600
 GIB = 1024
 TIB = 1024 * GIB
-
-
-def default_site() -> tuple[
-    dict[str, list[NodeView]], dict[str, QueuePolicy], list[RoutingRuleView]
-]:
-    """DESIGN.md's 40-node cluster: nodes by pool, queues by name, routing rules."""
-    pools = {
-        "gpu-train": [
-            NodeView(f"gt{i:02d}", cpus=64, memory_mib=TIB, gpus=8, gpu_model="h100")
-            for i in range(20)
-        ],
-        "inference-agent": [
-            NodeView(f"ia{i:02d}", cpus=32, memory_mib=256 * GIB, gpus=4, gpu_model="l40s")
-            for i in range(10)
-        ]
-        + [NodeView(f"ic{i:02d}", cpus=64, memory_mib=512 * GIB) for i in range(5)],
-        "cpu-hpc": [NodeView(f"hp{i:02d}", cpus=64, memory_mib=512 * GIB) for i in range(5)],
-    }
-    queues = {
-        "training": QueuePolicy(
-            name="training",
-            pool="gpu-train",
-            task_types=("ai-training",),
-            requires_estimate=True,
-            allocation="whole-node",
-            policy="priority-quota",
-        ),
-        "inference-agent": QueuePolicy(
-            name="inference-agent",
-            pool="inference-agent",
-            task_types=("ai-inference", "agent", "sandbox"),
-            max_walltime_s=1 * H,
-            preemptible=True,
-            allocation="pack",
-            cpu_oversubscription=4,
-            max_concurrency=500,
-            policy="elastic",
-        ),
-        "hpc": QueuePolicy(
-            name="hpc",
-            pool="cpu-hpc",
-            task_types=("hpc-simulation",),
-            max_walltime_s=72 * H,
-            policy="fairshare",
-        ),
-    }
-    rules = [
-        RoutingRuleView(order=10, match_type="ai-training", queue="training"),
-        RoutingRuleView(order=20, match_type="ai-inference", queue="inference-agent"),
-        RoutingRuleView(order=30, match_type="agent", queue="inference-agent"),
-        RoutingRuleView(order=40, match_type="sandbox", queue="inference-agent"),
-        RoutingRuleView(order=50, match_type="hpc-simulation", queue="hpc"),
-    ]
-    return pools, queues, rules
 
 
 def spec_mix() -> list[TaskSpec]:
@@ -135,8 +81,10 @@ def decide(
 
 
 def run(n: int = 200_000, repeats: int = 3) -> dict:
-    pools, queues, rules = default_site()
-    capacity = {name: pool_capacity(nodes) for name, nodes in pools.items()}
+    site = default_site()  # scheduling/sites/default.py: what seed_demo writes
+    queues = site.queues_by_name()
+    rules = list(site.rules)
+    capacity = {pool.name: pool_capacity(pool.nodes) for pool in site.pools}
     mix = spec_mix()
     specs = (mix * (n // len(mix) + 1))[:n]
     best = float("inf")

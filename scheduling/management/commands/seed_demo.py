@@ -1,4 +1,4 @@
-"""Build the seed's default site (40 nodes, three pools, three queues) and demo accounts."""
+"""Write the default site (scheduling/sites/default.py) to the database, and demo accounts."""
 
 from __future__ import annotations
 
@@ -10,70 +10,7 @@ from rest_framework.authtoken.models import Token
 from portal.models import Membership, Project
 from scheduling.models import Node, Pool, Queue, RoutingRule
 from scheduling.selectors import site_view_invalidate
-
-GIB = 1024
-HOUR = 3600
-
-# name, kind, [(count, prefix, cpus, memory GiB, gpus, gpu model)]
-POOLS = [
-    ("gpu-train", Pool.Kind.GPU_TRAINING, [(20, "gpu", 64, 1024, 8, "A100")]),
-    (
-        "inference-agent",
-        Pool.Kind.INFERENCE,
-        [(10, "inf", 32, 256, 4, "L40S"), (5, "agt", 64, 512, 0, "")],
-    ),
-    ("cpu-hpc", Pool.Kind.CPU_HPC, [(5, "cpu", 64, 512, 0, "")]),
-]
-
-QUEUES = [
-    dict(
-        name="training",
-        pool="gpu-train",
-        policy=Queue.Policy.PRIORITY_QUOTA,
-        task_types=["ai-training"],
-        max_walltime_s=None,
-        default_walltime_s=None,
-        requires_estimate=True,
-        preemptible=False,
-        allocation=Queue.Allocation.WHOLE_NODE,
-        cpu_oversubscription=1,
-        max_concurrency=None,
-    ),
-    dict(
-        name="inference-agent",
-        pool="inference-agent",
-        policy=Queue.Policy.ELASTIC,
-        task_types=["ai-inference", "agent", "sandbox"],
-        max_walltime_s=1 * HOUR,
-        default_walltime_s=1 * HOUR,
-        requires_estimate=False,
-        preemptible=True,
-        allocation=Queue.Allocation.PACK,
-        cpu_oversubscription=4,
-        max_concurrency=500,
-    ),
-    dict(
-        name="hpc",
-        pool="cpu-hpc",
-        policy=Queue.Policy.FAIRSHARE,
-        task_types=["hpc-simulation"],
-        max_walltime_s=72 * HOUR,
-        default_walltime_s=72 * HOUR,
-        requires_estimate=False,
-        preemptible=False,
-        allocation=Queue.Allocation.PACK,
-        cpu_oversubscription=1,
-        max_concurrency=None,
-    ),
-]
-
-RULES = [
-    (10, "ai-training", "training"),
-    (20, "hpc-simulation", "hpc"),
-    (30, "ai-inference", "inference-agent"),
-    (40, "agent", "inference-agent"),
-    (50, "sandbox", "inference-agent"),
-]
+from scheduling.sites import default_site
 
 # username, password, role text, staff, superuser, group
 ACCOUNTS = [
@@ -102,35 +39,51 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, backend: str, quiet: bool, **options):
+        site = default_site()
         pools = {}
-        for name, kind, groups in POOLS:
+        for spec in site.pools:
             pool, _ = Pool.objects.update_or_create(
-                name=name, defaults={"kind": kind, "backend": backend}
+                name=spec.name, defaults={"kind": spec.kind, "backend": backend}
             )
-            pools[name] = pool
-            for count, prefix, cpus, mem_gib, gpus, model in groups:
-                for i in range(1, count + 1):
-                    Node.objects.update_or_create(
-                        name=f"{prefix}{i:03d}",
-                        defaults=dict(
-                            pool=pool,
-                            cpus=cpus,
-                            memory_mib=mem_gib * GIB,
-                            gpus=gpus,
-                            gpu_model=model,
-                            switch=f"{name}-sw{(i - 1) // 10 + 1}",
-                        ),
-                    )
+            pools[spec.name] = pool
+            for node in spec.nodes:
+                Node.objects.update_or_create(
+                    name=node.name,
+                    defaults=dict(
+                        pool=pool,
+                        cpus=node.cpus,
+                        memory_mib=node.memory_mib,
+                        gpus=node.gpus,
+                        gpu_model=node.gpu_model or "",
+                        switch=node.switch or "",
+                    ),
+                )
         queues = {}
-        for spec in QUEUES:
-            spec = dict(spec)
-            pool, name = pools[spec.pop("pool")], spec.pop("name")
-            queues[name], _ = Queue.objects.update_or_create(
-                name=name, defaults={"pool": pool, **spec}
+        for q in site.queues:
+            queues[q.name], _ = Queue.objects.update_or_create(
+                name=q.name,
+                defaults=dict(
+                    pool=pools[q.pool],
+                    policy=q.policy,
+                    task_types=list(q.task_types),
+                    max_walltime_s=q.max_walltime_s,
+                    default_walltime_s=q.default_walltime_s,
+                    requires_estimate=q.requires_estimate,
+                    preemptible=q.preemptible,
+                    allocation=q.allocation,
+                    cpu_oversubscription=q.cpu_oversubscription,
+                    max_concurrency=q.max_concurrency,
+                ),
             )
         RoutingRule.objects.all().delete()
-        for order, match_type, queue in RULES:
-            RoutingRule.objects.create(order=order, match_type=match_type, queue=queues[queue])
+        for rule in site.rules:
+            RoutingRule.objects.create(
+                order=rule.order,
+                match_type=rule.match_type or "",
+                min_gpus=rule.min_gpus,
+                min_cpus=rule.min_cpus,
+                queue=queues[rule.queue],
+            )
 
         users = {}
         lines = []
@@ -157,7 +110,7 @@ class Command(BaseCommand):
             return
         self.stdout.write(
             f"Default site: {Node.objects.count()} nodes in {len(pools)} pools, "
-            f"{len(queues)} queues, {len(RULES)} routing rules (backend: {backend})."
+            f"{len(queues)} queues, {len(site.rules)} routing rules (backend: {backend})."
         )
         self.stdout.write("Demo accounts (username / password / role / API token):")
         for username, password, role, token in lines:

@@ -1,4 +1,4 @@
-"""The pure policy functions: classify, route, check, place (DESIGN R2, R3, R7)."""
+"""The pure policy functions: classify, route, check, place (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from scheduling.decisions import (
     route,
     usable_cpus,
 )
+from scheduling.sites import default_site
 from scheduling.spec import Resources, TaskSpec
 
 MIN = 60
@@ -46,78 +47,20 @@ def spec(
     return TaskSpec(name="t", project="p", resources=res, **kw)
 
 
-def default_site() -> tuple[
-    dict[str, list[NodeView]], dict[str, QueuePolicy], list[RoutingRuleView]
-]:
-    """DESIGN.md's default site (the same as bench/bench_decisions.py builds)."""
-    pools = {
-        "gpu-train": [
-            NodeView(f"gt{i:02d}", cpus=64, memory_mib=TIB, gpus=8, gpu_model="h100")
-            for i in range(20)
-        ],
-        "inference-agent": [
-            NodeView(f"ia{i:02d}", cpus=32, memory_mib=256 * GIB, gpus=4, gpu_model="l40s")
-            for i in range(10)
-        ]
-        + [NodeView(f"ic{i:02d}", cpus=64, memory_mib=512 * GIB) for i in range(5)],
-        "cpu-hpc": [NodeView(f"hp{i:02d}", cpus=64, memory_mib=512 * GIB) for i in range(5)],
-    }
-    queues = {
-        "training": QueuePolicy(
-            name="training",
-            pool="gpu-train",
-            task_types=("ai-training",),
-            requires_estimate=True,
-            allocation="whole-node",
-            policy="priority-quota",
-        ),
-        "inference-agent": QueuePolicy(
-            name="inference-agent",
-            pool="inference-agent",
-            task_types=("ai-inference", "agent", "sandbox"),
-            max_walltime_s=H,
-            preemptible=True,
-            allocation="pack",
-            cpu_oversubscription=4,
-            max_concurrency=500,
-            policy="elastic",
-        ),
-        "hpc": QueuePolicy(
-            name="hpc",
-            pool="cpu-hpc",
-            task_types=("hpc-simulation",),
-            max_walltime_s=72 * H,
-            policy="fairshare",
-        ),
-    }
-    rules = [
-        RoutingRuleView(order=10, match_type="ai-training", queue="training"),
-        RoutingRuleView(order=20, match_type="ai-inference", queue="inference-agent"),
-        RoutingRuleView(order=30, match_type="agent", queue="inference-agent"),
-        RoutingRuleView(order=40, match_type="sandbox", queue="inference-agent"),
-        RoutingRuleView(order=50, match_type="hpc-simulation", queue="hpc"),
-    ]
-    return pools, queues, rules
+@pytest.fixture
+def pools() -> dict[str, list[NodeView]]:
+    """The default site's nodes by pool (scheduling/sites/default.py, what seed_demo writes)."""
+    return default_site().nodes_by_pool()
 
 
 @pytest.fixture
-def site() -> tuple[dict[str, list[NodeView]], dict[str, QueuePolicy], list[RoutingRuleView]]:
-    return default_site()
+def queues() -> dict[str, QueuePolicy]:
+    return default_site().queues_by_name()
 
 
 @pytest.fixture
-def pools(site):
-    return site[0]
-
-
-@pytest.fixture
-def queues(site):
-    return site[1]
-
-
-@pytest.fixture
-def rules(site):
-    return site[2]
+def rules() -> list[RoutingRuleView]:
+    return list(default_site().rules)
 
 
 # ---------------------------------------------------------------- units in reasons
@@ -472,21 +415,21 @@ def test_spread_gpus_need_a_cpu_on_every_node(queues):
 
 def test_unknown_gpu_model_is_refused(pools, queues):
     r = check(
-        spec(gpus=8, nodes=1, gpu_type="a100", estimate_s=5 * H),
+        spec(gpus=8, nodes=1, gpu_type="H100", estimate_s=5 * H),
         queues["training"],
         pools["gpu-train"],
     )
-    assert r == Refused("asks for a100 GPUs; pool gpu-train has h100", field="resources.gpu_type")
+    assert r == Refused("asks for H100 GPUs; pool gpu-train has A100", field="resources.gpu_type")
 
 
 def test_gpu_model_restricts_the_nodes_counted(queues):
     nodes = [
-        NodeView("a", cpus=64, memory_mib=TIB, gpus=8, gpu_model="a100"),
-        NodeView("h", cpus=64, memory_mib=TIB, gpus=8, gpu_model="h100"),
+        NodeView("a", cpus=64, memory_mib=TIB, gpus=8, gpu_model="A100"),
+        NodeView("h", cpus=64, memory_mib=TIB, gpus=8, gpu_model="H100"),
     ]
     queue = queues["training"]
-    assert check(spec(gpus=8, nodes=1, gpu_type="h100", estimate_s=5 * H), queue, nodes) is None
-    r = check(spec(gpus=16, gpu_type="h100", estimate_s=5 * H), queue, nodes)
+    assert check(spec(gpus=8, nodes=1, gpu_type="H100", estimate_s=5 * H), queue, nodes) is None
+    r = check(spec(gpus=16, gpu_type="H100", estimate_s=5 * H), queue, nodes)
     assert r.field == "resources.gpus"
 
 
@@ -512,7 +455,7 @@ def test_whole_node_queue_takes_entire_idle_nodes(pools, queues):
     p = place(
         spec(gpus=32, cpus=32, nodes=4, estimate_s=5 * H), queues["training"], pools["gpu-train"]
     )
-    assert p.nodes == ("gt00", "gt01", "gt02", "gt03")
+    assert p.nodes == ("gpu001", "gpu002", "gpu003", "gpu004")
     for a in p.allocations:
         assert a.whole_node
         assert a.cpus == 64
@@ -568,7 +511,7 @@ def test_cpu_only_tasks_keep_off_gpu_nodes(pools, queues):
     p = place(
         spec(cpus=2, walltime_s=10 * MIN), queues["inference-agent"], pools["inference-agent"]
     )
-    assert p.nodes == ("ic00",)
+    assert p.nodes == ("agt001",)
 
 
 def test_spread_with_node_count_splits_evenly(queues):
@@ -667,10 +610,10 @@ def test_unavailable_nodes_are_skipped(queues):
 
 def test_place_respects_gpu_model(queues):
     nodes = [
-        NodeView("a", cpus=32, memory_mib=256 * GIB, gpus=4, gpu_model="a100"),
-        NodeView("h", cpus=32, memory_mib=256 * GIB, gpus=4, gpu_model="h100"),
+        NodeView("a", cpus=32, memory_mib=256 * GIB, gpus=4, gpu_model="A100"),
+        NodeView("h", cpus=32, memory_mib=256 * GIB, gpus=4, gpu_model="H100"),
     ]
-    p = place(spec(cpus=1, gpus=1, gpu_type="h100"), queues["inference-agent"], nodes)
+    p = place(spec(cpus=1, gpus=1, gpu_type="H100"), queues["inference-agent"], nodes)
     assert p.nodes == ("h",)
 
 

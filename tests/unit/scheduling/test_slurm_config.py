@@ -1,11 +1,10 @@
-"""Slurm's configuration written from the site's model (scheduling/slurm_config.py): pure."""
+"""Slurm's configuration written from the site's model (scheduling/backends/slurm/config.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduling.decisions.types import NodeView, QueuePolicy
-from scheduling.slurm_config import (
+from scheduling.backends.slurm.config import (
     ClusterSettings,
     SlurmConfigError,
     SlurmNode,
@@ -20,6 +19,8 @@ from scheduling.slurm_config import (
     slurm_time,
     topology_conf,
 )
+from scheduling.decisions.types import NodeView, QueuePolicy
+from scheduling.sites import default_site
 
 GIB = 1024
 HOUR = 3600
@@ -41,32 +42,9 @@ def queue(name, pool, **kw) -> QueuePolicy:
     return QueuePolicy(name=name, pool=pool, task_types=(), **kw)
 
 
-# The seed's default site (scheduling/management/commands/seed_demo.py), as plain values.
-SITE = {
-    "gpu-train": [
-        node(f"gpu{i:03d}", 64, 1024, 8, "A100", f"gpu-train-sw{(i - 1) // 10 + 1}")
-        for i in range(1, 21)
-    ],
-    "inference-agent": [
-        node(f"inf{i:03d}", 32, 256, 4, "L40S", f"inference-agent-sw{(i - 1) // 10 + 1}")
-        for i in range(1, 11)
-    ]
-    + [node(f"agt{i:03d}", 64, 512, switch="inference-agent-sw1") for i in range(1, 6)],
-    "cpu-hpc": [node(f"cpu{i:03d}", 64, 512, switch="cpu-hpc-sw1") for i in range(1, 6)],
-}
-QUEUES = [
-    queue("training", "gpu-train", allocation="whole-node", max_walltime_s=None),
-    queue(
-        "inference-agent",
-        "inference-agent",
-        allocation="pack",
-        cpu_oversubscription=4,
-        max_walltime_s=HOUR,
-        default_walltime_s=HOUR,
-        preemptible=True,
-    ),
-    queue("hpc", "cpu-hpc", max_walltime_s=72 * HOUR, default_walltime_s=72 * HOUR),
-]
+# The seed's default site, as plain values.
+SITE = default_site().nodes_by_pool()
+QUEUES = list(default_site().queues)
 
 
 def lines_starting(text: str, prefix: str) -> list[str]:

@@ -1,0 +1,116 @@
+"""The default site: 40 nodes in three pools, three queues and five routing rules.
+
+`manage.py seed_demo` writes exactly this to the database; the decision tests, the benchmarks
+and the simulator use it as it is. Nodes are numbered from 001 within their prefix and hang
+ten to a switch named `<pool>-sw<n>`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
+from scheduling.sites.types import PoolSpec, Site
+
+GIB = 1024  # MiB
+HOUR = 3600  # seconds
+
+
+def _nodes(
+    pool: str,
+    prefix: str,
+    count: int,
+    *,
+    cpus: int,
+    memory_gib: int,
+    gpus: int = 0,
+    gpu_model: str | None = None,
+) -> tuple[NodeView, ...]:
+    """`count` identical idle nodes `<prefix>001`…, ten to a switch."""
+    return tuple(
+        NodeView(
+            name=f"{prefix}{i:03d}",
+            cpus=cpus,
+            memory_mib=memory_gib * GIB,
+            gpus=gpus,
+            gpu_model=gpu_model,
+            switch=f"{pool}-sw{(i - 1) // 10 + 1}",
+        )
+        for i in range(1, count + 1)
+    )
+
+
+@cache
+def default_site() -> Site:
+    """The default site (immutable, so every caller shares one instance)."""
+    pools = (
+        PoolSpec(
+            name="gpu-train",
+            kind="gpu-training",
+            nodes=_nodes(
+                "gpu-train", "gpu", 20, cpus=64, memory_gib=1024, gpus=8, gpu_model="A100"
+            ),
+        ),
+        PoolSpec(
+            name="inference-agent",
+            kind="inference",
+            nodes=_nodes(
+                "inference-agent", "inf", 10, cpus=32, memory_gib=256, gpus=4, gpu_model="L40S"
+            )
+            + _nodes("inference-agent", "agt", 5, cpus=64, memory_gib=512),
+        ),
+        PoolSpec(
+            name="cpu-hpc",
+            kind="cpu-hpc",
+            nodes=_nodes("cpu-hpc", "cpu", 5, cpus=64, memory_gib=512),
+        ),
+    )
+    queues = (
+        QueuePolicy(
+            name="training",
+            pool="gpu-train",
+            task_types=("ai-training",),
+            max_walltime_s=None,
+            default_walltime_s=None,
+            requires_estimate=True,
+            preemptible=False,
+            allocation="whole-node",
+            cpu_oversubscription=1,
+            max_concurrency=None,
+            policy="priority-quota",
+        ),
+        QueuePolicy(
+            name="inference-agent",
+            pool="inference-agent",
+            task_types=("ai-inference", "agent", "sandbox"),
+            max_walltime_s=1 * HOUR,
+            default_walltime_s=1 * HOUR,
+            requires_estimate=False,
+            preemptible=True,
+            allocation="pack",
+            cpu_oversubscription=4,
+            max_concurrency=500,
+            policy="elastic",
+        ),
+        QueuePolicy(
+            name="hpc",
+            pool="cpu-hpc",
+            task_types=("hpc-simulation",),
+            max_walltime_s=72 * HOUR,
+            default_walltime_s=72 * HOUR,
+            requires_estimate=False,
+            preemptible=False,
+            allocation="pack",
+            cpu_oversubscription=1,
+            max_concurrency=None,
+            policy="fairshare",
+        ),
+    )
+    rules = (
+        RoutingRuleView(order=10, match_type="ai-training", queue="training"),
+        RoutingRuleView(order=20, match_type="hpc-simulation", queue="hpc"),
+        RoutingRuleView(order=30, match_type="ai-inference", queue="inference-agent"),
+        RoutingRuleView(order=40, match_type="agent", queue="inference-agent"),
+        RoutingRuleView(order=50, match_type="sandbox", queue="inference-agent"),
+    )
+    return Site(pools=pools, queues=queues, rules=rules)

@@ -1,0 +1,77 @@
+"""A site as plain values: pools with their nodes, queues and routing rules. No Django.
+
+The same values feed `seed_demo` (which writes them to the database), the unit tests, the
+benchmarks and the simulator, which must run without loading Django. The pieces are the
+decision functions' own types (`scheduling/decisions/types.py`), so a site's pools, queues and
+rules go straight into `route`, `check` and `place` (see `docs/architecture.md`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
+
+# The values of `scheduling.models.Pool.Kind`, as plain strings (this package may not import
+# the models); tests/unit/scheduling/test_sites.py keeps the two in step.
+POOL_KINDS = ("cpu-hpc", "gpu-training", "inference", "sandbox")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """A pool: its name, its kind (one of `POOL_KINDS`) and its nodes, in creation order."""
+
+    name: str
+    kind: str
+    nodes: tuple[NodeView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Pools, queues and routing rules that refer to each other by name.
+
+    Building one checks that the names hold together: pool, node and queue names are unique,
+    pool kinds are known, every queue's pool and every rule's queue exists.
+    """
+
+    pools: tuple[PoolSpec, ...]
+    queues: tuple[QueuePolicy, ...]
+    rules: tuple[RoutingRuleView, ...]
+
+    def __post_init__(self) -> None:
+        _unique("pool", [p.name for p in self.pools])
+        _unique("node", [n.name for n in self.nodes])
+        _unique("queue", [q.name for q in self.queues])
+        pools = {p.name for p in self.pools}
+        queues = {q.name for q in self.queues}
+        for pool in self.pools:
+            if pool.kind not in POOL_KINDS:
+                raise ValueError(
+                    f"pool {pool.name} has kind {pool.kind!r}; known kinds: {', '.join(POOL_KINDS)}"
+                )
+        for queue in self.queues:
+            if queue.pool not in pools:
+                raise ValueError(f"queue {queue.name} names pool {queue.pool}, which is not here")
+        for rule in self.rules:
+            if rule.queue not in queues:
+                raise ValueError(f"rule {rule.order} names queue {rule.queue}, which is not here")
+
+    @property
+    def nodes(self) -> tuple[NodeView, ...]:
+        """Every node of every pool, pool by pool."""
+        return tuple(n for p in self.pools for n in p.nodes)
+
+    def nodes_by_pool(self) -> dict[str, list[NodeView]]:
+        """Each pool's nodes (a new dict of new lists on each call), in creation order."""
+        return {p.name: list(p.nodes) for p in self.pools}
+
+    def queues_by_name(self) -> dict[str, QueuePolicy]:
+        return {q.name: q for q in self.queues}
+
+
+def _unique(what: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"two {what}s are named {name}")
+        seen.add(name)
