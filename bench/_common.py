@@ -28,6 +28,10 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from portal import workers  # noqa: E402 - the one worker command line
+
 PY = sys.executable
 MANAGE = str(ROOT / "manage.py")
 HOST = "127.0.0.1"
@@ -284,20 +288,10 @@ def prefork_argv(port: int, workers: int, *, nodelay: bool = False) -> list[str]
 
 
 def worker_argv(var_dir: Path) -> list[str]:
-    # What `manage.py up` starts (portal/management/commands/up.py), at INFO to see "ready".
-    return [
-        PY,
-        "-m",
-        "celery",
-        "-A",
-        "portal",
-        "worker",
-        "-B",
-        "--loglevel=INFO",
-        "--concurrency=2",
-        "-s",
-        str(var_dir / "celerybeat-schedule"),
-    ]
+    # What `manage.py up` starts, at INFO to see "ready".
+    return workers.worker_argv(
+        beat_schedule=var_dir / "celerybeat-schedule", loglevel="INFO", python=PY
+    )
 
 
 def wait_until(predicate, *, timeout: float, what: str, step: float = 0.05, procs=()) -> Any:

@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
+from portal.workers import worker_argv
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import ROOT
 
@@ -96,22 +96,7 @@ def start_worker(local_root, tmp_path, purge_broker) -> Iterator[Callable[..., s
         }
         log = open(tmp_path / f"worker-{len(procs)}.log", "w")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "worker",
-                "-B",
-                "--loglevel=INFO",
-                "--concurrency=2",
-                "-s",
-                str(tmp_path / f"beat-{len(procs)}"),
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
+            worker_argv(beat_schedule=tmp_path / f"beat-{len(procs)}", loglevel="INFO", quiet=True),
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from portal.workers import worker_argv
+
 
 class Command(BaseCommand):
     help = "Migrate, seed the demo site, and run web + worker + beat until Ctrl-C."
@@ -34,18 +36,9 @@ class Command(BaseCommand):
             call_command("seed_demo", backend=backend)
 
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        celery = [sys.executable, "-m", "celery", "-A", "portal"]
         procs = {
             "worker": subprocess.Popen(
-                [
-                    *celery,
-                    "worker",
-                    "-B",
-                    "--loglevel=WARNING",
-                    "--concurrency=2",
-                    "-s",
-                    str(settings.VAR_DIR / "celerybeat-schedule"),
-                ],
+                worker_argv(beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),
                 cwd=settings.BASE_DIR,
             ),
             "web": subprocess.Popen(
