@@ -49,7 +49,8 @@ def _inner(n: int) -> dict[str, Any]:
     from django.contrib.auth.models import User
 
     from scheduling import engine, services
-    from scheduling.backends import SubmitRequest, get_backend
+    from scheduling.backends import SubmitRequest
+    from scheduling.engine import get_backend
     from scheduling.models import Task, attempt_key
     from scheduling.selectors import site_view
     from scheduling.spec import TaskSpec

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
-from scheduling import services, workflows
+from scheduling import engine, services
 from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA
 from scheduling.models import TaskState
 from scheduling.selectors import (
@@ -188,11 +188,17 @@ class TaskDetail(RetrieveAPIView):
 
 
 class TaskCancel(APIView):
-    @extend_schema(request=None, responses={200: TaskSerializer})
+    @extend_schema(
+        request=None,
+        responses={200: TaskSerializer, 202: TaskSerializer},
+        description="200: the task is cancelled. 202: its backend job is being cancelled by "
+        "a worker (`cancelling` is true until then). 409: it had already ended.",
+    )
     def post(self, request: Request, pk: int) -> Response:
         task = task_get_for_user(request.user, pk)
         task = services.task_cancel(user=request.user, task=task)
-        return Response(TaskSerializer(task, context={"request": request}).data)
+        data = TaskSerializer(task, context={"request": request}).data
+        return Response(data, status=202 if task.cancelling else 200)
 
 
 class TaskLog(APIView):
@@ -213,7 +219,7 @@ class TaskLog(APIView):
         task = task_get_for_user(request.user, pk)
         offset = _int_param(request, "offset", 0, minimum=0)
         limit = _int_param(request, "limit", 1 << 20, minimum=1, maximum=8 << 20)
-        text = services.task_log(task=task, offset=offset, limit=limit)
+        text = engine.task_log(task=task, offset=offset, limit=limit)
         return Response({"task": task.pk, "offset": offset, "log": text})
 
 
@@ -253,7 +259,7 @@ class WorkflowListCreate(ListCreateAPIView):
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
         body, fmt = read_descriptor(request)
-        workflow = workflows.workflow_submit(user=request.user, text=body, fmt=fmt)
+        workflow = services.workflow_submit(user=request.user, text=body, fmt=fmt)
         data = WorkflowDetailSerializer(workflow, context={"request": request}).data
         return Response(data, status=status.HTTP_201_CREATED)
 
@@ -269,5 +275,5 @@ class WorkflowCancel(APIView):
     @extend_schema(request=None, responses={200: WorkflowSerializer})
     def post(self, request: Request, pk: int) -> Response:
         workflow = workflow_get_for_user(request.user, pk)
-        workflow = workflows.workflow_cancel(user=request.user, workflow=workflow)
+        workflow = services.workflow_cancel(user=request.user, workflow=workflow)
         return Response(WorkflowSerializer(workflow, context={"request": request}).data)

@@ -3,3 +3,14 @@ from django.apps import AppConfig
 
 class SchedulingConfig(AppConfig):
     name = "scheduling"
+
+    def ready(self) -> None:
+        # The composition root: reactions to a task's end are registered here, not called by
+        # name from the state service (settling dependants and workflows is the engine's),
+        # and the Celery tasks are registered in every process, so services publish them
+        # by name without importing the engine (docs/architecture.md).
+        from scheduling import hooks
+        from scheduling import tasks as _celery_tasks  # noqa: F401 - registers them
+        from scheduling.engine import settle
+
+        hooks.on_task_end(settle.after_end)

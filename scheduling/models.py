@@ -6,6 +6,7 @@ import string
 from django.conf import settings
 from django.db import models
 
+from scheduling.decisions import lifecycle
 from scheduling.spec import FAIL_ACTIONS, PRIORITIES, TASK_TYPES
 
 
@@ -119,16 +120,9 @@ class TaskState(models.TextChoices):
     SKIPPED = "skipped", "Skipped"
 
 
-TERMINAL_STATES = frozenset(
-    {
-        TaskState.SUCCEEDED,
-        TaskState.FAILED,
-        TaskState.CANCELLED,
-        TaskState.TIMEOUT,
-        TaskState.SKIPPED,
-    }
-)
-ACTIVE_STATES = frozenset({TaskState.QUEUED, TaskState.RUNNING})
+# The same strings as the pure lifecycle rules (scheduling/decisions/lifecycle.py).
+TERMINAL_STATES = frozenset(TaskState(s) for s in lifecycle.TERMINAL)
+ACTIVE_STATES = frozenset(TaskState(s) for s in lifecycle.ACTIVE)
 
 
 def new_key_salt() -> str:
@@ -212,6 +206,9 @@ class Task(models.Model):
     # exist under the attempt's key yet, so the backend look-up before submit is skipped.
     dispatch_claims = models.PositiveSmallIntegerField(default=0)
     key_salt = models.CharField(max_length=8, default=new_key_salt, editable=False)
+    # A cancel asked for while a backend job exists; a worker carries it out (engine/jobs.py).
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.CharField(max_length=150, blank=True)
     submitted_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -235,6 +232,15 @@ class Task(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def cancelling(self) -> bool:
+        """A cancel was asked for and a worker has not yet carried it out."""
+        return self.cancel_requested_at is not None and not self.is_terminal
+
+    @property
+    def display_state(self) -> str:
+        return "cancelling" if self.cancelling else self.state
 
 
 def attempt_key(task_id: int, attempt: int, salt: str) -> str:

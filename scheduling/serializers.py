@@ -33,6 +33,7 @@ class TaskSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     queue = serializers.CharField(source="queue.name")
     wait_reason = serializers.SerializerMethodField()
+    cancelling = serializers.BooleanField(read_only=True)
     url = serializers.HyperlinkedIdentityField(view_name="api-task-detail")
 
     class Meta:
@@ -49,6 +50,7 @@ class TaskSerializer(serializers.ModelSerializer):
             "queue",
             "routing_reason",
             "state",
+            "cancelling",
             "reason",
             "wait_reason",
             "priority",

@@ -1,14 +1,18 @@
-"""Celery tasks: ids in, call the engine. Retries live here."""
+"""Celery tasks: ids in, call the engine. Retries live here.
+
+Services and the engine publish these by name (`scheduling/outbox.py`).
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from scheduling import engine
+from scheduling import engine, outbox
+from scheduling.engine import settle
 
 
 @shared_task(
-    name="scheduling.dispatch",
+    name=outbox.DISPATCH,
     bind=True,
     acks_late=True,
     max_retries=None,
@@ -21,7 +25,7 @@ def dispatch(self, task_id: int) -> str:
     return engine.task_dispatch(task_id)
 
 
-@shared_task(name="scheduling.dispatch_many", acks_late=True)
+@shared_task(name=outbox.DISPATCH_MANY, acks_late=True)
 def dispatch_many(task_ids: list[int]) -> int:
     """A batch's tasks, in order; each dispatch is idempotent, so a redelivery is harmless."""
     done = 0
@@ -34,6 +38,16 @@ def dispatch_many(task_ids: list[int]) -> int:
     return done
 
 
+@shared_task(name=outbox.CANCEL, bind=True, acks_late=True, max_retries=None)
+def cancel(self, task_ids: list[int]) -> int:
+    """Carry out cancel requests; the tasks whose backend was unreachable back off together."""
+    try:
+        return engine.cancel_requested(task_ids)
+    except engine.CancelRetry as exc:
+        countdown = min(60, 2 ** min(self.request.retries, 5))
+        raise self.retry(args=(exc.task_ids,), countdown=countdown, exc=exc) from exc
+
+
 @shared_task(name="scheduling.poll_backends", acks_late=True)
 def poll_backends() -> int:
     return sum(engine.backend_poll(alias) for alias in engine.active_backends())
@@ -41,15 +55,17 @@ def poll_backends() -> int:
 
 @shared_task(name="scheduling.sweep_pending", acks_late=True)
 def sweep_pending() -> int:
+    """Lost messages: pending tasks are dispatched again, cancel requests carried out again."""
     ids = engine.sweep_pending()
     for task_id in ids:
         dispatch.delay(task_id)
-    return len(ids)
+    cancels = engine.sweep_cancels()
+    if cancels:
+        cancel.delay(cancels)
+    return len(ids) + len(cancels)
 
 
 @shared_task(name="scheduling.timers", acks_late=True)
 def timers() -> int:
     """Wait timeouts and trigger files: the engine's only clock-driven releases."""
-    from scheduling import workflows
-
-    return workflows.expire_waiting() + workflows.check_triggers()
+    return settle.expire_waiting() + settle.check_triggers()

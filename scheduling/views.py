@@ -15,7 +15,8 @@ from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_list_for_user
-from scheduling import services, workflows
+from scheduling import engine, services
+from scheduling.dag import dag_picture
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
 from scheduling.models import TERMINAL_STATES, Task, TaskState, WorkflowState
@@ -46,7 +47,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
 def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk)
     try:
-        log = services.task_log(task=task, limit=LOG_LIMIT)
+        log = engine.task_log(task=task, limit=LOG_LIMIT)
         log_error = ""
     except ApplicationError as exc:  # the backend is away: the rest of the page still helps
         log, log_error = "", str(exc)
@@ -74,7 +75,8 @@ def task_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     except ApplicationError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Task {task.name} is cancelled.")
+        done = "is being cancelled" if task.cancelling else "is cancelled"
+        messages.success(request, f"Task {task.name} {done}.")
     return redirect("task-detail", pk=task.pk)
 
 
@@ -92,7 +94,7 @@ def task_submit(request: HttpRequest) -> HttpResponse:
         text, fmt = form.descriptor_text()
         try:
             # A descriptor may be a Task or a whole Workflow; the fields always make a Task.
-            made = workflows.descriptor_submit(user=request.user, text=text, fmt=fmt)
+            made = services.descriptor_submit(user=request.user, text=text, fmt=fmt)
         except ApplicationError as exc:
             errors = _attach(form, exc)
         else:
@@ -152,7 +154,7 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "workflow": workflow,
         "rows": rows,
-        "picture": workflows.dag_picture(tasks),
+        "picture": dag_picture(tasks),
         "counts": sorted(counts.items(), key=lambda kv: _STATE_ORDER.index(kv[0])),
         # Live while a task can still move: a failed (aborted) workflow may still have
         # tasks running on other branches.
@@ -173,7 +175,7 @@ _STATE_ORDER = [state.value for state in TaskState]
 def workflow_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     workflow = workflow_get_for_user(request.user, pk)
     try:
-        workflows.workflow_cancel(user=request.user, workflow=workflow)
+        services.workflow_cancel(user=request.user, workflow=workflow)
     except ApplicationError as exc:
         messages.error(request, str(exc))
     else:

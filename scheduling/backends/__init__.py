@@ -1,12 +1,7 @@
-"""Backends by alias, like Django's CACHES: `settings.COMPUTE_BACKENDS[alias]`."""
+"""Compute backends behind one small protocol (`base.py`); the engine builds them by alias
+(`scheduling/engine/registry.py`) and is the only code that calls them."""
 
 from __future__ import annotations
-
-import functools
-
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import import_string
 
 from scheduling.backends.base import (
     Backend,
@@ -24,27 +19,4 @@ __all__ = [
     "Job",
     "JobState",
     "SubmitRequest",
-    "get_backend",
 ]
-
-
-def get_backend(alias: str) -> Backend:
-    return _build(alias, _config_key(alias))
-
-
-def _config_key(alias: str) -> str:
-    # Part of the cache key, so override_settings in tests builds a fresh backend.
-    return repr(sorted(settings.COMPUTE_BACKENDS.get(alias, {}).items()))
-
-
-@functools.lru_cache(maxsize=32)
-def _build(alias: str, _key: str) -> Backend:
-    try:
-        config = settings.COMPUTE_BACKENDS[alias]
-    except KeyError:
-        known = ", ".join(sorted(settings.COMPUTE_BACKENDS)) or "none"
-        raise ImproperlyConfigured(
-            f"compute backend {alias!r} is not configured (configured: {known})"
-        ) from None
-    cls = import_string(config["BACKEND"])
-    return cls(alias=alias, **config.get("OPTIONS", {}))

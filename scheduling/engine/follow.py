@@ -1,39 +1,30 @@
-"""The engine: dispatch tasks to backends, follow their jobs, and recover what was dropped.
+"""Following jobs: one batched poll per backend, and what a job's state means for its task.
 
-Celery tasks (scheduling/tasks.py) call these; they hold all the I/O with backends. Every
-state change goes through `services.task_set_state`.
+When an attempt ends, the lifecycle rules (`scheduling/decisions/lifecycle.py`) say whether
+the task is retried after a backoff or ends, and how; the attempt-end and task-end hooks
+run from the state service.
 """
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
-from scheduling.backends import (
-    BackendError,
-    BackendUnavailable,
-    Job,
-    JobState,
-    SubmitRequest,
-    get_backend,
-)
-from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState, attempt_key
-from scheduling.selectors import site_view
-from scheduling.services import task_set_state
-from scheduling.spec import TaskSpec
+from scheduling import outbox
+from scheduling.backends import BackendUnavailable, Job, JobState
+from scheduling.decisions import lifecycle
+from scheduling.engine.registry import get_backend
+from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState
+from scheduling.states import attempt_end, task_set_state
 
-log = logging.getLogger(__name__)
 S = TaskState
 
 SCHEDULER_UNREACHABLE = "scheduler unreachable"
 QUEUED_REASON = "queued in the backend"
 
-# What a finished backend job means for the attempt.
+# What a backend job's state means for the attempt.
 _JOB_TO_TASK = {
     JobState.PENDING: S.QUEUED,
     JobState.RUNNING: S.RUNNING,
@@ -46,127 +37,6 @@ _JOB_TO_TASK = {
 }
 # Attempts that end like this are retried while attempts are left; a cancel is never retried.
 _RETRIABLE = frozenset({JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.UNKNOWN})
-
-
-# What dispatch and the state changes after it read; everything else stays in the database.
-_DISPATCH_FIELDS = (
-    "id", "state", "reason", "spec", "type", "backend", "backend_id", "attempts", "retry_count",
-    "fail_action", "key_salt", "dispatch_claims", "started_at", "exit_code", "workflow_id",
-    "name", "queue__name", "project__slug", "owner__username",
-    "owner__cluster_account__unix_username",
-)  # fmt: skip
-
-
-class DispatchRetry(Exception):
-    """The backend was unreachable; the dispatch should be tried again later."""
-
-
-def _claim(task_id: int) -> bool:
-    """Take the dispatch lease on a pending task; only one dispatcher holds it at a time."""
-    now = timezone.now()
-    until = now + timedelta(seconds=settings.SWITCHYARD_DISPATCH_LEASE_SECONDS)
-    return bool(
-        Task.objects.filter(pk=task_id, state=S.PENDING)
-        .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
-        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-        .update(dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1)
-    )
-
-
-def _release(task_id: int, *, reason: str | None = None) -> None:
-    values: dict = {"dispatch_lease_until": None}
-    if reason is not None:
-        values["reason"] = reason
-    Task.objects.filter(pk=task_id, state=S.PENDING).update(**values)
-
-
-def task_dispatch(task_id: int) -> str:
-    """Submit a pending task's next attempt to its backend, exactly once.
-
-    Safe to run any number of times, concurrently or after a crash: the lease lets one
-    dispatcher in; the attempt's key makes the backend find a job it already made instead of
-    making a second one (the crash-after-submit case).
-    """
-    if not _claim(task_id):
-        return "not-claimed"
-    # One narrow query: building the full rows of task, queue, pool, project and user was
-    # the costliest part of a dispatch after the submit itself.
-    task = (
-        Task.objects.select_related("queue", "project", "owner__cluster_account")
-        .only(*_DISPATCH_FIELDS)
-        .get(pk=task_id)
-    )
-    number = task.attempts + 1
-    key = attempt_key(task.pk, number, task.key_salt)
-    backend = get_backend(task.backend)
-    site = site_view()
-    queue = site.queues.get(task.queue.name)
-    if queue is None:  # deleted meanwhile; the fresh view will know
-        queue = site_view(fresh=True).queues[task.queue.name]
-    request = SubmitRequest(
-        key=key,
-        spec=TaskSpec.from_dict(task.spec),
-        type=task.type,
-        queue=queue,
-        project=task.project.slug,
-        user=task.owner.get_username(),
-        extra=_run_as(task.owner),
-    )
-    try:
-        # A job under this key can exist only if an earlier dispatcher claimed this attempt
-        # and got as far as submitting; the first claimant skips the look-up.
-        job = (backend.find(key) if task.dispatch_claims > 1 else None) or backend.submit(request)
-    except BackendUnavailable as exc:
-        _release(task_id, reason=f"{SCHEDULER_UNREACHABLE}: {exc}")
-        raise DispatchRetry(str(exc)) from exc
-    except BackendError as exc:
-        _release(task_id)
-        task_set_state(task=task, to=S.FAILED, reason=f"the backend refused the job: {exc}")
-        return "refused"
-
-    with transaction.atomic():
-        moved = task_set_state(
-            task=task,
-            to=S.QUEUED,
-            reason=job.reason or QUEUED_REASON,
-            message=f"attempt {number} submitted to {task.backend} as {job.backend_id}",
-            fields={
-                "attempts": number,
-                "backend_id": job.backend_id,
-                "dispatch_lease_until": None,
-                "dispatch_claims": 0,
-            },
-        )
-        if moved:
-            Attempt.objects.create(
-                task=task, number=number, key=key, backend_id=job.backend_id, state=S.QUEUED
-            )
-    if not moved:
-        # Cancelled (or otherwise moved) while we were submitting: take the job back.
-        task.refresh_from_db()
-        if task.is_terminal:
-            _cancel_quietly(backend, job.backend_id)
-        return "lost-race"
-    if job.state is not JobState.PENDING:
-        apply_job(task, job)
-    return "submitted"
-
-
-def _run_as(user) -> dict[str, str]:
-    """The researcher's own cluster account, when they have one (selected with the task)."""
-    from portal.models import ClusterAccount
-
-    try:
-        return {"run_as": user.cluster_account.unix_username}
-    except ClusterAccount.DoesNotExist:
-        return {}
-
-
-def _cancel_quietly(backend, backend_id: str) -> None:
-    try:
-        backend.cancel(backend_id)
-    except BackendError:
-        log.warning("could not cancel orphan job %s", backend_id, exc_info=True)
 
 
 def backend_poll(alias: str) -> int:
@@ -196,6 +66,8 @@ def apply_job(task: Task, job: Job) -> bool:
     target = _JOB_TO_TASK[job.state]
     now = timezone.now()
     if target == task.state:
+        if task.cancel_requested_at is not None:
+            return False  # "cancelling" stays until the cancel is carried out
         # The backend's word replaces ours, so a reason such as "scheduler unreachable" goes
         # away at the first poll that reaches the backend again.
         reason = job.reason or (QUEUED_REASON if target == S.QUEUED else "")
@@ -211,7 +83,7 @@ def apply_job(task: Task, job: Job) -> bool:
         moved = task_set_state(
             task=task,
             to=S.RUNNING,
-            reason="",
+            reason=task.reason if task.cancel_requested_at else "",
             message=f"running on {', '.join(job.nodes) or 'its node'}",
             fields={"started_at": task.started_at or started},
         )
@@ -226,40 +98,44 @@ def apply_job(task: Task, job: Job) -> bool:
 def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
     ended = job.ended_at or now
     reason = job.reason or _default_reason(job)
-    Attempt.objects.filter(task=task, number=task.attempts).update(
+    attempt_end(
+        task=task,
+        number=task.attempts,
         state=target,
         reason=reason,
         exit_code=job.exit_code,
         ended_at=ended,
         nodes=list(job.nodes),
     )
-    attempts_left = task.retry_count + 1 - task.attempts
-    if job.state in _RETRIABLE and attempts_left > 0:
-        backoff = retry_backoff_seconds(task.attempts)
+    outcome = lifecycle.attempt_outcome(
+        ended=target,
+        retriable=job.state in _RETRIABLE and task.cancel_requested_at is None,
+        reason=reason,
+        attempt=task.attempts,
+        retry_count=task.retry_count,
+        fail_action=task.fail_action,
+        backoff_base_s=settings.SWITCHYARD_RETRY_BACKOFF_SECONDS,
+        backoff_cap_s=settings.SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS,
+    )
+    if isinstance(outcome, lifecycle.Retry):
         moved = task_set_state(
             task=task,
             to=S.PENDING,
-            reason=f"attempt {task.attempts} {target}: {reason}; retrying in {backoff:g}s",
-            message=f"attempt {task.attempts} ended {target} ({reason}); "
-            f"{attempts_left} attempt(s) left",
+            reason=outcome.reason,
+            message=outcome.message,
             fields={
                 "backend_id": "",
                 "exit_code": job.exit_code,
-                "not_before": now + timedelta(seconds=backoff),
+                "not_before": now + timedelta(seconds=outcome.backoff_s),
             },
         )
         if moved:
-            from scheduling.services import _enqueue_dispatch
-
-            _enqueue_dispatch(task.pk, countdown=backoff)
+            outbox.dispatch(task.pk, countdown=outcome.backoff_s)
         return moved
-    if target in (S.FAILED, S.TIMEOUT) and task.fail_action == "skip":
-        reason = f"{target}: {reason}; skipped (fail_action: skip)"
-        target = S.SKIPPED
     return task_set_state(
         task=task,
-        to=target,
-        reason=reason,
+        to=outcome.state,
+        reason=outcome.reason,
         fields={
             "exit_code": job.exit_code,
             "ended_at": ended,
@@ -269,10 +145,12 @@ def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
 
 
 def retry_backoff_seconds(attempt: int) -> float:
-    """1 s, 2 s, 4 s … after attempts 1, 2, 3 …, capped; short, so Celery countdowns stay
-    far below the broker's visibility timeout."""
-    base = settings.SWITCHYARD_RETRY_BACKOFF_SECONDS
-    return min(base * 2 ** (attempt - 1), settings.SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS)
+    """The delay before the attempt after `attempt`, with the configured base and cap."""
+    return lifecycle.retry_backoff_seconds(
+        attempt,
+        base_s=settings.SWITCHYARD_RETRY_BACKOFF_SECONDS,
+        cap_s=settings.SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS,
+    )
 
 
 def _default_reason(job: Job) -> str:
@@ -283,23 +161,6 @@ def _default_reason(job: Job) -> str:
     if job.exit_code is not None:
         return f"exit code {job.exit_code}"
     return job.state.value
-
-
-def sweep_pending() -> list[int]:
-    """Task ids left pending past the grace period with no live lease: dispatch them again.
-
-    This is what makes a stored task impossible to lose: the dispatch message can vanish
-    (worker killed, broker down, process died between commit and publish) and the sweep still
-    finds the row.
-    """
-    now = timezone.now()
-    stale = now - timedelta(seconds=settings.SWITCHYARD_PENDING_GRACE_SECONDS)
-    return list(
-        Task.objects.filter(state=S.PENDING, updated_at__lt=stale)
-        .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
-        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-        .values_list("pk", flat=True)[:1000]
-    )
 
 
 def active_backends() -> list[str]:

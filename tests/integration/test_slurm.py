@@ -18,7 +18,7 @@ import pytest
 from django.core.management import call_command
 
 from scheduling import engine
-from scheduling.backends import get_backend
+from scheduling.engine import get_backend
 from scheduling.models import TERMINAL_STATES, Task, TaskState
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import ROOT, descriptor, in_ci, submit
@@ -150,6 +150,8 @@ def drive(
             if task.state == TaskState.PENDING:
                 with contextlib.suppress(engine.DispatchRetry):
                     engine.task_dispatch(task.pk)
+        # What a worker does with cancel requests.
+        engine.cancel_requested([t.pk for t in tasks if t.cancelling])
         engine.backend_poll("slurm")
         time.sleep(0.5)
 
@@ -250,9 +252,10 @@ def test_failure_timeout_cancel_and_a_pending_reason(site, api, slurm_env):
     response = api.get(f"/api/v1/tasks/{waiter}/").json()
     assert response["wait_reason"] == waiting.reason
 
-    assert api.post(f"/api/v1/tasks/{victim}/cancel/").status_code == 200
+    assert api.post(f"/api/v1/tasks/{victim}/cancel/").status_code == 202
     for pk in (*fillers, waiter):
         api.post(f"/api/v1/tasks/{pk}/cancel/")
+    engine.cancel_requested([*fillers, waiter])  # what a worker does with the requests
 
     done = {t.pk: t for t in drive([failing, slow, victim], timeout=180)}
     assert (done[failing].state, done[failing].exit_code) == ("failed", 3)
@@ -377,6 +380,7 @@ def test_one_squeue_and_one_sacct_per_poll_with_200_jobs(site, api):
     # Leave the cluster idle for whatever runs next.
     for task in Task.objects.filter(pk__in=ids).exclude(state__in=["succeeded"]):
         api.post(f"/api/v1/tasks/{task.pk}/cancel/")
+    engine.cancel_requested(ids)  # what a worker does with the requests
     assert not Task.objects.filter(pk__in=ids, state__in=["pending", "queued", "running"]).exists()
 
 

@@ -1,4 +1,4 @@
-"""The supervisor of one local job: `python -I -S local_shim.py <jobdir>`.
+"""The supervisor of one local job: `python -I -S shim.py <jobdir>`.
 
 The local backend spawns one of these per started job, detached (its own session, no
 inherited descriptors, an almost empty environment). It starts the job's command, enforces
@@ -12,7 +12,7 @@ So this file imports nothing from the project, and until the child runs it uses 
 the small JSON writer below. The modules the wait loop needs are imported once the child is
 running. The backend runs this file by path,
 which does not import the `scheduling` package (its `__init__` imports Django);
-`python -m scheduling.backends.local_shim <jobdir>` works too, only slower.
+`python -m scheduling.backends.local.shim <jobdir>` works too, only slower.
 
 The child's environment is exactly `plan["env"]`, built by the backend from nothing: this
 process's own environment never reaches it.
@@ -326,7 +326,7 @@ def signal_group(pgid: int, signo: int) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: local_shim.py <jobdir>", file=sys.stderr)
+        print("usage: shim.py <jobdir>", file=sys.stderr)
         return 2
     jobdir = os.path.abspath(argv[1])
     shim: Shim | None = None

@@ -1,12 +1,12 @@
 """Slurm, driven through its own commands with JSON output (sbatch, squeue, sacct, scontrol…).
 
-Mapping (DESIGN.md "Backends"): queue ↔ partition, project ↔ account, whole-node ↔
+Mapping (docs/slurm.md): queue ↔ partition, project ↔ account, whole-node ↔
 `--exclusive`, gpus ↔ `--gres=gpu:N` per node (or `--gpus=N` when no node count is given),
 walltime ↔ `--time`, estimate ↔ `--time-min`, the attempt key ↔ `--job-name`, so `find(key)`
 finds a job a crashed dispatcher already made and `--dependency=singleton` stops a duplicate
 from ever running beside it.
 
-Nothing from a descriptor reaches a shell or an `#SBATCH` line unquoted (invariant 5):
+Nothing from a descriptor reaches a shell or an `#SBATCH` line unquoted:
 options go on sbatch's argv (never through a shell); the script's first line after the
 shebang is a command, so Slurm reads no `#SBATCH` directive from the body; the command is
 `exec`'d with every argument `shlex.quote`d; environment values are exported quoted, with
@@ -20,18 +20,14 @@ its state is never mistaken for the old job.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
+import pwd
 import re
 import shlex
-import subprocess
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from scheduling.backends.base import (
     BackendError,
@@ -40,7 +36,15 @@ from scheduling.backends.base import (
     JobState,
     SubmitRequest,
 )
-from scheduling.backends.local import sandbox_argv
+from scheduling.backends.sandbox import sandbox_argv
+from scheduling.backends.slurm.commands import CommandRunner
+from scheduling.backends.slurm.parse import (
+    PENDING_REASONS,
+    SlurmJob,
+    gres_gpus,
+    scalar,
+    slurm_json,
+)
 from scheduling.decisions.types import NodeView
 from scheduling.spec import SANDBOXED_TYPES
 
@@ -50,131 +54,11 @@ _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _ACCOUNT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
-# Slurm's job states → ours. COMPLETING still has processes on the nodes.
-STATE_MAP: dict[str, JobState] = {
-    "PENDING": JobState.PENDING,
-    "CONFIGURING": JobState.PENDING,
-    "REQUEUED": JobState.PENDING,
-    "REQUEUE_FED": JobState.PENDING,
-    "REQUEUE_HOLD": JobState.PENDING,
-    "RESV_DEL_HOLD": JobState.PENDING,
-    "RESIZING": JobState.RUNNING,
-    "SUSPENDED": JobState.RUNNING,
-    "STOPPED": JobState.RUNNING,
-    "SIGNALING": JobState.RUNNING,
-    "STAGE_OUT": JobState.RUNNING,
-    "RUNNING": JobState.RUNNING,
-    "COMPLETING": JobState.RUNNING,
-    "COMPLETED": JobState.SUCCEEDED,
-    "FAILED": JobState.FAILED,
-    "OUT_OF_MEMORY": JobState.FAILED,
-    "SPECIAL_EXIT": JobState.FAILED,
-    "PREEMPTED": JobState.FAILED,
-    "TIMEOUT": JobState.TIMEOUT,
-    "DEADLINE": JobState.TIMEOUT,
-    "CANCELLED": JobState.CANCELLED,
-    "REVOKED": JobState.CANCELLED,
-    "NODE_FAIL": JobState.NODE_FAIL,
-    "BOOT_FAIL": JobState.NODE_FAIL,
-}
-
-# Why a job ended, when Slurm's state says more than an exit code would.
-END_REASONS = {
-    "OUT_OF_MEMORY": "killed by Slurm: out of memory",
-    "PREEMPTED": "preempted by a higher-priority job",
-    "TIMEOUT": "killed by Slurm: walltime exceeded",
-    "DEADLINE": "killed by Slurm: deadline reached",
-    "NODE_FAIL": "a node of the job failed",
-    "BOOT_FAIL": "a node of the job failed to boot",
-    "REVOKED": "revoked by a sibling cluster",
-}
-
-# Slurm's pending reasons, in a researcher's words.
-PENDING_REASONS = {
-    "None": "submitted to Slurm; waiting for the scheduler's next pass",
-    "Priority": "waiting behind higher-priority jobs in the partition",
-    "Resources": "waiting for free nodes: the resources it asks for are in use",
-    "Dependency": "waiting for another job of the same task to end (duplicate guard)",
-    "DependencyNeverSatisfied": "a job it depends on failed; it will never start",
-    "BeginTime": "waiting for its start time",
-    "JobHeldUser": "held by its owner",
-    "JobHeldAdmin": "held by an administrator",
-    "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
-    "NodeDown": "a node it needs is down",
-    "PartitionDown": "the partition (queue) is down",
-    "PartitionInactive": "the partition (queue) is inactive",
-    "PartitionNodeLimit": "asks more nodes than the partition allows",
-    "PartitionTimeLimit": "asks a longer walltime than the partition allows",
-    "AssocGrpGRES": "the project's GPU quota is in use",
-    "AssocGrpCpuLimit": "the project's CPU quota is in use",
-    "AssocMaxJobsLimit": "the project already runs its maximum number of jobs",
-    "QOSMaxJobsPerUserLimit": "you already run the maximum number of jobs for this QOS",
-    "QOSGrpGRES": "the QOS's GPU limit is in use",
-    "Reservation": "waiting for its reservation",
-    "Licenses": "waiting for licences",
-    "InvalidAccount": "the project has no Slurm account",
-    "InvalidQOS": "the QOS is not valid for this project",
-}
-
 _ALREADY_GONE = (
     "already completing or completed",
     "Invalid job id specified",
     "Job/step already completing",
 )
-
-_UNREACHABLE_MARKERS = (
-    "Unable to contact slurm controller",
-    "Slurm controller not responding",
-    "Socket timed out",
-    "Connection refused",
-    "Unable to establish connection",
-    "slurm_persist_conn_open",
-    "Zero Bytes were transmitted or received",
-    "Slurmctld is not responding",
-)
-
-
-@dataclass
-class CommandRunner:
-    """Runs a Slurm command as an argv list (never through a shell) against one config."""
-
-    slurm_conf: str | None = None
-    timeout_s: float = 20.0
-    bin_dir: str | None = None
-    calls: list[tuple[str, ...]] = field(default_factory=list)
-
-    def __call__(self, argv: Sequence[str], *, stdin: str | None = None) -> str:
-        argv = list(argv)
-        if self.bin_dir:
-            argv[0] = os.path.join(self.bin_dir, argv[0])
-        # Epoch seconds in sacct's text output, whatever the host's time zone.
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "SLURM_TIME_FORMAT": "%s"}
-        if self.slurm_conf:
-            env["SLURM_CONF"] = self.slurm_conf
-        self.calls.append(tuple(argv))
-        try:
-            done = subprocess.run(
-                argv,
-                input=stdin,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout_s,
-                env=env,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise BackendUnavailable(f"{argv[0]} timed out after {self.timeout_s:g}s") from exc
-        except FileNotFoundError as exc:
-            raise BackendUnavailable(f"{argv[0]} is not installed") from exc
-        if done.returncode != 0:
-            message = (done.stderr or done.stdout).strip()
-            if any(marker in message for marker in _UNREACHABLE_MARKERS):
-                raise BackendUnavailable(message.splitlines()[-1] if message else "unreachable")
-            raise BackendError(f"{Path(argv[0]).name} failed: {message or done.returncode}")
-        return done.stdout
-
-    def count(self, command: str) -> int:
-        return sum(1 for argv in self.calls if Path(argv[0]).name == command)
 
 
 class SlurmBackend:
@@ -326,8 +210,6 @@ class SlurmBackend:
                 fh.write(request.spec.script)
         unix_user = self._unix_user(request)
         if unix_user:
-            import pwd
-
             try:
                 entry = pwd.getpwnam(unix_user)
             except KeyError as exc:
@@ -419,22 +301,22 @@ class SlurmBackend:
                 )
         return result
 
-    def _squeue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = ()) -> list[_SlurmJob]:
+    def _squeue(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = ()) -> list[SlurmJob]:
         argv = ["squeue", "--json", "--all"]
         if job_ids:
             argv.append("--jobs=" + ",".join(job_ids))
         if names:
             argv.append("--name=" + ",".join(names))
         try:
-            data = _json(self.run(argv))
+            data = slurm_json(self.run(argv))
         except BackendError as exc:
             # squeue --jobs with ids it no longer knows exits 1 with "Invalid job id".
             if "Invalid job id" in str(exc):
                 return []
             raise
-        return [_SlurmJob.from_squeue(j) for j in data.get("jobs", [])]
+        return [SlurmJob.from_squeue(j) for j in data.get("jobs", [])]
 
-    def _sacct(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = ()) -> list[_SlurmJob]:
+    def _sacct(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = ()) -> list[SlurmJob]:
         # Parsable text, not --json: Slurm 22.05's `sacct --json` reports exit code 0 for a
         # job that exited 3 (docs/slurm.md). JobName goes last so a '|' in someone else's
         # job name cannot shift the columns.
@@ -450,7 +332,7 @@ class SlurmBackend:
         for line in self.run(argv).splitlines():
             fields = line.split("|", 8)
             if len(fields) == 9 and fields[0].isdigit():
-                jobs.append(_SlurmJob.from_sacct_row(fields))
+                jobs.append(SlurmJob.from_sacct_row(fields))
         # sacct lists every run of a requeued job; the latest is the one that counts.
         jobs.sort(key=lambda j: j.submit_time or 0)
         return list({job.job_id: job for job in jobs}.values())
@@ -489,18 +371,18 @@ class SlurmBackend:
         self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
     def nodes(self) -> list[NodeView]:
-        data = _json(self.run(["sinfo", "--json"]))
+        data = slurm_json(self.run(["sinfo", "--json"]))
         views = []
         for node in data.get("nodes", []):
-            state = str(_scalar(node.get("state")) or "").upper()
-            gpus = _gres_gpus(node.get("gres", ""))
+            state = str(scalar(node.get("state")) or "").upper()
+            gpus = gres_gpus(node.get("gres", ""))
             views.append(
                 NodeView(
                     name=node.get("name") or node.get("hostname"),
-                    cpus=int(_scalar(node.get("cpus")) or 0),
-                    memory_mib=int(_scalar(node.get("real_memory")) or 0),
+                    cpus=int(scalar(node.get("cpus")) or 0),
+                    memory_mib=int(scalar(node.get("real_memory")) or 0),
                     gpus=gpus,
-                    free_cpus=int(_scalar(node.get("idle_cpus")) or 0)
+                    free_cpus=int(scalar(node.get("idle_cpus")) or 0)
                     if "idle_cpus" in node
                     else None,
                     available=not any(s in state for s in ("DRAIN", "DOWN", "FAIL", "INVAL")),
@@ -519,160 +401,6 @@ class SlurmBackend:
             return ""
 
 
-@dataclass(frozen=True, slots=True)
-class _SlurmJob:
-    job_id: str
-    key: str
-    state_name: str
-    reason: str
-    exit_code: int | None
-    nodes: tuple[str, ...]
-    submit_time: int | None
-    start_time: int | None
-    end_time: int | None
-
-    @classmethod
-    def from_squeue(cls, j: Mapping[str, Any]) -> _SlurmJob:
-        return cls(
-            job_id=str(_scalar(j.get("job_id"))),
-            key=str(j.get("name") or ""),
-            state_name=_state_name(j.get("job_state")),
-            reason=str(_scalar(j.get("state_reason")) or "None"),
-            exit_code=_exit_code(j.get("exit_code")),
-            nodes=_nodelist(j.get("nodes")),
-            submit_time=_time(j.get("submit_time")),
-            start_time=_time(j.get("start_time")),
-            end_time=_time(j.get("end_time")),
-        )
-
-    @classmethod
-    def from_sacct_row(cls, fields: Sequence[str]) -> _SlurmJob:
-        job_id, state, exit_code, submit, start, end, nodes, reason, name = fields
-        code, _, signal = exit_code.partition(":")
-        return cls(
-            job_id=job_id,
-            key=name,
-            state_name=_state_name(state),
-            reason=reason or "None",
-            exit_code=128 + int(signal) if signal.isdigit() and int(signal) else _int(code),
-            nodes=_nodelist(nodes),
-            submit_time=_time(submit),
-            start_time=_time(start),
-            end_time=_time(end),
-        )
-
-    def as_job(self) -> Job:
-        state = STATE_MAP.get(self.state_name, JobState.UNKNOWN)
-        if state is JobState.PENDING:
-            reason = PENDING_REASONS.get(self.reason, f"Slurm says: {self.reason}")
-        elif state.finished:
-            reason = END_REASONS.get(self.state_name) or (
-                f"exit code {self.exit_code}"
-                if self.exit_code is not None
-                else self.state_name.lower()
-            )
-        else:
-            reason = ""
-        if state is JobState.UNKNOWN:
-            reason = f"unknown Slurm state {self.state_name}"
-        return Job(
-            backend_id=f"{self.job_id}:{self.key}",
-            state=state,
-            reason=reason,
-            exit_code=self.exit_code if state.finished else None,
-            nodes=self.nodes,
-            started_at=_dt(self.start_time) if state is not JobState.PENDING else None,
-            ended_at=_dt(self.end_time) if state.finished else None,
-        )
-
-
-# -- JSON shapes differ between Slurm releases: read both the plain and the {number} forms --
-
-
-def _json(text: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BackendError(f"Slurm answered something that is not JSON: {text[:200]!r}") from exc
-    errors = data.get("errors") or []
-    if errors:
-        # "Failed while looking for jobs" (slurm_load_jobs) is what a controller that is
-        # starting up or overloaded answers: a passing state, not a refusal.
-        if any(str(e.get("source", "")).startswith("slurm_load_") for e in errors):
-            raise BackendUnavailable(f"Slurm could not answer: {errors[0].get('description')}")
-        raise BackendError(f"Slurm reported errors: {errors}")
-    return data
-
-
-def _scalar(value: Any) -> Any:
-    if isinstance(value, dict):
-        if value.get("set") is False or value.get("infinite"):
-            return None
-        return value.get("number")
-    if isinstance(value, list):
-        return value[0] if value else None
-    return value
-
-
-def _state_name(value: Any) -> str:
-    value = _scalar(value)
-    return str(value or "UNKNOWN").split()[0].upper()
-
-
-def _time(value: Any) -> int | None:
-    value = _scalar(value)
-    try:
-        value = int(value)
-    except (TypeError, ValueError):
-        return None
-    return value or None
-
-
-def _int(value: str) -> int | None:
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-def _dt(epoch: int | None) -> datetime | None:
-    return datetime.fromtimestamp(epoch, tz=UTC) if epoch else None
-
-
-def _exit_code(value: Any) -> int | None:
-    if isinstance(value, dict) and "return_code" in value:
-        code = _scalar(value.get("return_code"))
-        signal = (
-            _scalar((value.get("signal") or {}).get("signal_id"))
-            if isinstance(value.get("signal"), dict)
-            else None
-        )
-        if signal:
-            return 128 + int(signal)
-        return None if code is None else int(code)
-    value = _scalar(value)
-    if value is None:
-        return None
-    try:
-        raw = int(value)
-    except (TypeError, ValueError):
-        return None
-    # squeue's plain form is the wait status: exit code in the high byte, signal in the low.
-    return 128 + (raw & 0x7F) if raw & 0x7F else raw >> 8
-
-
-def _nodelist(value: Any) -> tuple[str, ...]:
-    value = _scalar(value)
-    if not value or value in ("None assigned", "(null)"):
-        return ()
-    return (str(value),)
-
-
-def _gres_gpus(gres: Any) -> int:
-    match = re.search(r"gpu(?::[^:(,]+)?:(\d+)", str(gres or ""))
-    return int(match.group(1)) if match else 0
-
-
 def _minutes(seconds: int) -> int:
     return max(1, math.ceil(seconds / 60))
 
@@ -684,6 +412,4 @@ def _account(project: str) -> str:
 
 
 def _current_user() -> str:
-    import pwd
-
     return pwd.getpwuid(os.getuid()).pw_name

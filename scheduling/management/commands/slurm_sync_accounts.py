@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from portal.models import ClusterAccount, Membership, Project
-from scheduling.backends import get_backend
+from scheduling.engine.cluster import sync_accounts
 
 
 class Command(BaseCommand):
@@ -18,13 +17,5 @@ class Command(BaseCommand):
         parser.add_argument("--backend", default="slurm", help="the Slurm backend's alias")
 
     def handle(self, *args, backend: str, **options):
-        slurm = get_backend(backend)
-        accounts = dict(ClusterAccount.objects.values_list("user_id", "unix_username"))
-        for project in Project.objects.order_by("slug"):
-            users = {
-                accounts.get(m.user_id) or slurm.service_account
-                for m in Membership.objects.filter(project=project)
-            }
-            for unix_user in sorted(users, key=lambda u: u or ""):
-                slurm.ensure_association(project.slug, unix_user)
-            self.stdout.write(f"{project.slug}: {', '.join(u or '(portal user)' for u in users)}")
+        for project, users in sync_accounts(backend):
+            self.stdout.write(f"{project}: {', '.join(u or '(portal user)' for u in users)}")

@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from scheduling import engine, services
-from scheduling.backends import JobState, get_backend
+from scheduling.backends import JobState
 from scheduling.backends.fake import FakeBackend
+from scheduling.engine import dispatch, get_backend
 from scheduling.models import Task
 from tests.conftest import descriptor, submit
 
@@ -50,7 +51,7 @@ def test_a_crash_after_submit_is_adopted_not_resubmitted(api):
     task = _submit(api)
     backend = get_backend("fake")
     # The first dispatcher claims the task and submits, then dies before it records anything.
-    assert engine._claim(task.pk)
+    assert dispatch._claim(task.pk)
     backend.submit(
         SubmitRequest(
             key=attempt_key(task.pk, 1, task.key_salt),
@@ -149,13 +150,25 @@ def test_a_dispatch_lost_between_commit_and_publish_is_found_by_the_sweep_once(
     assert task.state == "queued"
 
 
-def test_cancel_of_a_queued_task_cancels_the_backend_job(api, researcher):
+def test_cancel_of_a_queued_task_cancels_the_backend_job(
+    api, researcher, django_capture_on_commit_callbacks
+):
     task = _submit(api)
     engine.task_dispatch(task.pk)
     task.refresh_from_db()
-    services.task_cancel(user=researcher, task=task)
+    with django_capture_on_commit_callbacks() as published:
+        services.task_cancel(user=researcher, task=task)
+    # The request only records the cancel: no backend is called inside a web request.
+    assert FakeBackend.jobs_for("fake")[task.backend_id].state is JobState.PENDING
+    task.refresh_from_db()
+    assert task.state == "queued" and task.cancelling and task.display_state == "cancelling"
+    assert len(published) == 1  # one message for the worker
+    assert engine.cancel_requested([task.pk]) == 1  # what the worker does with it
     assert FakeBackend.jobs_for("fake")[task.backend_id].state is JobState.CANCELLED
-    assert Task.objects.get(pk=task.pk).state == "cancelled"
+    task.refresh_from_db()
+    assert task.state == "cancelled" and task.reason == "cancelled by alice"
+    assert task.attempt_set.get().state == "cancelled"
+    assert engine.cancel_requested([task.pk]) == 0  # a redelivered message changes nothing
 
 
 def test_a_task_cancelled_while_being_submitted_does_not_leave_a_job_running(api, researcher):

@@ -7,10 +7,10 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from scheduling.backends import get_backend
 from scheduling.backends.base import Backend, BackendError, JobState, SubmitRequest
 from scheduling.backends.fake import FakeBackend
 from scheduling.decisions.types import NodeView, QueuePolicy
+from scheduling.engine import get_backend
 from scheduling.spec import TaskSpec
 
 QUEUE = QueuePolicy(name="hpc", pool="cpu", task_types=())

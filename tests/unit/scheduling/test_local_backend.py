@@ -20,7 +20,7 @@ import pytest
 
 from scheduling.backends.base import Backend, BackendError, Job, JobState, SubmitRequest
 from scheduling.backends.local import BWRAP_MISSING, SUPERVISOR_DIED, LocalBackend
-from scheduling.backends.local_shim import proc_start_time
+from scheduling.backends.local.shim import proc_start_time
 from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.spec import Resources, TaskSpec
 

@@ -11,7 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.utils.html import escape
 
-from scheduling import services
+from scheduling import services, states
 from scheduling.models import Task
 from tests.conftest import descriptor
 
@@ -249,7 +249,7 @@ def test_cancel_needs_a_post(browser, researcher):
 
 def test_cancelling_a_finished_task_says_why_on_the_page(browser, researcher):
     task = _task(researcher, name="done")
-    services.task_set_state(task=task, to="succeeded", reason="exit 0")
+    states.task_set_state(task=task, to="succeeded", reason="exit 0")
     response = browser.post(f"/tasks/{task.pk}/cancel/", follow=True)
     assert "already ended" in _page(response)
     task.refresh_from_db()

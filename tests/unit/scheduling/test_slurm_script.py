@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from scheduling.backends import SubmitRequest
-from scheduling.backends.slurm import SlurmBackend, _exit_code
+from scheduling.backends.slurm import SlurmBackend
+from scheduling.backends.slurm.parse import _exit_code
 from scheduling.decisions.types import QueuePolicy
 from scheduling.spec import Resources, TaskSpec
 

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from scheduling import services, workflows
+from scheduling import services
+from scheduling.dag import dag_picture
 from scheduling.models import Task, Workflow
 from tests.conftest import descriptor
 from tests.unit.scheduling.test_workflows import DIAMOND, task, workflow
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def diamond(researcher) -> Workflow:
-    return workflows.workflow_submit(
+    return services.workflow_submit(
         user=researcher, text=json.dumps(workflow(*DIAMOND, name="diamond")), fmt="json"
     )
 
@@ -207,9 +208,9 @@ def test_a_task_pasted_on_the_submit_page_still_goes_to_its_task_page(browser):
 def test_the_layout_puts_each_task_one_column_after_its_furthest_dependency(researcher):
     # a → b → c and a → c: c goes after b (longest path), not beside it.
     doc = workflow(task("a"), task("b", "a"), task("c", "a", "b"), task("lone"))
-    wf = workflows.workflow_submit(user=researcher, text=json.dumps(doc), fmt="json")
+    wf = services.workflow_submit(user=researcher, text=json.dumps(doc), fmt="json")
     tasks = list(wf.tasks.prefetch_related("depends_on").order_by("id"))
-    picture = workflows.dag_picture(tasks)
+    picture = dag_picture(tasks)
     layers = {box.task.name: box.layer for box in picture.boxes}
     assert layers == {"a": 0, "lone": 0, "b": 1, "c": 2}
     assert len(picture.edges) == 3

@@ -19,9 +19,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from scheduling import engine, services, workflows
-from scheduling.backends import JobState, get_backend
+from scheduling import engine, services
+from scheduling.backends import JobState
 from scheduling.backends.fake import FakeBackend
+from scheduling.engine import get_backend, settle
 from scheduling.models import Task, TaskEvent, Workflow
 from tests.conftest import descriptor, in_ci
 
@@ -268,7 +269,8 @@ def test_a_task_cancelled_by_its_user_is_not_retried(flow, api):
     flow.finish("t", JobState.RUNNING)
     t = flow.task("t")
     with flow.run():
-        assert api.post(f"/api/v1/tasks/{t.pk}/cancel/").status_code == 200
+        # 202: a worker cancels the job (here, at the end of the block).
+        assert api.post(f"/api/v1/tasks/{t.pk}/cancel/").status_code == 202
     assert FakeBackend.jobs_for("fake")[t.backend_id].state is JobState.CANCELLED
     with flow.run():
         engine.backend_poll("fake")  # the backend now reports the job cancelled
@@ -283,9 +285,9 @@ def test_a_task_cancelled_by_its_user_is_not_retried(flow, api):
 def test_a_task_whose_dependency_never_finishes_is_cancelled_at_its_wait_timeout(flow, api):
     flow.submit(task("a"), task("b", "a", wait_timeout="1h"), task("c", "b"))
     now = timezone.now()
-    assert workflows.expire_waiting(now=now + timedelta(minutes=59)) == 0
+    assert settle.expire_waiting(now=now + timedelta(minutes=59)) == 0
     with flow.run():
-        assert workflows.expire_waiting(now=now + timedelta(hours=1, minutes=1)) == 1
+        assert settle.expire_waiting(now=now + timedelta(hours=1, minutes=1)) == 1
     b = flow.task("b")
     assert b.state == "cancelled"
     assert b.reason == "waited longer than its wait_timeout (1h); waiting for a"
@@ -300,7 +302,7 @@ def test_a_task_whose_dependency_never_finishes_is_cancelled_at_its_wait_timeout
 def test_a_wait_timeout_with_skip_lets_the_dependants_run(flow):
     flow.submit(task("a"), task("b", "a", wait_timeout="30m", fail_action="skip"), task("c", "b"))
     with flow.run():
-        workflows.expire_waiting(now=timezone.now() + timedelta(hours=1))
+        settle.expire_waiting(now=timezone.now() + timedelta(hours=1))
     assert flow.state("b") == "skipped" and "wait_timeout (30min)" in flow.task("b").reason
     assert flow.state("c") == "queued"
     flow.finish("a", JobState.SUCCEEDED, exit_code=0)
@@ -323,14 +325,14 @@ def test_a_trigger_file_releases_the_waiting_task_once_it_exists(flow, trigger_r
     ready = trigger_root / "READY"
     flow.submit(task("agent", trigger={"file": str(ready)}))
     with flow.run():
-        assert workflows.check_triggers() == 1
+        assert settle.check_triggers() == 1
     t = flow.task("agent")
     assert t.state == "waiting" and t.reason == f"waiting for the trigger file {ready}"
     assert flow.jobs("agent") == []
 
     ready.touch()
     with flow.run():
-        workflows.check_triggers()
+        settle.check_triggers()
     t = flow.task("agent")
     assert t.state == "queued" and len(flow.jobs("agent")) == 1
     assert "trigger file" in t.events.get(to_state="pending").message
@@ -341,7 +343,7 @@ def test_a_trigger_waits_for_the_dependencies_too(flow, trigger_root):
     ready.touch()
     flow.submit(task("a"), task("b", "a", trigger={"file": str(ready)}))
     with flow.run():
-        workflows.check_triggers()
+        settle.check_triggers()
     assert flow.task("b").reason == "waiting for a"
     flow.finish("a", JobState.SUCCEEDED, exit_code=0)
     assert flow.state("b") == "queued"
@@ -364,7 +366,7 @@ def test_a_symlink_in_the_root_that_leads_outside_is_not_honoured(
     flow.submit(task("agent", trigger={"file": str(trigger_root / "READY")}))
     os.symlink(outside / "READY", trigger_root / "READY")  # planted after the submit
     with flow.run():
-        workflows.check_triggers()
+        settle.check_triggers()
     assert flow.state("agent") == "waiting" and flow.jobs("agent") == []
 
     # A folder in the root that links outside is refused when the descriptor is checked.
@@ -422,7 +424,7 @@ def test_cancelling_one_task_applies_its_fail_action_to_its_dependants(
 ):
     flow.submit(task("a", fail_action=fail_action), task("b", "a"))
     with flow.run():
-        assert api.post(f"/api/v1/tasks/{flow.task('a').pk}/cancel/").status_code == 200
+        assert api.post(f"/api/v1/tasks/{flow.task('a').pk}/cancel/").status_code == 202
     assert flow.state("b") == then
     if fail_action == "abort":
         assert "depends on a" in flow.task("b").reason
@@ -578,7 +580,7 @@ def test_two_workers_releasing_the_same_dependant_dispatch_it_once(
     a.refresh_from_db()
 
     # Hold each worker at its write until both have read b as waiting: the worst interleaving.
-    real_set_state = services.task_set_state
+    real_set_state = settle.task_set_state
     at_write = threading.Barrier(2, timeout=10)
 
     def set_state_after_both_read(**kwargs):
@@ -586,7 +588,7 @@ def test_two_workers_releasing_the_same_dependant_dispatch_it_once(
             at_write.wait()
         return real_set_state(**kwargs)
 
-    monkeypatch.setattr(services, "task_set_state", set_state_after_both_read)
+    monkeypatch.setattr(settle, "task_set_state", set_state_after_both_read)
     start = threading.Barrier(2, timeout=10)
     errors: list[BaseException] = []
 
@@ -594,9 +596,9 @@ def test_two_workers_releasing_the_same_dependant_dispatch_it_once(
         try:
             start.wait()
             if entry == "settle_waiting":
-                workflows.settle_waiting([b.pk])
+                settle.settle_waiting([b.pk])
             else:
-                workflows.after_end(Task.objects.get(pk=a.pk))
+                settle.after_end(Task.objects.get(pk=a.pk))
         except BaseException as exc:  # noqa: BLE001 - reported by the test thread
             errors.append(exc)
         finally:

@@ -1,0 +1,301 @@
+"""The local backend's state on disk: one folder per job, shared by every worker process.
+
+    root/lock               flock'ed around every scheduling pass and state transition
+    root/seq                submit counter (FIFO order among equal priorities)
+    root/drained.json       {node: reason} of drained virtual nodes
+    root/active/<key>       one empty file per job not yet finished (keeps a pass O(active))
+    root/jobs/<key>/        one job; its key is its backend id
+        request.json        the SubmitRequest (spec via TaskSpec.as_dict())
+        state.json          pending | starting | running | final state (atomic tmp+replace)
+        priority            set_priority's number (higher starts first)
+        alloc.json          the Placement, once started
+        launch.marshal      argv / env / cwd / limits the supervisor runs with (marshal: see
+                            shim.py; read it with `marshal.load(open(path, "rb"))`)
+        script.sh           a `script:` body, mode 0700, run as `/bin/bash script.sh`
+        shim.pid            "<pid> <start time>" of the supervisor
+        cancel              the cancel marker
+        output.log          stdout + stderr of the job
+        work/ home/ tmp/    the job's cwd, HOME and TMPDIR
+
+Who writes state.json: the backend (under the lock) while a job is pending/starting and for
+transitions it alone can decide (cancel of a pending job, a failure to start, a dead
+supervisor); the supervisor (`shim.py`) from "running" to the final state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest
+from scheduling.decisions.types import NodeAllocation, Placement, QueuePolicy
+from scheduling.spec import TaskSpec
+
+KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,199}$")
+FINAL = frozenset(s.value for s in JobState if s.finished)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class JobStore:
+    """The files of every local job under `root`; see the module docstring for the layout."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(str(root))
+        self.jobs_dir = os.path.join(self.root, "jobs")
+        self.active_dir = os.path.join(self.root, "active")
+        self.tmp_dir = os.path.join(self.root, "tmp")
+        self._lock_path = os.path.join(self.root, "lock")
+        self._drained_path = os.path.join(self.root, "drained.json")
+        self._seq_path = os.path.join(self.root, "seq")
+        for d in (self.jobs_dir, self.active_dir, self.tmp_dir):
+            os.makedirs(d, exist_ok=True)
+        # A job's request and allocation never change once written: parse each once.
+        self._requests: dict[str, SubmitRequest] = {}
+        self._allocs: dict[str, Placement] = {}
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    def jobdir(self, key: str) -> str:
+        return os.path.join(self.jobs_dir, key)
+
+    def path(self, key: str, name: str) -> str:
+        return os.path.join(self.jobs_dir, key, name)
+
+    # -- a new job -----------------------------------------------------------------------
+
+    def create(self, request: SubmitRequest) -> bool:
+        """Store a new job atomically (call under the lock); False if the key exists.
+
+        The whole job is built in a scratch dir and renamed into place: rename is atomic, so
+        every reader sees a complete job or none, and a second submit of the key finds it and
+        starts nothing. (A bare os.mkdir would be atomic too, but a crash right after it
+        would leave a job dir without request.json.)
+        """
+        jobdir = self.jobdir(request.key)
+        if os.path.lexists(jobdir):
+            return False
+        tmp = tempfile.mkdtemp(prefix=f"{request.key}.", dir=self.tmp_dir)
+        try:
+            self._write_new_job(tmp, request)
+            os.rename(tmp, jobdir)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if os.path.lexists(jobdir):
+                return False
+            raise
+        self._requests[request.key] = request
+        touch(os.path.join(self.active_dir, request.key))
+        return True
+
+    def _write_new_job(self, jobdir: str, request: SubmitRequest) -> None:
+        # Nobody sees this dir before it is renamed into place: plain writes suffice.
+        os.chmod(jobdir, 0o755)  # mkdtemp's 0700 would hide it from a sandboxed child
+        with open(os.path.join(jobdir, "request.json"), "w", encoding="utf-8") as f:
+            json.dump(request_as_dict(request), f)
+        if request.spec.command is None and request.spec.script is not None:
+            path = os.path.join(jobdir, "script.sh")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(request.spec.script)
+        with open(os.path.join(jobdir, "state.json"), "w", encoding="utf-8") as f:
+            state = {
+                "state": "pending",
+                "reason": "waiting for the local scheduler",
+                "exit_code": None,
+                "nodes": [],
+                "seq": self._next_seq(),
+                "submitted_at": now_iso(),
+                "started_at": None,
+                "ended_at": None,
+            }
+            json.dump(state, f)
+
+    def _next_seq(self) -> int:
+        # Called under the lock: a plain read-increment-write is safe.
+        try:
+            with open(self._seq_path, encoding="ascii") as f:
+                seq = int(f.read().strip() or 0) + 1
+        except (FileNotFoundError, ValueError):
+            seq = 1
+        with open(self._seq_path, "w", encoding="ascii") as f:
+            f.write(str(seq))
+        return seq
+
+    # -- reading and writing a job's files ----------------------------------------------
+
+    def read_state(self, key: str) -> dict[str, Any] | None:
+        try:
+            return read_json(self.path(key, "state.json"))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def write_state(self, key: str, state: dict[str, Any]) -> None:
+        write_json_atomic(self.path(key, "state.json"), state)
+
+    def job(self, key: str) -> Job:
+        state = self.read_state(key)
+        if state is None:  # cannot happen for a key this process just stored
+            raise BackendError(f"local job {key!r} vanished")
+        return job_from(key, state)
+
+    def active_keys(self) -> list[str]:
+        return os.listdir(self.active_dir)
+
+    def retire(self, key: str) -> None:
+        """The job has finished: it leaves the active set and the caches."""
+        unlink(os.path.join(self.active_dir, key))
+        self._requests.pop(key, None)
+        self._allocs.pop(key, None)
+
+    def request(self, key: str) -> SubmitRequest:
+        request = self._requests.get(key)
+        if request is None:
+            request = request_from(read_json(self.path(key, "request.json")))
+            self._requests[key] = request
+        return request
+
+    def priority(self, key: str) -> int:
+        try:
+            with open(self.path(key, "priority"), encoding="ascii") as f:
+                return int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def set_priority(self, key: str, value: int) -> None:
+        path = self.path(key, "priority")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(str(int(value)))
+        os.replace(tmp, path)
+
+    def write_alloc(self, key: str, placement: Placement) -> None:
+        with open(self.path(key, "alloc.json"), "w", encoding="utf-8") as f:
+            json.dump({"allocations": [dataclasses.asdict(a) for a in placement.allocations]}, f)
+        self._allocs[key] = placement
+
+    def read_alloc(self, key: str) -> Placement:
+        if key in self._allocs:
+            return self._allocs[key]
+        try:
+            data = read_json(self.path(key, "alloc.json"))
+        except FileNotFoundError:
+            return Placement()
+        self._allocs[key] = placement = Placement(
+            tuple(
+                NodeAllocation(
+                    node=a["node"],
+                    cpus=a["cpus"],
+                    memory_mib=a["memory_mib"],
+                    gpu_indices=tuple(a.get("gpu_indices") or ()),
+                    whole_node=bool(a.get("whole_node")),
+                )
+                for a in data["allocations"]
+            )
+        )
+        return placement
+
+    def drained(self) -> dict[str, str]:
+        try:
+            return dict(read_json(self._drained_path))
+        except FileNotFoundError:
+            return {}
+
+    def write_drained(self, drained: Mapping[str, str]) -> None:
+        write_json_atomic(self._drained_path, dict(drained))
+
+    def read_log(self, key: str, *, offset: int, limit: int) -> str:
+        try:
+            with open(self.path(key, "output.log"), "rb") as f:
+                f.seek(max(0, offset))
+                return f.read(max(0, limit)).decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+# -- the request and the job as files ----------------------------------------------------
+
+
+def request_as_dict(request: SubmitRequest) -> dict[str, Any]:
+    return {
+        "key": request.key,
+        "spec": request.spec.as_dict(),
+        "type": request.type,
+        "queue": dataclasses.asdict(request.queue),
+        "project": request.project,
+        "user": request.user,
+        "extra": dict(request.extra),
+    }
+
+
+def request_from(data: Mapping[str, Any]) -> SubmitRequest:
+    queue = dict(data["queue"])
+    queue["task_types"] = tuple(queue.get("task_types") or ())
+    return SubmitRequest(
+        key=data["key"],
+        spec=TaskSpec.from_dict(data["spec"]),
+        type=data["type"],
+        queue=QueuePolicy(**queue),
+        project=data["project"],
+        user=data["user"],
+        extra=dict(data.get("extra") or {}),
+    )
+
+
+def job_from(key: str, state: Mapping[str, Any]) -> Job:
+    raw = state.get("state", "unknown")
+    # "starting": placed and its supervisor spawned, the command not yet running.
+    job_state = JobState.PENDING if raw == "starting" else JobState(raw)
+    return Job(
+        backend_id=key,
+        state=job_state,
+        reason=state.get("reason", ""),
+        exit_code=state.get("exit_code"),
+        nodes=tuple(state.get("nodes") or ()),
+        started_at=_parse_time(state.get("started_at")),
+        ended_at=_parse_time(state.get("ended_at")),
+    )
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    # tmp + os.replace: a reader in another process sees the old file or the new, never half.
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def touch(path: str) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

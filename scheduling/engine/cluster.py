@@ -1,0 +1,38 @@
+"""The Slurm cluster as the portal describes it: its config files and its accounts.
+
+For the management commands (`slurm_config`, `slurm_sync_accounts`), which reach the Slurm
+backend only through the engine.
+"""
+
+from __future__ import annotations
+
+from portal.models import ClusterAccount, Membership, Project
+from scheduling.backends.slurm.config import (
+    ClusterSettings,
+    SlurmConfigError,
+    render,
+    scale_down,
+)
+from scheduling.engine.registry import get_backend
+
+__all__ = ["ClusterSettings", "SlurmConfigError", "render", "scale_down", "sync_accounts"]
+
+
+def sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:
+    """Make every project a Slurm account with its members' Unix accounts associated.
+
+    Returns (project, Unix users) in project order; None stands for the portal's own user.
+    """
+    slurm = get_backend(alias)
+    accounts = dict(ClusterAccount.objects.values_list("user_id", "unix_username"))
+    done = []
+    for project in Project.objects.order_by("slug"):
+        users = {
+            accounts.get(m.user_id) or slurm.service_account
+            for m in Membership.objects.filter(project=project)
+        }
+        ordered = sorted(users, key=lambda u: u or "")
+        for unix_user in ordered:
+            slurm.ensure_association(project.slug, unix_user)
+        done.append((project.slug, ordered))
+    return done

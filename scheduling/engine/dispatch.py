@@ -1,0 +1,159 @@
+"""Dispatch: submit a pending task's next attempt to its backend, exactly once.
+
+Safe to run any number of times, concurrently or after a crash: a lease lets one dispatcher
+in; the attempt's key makes the backend find a job it already made instead of making a
+second one (the crash-after-submit case). The sweep finds the tasks whose dispatch message
+was lost (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from portal.models import ClusterAccount
+from scheduling.backends import BackendError, BackendUnavailable, JobState, SubmitRequest
+from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_job
+from scheduling.engine.registry import get_backend
+from scheduling.models import Attempt, Task, TaskState, attempt_key
+from scheduling.selectors import site_view
+from scheduling.spec import TaskSpec
+from scheduling.states import task_set_state
+
+log = logging.getLogger(__name__)
+S = TaskState
+
+# What dispatch and the state changes after it read; everything else stays in the database.
+_DISPATCH_FIELDS = (
+    "id", "state", "reason", "spec", "type", "backend", "backend_id", "attempts", "retry_count",
+    "fail_action", "key_salt", "dispatch_claims", "started_at", "exit_code", "workflow_id",
+    "name", "queue__name", "project__slug", "owner__username",
+    "owner__cluster_account__unix_username",
+)  # fmt: skip
+
+
+class DispatchRetry(Exception):
+    """The backend was unreachable; the dispatch should be tried again later."""
+
+
+def _claim(task_id: int) -> bool:
+    """Take the dispatch lease on a pending task; only one dispatcher holds it at a time."""
+    now = timezone.now()
+    until = now + timedelta(seconds=settings.SWITCHYARD_DISPATCH_LEASE_SECONDS)
+    return bool(
+        Task.objects.filter(pk=task_id, state=S.PENDING)
+        .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+        .update(dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1)
+    )
+
+
+def _release(task_id: int, *, reason: str | None = None) -> None:
+    values: dict = {"dispatch_lease_until": None}
+    if reason is not None:
+        values["reason"] = reason
+    Task.objects.filter(pk=task_id, state=S.PENDING).update(**values)
+
+
+def task_dispatch(task_id: int) -> str:
+    """Submit a pending task's next attempt to its backend, exactly once."""
+    if not _claim(task_id):
+        return "not-claimed"
+    # One narrow query: building the full rows of task, queue, pool, project and user was
+    # the costliest part of a dispatch after the submit itself.
+    task = (
+        Task.objects.select_related("queue", "project", "owner__cluster_account")
+        .only(*_DISPATCH_FIELDS)
+        .get(pk=task_id)
+    )
+    number = task.attempts + 1
+    key = attempt_key(task.pk, number, task.key_salt)
+    backend = get_backend(task.backend)
+    site = site_view()
+    queue = site.queues.get(task.queue.name)
+    if queue is None:  # deleted meanwhile; the fresh view will know
+        queue = site_view(fresh=True).queues[task.queue.name]
+    request = SubmitRequest(
+        key=key,
+        spec=TaskSpec.from_dict(task.spec),
+        type=task.type,
+        queue=queue,
+        project=task.project.slug,
+        user=task.owner.get_username(),
+        extra=_run_as(task.owner),
+    )
+    try:
+        # A job under this key can exist only if an earlier dispatcher claimed this attempt
+        # and got as far as submitting; the first claimant skips the look-up.
+        job = (backend.find(key) if task.dispatch_claims > 1 else None) or backend.submit(request)
+    except BackendUnavailable as exc:
+        _release(task_id, reason=f"{SCHEDULER_UNREACHABLE}: {exc}")
+        raise DispatchRetry(str(exc)) from exc
+    except BackendError as exc:
+        _release(task_id)
+        task_set_state(task=task, to=S.FAILED, reason=f"the backend refused the job: {exc}")
+        return "refused"
+
+    with transaction.atomic():
+        moved = task_set_state(
+            task=task,
+            to=S.QUEUED,
+            reason=job.reason or QUEUED_REASON,
+            message=f"attempt {number} submitted to {task.backend} as {job.backend_id}",
+            fields={
+                "attempts": number,
+                "backend_id": job.backend_id,
+                "dispatch_lease_until": None,
+                "dispatch_claims": 0,
+            },
+        )
+        if moved:
+            Attempt.objects.create(
+                task=task, number=number, key=key, backend_id=job.backend_id, state=S.QUEUED
+            )
+    if not moved:
+        # Cancelled (or otherwise moved) while we were submitting: take the job back.
+        task.refresh_from_db()
+        if task.is_terminal:
+            _cancel_quietly(backend, job.backend_id)
+        return "lost-race"
+    if job.state is not JobState.PENDING:
+        apply_job(task, job)
+    return "submitted"
+
+
+def _run_as(user) -> dict[str, str]:
+    """The researcher's own cluster account, when they have one (selected with the task)."""
+    try:
+        return {"run_as": user.cluster_account.unix_username}
+    except ClusterAccount.DoesNotExist:
+        return {}
+
+
+def _cancel_quietly(backend, backend_id: str) -> None:
+    try:
+        backend.cancel(backend_id)
+    except BackendError:
+        log.warning("could not cancel orphan job %s", backend_id, exc_info=True)
+
+
+def sweep_pending() -> list[int]:
+    """Task ids left pending past the grace period with no live lease: dispatch them again.
+
+    This is what makes a stored task impossible to lose: the dispatch message can vanish
+    (worker killed, broker down, process died between commit and publish) and the sweep still
+    finds the row.
+    """
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.SWITCHYARD_PENDING_GRACE_SECONDS)
+    return list(
+        Task.objects.filter(state=S.PENDING, updated_at__lt=stale)
+        .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+        .values_list("pk", flat=True)[:1000]
+    )

@@ -1,0 +1,46 @@
+"""Backends by alias, like Django's CACHES: `settings.COMPUTE_BACKENDS[alias]`.
+
+The engine is the portal's only door to backends: it builds them here, and hands a backend
+that runs over the portal's own node inventory (the local backend) a function that reads it,
+so no backend ever imports the ORM.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from scheduling.backends import Backend
+from scheduling.selectors import node_views_for_backend
+
+
+def get_backend(alias: str) -> Backend:
+    return _build(alias, _config_key(alias))
+
+
+def configured_aliases() -> list[str]:
+    return sorted(settings.COMPUTE_BACKENDS)
+
+
+def _config_key(alias: str) -> str:
+    # Part of the cache key, so override_settings in tests builds a fresh backend.
+    return repr(sorted(settings.COMPUTE_BACKENDS.get(alias, {}).items()))
+
+
+@functools.lru_cache(maxsize=32)
+def _build(alias: str, _key: str) -> Backend:
+    try:
+        config = settings.COMPUTE_BACKENDS[alias]
+    except KeyError:
+        known = ", ".join(sorted(settings.COMPUTE_BACKENDS)) or "none"
+        raise ImproperlyConfigured(
+            f"compute backend {alias!r} is not configured (configured: {known})"
+        ) from None
+    cls = import_string(config["BACKEND"])
+    options = dict(config.get("OPTIONS", {}))
+    if getattr(cls, "uses_inventory", False):
+        options.setdefault("node_source", node_views_for_backend)
+    return cls(alias=alias, **options)

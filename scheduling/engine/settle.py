@@ -1,0 +1,157 @@
+"""What happens when a task ends: its dependants are settled, and its workflow follows.
+
+A task with dependencies (or a trigger) waits in state `waiting`, holding nothing in any
+backend. When a task ends, `after_end` (registered as a task-end hook at app start) settles
+its dependants at once: a dependant whose dependencies all succeeded (or were skipped) is
+released to `pending` and dispatched; one whose dependency ended badly with `fail_action:
+abort` is cancelled, and so on down the DAG. Every move is a compare-and-set through
+`task_set_state`, so two workers settling the same dependant release it once.
+
+The clock-driven releases live here too: wait timeouts and trigger files (docs/workflows.md).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.utils import timezone
+
+from scheduling import outbox
+from scheduling.decisions import format_duration
+from scheduling.decisions.dependencies import dependency_verdict
+from scheduling.decisions.lifecycle import BAD_ENDS
+from scheduling.models import TERMINAL_STATES, Task, TaskState, Workflow, WorkflowState
+from scheduling.states import task_set_state
+from scheduling.triggers import trigger_ready
+
+S = TaskState
+W = WorkflowState
+
+
+def upstream(task: Task) -> Iterable[Task]:
+    """A task's dependencies as the verdict reads them (for its walk through skip tasks)."""
+    return task.depends_on.only("id", "state", "fail_action")
+
+
+def verdict(dep: Task) -> bool | None:
+    """True: its dependants may run; False: they never will; None: not decided yet."""
+    return dependency_verdict(dep, upstream)
+
+
+def after_end(task: Task) -> None:
+    """A task has just reached a terminal state: settle its dependants and its workflow."""
+    if task.workflow_id and task.state in BAD_ENDS and task.fail_action == "abort":
+        Workflow.objects.filter(pk=task.workflow_id, state=W.RUNNING).update(
+            state=W.FAILED, reason=f"task {task.name} ended {task.state}: {task.reason}"
+        )
+    settle_waiting(task.dependants.filter(state=S.WAITING).values_list("pk", flat=True))
+    if task.workflow_id:
+        workflow_refresh(task.workflow_id)
+
+
+def settle_waiting(task_ids: Iterable[int]) -> None:
+    """Release, cancel or keep waiting each task, and follow cancellations down the DAG.
+
+    Iterative, so a long chain never hits the recursion limit.
+    """
+    queue = deque(task_ids)
+    workflows: set[int] = set()
+    while queue:
+        task = Task.objects.filter(pk=queue.popleft(), state=S.WAITING).first()
+        if task is None:
+            continue
+        deps = list(task.depends_on.order_by("id").only("id", "name", "state", "fail_action"))
+        verdicts = [(dep, verdict(dep)) for dep in deps]
+        blocked = [dep for dep, v in verdicts if v is False]
+        if blocked:
+            dep = blocked[0]
+            if task_set_state(
+                task=task,
+                to=S.CANCELLED,
+                reason=f"not run: it depends on {dep.name} (#{dep.pk}), which ended {dep.state}",
+                settle=False,
+            ):
+                queue.extend(task.dependants.filter(state=S.WAITING).values_list("pk", flat=True))
+                if task.workflow_id:
+                    workflows.add(task.workflow_id)
+            continue
+        unfinished = [dep for dep, v in verdicts if v is None]
+        if unfinished:
+            names = ", ".join(dep.name for dep in unfinished[:5])
+            more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
+            _set_reason(task, f"waiting for {names}{more}")
+            continue
+        if task.trigger_file and not trigger_ready(task.trigger_file):
+            _set_reason(task, f"waiting for the trigger file {task.trigger_file}")
+            continue
+        what = "dependencies done" if deps else "no dependencies"
+        if task.trigger_file:
+            what += f"; trigger file {task.trigger_file} exists"
+        if task_set_state(
+            task=task,
+            to=S.PENDING,
+            reason="waiting for the dispatcher",
+            message=f"released: {what}",
+            fields={"waiting_since": None},
+            settle=False,
+        ):
+            outbox.dispatch(task.pk)
+    for workflow_id in workflows:
+        workflow_refresh(workflow_id)
+
+
+def _set_reason(task: Task, reason: str) -> None:
+    if task.reason != reason:
+        Task.objects.filter(pk=task.pk, state=S.WAITING).update(reason=reason)
+
+
+def workflow_refresh(workflow_id: int) -> None:
+    """End the workflow once every task has ended; its state says how it went.
+
+    It succeeds when every task succeeded, or ended in a way its fail_action (skip) forgives.
+    """
+    tasks = Task.objects.filter(workflow_id=workflow_id)
+    # Called at every task's end: the cheap question first, so a big workflow is not read
+    # whole a thousand times.
+    if tasks.exclude(state__in=TERMINAL_STATES).exists():
+        return
+    tasks = list(tasks.only("id", "state", "fail_action"))
+    if not tasks:
+        return
+    ok = all(verdict(task) for task in tasks)
+    now = timezone.now()
+    Workflow.objects.filter(pk=workflow_id, state=W.RUNNING).update(
+        state=W.SUCCEEDED if ok else W.FAILED,
+        reason="every task succeeded or was skipped" if ok else "some tasks did not succeed",
+    )
+    Workflow.objects.filter(pk=workflow_id, ended_at__isnull=True).update(ended_at=now)
+
+
+def expire_waiting(now=None) -> int:
+    """End tasks that waited longer than their wait_timeout; their fail_action applies."""
+    now = now or timezone.now()
+    ended = 0
+    candidates = Task.objects.filter(
+        state=S.WAITING, wait_timeout_s__isnull=False, waiting_since__isnull=False
+    )
+    for task in candidates:
+        if task.waiting_since + timedelta(seconds=task.wait_timeout_s) > now:
+            continue
+        limit = format_duration(task.wait_timeout_s)
+        to = S.SKIPPED if task.fail_action == "skip" else S.CANCELLED
+        if task_set_state(
+            task=task, to=to, reason=f"waited longer than its wait_timeout ({limit}); {task.reason}"
+        ):
+            ended += 1
+    return ended
+
+
+def check_triggers() -> int:
+    """Settle the waiting tasks that have a trigger file; returns how many were looked at."""
+    ids = list(
+        Task.objects.filter(state=S.WAITING).exclude(trigger_file="").values_list("pk", flat=True)
+    )
+    settle_waiting(ids)
+    return len(ids)

@@ -1,0 +1,27 @@
+"""Trigger files ("data ready" flags) that release a waiting task (docs/workflows.md).
+
+A trigger must lie under one of the configured roots (`SWITCHYARD_TRIGGER_ROOTS`): a user
+must not be able to probe the portal's filesystem with it. The path is resolved again at
+every check, so a symlink planted later cannot lead outside the roots.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.conf import settings
+
+
+def trigger_roots() -> list[str]:
+    return [os.path.realpath(root) for root in settings.SWITCHYARD_TRIGGER_ROOTS]
+
+
+def trigger_path_allowed(path: str) -> bool:
+    """Only paths under a configured root."""
+    real = os.path.realpath(path)
+    # join(root, "") ends in exactly one separator, also for the root "/".
+    return any(real == root or real.startswith(os.path.join(root, "")) for root in trigger_roots())
+
+
+def trigger_ready(path: str) -> bool:
+    return trigger_path_allowed(path) and os.path.exists(os.path.realpath(path))

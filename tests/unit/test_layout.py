@@ -1,0 +1,188 @@
+"""The layout keeps its shape: data flows one way, pure code stays pure, files stay small.
+
+See docs/architecture.md. These read the source (ast) and start fresh interpreters; they do
+not need Django's test database.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("portal", "scheduling", "accounting")
+MAX_LINES = 500
+# A longer file must say why in its docstring, with these words.
+LONG_ON_PURPOSE = "long on purpose:"
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            mods[name.removesuffix(".__init__")] = path
+    return mods
+
+
+MODULES = _modules()
+
+
+def _resolve(target: str) -> str | None:
+    """The project module an import names (`a.b.c` → `a.b` when c is a name in it)."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _imports(path: Path) -> list[tuple[str, ast.AST, bool]]:
+    """(project module, node, inside a function) for every import in the file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            names: list[str] = []
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                names = [f"{child.module}.{a.name}" for a in child.names] + [child.module]
+            for name in names:
+                module = _resolve(name)
+                if module is not None:
+                    found.append((module, child, in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        for target, _, _ in _imports(path):
+            # A package's own submodules import it implicitly; that is not an edge back.
+            if target != module and not module.startswith(target + "."):
+                graph[module].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_the_project_has_no_import_cycles():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    # So that the test above cannot pass by never finding anything.
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_only_the_engine_imports_backends():
+    offenders = [
+        f"{module} imports {target}"
+        for module, edges in _graph().items()
+        if not module.startswith(("scheduling.backends", "scheduling.engine"))
+        for target in edges
+        if target.startswith("scheduling.backends")
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("package", ["scheduling.decisions", "scheduling.sites"])
+def test_pure_code_imports_only_pure_code(package):
+    pure = ("scheduling.decisions", "scheduling.sites", "scheduling.spec")
+    offenders = [
+        f"{module} imports {target}"
+        for module, edges in _graph().items()
+        if module.startswith(package)
+        for target in edges
+        if not target.startswith(pure)
+    ]
+    assert offenders == []
+
+
+def test_importing_the_decisions_and_the_site_loads_no_django():
+    code = (
+        "import sys; import scheduling.decisions, scheduling.sites, scheduling.decisions.schedule,"
+        " scheduling.decisions.lifecycle, scheduling.decisions.dependencies;"
+        " print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_project_modules_are_imported_at_the_top_except_in_app_start_up():
+    # Imports hidden in function bodies are how the old import circle stayed invisible; only
+    # an AppConfig.ready() (the composition root) and TYPE_CHECKING blocks may have them.
+    hidden = [
+        f"{module}:{node.lineno} imports {target}"
+        for module, path in MODULES.items()
+        if not module.endswith(".apps")
+        for target, node, in_function in _imports(path)
+        if in_function
+    ]
+    assert hidden == []
+
+
+def test_no_file_is_over_500_lines_unless_its_docstring_says_why():
+    long = []
+    for module, path in MODULES.items():
+        text = path.read_text()
+        if text.count("\n") > MAX_LINES:
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if LONG_ON_PURPOSE not in doc:
+                long.append(f"{module} ({text.count(chr(10))} lines)")
+    assert long == []
