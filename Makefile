@@ -3,6 +3,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+VAR ?= $(or $(SWITCHYARD_VAR_DIR),$(CURDIR)/var)
+TEST_VAR := $(CURDIR)/var/test
 
 .PHONY: run run-slurm test install system-deps browser-deps lint bench slurm-up slurm-down clean
 
@@ -12,11 +14,18 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(VAR)/secret-key
 
-# bubblewrap sandboxes agent/sandbox tasks on the local backend.
+# bubblewrap sandboxes every job; jobs run as unprivileged accounts, never root
+# (docs/security.md).
 system-deps:
 	@command -v bwrap >/dev/null || bash docker/install-packages.sh bubblewrap
+	@bash docker/job-accounts.sh switchyard-job
+
+# A secret key per install (settings read it when DJANGO_SECRET_KEY is not set).
+%/secret-key:
+	@mkdir -p $(@D)
+	@umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
 
 # Debian's Chromium for the browser tests (Playwright's own browser download is not used).
 browser-deps:
@@ -26,8 +35,9 @@ run: install system-deps
 	$(PY) manage.py up
 
 # Tests keep their own var/ (broker folder, local-backend root) apart from a running `make run`.
-test: install system-deps browser-deps
-	SWITCHYARD_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(PYTEST_ARGS)
+test: install system-deps browser-deps $(TEST_VAR)/secret-key
+	@bash docker/job-accounts.sh sy-alice sy-bob
+	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -10,18 +10,52 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SWITCHYARD_VAR_DIR", str(BASE_DIR / "var")))
 
+# What the portal writes (database, broker messages, logs) is private to its own user: jobs
+# run as other accounts (docs/security.md). The var folder itself may be passed through, so
+# that a job's account reaches its own work folder below it, but not listed.
+os.umask(0o077)
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+if VAR_DIR.stat().st_uid == os.geteuid():
+    VAR_DIR.chmod(0o711)
+
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
+# A secret from the environment, or the one `make run` generated in var/ for this install;
+# never a key written in the code (docs/security.md).
+_secret_file = VAR_DIR / "secret-key"
 SECRET_KEY = env_str("DJANGO_SECRET_KEY") or (
-    "insecure-dev-only-key" if DEBUG or env_bool("SWITCHYARD_DEV", default=True) else None
+    _secret_file.read_text().strip() if _secret_file.is_file() else None
 )
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) is not set and there is no "
+            f"{_secret_file}: set one (`make run` generates it), or DJANGO_DEBUG=1 for "
+            "development"
+        )
+    SECRET_KEY = "insecure-debug-only-key"
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+# Behind TLS (SWITCHYARD_TLS=1): HTTPS only, HSTS, cookies that never travel in clear.
+TLS = env_bool("SWITCHYARD_TLS", default=False)
+SECURE_SSL_REDIRECT = TLS
+SESSION_COOKIE_SECURE = TLS
+CSRF_COOKIE_SECURE = TLS
+SECURE_HSTS_SECONDS = env_int("SWITCHYARD_HSTS_SECONDS", 31_536_000) if TLS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = TLS and env_bool("SWITCHYARD_HSTS_SUBDOMAINS", default=True)
+SECURE_HSTS_PRELOAD = TLS and env_bool("SWITCHYARD_HSTS_PRELOAD", default=True)
+if env_bool("SWITCHYARD_BEHIND_PROXY", default=False):
+    # The TLS-terminating proxy says so; only set this when a proxy strips client copies.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_AGE = env_int("SWITCHYARD_SESSION_SECONDS", 12 * 3600)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -87,6 +121,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so a test can share its database with a worker process it starts;
     # one per test process, so concurrent test runs never share one.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+
+# A database file made before the portal set its umask: make it private now.
+if (
+    DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+    and _sqlite_path.exists()
+    and _sqlite_path.stat().st_uid == os.geteuid()
+):
+    _sqlite_path.chmod(0o600)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -205,6 +247,14 @@ SWITCHYARD_BATCH_MAX_TASKS = env_int("SWITCHYARD_BATCH_MAX_TASKS", 10_000)
 SWITCHYARD_BATCH_MAX_BYTES = env_int("SWITCHYARD_BATCH_MAX_BYTES", 16 * 1024 * 1024)
 
 # --- Compute backends, by alias (a pool names one) ----------------------------------------
+# Jobs never run as root (docs/security.md): as the researcher's own cluster account where
+# one is mapped, else as this unprivileged account (docker/job-accounts.sh creates it).
+SWITCHYARD_JOB_ACCOUNT = env_str("SWITCHYARD_JOB_ACCOUNT", "switchyard-job")
+# What every local job may use beyond what it asked for.
+SWITCHYARD_JOB_MAX_PROCESSES = env_int("SWITCHYARD_JOB_MAX_PROCESSES", 512)
+SWITCHYARD_JOB_MAX_OUTPUT_MB = env_int("SWITCHYARD_JOB_MAX_OUTPUT_MB", 64)
+SWITCHYARD_JOB_MAX_DISK_MB = env_int("SWITCHYARD_JOB_MAX_DISK_MB", 10 * 1024)
+SWITCHYARD_JOB_RETENTION_HOURS = env_int("SWITCHYARD_JOB_RETENTION_HOURS", 7 * 24)
 COMPUTE_BACKENDS = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",
@@ -212,6 +262,11 @@ COMPUTE_BACKENDS = {
             "root": env_str("SWITCHYARD_LOCAL_ROOT") or str(VAR_DIR / "local-backend"),
             "bwrap": env_str("SWITCHYARD_BWRAP", "bwrap"),
             "inventory_ttl_s": 2.0,
+            "job_account": SWITCHYARD_JOB_ACCOUNT,
+            "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,
+            "max_output_bytes": SWITCHYARD_JOB_MAX_OUTPUT_MB << 20,
+            "max_disk_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
+            "retention_s": SWITCHYARD_JOB_RETENTION_HOURS * 3600,
         },
     },
 }
@@ -224,7 +279,9 @@ COMPUTE_BACKENDS["slurm"] = {
         "slurm_conf": env_str("SLURM_CONF") or f"{SWITCHYARD_SLURM_DIR}/etc/slurm.conf",
         "workdir": env_str("SWITCHYARD_SLURM_WORKDIR") or str(VAR_DIR / "slurm-jobs"),
         "command_timeout_s": float(env_int("SWITCHYARD_SLURM_TIMEOUT_S", 20)),
-        "service_account": env_str("SWITCHYARD_SLURM_SERVICE_ACCOUNT") or None,
+        "service_account": env_str("SWITCHYARD_SLURM_SERVICE_ACCOUNT") or SWITCHYARD_JOB_ACCOUNT,
+        "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,
+        "max_file_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
     },
 }
 SWITCHYARD_DEFAULT_BACKEND = env_str("SWITCHYARD_DEFAULT_BACKEND", "local")

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,10 +20,41 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def make_job_root() -> Path:
+    """A fresh local-backend root that the jobs' own accounts can pass through.
+
+    pytest's tmp dirs are private to the user running the tests (0700), and a job's sandbox
+    is set up by the job's own, other account: it must be able to reach its work folder
+    (docs/security.md). So roots live under the test var dir, which the settings make 0711.
+    """
+    from django.conf import settings
+
+    base = Path(settings.VAR_DIR) / "job-roots"
+    base.mkdir(exist_ok=True)
+    base.chmod(0o711)
+    root = base / uuid.uuid4().hex[:12]
+    root.mkdir()
+    root.chmod(0o711)
+    return root
+
+
+def remove_job_root(root: Path) -> None:
+    from scheduling.backends.local.jobstore import remove_tree
+
+    remove_tree(str(root))
+
+
+@pytest.fixture
+def job_root() -> Iterator[Path]:
+    root = make_job_root()
+    yield root
+    remove_job_root(root)
+
+
 @pytest.fixture(autouse=True)
-def _backends(settings, tmp_path_factory):
+def _backends(settings):
     """Every test gets a fresh local-backend root and the in-memory fake backend."""
-    root = tmp_path_factory.mktemp("local-backend")
+    root = make_job_root()
     # Seeding hashes five demo passwords per test; the real hasher makes that seconds.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.COMPUTE_BACKENDS = {
@@ -34,6 +67,7 @@ def _backends(settings, tmp_path_factory):
     site_view_invalidate()
     yield
     site_view_invalidate()
+    remove_job_root(root)
 
 
 @pytest.fixture

@@ -306,6 +306,11 @@ generate_config() {
   [ "$SCALE" = all ] || args+=(--max-nodes-per-pool "$SCALE")
   if [ "$SITE" = demo ]; then
     # The default site, in a database of its own that then describes exactly this cluster.
+    # Its settings need a secret key of their own (docs/security.md).
+    mkdir -p "$STATE/portal"
+    [ -s "$STATE/portal/secret-key" ] ||
+      (umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(50))' \
+        >"$STATE/portal/secret-key")
     (cd "$ROOT" && env -u DATABASE_URL SWITCHYARD_VAR_DIR="$STATE/portal" \
       "$PY" - "${args[@]}" --prune-db <<'EOF'
 import os

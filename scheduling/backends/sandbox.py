@@ -1,52 +1,90 @@
-"""The bubblewrap sandbox jobs run in, on the local backend and inside Slurm's batch scripts.
+"""The bubblewrap sandbox every job runs in, on the local backend and inside Slurm's scripts.
 
-See docs/security.md for what a job can see and do.
+What a job can see and do is in docs/security.md. In short: bubblewrap is started by the
+job's own unprivileged account (never by root), so the sandbox has no capabilities and the
+kernel refuses it every mount; new user, pid, ipc, uts and cgroup namespaces; the system
+read-only with password hashes masked; a private /tmp of bounded size; the job's own folders
+and nothing else of the machine (no portal code, database, broker or other jobs). Agent and
+sandbox tasks also get a network namespace of their own, with only a loopback that is down;
+batch types keep the host's network.
+
+Inside, `prlimit` sets the job's process limit after bubblewrap has made the new user
+namespace: Linux counts RLIMIT_NPROC per user and user namespace, so the limit holds per job
+even when many jobs run as one account.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-# The read-only system a sandboxed job sees. Password hashes are masked even from root.
-SANDBOX_SYSTEM_BINDS = (
+# Files of /etc that hold password hashes: masked even though the job's account could not
+# read them anyway.
+MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+
+# The read-only system a sandboxed job sees.
+SYSTEM_BINDS = (
     "--ro-bind", "/usr", "/usr",
     "--ro-bind-try", "/bin", "/bin",
     "--ro-bind-try", "/sbin", "/sbin",
     "--ro-bind-try", "/lib", "/lib",
     "--ro-bind-try", "/lib64", "/lib64",
     "--ro-bind", "/etc", "/etc",
-    "--ro-bind-try", "/dev/null", "/etc/shadow",
-    "--ro-bind-try", "/dev/null", "/etc/gshadow",
+    *(arg for path in MASKED for arg in ("--ro-bind-try", "/dev/null", path)),
 )  # fmt: skip
+
+PRLIMIT = "/usr/bin/prlimit"
 
 
 def sandbox_argv(
-    bwrap: str, *, writable: Sequence[str], readonly: Sequence[str] = (), hide: str, chdir: str
+    bwrap: str,
+    *,
+    writable: Sequence[str],
+    readonly: Sequence[str] = (),
+    hide: str,
+    chdir: str,
+    network: bool = False,
+    tmp_bytes: int | None = None,
+    max_processes: int | None = None,
+    max_file_bytes: int | None = None,
+    prlimit: str = PRLIMIT,
 ) -> list[str]:
-    """The bubblewrap prefix for a sandboxed command (append the command's argv to it).
+    """The argv prefix that runs a command in the sandbox (append the command's argv to it).
 
-    New namespaces (so no network: only a loopback that is down), only the read-only system,
-    a private /tmp, `hide` covered by an empty tmpfs (other jobs' folders are not this job's
-    to read), and then this job's own folders brought back.
+    `hide` is covered by an empty tmpfs (where job folders live: other jobs' are not this
+    job's to read), then this job's own folders are brought back: `writable` and `readonly`.
+    `network` keeps the host's network (batch types); without it the job has none.
+    `tmp_bytes` bounds the private /tmp (it is memory); `max_processes` and `max_file_bytes`
+    become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user namespace.
     """
     binds: list[str] = []
     for path in writable:
         binds += ["--bind", path, path]
     for path in readonly:
         binds += ["--ro-bind", path, path]
+    tmp = ["--size", str(tmp_bytes), "--tmpfs", "/tmp"] if tmp_bytes else ["--tmpfs", "/tmp"]
+    limits = ["--core=0"]
+    if max_processes:
+        limits.append(f"--nproc={max_processes}")
+    if max_file_bytes:
+        limits.append(f"--fsize={max_file_bytes}")
     return [
         bwrap,
-        "--unshare-all",  # new user/ipc/pid/net/uts/cgroup namespaces: no network
+        "--unshare-all",  # new user/ipc/pid/net/uts/cgroup namespaces
+        *(["--share-net"] if network else []),
+        "--unshare-user",  # required (not just tried), for:
+        "--disable-userns",  # no further user namespaces inside
+        "--cap-drop", "ALL",
         "--die-with-parent",
         "--new-session",
         # Only the system, read-only: the portal's code, settings, database and other users'
         # files (/work, /root, /home, /var, /srv) are not there at all.
-        *SANDBOX_SYSTEM_BINDS,
+        *SYSTEM_BINDS,
         "--dev", "/dev",
         "--proc", "/proc",
-        "--tmpfs", "/tmp",
+        *tmp,
         "--tmpfs", hide,
         *binds,
         "--chdir", chdir,
         "--",
+        prlimit, *limits, "--",
     ]  # fmt: skip

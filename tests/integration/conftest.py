@@ -44,9 +44,9 @@ def database_url() -> str:
 
 
 @pytest.fixture
-def local_root(settings, tmp_path) -> Path:
+def local_root(settings, job_root) -> Path:
     """One local-backend root shared by this test process and the worker it starts."""
-    root = tmp_path / "local-backend"
+    root = job_root
     settings.COMPUTE_BACKENDS = {
         **settings.COMPUTE_BACKENDS,
         "local": {

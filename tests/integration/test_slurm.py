@@ -54,15 +54,15 @@ def slurm_env() -> dict[str, str]:
 
 
 @pytest.fixture
-def slurm(slurm_env, settings, tmp_path, monkeypatch):
-    """The Slurm backend for this test, with its job folders under tmp_path."""
-    workdir = tmp_path / "slurm-jobs"
-    workdir.mkdir()
+def slurm(slurm_env, settings, job_root, monkeypatch):
+    """The Slurm backend for this test, with its job folders where job accounts reach them."""
+    workdir = job_root / "slurm-jobs"
     options = {
         "cluster": slurm_env.get("SWITCHYARD_SLURM_CLUSTER", "switchyard"),
         "slurm_conf": slurm_env["SLURM_CONF"],
         "workdir": str(workdir),
         "command_timeout_s": 20.0,
+        "service_account": settings.SWITCHYARD_JOB_ACCOUNT,
     }
     settings.COMPUTE_BACKENDS = {
         **settings.COMPUTE_BACKENDS,
@@ -164,6 +164,52 @@ def _submit(api, **fields) -> int:
 
 def _job_id(task: Task) -> str:
     return task.backend_id.partition(":")[0]
+
+
+PROBE_FIELDS = {
+    "hpc-simulation": {"resources": {"cpus": 2}},
+    "ai-training": {"estimate": "1m", "resources": {"nodes": 1, "gpus": 2, "cpus": 8}},
+    "ai-inference": {"resources": {"cpus": 1, "gpus": 1}},
+    "agent": {},
+    "sandbox": {},
+}
+
+
+def test_jobs_of_every_type_run_unprivileged_and_contained_on_slurm(site, api, settings):
+    """The local backend's attacks from inside a job, on the real Slurm (docs/security.md)."""
+    import pwd
+    import socket
+
+    from tests.unit.scheduling.test_isolation import probe
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    try:
+        ids = {
+            kind: _submit(
+                api,
+                name=f"probe-{kind.split('-')[-1]}",
+                type=kind,
+                walltime="5m",
+                command=["bash", "-c", probe(port)],
+                **fields,
+            )
+            for kind, fields in PROBE_FIELDS.items()
+        }
+        done = {t.type: t for t in drive(list(ids.values()), timeout=120)}
+    finally:
+        server.close()
+    account = pwd.getpwnam(settings.SWITCHYARD_JOB_ACCOUNT)
+    for kind, task in done.items():
+        log = get_backend("slurm").log(task.backend_id)
+        assert task.state == "succeeded", (kind, task.reason, log)
+        assert f"uid={account.pw_uid} gid={account.pw_gid} " in log, (kind, log)
+        assert "CapEff:\t0000000000000000" in log, (kind, log)
+        for leak in ("REMOUNTED", "WROTE-ETC", "READ /etc", "SAW-", "NESTED-USERNS"):
+            assert leak not in log, (kind, log)
+        assert ("NETWORK" in log) is (kind not in ("agent", "sandbox")), (kind, log)
+        assert log.rstrip().endswith("done"), (kind, log)
 
 
 def test_every_workload_kind_succeeds_through_a_real_worker(site, api, start_worker, slurm_env):

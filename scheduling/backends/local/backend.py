@@ -10,9 +10,11 @@ supervisor (`shim.py`), which runs the command and writes its end.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -33,7 +35,6 @@ from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
 from scheduling.decisions.place import free_view
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
-from scheduling.spec import SANDBOXED_TYPES
 
 # Seconds between SIGTERM and SIGKILL on timeout/cancel; a request may set
 # extra["kill_grace_s"].
@@ -60,6 +61,11 @@ class LocalBackend:
         python: str = sys.executable,
         kill_grace_s: float = KILL_GRACE_S,
         inventory_ttl_s: float = 0.0,
+        job_account: str = "switchyard-job",
+        max_processes: int = launch.DEFAULT_MAX_PROCESSES,
+        max_output_bytes: int = launch.DEFAULT_MAX_OUTPUT_BYTES,
+        max_disk_bytes: int = launch.DEFAULT_MAX_DISK_BYTES,
+        retention_s: float = 7 * 86400,
     ) -> None:
         self.alias = alias
         self.store = JobStore(root)
@@ -67,6 +73,15 @@ class LocalBackend:
         self.bwrap = bwrap
         self.python = python
         self.kill_grace_s = kill_grace_s
+        # Jobs of researchers without a cluster account of their own run as this account.
+        self.job_account = job_account
+        self.limits = launch.JobLimits(
+            max_processes=max_processes,
+            max_output_bytes=max_output_bytes,
+            max_disk_bytes=max_disk_bytes,
+        )
+        # Ended jobs' folders are removed this long after they end (their log is kept).
+        self.retention_s = retention_s
         self._node_source = node_source or (lambda _alias: [])
         # Reading the inventory was a sixth of a dispatch; nodes change rarely (admin edits).
         self.inventory_ttl_s = inventory_ttl_s
@@ -106,13 +121,10 @@ class LocalBackend:
                 self.store.write_state(backend_id, state)
                 self.store.retire(backend_id)
                 return
-            # starting/running: the marker first, then look for the child's group. The
-            # supervisor publishes the group and only then checks the marker, so one of the
-            # two always sees the other: a cancel is never lost between spawn and exec.
+            # starting/running: the supervisor looks for the marker before it starts the
+            # command and every quarter second after, then stops the job: SIGTERM to its
+            # processes, SIGKILL to the whole sandbox after the grace period.
             touch(self.store.path(backend_id, "cancel"))
-        state = self.store.read_state(backend_id) or {}
-        launch.signal_child(state, signal.SIGTERM)
-        # SIGKILL after the grace period is the supervisor's job: it sees the marker.
 
     def poll(self, backend_ids: list[str]) -> dict[str, Job]:
         # Freed capacity is reused here, and dead supervisors are found here.
@@ -164,6 +176,19 @@ class LocalBackend:
             return ""
         return self.store.read_log(backend_id, offset=offset, limit=limit)
 
+    def housekeep(self, now: float | None = None) -> int:
+        """Remove the folders of jobs that ended more than `retention_s` ago; keep their logs.
+
+        Returns how many folders it removed. Runs from the engine's periodic housekeeping.
+        """
+        cutoff = (time.time() if now is None else now) - self.retention_s
+        removed = 0
+        for key in self.store.expired(older_than=cutoff):
+            if KEY_RE.match(key):
+                self.store.archive(key)
+                removed += 1
+        return removed
+
     # -- scheduling pass ---------------------------------------------------------------
 
     def _schedule_locked(self) -> None:
@@ -181,7 +206,7 @@ class LocalBackend:
                     queue=request.queue,
                     priority=self.store.priority(key),
                     seq=int(state.get("seq", 0)),
-                    sandboxed=request.type in SANDBOXED_TYPES,
+                    sandboxed=True,  # every type runs in the sandbox
                 )
             )
         missing = None if shutil.which(self.bwrap) else BWRAP_MISSING
@@ -191,7 +216,7 @@ class LocalBackend:
             allocations=allocations,
             running=per_queue,
             drained=self.store.drained(),
-            sandbox_missing=missing if any(j.sandboxed for j in jobs) else None,
+            sandbox_missing=missing,
         )
         for decision in decisions:
             if isinstance(decision, Start):
@@ -258,11 +283,18 @@ class LocalBackend:
     # -- starting a job ----------------------------------------------------------------
 
     def _start(self, key: str, request: SubmitRequest, placement: Placement) -> bool:
-        sandboxed = request.type in SANDBOXED_TYPES
-        bwrap = shutil.which(self.bwrap) if sandboxed else None
-        if sandboxed and bwrap is None:
-            # Never fall back to running an agent/sandbox task without its sandbox.
+        bwrap = shutil.which(self.bwrap)
+        if bwrap is None:
+            # Never fall back to running a task without its sandbox.
             self._fail_unstarted(key, BWRAP_MISSING)
+            return False
+        try:
+            account = launch.job_account(request.extra.get("run_as"), self.job_account)
+        except launch.JobAccountError as exc:
+            self._fail_unstarted(key, str(exc))
+            return False
+        if account and (blocked := self._unreachable_by_others()):
+            self._fail_unstarted(key, blocked)
             return False
         # alloc.json and launch.marshal are read only once state.json says "starting", which
         # is written after them (under the lock): plain writes suffice.
@@ -278,7 +310,16 @@ class LocalBackend:
             grace = float(request.extra.get("kill_grace_s", self.kill_grace_s))
         except ValueError:
             grace = self.kill_grace_s
-        plan = launch.launch_plan(self.store, key, request, placement, bwrap=bwrap, grace_s=grace)
+        plan = launch.launch_plan(
+            self.store,
+            key,
+            request,
+            placement,
+            bwrap=bwrap,
+            grace_s=grace,
+            account=account,
+            limits=self.limits,
+        )
         plan["state"] = state  # the supervisor continues from this state
         launch.write_plan(self.store, key, plan)
         self.store.write_state(key, state)
@@ -288,6 +329,26 @@ class LocalBackend:
             self._fail_unstarted(key, f"could not start the local supervisor: {exc}")
             return False
         return True
+
+    def _unreachable_by_others(self) -> str | None:
+        """Why another account could not reach its job's folder under the root, if it cannot.
+
+        The sandbox is set up by the job's own account, which must be able to pass through
+        every folder above its work folder (o+x).
+        """
+        path = self.root
+        while True:
+            mode = os.stat(path).st_mode
+            if not mode & stat.S_IXOTH:
+                return (
+                    f"the local backend's folder {self.root} cannot be reached by the job's "
+                    f"account: {path} is not passable by others (chmod o+x it, or move the "
+                    "root: SWITCHYARD_LOCAL_ROOT)"
+                )
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
 
     def _fail_unstarted(self, key: str, reason: str) -> None:
         state = self.store.read_state(key) or {}

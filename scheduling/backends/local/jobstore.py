@@ -4,6 +4,9 @@
     root/seq                submit counter (FIFO order among equal priorities)
     root/drained.json       {node: reason} of drained virtual nodes
     root/active/<key>       one empty file per job not yet finished (keeps a pass O(active))
+    root/ended/<key>        one empty file per finished job still in jobs/ (its mtime: when)
+    root/logs/<key>.log     the output of a job whose folder retention removed, and
+    root/logs/<key>.json    its final state
     root/jobs/<key>/        one job; its key is its backend id
         request.json        the SubmitRequest (spec via TaskSpec.as_dict())
         state.json          pending | starting | running | final state (atomic tmp+replace)
@@ -14,8 +17,12 @@
         script.sh           a `script:` body, mode 0700, run as `/bin/bash script.sh`
         shim.pid            "<pid> <start time>" of the supervisor
         cancel              the cancel marker
-        output.log          stdout + stderr of the job
-        work/ home/ tmp/    the job's cwd, HOME and TMPDIR
+        output.log          stdout + stderr of the job, up to the site's cap
+        work/ home/         the job's cwd and HOME, owned by the account it runs as
+
+Modes: the root, jobs/ and each job's folder are 0711 (others may pass through, to reach
+their own work and home, but not list); everything else the backend writes is private to the
+portal's user, and work/ and home/ are 0700 of the job's account.
 
 Who writes state.json: the backend (under the lock) while a job is pending/starting and for
 transitions it alone can decide (cancel of a pending job, a failure to start, a dead
@@ -56,11 +63,21 @@ class JobStore:
         self.jobs_dir = os.path.join(self.root, "jobs")
         self.active_dir = os.path.join(self.root, "active")
         self.tmp_dir = os.path.join(self.root, "tmp")
+        self.ended_dir = os.path.join(self.root, "ended")
+        self.logs_dir = os.path.join(self.root, "logs")
         self._lock_path = os.path.join(self.root, "lock")
         self._drained_path = os.path.join(self.root, "drained.json")
         self._seq_path = os.path.join(self.root, "seq")
-        for d in (self.jobs_dir, self.active_dir, self.tmp_dir):
+        for d, mode in (
+            (self.root, 0o711),
+            (self.jobs_dir, 0o711),
+            (self.active_dir, 0o700),
+            (self.tmp_dir, 0o700),
+            (self.ended_dir, 0o700),
+            (self.logs_dir, 0o700),
+        ):
             os.makedirs(d, exist_ok=True)
+            os.chmod(d, mode)  # makedirs' mode is masked by the umask; this is not
         # A job's request and allocation never change once written: parse each once.
         self._requests: dict[str, SubmitRequest] = {}
         self._allocs: dict[str, Placement] = {}
@@ -108,7 +125,7 @@ class JobStore:
 
     def _write_new_job(self, jobdir: str, request: SubmitRequest) -> None:
         # Nobody sees this dir before it is renamed into place: plain writes suffice.
-        os.chmod(jobdir, 0o755)  # mkdtemp's 0700 would hide it from a sandboxed child
+        os.chmod(jobdir, 0o711)  # the job's account passes through to its work and home
         with open(os.path.join(jobdir, "request.json"), "w", encoding="utf-8") as f:
             json.dump(request_as_dict(request), f)
         if request.spec.command is None and request.spec.script is not None:
@@ -146,6 +163,10 @@ class JobStore:
         try:
             return read_json(self.path(key, "state.json"))
         except (FileNotFoundError, NotADirectoryError):
+            pass
+        try:  # its folder is gone (retention); the final state was kept
+            return read_json(os.path.join(self.logs_dir, f"{key}.json"))
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def write_state(self, key: str, state: dict[str, Any]) -> None:
@@ -162,6 +183,7 @@ class JobStore:
 
     def retire(self, key: str) -> None:
         """The job has finished: it leaves the active set and the caches."""
+        touch(os.path.join(self.ended_dir, key))
         unlink(os.path.join(self.active_dir, key))
         self._requests.pop(key, None)
         self._allocs.pop(key, None)
@@ -223,12 +245,35 @@ class JobStore:
         write_json_atomic(self._drained_path, dict(drained))
 
     def read_log(self, key: str, *, offset: int, limit: int) -> str:
-        try:
-            with open(self.path(key, "output.log"), "rb") as f:
-                f.seek(max(0, offset))
-                return f.read(max(0, limit)).decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
+        for path in (self.path(key, "output.log"), os.path.join(self.logs_dir, f"{key}.log")):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(0, offset))
+                    return f.read(max(0, limit)).decode("utf-8", errors="replace")
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        return ""
+
+    def expired(self, *, older_than: float) -> list[str]:
+        """Finished jobs whose folder is still here and that ended before `older_than`."""
+        keys = []
+        for entry in os.scandir(self.ended_dir):
+            try:
+                if entry.stat().st_mtime < older_than:
+                    keys.append(entry.name)
+            except FileNotFoundError:
+                continue
+        return keys
+
+    def archive(self, key: str) -> None:
+        """Remove a finished job's folder; keep its log and final state under logs/."""
+        jobdir = self.jobdir(key)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.path(key, "output.log"), os.path.join(self.logs_dir, f"{key}.log"))
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.path(key, "state.json"), os.path.join(self.logs_dir, f"{key}.json"))
+        remove_tree(jobdir)
+        unlink(os.path.join(self.ended_dir, key))
 
 
 # -- the request and the job as files ----------------------------------------------------
@@ -290,6 +335,21 @@ def write_json_atomic(path: str, data: Any) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f)
     os.replace(tmp, path)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a folder a job wrote, whatever modes it left on its own folders.
+
+    Folders are made writable first (a job may leave one 0500); symlinks are never followed,
+    so nothing outside the folder is touched.
+    """
+    for top, dirs, _files in os.walk(path, followlinks=False):
+        for name in dirs:
+            sub = os.path.join(top, name)
+            if not os.path.islink(sub):
+                with contextlib.suppress(OSError):
+                    os.chmod(sub, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def touch(path: str) -> None:

@@ -1,9 +1,10 @@
-"""Starting a local job: its launch plan, its supervisor, and the processes it leaves.
+"""Starting a local job: the account it runs as, its launch plan, its supervisor.
 
-The plan is everything the supervisor (`shim.py`) needs to run the command: argv (with the
-sandbox in front of it for agent/sandbox tasks), an environment built from nothing, the
-working directory, the walltime. It is written as `launch.marshal` beside the job's state;
-the supervisor is spawned detached, so it outlives the worker that started it.
+The plan is everything the supervisor (`shim.py`) needs to run the command: argv (the
+sandbox in front of the command, for every type of task), an environment built from
+nothing, the working directory, the account (never root), the walltime and the limits. It is
+written as `launch.marshal` beside the job's state; the supervisor is spawned detached, so it
+outlives the worker that started it. docs/security.md says what a job can see and do.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
+import pwd
 import signal
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from scheduling.backends.base import SubmitRequest
@@ -21,11 +24,62 @@ from scheduling.backends.local.jobstore import JobStore
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import sandbox_argv
 from scheduling.decisions.types import Placement
+from scheduling.spec import SANDBOXED_TYPES
 
 SHIM_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.py")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Set by the backend from the allocation; a descriptor's env may not override them.
 RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES")
+
+
+def job_account(run_as: str | None, service_account: str) -> tuple[int, int] | None:
+    """The (uid, gid) a job runs as: the researcher's own account, else the service account.
+
+    A worker that is not root cannot change user: its jobs run as itself (never root, since
+    it is not), and a researcher's mapped account it cannot become is refused. Raises
+    JobAccountError saying why a job cannot run.
+    """
+    if os.geteuid() != 0:
+        if run_as and _uid_of(run_as) != os.geteuid():
+            raise JobAccountError(
+                f"this worker is not root, so it cannot run jobs as {run_as!r} (the researcher's "
+                "cluster account); run the worker as root, or remove the mapping"
+            )
+        return None
+    name = run_as or service_account
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        what = "the researcher's cluster account" if run_as else "the job service account"
+        raise JobAccountError(f"no Unix account {name!r} ({what}) on this machine") from None
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise JobAccountError(f"refusing to run a job as {name!r}: it is root (uid or gid 0)")
+    return entry.pw_uid, entry.pw_gid
+
+
+class JobAccountError(Exception):
+    pass
+
+
+def _uid_of(name: str) -> int | None:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
+DEFAULT_MAX_PROCESSES = 512
+DEFAULT_MAX_OUTPUT_BYTES = 64 << 20
+DEFAULT_MAX_DISK_BYTES = 10 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """What every local job may use beyond what it asked for (the site's settings)."""
+
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    max_disk_bytes: int = DEFAULT_MAX_DISK_BYTES
 
 
 def launch_plan(
@@ -34,26 +88,24 @@ def launch_plan(
     request: SubmitRequest,
     placement: Placement,
     *,
-    bwrap: str | None,
+    bwrap: str,
     grace_s: float,
+    account: tuple[int, int] | None,
+    limits: JobLimits,
 ) -> dict[str, Any]:
-    """What the supervisor runs; `bwrap` is the sandbox's path, or None for no sandbox."""
+    """What the supervisor runs: the command in the sandbox, as `account`, within `limits`."""
     spec = request.spec
     jobdir = store.jobdir(key)
-    work, home, tmp = (os.path.join(jobdir, d) for d in ("work", "home", "tmp"))
-    if spec.command is not None:
-        argv = list(spec.command)
-    else:
-        argv = ["/bin/bash", os.path.join(jobdir, "script.sh")]
-    sandboxed = bwrap is not None
+    work, home = os.path.join(jobdir, "work"), os.path.join(jobdir, "home")
+    script = os.path.join(jobdir, "script.sh")
+    argv = list(spec.command) if spec.command is not None else ["/bin/bash", script]
     # Built from nothing: the portal's own environment (and its secrets) never reaches
     # the job.
     env = {
         "PATH": SAFE_PATH,
         "HOME": home,
         "LANG": "C.UTF-8",
-        # Inside the sandbox /tmp is a private tmpfs and the job dir is read-only.
-        "TMPDIR": "/tmp" if sandboxed else tmp,
+        "TMPDIR": "/tmp",  # a private tmpfs inside the sandbox
     }
     env.update((k, v) for k, v in spec.env if k not in RESERVED_ENV)
     first = placement.allocations[0] if placement.allocations else None
@@ -62,26 +114,40 @@ def launch_plan(
     # Always set, empty when no GPU was allocated: unset would expose every GPU of the
     # machine to the job. The process runs "on" the first node of its allocation.
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (first.gpu_indices if first else ()))
-    if sandboxed:
-        argv = [
-            *sandbox_argv(
-                bwrap,
-                writable=[work, home],  # HOME must be writable too
-                readonly=[argv[1]] if spec.command is None else [],  # script.sh
-                hide=store.root,
-                chdir=work,
-            ),
-            *argv,
-        ]
+    # The memory it booked: its request on every node it holds (one process tree here).
+    memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib
+    memory_bytes = memory << 20
+    argv = [
+        *sandbox_argv(
+            bwrap,
+            writable=[work, home],  # HOME must be writable too
+            readonly=[script] if spec.command is None else [],
+            hide=store.root,
+            chdir=work,
+            network=request.type not in SANDBOXED_TYPES,
+            tmp_bytes=memory_bytes,
+            max_processes=limits.max_processes,
+            max_file_bytes=limits.max_disk_bytes,
+        ),
+        *argv,
+    ]
     return {
         "argv": argv,
         "env": env,
         "cwd": work,
-        "mkdirs": [work, home, tmp],
+        "mkdirs": [work, home],
+        "readable": [script] if spec.command is None else [],
+        "run_as": list(account) if account else None,
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,
-        "sandboxed": sandboxed,
         "bwrap": bwrap,
+        "output_cap": limits.max_output_bytes,
+        "limits": {
+            "memory_bytes": memory_bytes,
+            "max_processes": limits.max_processes,
+            "disk_bytes": limits.max_disk_bytes,
+            "disk_paths": [work, home],
+        },
     }
 
 

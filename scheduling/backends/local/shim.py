@@ -1,18 +1,20 @@
 """The supervisor of one local job: `python -I -S shim.py <jobdir>`.
 
 The local backend spawns one of these per started job, detached (its own session, no
-inherited descriptors, an almost empty environment). It starts the job's command, enforces
-the walltime, honours the cancel marker, and writes the job's state to `<jobdir>/state.json`.
+inherited descriptors, an almost empty environment). It runs as the worker's user (root on a
+shared machine) and starts the job's command in the sandbox as the job's own account, with
+its groups, gid and uid dropped before exec; it enforces the walltime, honours the cancel
+marker, watches the job's memory, processes and folder (`jobwatch.py`), copies its output
+into output.log up to the cap, and writes the job's state to `<jobdir>/state.json`.
 
 Start-up speed is the scheduling latency users see (submit -> running), and on this machine
 every stdlib import counts (`json` alone pulls in `re` and `enum`: ~30 ms; Django ~200 ms).
 So this file imports nothing from the project, and until the child runs it uses only `os`,
-`sys` and the built-in `marshal`: the backend hands over the launch plan as
+`sys`, `_signal` and the built-in `marshal`: the backend hands over the launch plan as
 `launch.marshal`, the child is started with a bare fork/exec, and `state.json` is written by
 the small JSON writer below. The modules the wait loop needs are imported once the child is
-running. The backend runs this file by path,
-which does not import the `scheduling` package (its `__init__` imports Django);
-`python -m scheduling.backends.local.shim <jobdir>` works too, only slower.
+running. The backend runs this file by path; `python -m scheduling.backends.local.shim
+<jobdir>` works too, only slower.
 
 The child's environment is exactly `plan["env"]`, built by the backend from nothing: this
 process's own environment never reaches it.
@@ -20,17 +22,18 @@ process's own environment never reaches it.
 
 from __future__ import annotations
 
+import _signal  # the built-in module: `signal` would import enum (start-up time)
 import marshal
 import os
 import sys
 import time
 
-# How often the wait loop wakes to look for the cancel marker when nothing else happens. The
-# canceller SIGTERMs the child's group itself, so this bounds only when the grace period
-# (then SIGKILL) starts for a child that ignores SIGTERM.
+# How often the wait loop wakes to look for the cancel marker when nothing else happens: a
+# cancel reaches the job (SIGTERM, then SIGKILL after the grace period) within this.
 MARKER_POLL_S = 0.25
 DEFAULT_GRACE_S = 5.0
-BWRAP_MISSING = "bubblewrap (bwrap) is not installed: agent/sandbox tasks never run unsandboxed"
+BWRAP_MISSING = "bubblewrap (bwrap) is not installed: tasks never run unsandboxed"
+RUN_AS_ROOT = "refusing to run a job as root: no Unix account to run it as (docs/security.md)"
 
 
 def now_iso() -> str:
@@ -119,14 +122,28 @@ class Shim:
             self.finish("cancelled", "cancelled before it started")
             return
         bwrap = plan.get("bwrap")
-        if plan.get("sandboxed") and not (bwrap and os.access(bwrap, os.X_OK)):
-            # Never fall back to running an agent/sandbox task without its sandbox.
+        if not (bwrap and os.access(bwrap, os.X_OK)):
+            # Never fall back to running a task without its sandbox.
             self.finish("failed", BWRAP_MISSING)
             return
+        run_as = plan.get("run_as")
+        if (run_as and run_as[0] == 0) or (not run_as and os.getuid() == 0):
+            self.finish("failed", RUN_AS_ROOT)
+            return
         for d in plan.get("mkdirs", ()):
-            os.makedirs(d, exist_ok=True)
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            if run_as:
+                os.chown(d, run_as[0], run_as[1])
+        for path in plan.get("readable", ()):  # script.sh: the job reads it, cannot change it
+            if run_as:
+                os.chown(path, run_as[0], run_as[1])
+            os.chmod(path, 0o500)
+        jobwatch = _jobwatch()
+        self.log = jobwatch.OutputLog(
+            os.path.join(self.jobdir, "output.log"), plan.get("output_cap")
+        )
         try:
-            pid, sandbox_pid = self.spawn(plan["argv"], plan["env"], plan["cwd"], bool(bwrap))
+            pid, sandbox_pid, out_r = self.spawn(plan["argv"], plan["env"], plan["cwd"], run_as)
         except OSError as exc:
             self.finish("failed", f"could not start the command: {exc}", exit_code=127)
             return
@@ -141,64 +158,73 @@ class Shim:
             sandbox_pid=sandbox_pid,
             sandbox_start=self.sandbox[1] if self.sandbox else None,
         )
-        self.wait(pid)
+        self.wait(pid, out_r, jobwatch)
 
     def spawn(
-        self, argv: list[str], env: dict[str, str], cwd: str, sandboxed: bool
-    ) -> tuple[int, int | None]:
-        """fork + exec `argv` in a new session (pgid == its pid), output to output.log.
+        self, argv: list[str], env: dict[str, str], cwd: str, run_as: list[int] | None
+    ) -> tuple[int, int | None, int]:
+        """fork + exec `argv` in a new session (pgid == its pid) as `run_as` (uid, gid).
 
-        Like subprocess.Popen(start_new_session=True, close_fds=True), without importing it:
-        an exec failure comes back through a close-on-exec pipe as the errno.
+        Like subprocess.Popen(start_new_session=True, close_fds=True, user=, group=,
+        extra_groups=[]), without importing it: an exec failure comes back through a
+        close-on-exec pipe as the errno. stdout and stderr go to a pipe the supervisor copies
+        into output.log (up to the cap). Returns (pid, sandbox init pid, the pipe's end).
 
-        For a sandbox, bwrap reports (--info-fd) the host pid of the sandbox's own init (pid 1
-        of its pid namespace); returned as the second value. bwrap's --die-with-parent is
-        racy while bwrap is still setting up (a SIGTERM in its first ~20 ms can leave the
-        sandbox running without it), so the supervisor also kills that init directly, which
-        takes every process of the namespace with it.
+        bwrap reports (--info-fd) the host pid of the sandbox's own init (pid 1 of its pid
+        namespace); returned as the second value. bwrap's --die-with-parent is racy while
+        bwrap is still setting up (a SIGTERM in its first ~20 ms can leave the sandbox running
+        without it), so the supervisor also kills that init directly, which takes every
+        process of the namespace with it.
         """
-        log_fd = os.open(
-            os.path.join(self.jobdir, "output.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-        )
         null_fd = os.open(os.devnull, os.O_RDONLY)
-        err_r, err_w = os.pipe()  # both close-on-exec (PEP 446)
-        info_r, info_w = os.pipe() if sandboxed else (-1, -1)
-        if sandboxed:
-            argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()  # all close-on-exec (PEP 446)
+        info_r, info_w = os.pipe()
+        argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here, only exec or _exit
             try:
                 os.setsid()
-                os.chdir(cwd)
                 os.dup2(null_fd, 0)
-                os.dup2(log_fd, 1)
-                os.dup2(log_fd, 2)
-                if sandboxed:
-                    os.set_inheritable(info_w, True)
+                os.dup2(out_w, 1)
+                os.dup2(out_w, 2)
+                if run_as:
+                    # Groups, then gid, then uid: after setuid nothing could drop the others.
+                    os.setgroups([])
+                    os.setgid(run_as[1])
+                    os.setuid(run_as[0])
+                if os.getuid() == 0 or os.geteuid() == 0:
+                    raise PermissionError(1, "refusing to run a job as root")
+                # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored
+                # across exec: give the job the defaults every program expects (a pipe
+                # reader that went away, a file past the size limit: the writer dies).
+                for signo in (_signal.SIGPIPE, _signal.SIGXFSZ):
+                    _signal.signal(signo, _signal.SIG_DFL)
+                os.umask(0o077)
+                os.chdir(cwd)
+                os.set_inheritable(info_w, True)
                 # Every other descriptor is non-inheritable, so exec closes it.
                 os.execvpe(argv[0], argv, env)  # PATH is looked up in `env`, not ours
             except OSError as exc:
                 os.write(err_w, str(exc.errno or 0).encode())
             finally:
                 os._exit(127)
-        for fd in (err_w, log_fd, null_fd, info_w):
-            if fd >= 0:
-                os.close(fd)
+        for fd in (err_w, out_w, null_fd, info_w):
+            os.close(fd)
         data = _read_all(err_r)
-        if data:  # exec failed: the child has exited with 127
-            if info_r >= 0:
-                os.close(info_r)
+        if data:  # the child failed before or at exec, and has exited with 127
+            for fd in (info_r, out_r):
+                os.close(fd)
             os.waitpid(pid, 0)
             errno = int(data)
             raise OSError(errno, f"{os.strerror(errno)}: {argv[0]!r}")
         sandbox_pid = None
-        if info_r >= 0:
-            # {"child-pid": N, ...}; EOF without it: bwrap failed to set up, and exits.
-            info = _read_all(info_r).decode("ascii", "replace")
-            key = '"child-pid":'
-            if key in info:
-                sandbox_pid = int(info.split(key, 1)[1].split(",", 1)[0].split("}", 1)[0])
-        return pid, sandbox_pid
+        # {"child-pid": N, ...}; EOF without it: bwrap failed to set up, and exits.
+        info = _read_all(info_r).decode("ascii", "replace")
+        key = '"child-pid":'
+        if key in info:
+            sandbox_pid = int(info.split(key, 1)[1].split(",", 1)[0].split("}", 1)[0])
+        return pid, sandbox_pid, out_r
 
     # -- supervise ---------------------------------------------------------------------
 
@@ -217,7 +243,7 @@ class Shim:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def wait(self, pid: int) -> None:
+    def wait(self, pid: int, out_r: int, jobwatch) -> None:
         # Only now the heavier modules: the child already runs.
         import select
         import signal
@@ -235,9 +261,12 @@ class Shim:
 
         walltime = plan.get("walltime_s")
         grace = float(plan.get("grace_s", DEFAULT_GRACE_S))
-        deadline = time.monotonic() + walltime if walltime else None
+        start = time.monotonic()
+        deadline = start + walltime if walltime else None
+        limits = jobwatch.Limits(plan.get("limits") or {}, pid, start)
         kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
-        why: str | None = None  # "timeout" | "cancelled" | "terminated"
+        why: str | None = None  # "timeout" | "cancelled" | "terminated" | "limit"
+        broken = ""  # the limit a job broke, in words
         try:
             pidfd: int | None = os.pidfd_open(pid)
         except (AttributeError, OSError):
@@ -256,19 +285,28 @@ class Shim:
                     why = "terminated"
                 elif deadline is not None and now >= deadline:
                     why = "timeout"
-                if why is not None:
-                    signal_group(pid, signal.SIGTERM)
+                elif broken := (limits.check(now) or ""):
+                    why = "limit"
+                if why == "limit":  # no grace: the limit is already broken
                     self.kill_sandbox()
+                    signal_group(pid, signal.SIGKILL)
+                elif why is not None:
+                    self.term_job(pid, jobwatch, signal.SIGTERM)
                     kill_at = now + grace
             elif kill_at is not None and now >= kill_at:
+                self.kill_sandbox()
                 signal_group(pid, signal.SIGKILL)
                 kill_at = None
             timeouts = [MARKER_POLL_S if pidfd is not None else 0.05]
-            if why is None and deadline is not None:
-                timeouts.append(deadline - now)
+            if why is None:
+                timeouts.append(limits.due(now))
+                if deadline is not None:
+                    timeouts.append(deadline - now)
             if kill_at is not None:
                 timeouts.append(kill_at - now)
-            fds = [wake_r] if pidfd is None else [wake_r, pidfd]
+            fds = (
+                [wake_r] + ([pidfd] if pidfd is not None else []) + ([out_r] if out_r >= 0 else [])
+            )
             try:
                 ready, _, _ = select.select(fds, [], [], max(0.0, min(timeouts)))
             except InterruptedError:
@@ -278,17 +316,29 @@ class Shim:
                     os.read(wake_r, 512)
                 except BlockingIOError:
                     pass
+            if out_r >= 0 and out_r in ready:
+                out_r = self.pump(out_r)
 
         # Whatever is left of the job's process group (background children) goes with it:
         # a finished job leaves no processes behind.
         signal_group(pid, signal.SIGKILL)
         self.kill_sandbox()
+        # The writers are gone: what is left in the pipe is the end of the output.
+        end = time.monotonic() + 2
+        while out_r >= 0 and time.monotonic() < end:
+            if select.select([out_r], [], [], 0.2)[0]:
+                out_r = self.pump(out_r)
+        if out_r >= 0:
+            os.close(out_r)
+        self.log.close()
         code = 128 - rc if rc < 0 else rc  # shell convention: death by signal N is 128 + N
 
         if why == "cancelled" or (why is None and self.cancelled()):
             self.finish("cancelled", "cancelled", exit_code=code)
         elif why == "timeout":
             self.finish("timeout", f"walltime of {walltime} s exceeded: stopped", exit_code=code)
+        elif why == "limit":
+            self.finish("failed", broken, exit_code=code)
         elif why == "terminated":
             name = signal.Signals(self.terminated_by).name  # type: ignore[arg-type]
             self.finish(
@@ -296,14 +346,65 @@ class Shim:
             )
         elif rc == 0:
             self.finish("succeeded", "", exit_code=0)
-        elif rc < 0:
+        elif code in (126, 127) and b"prlimit: failed to execute " in self.log.tail:
+            # The sandbox ran, the command in it could not be started.
+            why_not = self.log.last_line().removeprefix("prlimit: failed to execute ")
+            self.finish("failed", f"could not start the command: {why_not}", exit_code=code)
+        elif code == 1 and self.log.last_line().startswith("bwrap: "):
+            message = self.log.last_line().removeprefix("bwrap: ")
+            self.finish("failed", f"the sandbox could not be set up: {message}", exit_code=1)
+        elif code == 128 + signal.SIGXFSZ:
+            cap = (plan.get("limits") or {}).get("disk_bytes") or 0
+            self.finish(
+                "failed",
+                f"disk limit: a file reached {jobwatch.size_text(cap)}, the most a job may "
+                "keep here (killed by SIGXFSZ)",
+                exit_code=code,
+            )
+        elif rc < 0 or 128 < code < 128 + 65:
+            # The sandbox reports its command's death by signal N as exit code 128 + N.
+            signo = code - 128
             try:
-                name = signal.Signals(-rc).name
+                name = signal.Signals(signo).name
             except ValueError:
-                name = f"signal {-rc}"
-            self.finish("failed", f"killed by signal {name} ({-rc})", exit_code=code)
+                name = f"signal {signo}"
+            self.finish("failed", f"killed by signal {name} ({signo})", exit_code=code)
         else:
             self.finish("failed", f"exit code {rc}", exit_code=code)
+
+    def term_job(self, pid: int, jobwatch, signo: int) -> None:
+        """Ask the job's own processes to stop (a grace period follows, then SIGKILL).
+
+        They run in a session of their own under the sandbox's init, which takes no signal
+        it has no handler for: each of them is signalled by its host pid.
+        """
+        if self.sandbox is None or proc_start_time(self.sandbox[0]) != self.sandbox[1]:
+            signal_group(pid, signo)  # no sandbox (yet): its setup is what runs
+            return
+        for job_pid in jobwatch.process_tree(self.sandbox[0])[1:]:
+            try:  # noqa: SIM105 (contextlib is an import this file avoids)
+                os.kill(job_pid, signo)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def pump(self, out_r: int) -> int:
+        """Copy what the job printed into the log; -1 once the pipe is closed."""
+        data = os.read(out_r, 1 << 16)
+        if not data:
+            os.close(out_r)
+            return -1
+        self.log.feed(data)
+        return out_r
+
+
+def _jobwatch():
+    """The watchdog module beside this file (imported by path: `-I` leaves it off sys.path)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import jobwatch
+
+    return jobwatch
 
 
 def _read_all(fd: int) -> bytes:

@@ -77,12 +77,19 @@ class SlurmBackend:
         service_account: str | None = None,
         sacct_window_days: int = 7,
         runner: CommandRunner | None = None,
+        max_processes: int = 512,
+        max_file_bytes: int = 10 << 30,
     ) -> None:
         self.alias = alias
         self.cluster = cluster
         self.workdir = Path(workdir)
         self.qos = qos
+        # Jobs of researchers without a cluster account of their own run as this account;
+        # without one they are refused: a job never runs as the portal's own user (root).
         self.service_account = service_account
+        self.slurm_conf = slurm_conf
+        self.max_processes = max_processes
+        self.max_file_bytes = max_file_bytes
         self.sacct_window_days = sacct_window_days
         self.run = runner or CommandRunner(
             slurm_conf=slurm_conf, timeout_s=command_timeout_s, bin_dir=bin_dir
@@ -156,9 +163,9 @@ class SlurmBackend:
         # time limit to its --time-min, killing it at its estimate (docs/slurm.md).
         if request.queue.allocation == "whole-node":
             argv.append("--exclusive")
-        unix_user = self._unix_user(request)
-        if unix_user:
-            argv.append(f"--uid={unix_user}")
+        # Both: sbatch run by root with --uid alone keeps root's group (gid 0) for the job.
+        user = pwd.getpwnam(self._unix_user(request))
+        argv += [f"--uid={user.pw_name}", f"--gid={user.pw_gid}"]
         return argv, self.batch_script(request)
 
     def batch_script(self, request: SubmitRequest) -> str:
@@ -183,43 +190,68 @@ class SlurmBackend:
             argv = ["/bin/bash", str(workdir / "script.sh")]
         else:
             raise BackendError("the task has neither a command nor a script")
-        if request.type in SANDBOXED_TYPES:
-            lines.append(
-                "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
-                "this node: agent/sandbox tasks never run unsandboxed' >&2; exit 127; }"
-            )
-            prefix = sandbox_argv(
-                "bwrap",
-                writable=[str(workdir)],
-                readonly=[argv[1]] if spec.command is None else [],
-                hide=str(self.workdir),
-                chdir=str(workdir),
-            )
-            argv = [*prefix, *argv]
+        # Every type runs in the sandbox, as on the local backend (docs/security.md); the
+        # real HOME is not in it, the job folder is.
+        lines += [f"export HOME={shlex.quote(str(workdir))}", "export TMPDIR=/tmp"]
+        lines.append(
+            "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
+            "this node: tasks never run unsandboxed' >&2; exit 127; }"
+        )
+        readonly = [argv[1]] if spec.command is None else []
+        if self.slurm_conf and os.path.isdir(os.path.dirname(self.slurm_conf)):
+            # So that srun inside a batch script finds the cluster's configuration.
+            readonly.append(os.path.dirname(self.slurm_conf))
+            lines.append(f"export SLURM_CONF={shlex.quote(self.slurm_conf)}")
+        prefix = sandbox_argv(
+            "bwrap",
+            writable=[str(workdir)],
+            readonly=readonly,
+            hide=str(self.workdir),
+            chdir=str(workdir),
+            network=request.type not in SANDBOXED_TYPES,
+            tmp_bytes=spec.resources.memory_mib << 20,
+            max_processes=self.max_processes,
+            max_file_bytes=self.max_file_bytes,
+        )
+        argv = [*prefix, *argv]
         lines.append("exec " + " ".join(shlex.quote(arg) for arg in argv))
         self._prepare_workdir(request)
         return "\n".join(lines) + "\n"
 
     def _prepare_workdir(self, request: SubmitRequest) -> None:
+        """The job's folder, its account's alone; the folders above it passable (o+x)."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir.chmod(0o711)
         path = self.workdir / request.key
-        path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        path.mkdir(exist_ok=True)
+        entry = pwd.getpwnam(self._unix_user(request))
         if request.spec.script is not None:
             script = path / "script.sh"
-            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o500)
             with os.fdopen(fd, "w") as fh:
                 fh.write(request.spec.script)
-        unix_user = self._unix_user(request)
-        if unix_user:
-            try:
-                entry = pwd.getpwnam(unix_user)
-            except KeyError as exc:
-                raise BackendError(f"no Unix account {unix_user!r} on this host") from exc
-            for item in (path, *path.iterdir()):
-                os.chown(item, entry.pw_uid, entry.pw_gid)
+            os.chown(script, entry.pw_uid, entry.pw_gid)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        path.chmod(0o700)
 
-    def _unix_user(self, request: SubmitRequest) -> str | None:
-        """The researcher's cluster account if they have one, else the service account."""
-        return request.extra.get("run_as") or self.service_account
+    def _unix_user(self, request: SubmitRequest) -> str:
+        """The researcher's cluster account if they have one, else the service account.
+
+        Never root: an account with uid or gid 0 is refused, and so is a job with neither.
+        """
+        name = request.extra.get("run_as") or self.service_account
+        if not name:
+            raise BackendError(
+                "no Unix account to run the job as: the researcher has no cluster account "
+                "and no service account is set (SWITCHYARD_SLURM_SERVICE_ACCOUNT)"
+            )
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise BackendError(f"no Unix account {name!r} on this host") from None
+        if entry.pw_uid == 0 or entry.pw_gid == 0:
+            raise BackendError(f"refusing to run a job as {name!r}: it is root (uid or gid 0)")
+        return name
 
     # -- accounts ----------------------------------------------------------------------------
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -89,6 +91,21 @@ def state_file(backend: LocalBackend, key: str) -> dict:
     return json.loads((Path(backend.root) / "jobs" / key / "state.json").read_text())
 
 
+JOB_UID = pwd.getpwnam("switchyard-job").pw_uid if os.geteuid() == 0 else os.geteuid()
+
+
+def in_folder(folder: str) -> list[int]:
+    """Host pids of the living processes whose working directory is `folder`."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") == folder and alive(int(pid)):
+                pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
 def alive(pid: int) -> bool:
     return proc_start_time(pid) is not None  # a zombie counts as gone
 
@@ -102,7 +119,7 @@ def group_gone(pgid: int) -> bool:
 
 
 @pytest.fixture
-def make(tmp_path: Path) -> Iterator[Callable[..., LocalBackend]]:
+def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
     """Build backends on one root; at teardown cancel whatever still runs."""
     made: list[LocalBackend] = []
 
@@ -111,7 +128,7 @@ def make(tmp_path: Path) -> Iterator[Callable[..., LocalBackend]]:
         options.setdefault("kill_grace_s", 0.5)
         backend = LocalBackend(
             "local-test",
-            root=str(tmp_path / "root"),
+            root=str(job_root / "root"),
             node_source=lambda alias: inventory,
             **options,
         )
@@ -154,14 +171,16 @@ def test_a_failing_command_keeps_its_exit_code(make):
     assert (job.state, job.exit_code, job.reason) == (JobState.FAILED, 3, "exit code 3")
 
 
-def test_a_script_runs_with_bash_from_a_private_0700_file(make):
+def test_a_script_runs_with_bash_from_a_file_only_the_job_can_read(make):
     backend = make()
     backend.submit(request("script-1", script='echo "in $PWD"\nexit 4\n'))
     job = finished(backend, "script-1")
     jobdir = Path(backend.root) / "jobs" / "script-1"
     assert (job.state, job.exit_code) == (JobState.FAILED, 4)
     assert backend.log("script-1") == f"in {jobdir / 'work'}\n"
-    assert (jobdir / "script.sh").stat().st_mode & 0o777 == 0o700
+    script = (jobdir / "script.sh").stat()
+    assert script.st_mode & 0o777 == 0o500
+    assert script.st_uid == JOB_UID
 
 
 def test_a_death_by_signal_is_128_plus_the_signal(make):
@@ -220,7 +239,7 @@ def test_the_child_gets_a_fresh_environment_without_the_portals_secrets(make, mo
     jobdir = Path(backend.root) / "jobs" / "env-2"
     assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
     assert env["HOME"] == str(jobdir / "home")
-    assert env["TMPDIR"] == str(jobdir / "tmp")
+    assert env["TMPDIR"] == "/tmp"  # the sandbox's private tmpfs
     assert env["LANG"] == "C.UTF-8"
     assert env["SWITCHYARD_TASK_KEY"] == "env-2"
     assert env["OMP_NUM_THREADS"] == "1"
@@ -272,20 +291,21 @@ def test_walltime_kills_a_job_that_ignores_sigterm_after_the_grace(make):
     assert (job.state, job.exit_code) == (JobState.TIMEOUT, 128 + signal.SIGKILL)
 
 
-def test_cancel_kills_the_whole_process_group(make, tmp_path):
+def test_cancel_kills_the_whole_process_group(make):
     backend = make()
-    pids = tmp_path / "pids"
-    backend.submit(request("cancel-1", ["bash", "-c", f"sleep 300 & echo $! > {pids}; sleep 300"]))
+    backend.submit(request("cancel-1", ["bash", "-c", "sleep 300 & sleep 300"]))
     assert running(backend, "cancel-1").state is JobState.RUNNING
-    deadline_wait(backend, "cancel-1", lambda _: pids.exists() and pids.read_text().strip())
-    grandchild = int(pids.read_text())
+    work = str(Path(backend.root) / "jobs" / "cancel-1" / "work")
+    # The job's processes (host pids): bash and its two sleeps, all in the work folder.
+    deadline_wait(backend, "cancel-1", lambda _: len(in_folder(work)) >= 3)
+    pids = in_folder(work)
     child = state_file(backend, "cancel-1")["child_pid"]
-    assert alive(child) and alive(grandchild)
+    assert alive(child) and all(alive(pid) for pid in pids)
 
     backend.cancel("cancel-1")
     job = finished(backend, "cancel-1")
     assert job.state is JobState.CANCELLED
-    deadline_wait(backend, "cancel-1", lambda _: not alive(child) and not alive(grandchild))
+    deadline_wait(backend, "cancel-1", lambda _: not alive(child) and not in_folder(work))
     # The group itself is gone (once init has reaped the orphaned grandchild).
     deadline_wait(backend, "cancel-1", lambda _: group_gone(child))
 
@@ -308,8 +328,8 @@ def test_a_cancel_before_the_child_starts_is_not_lost(make, tmp_path):
     slow_python.write_text(f'#!/bin/sh\nsleep 0.3\nexec {sys.executable} "$@"\n')
     slow_python.chmod(0o755)
     backend = make(python=str(slow_python))
-    marker = tmp_path / "ran"
-    job = backend.submit(request("early-1", ["touch", str(marker)]))
+    marker = Path(backend.root) / "jobs" / "early-1" / "work" / "ran"
+    job = backend.submit(request("early-1", ["touch", "ran"]))
     assert job.state is JobState.PENDING  # placed, its supervisor starting
     backend.cancel("early-1")
     job = finished(backend, "early-1")
@@ -320,10 +340,10 @@ def test_a_cancel_before_the_child_starts_is_not_lost(make, tmp_path):
 # -- idempotency and capacity -----------------------------------------------------------
 
 
-def test_submit_twice_makes_one_job_and_one_process(make, tmp_path):
+def test_submit_twice_makes_one_job_and_one_process(make):
     first, second = make(), make()  # two worker processes sharing the root
-    counter = tmp_path / "count"
-    req = request("twice-1", ["sh", "-c", f"echo run >> {counter}"])
+    counter = Path(first.root) / "jobs" / "twice-1" / "work" / "count"
+    req = request("twice-1", ["sh", "-c", "echo run >> count"])
     results: list[Job] = []
     threads = [
         threading.Thread(target=lambda b=b: results.append(b.submit(req)))
@@ -515,17 +535,18 @@ def test_a_sandbox_task_cannot_reach_the_network(make, tcp_port):
         assert "Error" in backend.log(key)  # ConnectionRefusedError / OSError
 
 
-def test_a_sandbox_task_cannot_see_the_portals_files(make):
+def test_no_task_can_see_the_portals_files(make):
     backend = make()
     portal_file = Path(__file__).resolve()
     script = f"cat {portal_file} >/dev/null 2>&1 && echo LEAKED; ls /root >/dev/null 2>&1 && echo ROOT; echo done\n"
     backend.submit(request("peek-box", script=script, type="sandbox"))
     backend.submit(request("peek-hpc", script=script))
-    assert finished(backend, "peek-box").state is JobState.SUCCEEDED
-    assert backend.log("peek-box") == "done\n"
+    for key in ("peek-box", "peek-hpc"):
+        assert finished(backend, key).state is JobState.SUCCEEDED
+        assert backend.log(key) == "done\n"
     # The same script outside the sandbox does see them: the check can fail.
-    finished(backend, "peek-hpc")
-    assert "LEAKED" in backend.log("peek-hpc")
+    outside = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    assert "LEAKED" in outside.stdout
 
 
 def test_a_sandbox_task_sees_a_read_only_system_and_a_private_tmp(make):
@@ -569,27 +590,14 @@ def test_a_sandbox_task_is_killed_with_its_whole_sandbox_on_cancel(make, tmp_pat
     assert finished(backend, "box-cancel").state is JobState.CANCELLED
     # Nothing of it is left: no process has the job's work dir as its cwd.
     work = str(Path(backend.root) / "jobs" / "box-cancel" / "work")
-
-    def leftovers(_: Job) -> bool:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if os.readlink(f"/proc/{pid}/cwd") == work and alive(int(pid)):
-                    return False
-            except OSError:
-                continue
-        return True
-
-    deadline_wait(backend, "box-cancel", leftovers)
+    deadline_wait(backend, "box-cancel", lambda _: not in_folder(work))
 
 
-def test_without_bwrap_a_sandbox_task_fails_and_never_runs_unsandboxed(make, tmp_path):
+def test_without_bwrap_no_task_runs_unsandboxed(make, tmp_path):
     backend = make(bwrap="/nonexistent/bwrap")
     marker = tmp_path / "ran-unsandboxed"
-    job = backend.submit(request("nobwrap-1", ["touch", str(marker)], type="agent"))
-    job = finished(backend, "nobwrap-1")
-    assert (job.state, job.reason) == (JobState.FAILED, BWRAP_MISSING)
+    for key, type in (("nobwrap-1", "agent"), ("nobwrap-hpc", "hpc-simulation")):
+        backend.submit(request(key, ["touch", str(marker)], type=type))
+        job = finished(backend, key)
+        assert (job.state, job.reason) == (JobState.FAILED, BWRAP_MISSING)
     assert not marker.exists()
-    # An HPC task does not need the sandbox, and runs.
-    backend.submit(request("nobwrap-hpc", ["touch", str(marker)]))
-    assert finished(backend, "nobwrap-hpc").state is JobState.SUCCEEDED
-    assert marker.exists()

@@ -18,6 +18,8 @@ from scheduling.backends.slurm.parse import _exit_code
 from scheduling.decisions.types import QueuePolicy
 from scheduling.spec import Resources, TaskSpec
 
+# The account jobs run as when the researcher has none (`make test` creates it).
+JOB_ACCOUNT = "switchyard-job"
 HOSTILE = ["$(id)", "`id`", "a; touch /tmp/pwned", "x\n#SBATCH --account=other", "'\"", "*"]
 
 TRAINING = QueuePolicy(
@@ -41,12 +43,15 @@ def request(
 
 
 @pytest.fixture
-def backend(tmp_path) -> SlurmBackend:
-    return SlurmBackend("slurm", cluster="test", workdir=str(tmp_path / "jobs"))
+def backend(job_root) -> SlurmBackend:
+    return SlurmBackend(
+        "slurm", cluster="test", workdir=str(job_root / "jobs"), service_account=JOB_ACCOUNT
+    )
 
 
-def test_hostile_arguments_and_env_values_arrive_verbatim_and_run_nothing(backend, tmp_path):
-    marker = tmp_path / "pwned"
+def test_hostile_arguments_and_env_values_arrive_verbatim_and_run_nothing(backend):
+    # Where the job could write, if anything in its descriptor ran: its own folder.
+    marker = backend.workdir / "sy-1-1" / "pwned"
     hostile = [*HOSTILE, f"$(touch {marker})"]
     echo = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ['GREETING'], os.environ['MULTI']]))"
     spec = TaskSpec(
@@ -56,8 +61,10 @@ def test_hostile_arguments_and_env_values_arrive_verbatim_and_run_nothing(backen
         env=(("GREETING", f"$(touch {marker})"), ("MULTI", "a\nb`id`")),
     )
     _, script = backend.sbatch_command(request(spec))
+    # As slurmd would run it: as the job's account (setpriv does what its setuid does).
+    as_job = ["setpriv", f"--reuid={JOB_ACCOUNT}", f"--regid={JOB_ACCOUNT}", "--clear-groups"]
     done = subprocess.run(
-        ["bash", "-c", script],
+        [*as_job, "bash", "-c", script],
         capture_output=True,
         text=True,
         check=True,
@@ -74,9 +81,9 @@ def test_no_sbatch_directive_is_read_from_a_users_script(backend):
     _, script = backend.sbatch_command(request(spec))
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash" and lines[1] == ":"  # a command ends directive parsing
-    assert "#SBATCH" not in script  # the body is a separate 0600 file
+    assert "#SBATCH" not in script  # the body is a separate file, the job's to read only
     body = Path(backend.workdir / "sy-1-1" / "script.sh")
-    assert body.read_text().startswith("#SBATCH") and oct(body.stat().st_mode & 0o777) == "0o600"
+    assert body.read_text().startswith("#SBATCH") and oct(body.stat().st_mode & 0o777) == "0o500"
 
 
 def test_account_partition_and_limits_go_on_the_command_line(backend):
@@ -136,3 +143,34 @@ def test_an_environment_name_outside_the_allowlist_is_refused(backend):
 )
 def test_exit_codes_are_read_from_both_json_forms(raw, code):
     assert _exit_code(raw) == code
+
+
+def test_jobs_run_as_the_service_account_with_its_own_group_never_as_root(backend):
+    import pwd
+
+    spec = TaskSpec(name="x", project="materials", command=("true",))
+    argv, _ = backend.sbatch_command(request(spec))
+    account = pwd.getpwnam(JOB_ACCOUNT)
+    # --gid too: sbatch run by root with --uid alone gives the job root's group.
+    assert f"--uid={JOB_ACCOUNT}" in argv and f"--gid={account.pw_gid}" in argv
+
+
+def test_a_researchers_own_account_is_used_and_root_is_refused(backend):
+    from scheduling.backends import BackendError
+
+    spec = TaskSpec(name="x", project="materials", command=("true",))
+    mine = SubmitRequest(
+        key="sy-1-1", spec=spec, type="hpc-simulation", queue=HPC, project="materials",
+        user="alice", extra={"run_as": "sy-alice"},
+    )  # fmt: skip
+    argv, _ = backend.sbatch_command(mine)
+    assert "--uid=sy-alice" in argv
+    as_root = SubmitRequest(
+        key="sy-1-2", spec=spec, type="hpc-simulation", queue=HPC, project="materials",
+        user="alice", extra={"run_as": "root"},
+    )  # fmt: skip
+    with pytest.raises(BackendError, match="refusing to run a job as 'root'"):
+        backend.sbatch_command(as_root)
+    nobody = SlurmBackend("slurm", cluster="test", workdir=str(backend.workdir))
+    with pytest.raises(BackendError, match="no Unix account to run the job as"):
+        nobody.sbatch_command(request(spec))

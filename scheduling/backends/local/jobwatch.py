@@ -1,0 +1,189 @@
+"""What a running job uses, read from /proc and its folder: the supervisor's watchdog.
+
+cgroups are not available on every machine this runs on (docs/security.md), so the limits a
+job asked for are watched from outside: the supervisor samples the job's process tree a few
+times a second and its folder every few seconds, and kills the job with a reason that names
+the limit it broke. Standard library `os` only: the supervisor imports this by path.
+"""
+
+from __future__ import annotations
+
+import os
+
+_MIB = 1024 * 1024
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every process below it (children of any of their threads)."""
+    found = [root]
+    i = 0
+    while i < len(found):
+        pid = found[i]
+        i += 1
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    found.extend(int(child) for child in f.read().split())
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def tree_usage(pids: list[int]) -> tuple[int, int]:
+    """(bytes of private memory, tasks) of these processes.
+
+    Memory is anonymous plus shared-memory pages resident (RssAnon + RssShmem): what the job
+    itself allocated, not the shared libraries and file cache every process maps. Tasks are
+    processes and their threads, which is what the process limit counts.
+    """
+    memory = tasks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                text = f.read()
+        except OSError:
+            continue
+        for line in text.split(b"\n"):
+            if line.startswith((b"RssAnon:", b"RssShmem:")):
+                memory += int(line.split()[1]) * 1024  # kB
+            elif line.startswith(b"Threads:"):
+                tasks += int(line.split()[1])
+    return memory, tasks
+
+
+def folder_usage(paths: list[str], max_entries: int) -> tuple[int, int]:
+    """(bytes on disk, entries) under these folders, symlinks not followed.
+
+    Stops counting after `max_entries`: a job that made more files than that is over the
+    limit whatever their size, and the walk stays cheap.
+    """
+    used = entries = 0
+    todo = list(paths)
+    while todo and entries <= max_entries:
+        try:
+            with os.scandir(todo.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+        except OSError:
+            continue
+    return used, entries
+
+
+def size_text(n: int) -> str:
+    """`268435456` → `256 MiB`, `1610612736` → `1.5 GiB`."""
+    if n >= 1024 * _MIB:
+        gib = n / (1024 * _MIB)
+        return f"{gib:.1f} GiB".replace(".0 GiB", " GiB")
+    return f"{max(0, round(n / _MIB))} MiB"
+
+
+class Limits:
+    """The job's limits and the sampling of its use; `check` names the first one broken."""
+
+    WATCH_S = 0.2  # processes and memory
+    DISK_S = 2.0  # the folder
+
+    def __init__(self, limits: dict, root_pid: int, now: float) -> None:
+        self.memory = limits.get("memory_bytes")
+        self.memory_field = limits.get("memory_field", "resources.memory")
+        self.processes = limits.get("max_processes")
+        self.disk = limits.get("disk_bytes")
+        self.disk_paths = list(limits.get("disk_paths") or ())
+        self.max_entries = int(limits.get("max_entries") or 200_000)
+        self.root_pid = root_pid
+        self.next_watch = now
+        self.next_disk = now + self.DISK_S
+        self.peak_memory = 0
+
+    def due(self, now: float) -> float:
+        """Seconds until the next sample is due (0: now)."""
+        wanted = []
+        if self.memory or self.processes:
+            wanted.append(self.next_watch)
+        if self.disk and self.disk_paths:
+            wanted.append(self.next_disk)
+        return max(0.0, min(wanted) - now) if wanted else 3600.0
+
+    def check(self, now: float) -> str | None:
+        if (self.memory or self.processes) and now >= self.next_watch:
+            self.next_watch = now + self.WATCH_S
+            memory, tasks = tree_usage(process_tree(self.root_pid))
+            self.peak_memory = max(self.peak_memory, memory)
+            if self.memory and memory > self.memory:
+                return (
+                    f"memory limit: the job used {size_text(memory)}, over the "
+                    f"{size_text(self.memory)} it asked for ({self.memory_field}); killed"
+                )
+            if self.processes and tasks >= self.processes:
+                return (
+                    f"process limit: the job reached {tasks} processes and threads, the most "
+                    f"a job may have here ({self.processes}); killed"
+                )
+        if self.disk and self.disk_paths and now >= self.next_disk:
+            self.next_disk = now + self.DISK_S
+            used, entries = folder_usage(self.disk_paths, self.max_entries)
+            if entries > self.max_entries:
+                return (
+                    f"disk limit: the job's folder holds more than {self.max_entries} files, "
+                    "the most a job may keep here; killed"
+                )
+            if used > self.disk:
+                return (
+                    f"disk limit: the job's folder holds {size_text(used)}, over the "
+                    f"{size_text(self.disk)} a job may keep here; killed"
+                )
+        return None
+
+
+class OutputLog:
+    """The job's output.log, written by the supervisor from the job's pipe, up to a cap.
+
+    Past the cap the log ends with a marker and the rest is read and dropped, so the job is
+    never blocked on a full pipe and the disk never fills.
+    """
+
+    def __init__(self, path: str, cap: int | None) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.written = os.fstat(self.fd).st_size
+        self.cap = cap
+        self.cut = False
+        self.tail = b""  # the last bytes the job printed, for the reason it ended
+
+    def last_line(self) -> str:
+        lines = self.tail.rstrip(b"\n").rsplit(b"\n", 1)
+        return lines[-1].decode("utf-8", "replace").strip()
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        self.tail = (self.tail + data)[-512:]
+        if self.cut:
+            return
+        if self.cap is not None and self.written + len(data) > self.cap:
+            data = data[: max(0, self.cap - self.written)]
+            self.cut = True
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self.written += len(data)
+        if self.cut:
+            os.write(
+                self.fd,
+                f"\n[switchyard: output cut at {size_text(self.cap or 0)}, the most a job's log "
+                "keeps here; what the job printed after that was dropped]\n".encode(),
+            )
+
+    def close(self) -> None:
+        os.close(self.fd)

@@ -1,0 +1,271 @@
+"""Attacks from inside real local jobs, for every type: no root, no capabilities, no view of
+the portal, and every limit enforced with a reason that names it (docs/security.md).
+
+Real processes, real bubblewrap, real Unix accounts (`make test` creates switchyard-job,
+sy-alice and sy-bob). Running jobs as other accounts needs root: outside CI, a test run by
+another user skips the tests that need it; in CI they must run.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from scheduling.backends.base import JobState
+from scheduling.backends.local import LocalBackend
+from scheduling.decisions.types import NodeView
+from scheduling.spec import TASK_TYPES
+from tests.conftest import ROOT, in_ci
+from tests.unit.scheduling.test_local_backend import finished, request, running
+
+NODE = NodeView(name="n1", cpus=64, memory_mib=64 * 1024, gpus=0)
+BATCH_TYPES = ("hpc-simulation", "ai-training", "ai-inference")
+
+if os.geteuid() != 0 and not in_ci():
+    pytestmark = pytest.mark.skip("jobs run as other accounts only when the worker is root")
+
+
+def uid_of(name: str) -> int:
+    return pwd.getpwnam(name).pw_uid
+
+
+@pytest.fixture
+def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
+    made: list[LocalBackend] = []
+
+    def _make(**options) -> LocalBackend:
+        options.setdefault("kill_grace_s", 0.5)
+        backend = LocalBackend(
+            "local-test", root=str(job_root / "root"), node_source=lambda _: [NODE], **options
+        )
+        made.append(backend)
+        return backend
+
+    yield _make
+    for backend in made:
+        jobs = Path(backend.root) / "jobs"
+        for key in [p.name for p in jobs.iterdir()] if jobs.exists() else []:
+            backend.cancel(key)
+            finished(backend, key)
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP port that answers, on the host's loopback."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.listen(8)
+    yield server.getsockname()[1]
+    server.close()
+
+
+def probe(port: int) -> str:
+    """What an attacker inside a job tries first."""
+    database = settings.DATABASES["default"]["NAME"]
+    return f"""
+echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+grep -E '^Cap(Eff|Prm|Amb):' /proc/self/status
+mount -o remount,bind,rw /etc 2>/dev/null && echo REMOUNTED-ETC
+mount -o remount,bind,rw /usr 2>/dev/null && echo REMOUNTED-USR
+echo x > /etc/switchyard-probe 2>/dev/null && echo WROTE-ETC
+for f in /etc/shadow /etc/gshadow /etc/shadow- /etc/gshadow-; do
+  head -c1 "$f" >/dev/null 2>&1 && echo "READ $f"
+done
+test -e {database} && echo SAW-DATABASE
+test -e {ROOT}/manage.py && echo SAW-CODE
+test -e {settings.VAR_DIR}/secret-key && echo SAW-SECRET-KEY
+ls {settings.VAR_DIR}/local-backend >/dev/null 2>&1 && echo SAW-LOCAL-BACKEND
+test -e {settings.BROKER_DIR} && echo SAW-BROKER
+cat /proc/1/environ >/dev/null 2>&1 && grep -qa DJANGO /proc/1/environ && echo SAW-PORTAL-ENV
+echo "processes=$(ls /proc | grep -c '^[0-9]')"
+(echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo NETWORK
+unshare -U true 2>/dev/null && echo NESTED-USERNS
+echo done
+"""
+
+
+@pytest.mark.parametrize("type", TASK_TYPES)
+def test_a_job_of_any_type_runs_unprivileged_and_sees_nothing_of_the_portal(make, listener, type):
+    backend = make()
+    backend.submit(request("probe", ["bash", "-c", probe(listener)], type=type))
+    job = finished(backend, "probe")
+    log = backend.log("probe")
+    assert job.state is JobState.SUCCEEDED, (job.reason, log)
+    account = uid_of("switchyard-job")
+    assert f"uid={account} gid={pwd.getpwuid(account).pw_gid} " in log
+    assert "CapEff:\t0000000000000000" in log
+    assert "CapPrm:\t0000000000000000" in log
+    for leak in ("REMOUNTED", "WROTE-ETC", "READ /etc", "SAW-", "NESTED-USERNS"):
+        assert leak not in log, log
+    # Its own pid namespace: the sandbox's init, bash and its few commands.
+    assert int(log.split("processes=")[1].split()[0]) < 10
+    if type in ("agent", "sandbox"):
+        assert "NETWORK" not in log  # no network at all
+    else:
+        assert "NETWORK" in log  # batch types keep the host's network (and the probe works)
+    assert log.rstrip().endswith("done")
+
+
+def test_the_probe_sees_the_portal_when_run_outside_the_sandbox(listener):
+    """The checks above can fail: the same probe, as root on the host, finds everything."""
+    import subprocess
+
+    out = subprocess.run(["bash", "-c", probe(listener)], capture_output=True, text=True).stdout
+    assert "uid=0 " in out and "SAW-CODE" in out and "SAW-SECRET-KEY" in out and "NETWORK" in out
+
+
+def test_a_researcher_with_a_cluster_account_runs_as_it_and_others_cannot_read_their_folder(
+    make,
+):
+    backend = make()
+    backend.submit(
+        request(
+            "mine",
+            ["sh", "-c", "id -un; echo TOPSECRET > secret; sleep 30"],
+            extra={"run_as": "sy-alice"},
+        )
+    )
+    running(backend, "mine")
+    mine = Path(backend.root) / "jobs" / "mine" / "work"
+    deadline = time.monotonic() + 10
+    while not (mine / "secret").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (mine.stat().st_uid, mine.stat().st_mode & 0o777) == (uid_of("sy-alice"), 0o700)
+    # Another researcher's job, knowing the path, finds nothing: not in its sandbox, and the
+    # folder is not theirs to read even outside it.
+    backend.submit(
+        request(
+            "theirs",
+            ["sh", "-c", f"id -un; cat {mine}/secret; ls {mine}; echo end"],
+            extra={"run_as": "sy-bob"},
+        )
+    )
+    finished(backend, "theirs")
+    log = backend.log("theirs")
+    assert log.startswith("sy-bob\n") and "TOPSECRET" not in log and log.endswith("end\n")
+    assert backend.log("mine").startswith("sy-alice\n")
+
+
+@pytest.mark.parametrize(
+    ("run_as", "reason"),
+    [
+        ("root", "refusing to run a job as 'root': it is root"),
+        ("no-such-user-xyz", "no Unix account 'no-such-user-xyz'"),
+    ],
+)
+def test_a_job_is_never_started_as_root_or_as_an_account_that_does_not_exist(
+    make, tmp_path, run_as, reason
+):
+    backend = make()
+    marker = tmp_path / "ran"
+    backend.submit(request("bad-account", ["touch", str(marker)], extra={"run_as": run_as}))
+    job = finished(backend, "bad-account")
+    assert job.state is JobState.FAILED and job.reason.startswith(reason), job.reason
+    assert not marker.exists()
+
+
+def test_a_service_account_that_is_root_is_refused(make):
+    backend = make(job_account="root")
+    backend.submit(request("as-root", ["true"]))
+    job = finished(backend, "as-root")
+    assert (job.state, job.reason) == (
+        JobState.FAILED,
+        "refusing to run a job as 'root': it is root (uid or gid 0)",
+    )
+
+
+# -- limits -------------------------------------------------------------------------------
+
+
+def test_a_job_over_its_memory_request_is_killed_with_that_reason(make):
+    backend = make()
+    touch = "x = bytearray(1536 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\n"
+    backend.submit(
+        request("greedy", ["python3", "-c", touch + "import time; time.sleep(30)"], memory_mib=256)
+    )
+    job = finished(backend, "greedy", timeout=30)
+    assert job.state is JobState.FAILED
+    assert job.reason.startswith("memory limit: the job used ")
+    assert "over the 256 MiB it asked for (resources.memory); killed" in job.reason
+
+
+def test_a_job_within_its_memory_request_runs(make):
+    backend = make()
+    fits = "x = bytearray(100 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('ok')"
+    backend.submit(request("fits", ["python3", "-c", fits], memory_mib=512))
+    job = finished(backend, "fits", timeout=30)
+    assert (job.state, backend.log("fits")) == (JobState.SUCCEEDED, "ok\n")
+
+
+def test_a_thousand_forks_are_bounded_and_the_job_killed_naming_the_limit(make):
+    backend = make(max_processes=200)
+    bomb = "for i in $(seq 1000); do sleep 60 & done 2>/dev/null; wait"
+    backend.submit(request("forks", ["bash", "-c", bomb]))
+    work = str(Path(backend.root) / "jobs" / "forks" / "work")
+    job = finished(backend, "forks", timeout=30)
+    assert job.state is JobState.FAILED
+    assert job.reason.startswith("process limit: the job reached "), job.reason
+    assert "(200); killed" in job.reason
+    # Nothing of it is left running.
+    deadline = time.monotonic() + 10
+    while in_work(work) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert in_work(work) == []
+
+
+def in_work(folder: str) -> list[int]:
+    from tests.unit.scheduling.test_local_backend import in_folder
+
+    return in_folder(folder)
+
+
+def test_200_mb_of_output_leaves_a_capped_log(make):
+    backend = make(max_output_bytes=4 << 20)
+    started = time.monotonic()
+    backend.submit(request("chatty", ["sh", "-c", "yes switchyard | head -c 200000000; echo"]))
+    job = finished(backend, "chatty", timeout=60)
+    assert job.state is JobState.SUCCEEDED, job.reason
+    log_file = Path(backend.root) / "jobs" / "chatty" / "output.log"
+    size = log_file.stat().st_size
+    assert 4 << 20 <= size < (4 << 20) + 1024
+    tail = backend.log("chatty", offset=(4 << 20) - 10)
+    assert "[switchyard: output cut at 4 MiB" in tail
+    assert time.monotonic() - started < 30
+
+
+def test_a_file_bigger_than_the_disk_limit_kills_the_job(make):
+    backend = make(max_disk_bytes=8 << 20)
+    backend.submit(request("big-file", ["sh", "-c", "head -c 50000000 /dev/zero > big"]))
+    job = finished(backend, "big-file", timeout=30)
+    assert job.state is JobState.FAILED
+    assert job.reason.startswith("disk limit: a file reached 8 MiB"), job.reason
+
+
+def test_many_files_over_the_disk_limit_kill_the_job(make):
+    backend = make(max_disk_bytes=8 << 20)
+    fill = "for i in 1 2 3 4 5 6; do head -c 3000000 /dev/urandom > f$i; done; sleep 30"
+    backend.submit(request("many-files", ["sh", "-c", fill]))
+    job = finished(backend, "many-files", timeout=30)
+    assert job.state is JobState.FAILED
+    assert job.reason.startswith("disk limit: the job's folder holds "), job.reason
+    assert "over the 8 MiB a job may keep here; killed" in job.reason
+
+
+def test_old_job_folders_disappear_after_retention_and_their_log_stays(make):
+    backend = make(retention_s=3600)
+    backend.submit(request("old", ["sh", "-c", "echo kept; echo x > work-file"]))
+    assert finished(backend, "old").state is JobState.SUCCEEDED
+    jobdir = Path(backend.root) / "jobs" / "old"
+    assert backend.housekeep() == 0  # too recent
+    assert jobdir.exists()
+    assert backend.housekeep(now=time.time() + 3601) == 1
+    assert not jobdir.exists()
+    assert backend.log("old") == "kept\n"
+    assert backend.poll(["old"])["old"].state is JobState.SUCCEEDED
+    assert backend.housekeep(now=time.time() + 7200) == 0  # nothing left to remove
