@@ -198,6 +198,7 @@ CELERY_TASK_ROUTES = {
     "scheduling.poll_backends": {"queue": "periodic"},
     "scheduling.sweep_pending": {"queue": "periodic"},
     "scheduling.timers": {"queue": "periodic"},
+    "scheduling.housekeeping": {"queue": "periodic"},
 }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
@@ -237,6 +238,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduling.sweep_pending",
         "schedule": float(SWITCHYARD_SWEEP_SECONDS),
         "options": {"expires": SWITCHYARD_SWEEP_SECONDS * 2},
+    },
+    "housekeeping": {
+        "task": "scheduling.housekeeping",
+        "schedule": 600.0,
+        "options": {"expires": 1200},
     },
 }
 

@@ -69,3 +69,9 @@ def sweep_pending() -> int:
 def timers() -> int:
     """Wait timeouts and trigger files: the engine's only clock-driven releases."""
     return settle.expire_waiting() + settle.check_triggers()
+
+
+@shared_task(name="scheduling.housekeeping", acks_late=True)
+def housekeeping() -> int:
+    """Ended jobs' folders past their retention are removed (their logs are kept)."""
+    return engine.housekeep()

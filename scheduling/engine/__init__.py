@@ -21,7 +21,13 @@ from scheduling.engine.follow import (
     backend_poll,
     retry_backoff_seconds,
 )
-from scheduling.engine.jobs import CancelRetry, cancel_requested, sweep_cancels, task_log
+from scheduling.engine.jobs import (
+    CancelRetry,
+    cancel_requested,
+    housekeep,
+    sweep_cancels,
+    task_log,
+)
 from scheduling.engine.registry import get_backend
 
 __all__ = [
@@ -34,6 +40,7 @@ __all__ = [
     "backend_poll",
     "cancel_requested",
     "get_backend",
+    "housekeep",
     "retry_backoff_seconds",
     "sweep_cancels",
     "sweep_pending",

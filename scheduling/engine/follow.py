@@ -164,6 +164,7 @@ def _default_reason(job: Job) -> str:
 
 
 def active_backends() -> list[str]:
-    return list(
-        Task.objects.filter(state__in=ACTIVE_STATES).values_list("backend", flat=True).distinct()
-    )
+    """Each backend with active jobs, once (order_by(): the default ordering would make
+    DISTINCT per task, and poll each backend once per task)."""
+    active = Task.objects.filter(state__in=ACTIVE_STATES).order_by()
+    return list(active.values_list("backend", flat=True).distinct())

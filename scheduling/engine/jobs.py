@@ -19,7 +19,7 @@ from portal.errors import ApplicationError
 from scheduling.backends import BackendError, BackendUnavailable
 from scheduling.engine.follow import SCHEDULER_UNREACHABLE
 from scheduling.engine.registry import get_backend
-from scheduling.models import ACTIVE_STATES, Task, TaskState
+from scheduling.models import ACTIVE_STATES, Pool, Task, TaskState
 from scheduling.states import attempt_end, task_set_state
 
 log = logging.getLogger(__name__)
@@ -101,3 +101,14 @@ def task_log(*, task: Task, offset: int = 0, limit: int = 1 << 20) -> str:
         return get_backend(task.backend).log(task.backend_id, offset=offset, limit=limit)
     except BackendError as exc:
         raise ApplicationError(f"the log could not be read: {exc}", status=503) from exc
+
+
+def housekeep() -> int:
+    """Let every backend the site's pools use clean up after ended jobs (e.g. the local
+    backend's retention of job folders). Returns how many things they removed."""
+    removed = 0
+    for alias in Pool.objects.order_by().values_list("backend", flat=True).distinct():
+        backend = get_backend(alias)
+        if hasattr(backend, "housekeep"):
+            removed += backend.housekeep()
+    return removed

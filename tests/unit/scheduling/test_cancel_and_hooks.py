@@ -164,3 +164,14 @@ def test_a_workflow_cancel_is_one_message_for_all_its_jobs(
     assert workflow.tasks.get(name="last").state == "cancelled"  # it had no job: at once
     engine.cancel_requested(ids)
     assert set(workflow.tasks.values_list("state", flat=True)) == {"cancelled"}
+
+
+def test_housekeeping_asks_each_backend_the_pools_use(site, monkeypatch):
+    from scheduling.backends.fake import FakeBackend
+
+    asked = []
+    monkeypatch.setattr(
+        FakeBackend, "housekeep", lambda self: asked.append(self.alias) or 2, raising=False
+    )
+    assert engine.housekeep() == 2
+    assert asked == ["fake"]

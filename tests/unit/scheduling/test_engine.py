@@ -211,3 +211,9 @@ def test_an_unreachable_backend_is_the_reason_until_a_poll_reaches_it_again(api,
     engine.backend_poll("fake")
     task.refresh_from_db()
     assert (task.state, task.reason) == ("running", "")
+
+
+def test_each_backend_with_active_jobs_is_polled_once_per_cycle(api):
+    for i in range(3):
+        engine.task_dispatch(_submit(api, name=f"t{i}").pk)
+    assert engine.active_backends() == ["fake"]
