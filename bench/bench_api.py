@@ -62,10 +62,12 @@ def _inprocess_child(n: int, profile_path: str | None) -> dict[str, Any]:
     import django
 
     django.setup()
-    from rest_framework.authtoken.models import Token
+    from django.contrib.auth.models import User
     from rest_framework.test import APIClient
 
-    token = Token.objects.get(user__username=c.DEMO_USER).key
+    from portal.auth import issue_token
+
+    token, _ = issue_token(User.objects.get(username=c.DEMO_USER))
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     warm = client.get("/api/v1/tasks/")
@@ -102,10 +104,12 @@ def _batch_child(n: int) -> dict[str, Any]:
     import django
 
     django.setup()
-    from rest_framework.authtoken.models import Token
+    from django.contrib.auth.models import User
     from rest_framework.test import APIClient
 
-    token = Token.objects.get(user__username=c.DEMO_USER).key
+    from portal.auth import issue_token
+
+    token, _ = issue_token(User.objects.get(username=c.DEMO_USER))
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get("/api/v1/tasks/").status_code == 200

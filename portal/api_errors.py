@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -18,6 +18,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(exc.as_payload(), status=exc.status)
     if isinstance(exc, Http404):
         return Response(_errors(None, "not found"), status=404)
+    if isinstance(exc, RequestDataTooBig):
+        # A form field past DATA_UPLOAD_MAX_MEMORY_SIZE: Django's own answer is an HTML page.
+        return Response(_errors(None, f"the request is too large: {exc}"), status=413)
+    if isinstance(exc, SuspiciousOperation):
+        return Response(_errors(None, f"the request was refused: {exc}"), status=400)
     if isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
     response = drf_exception_handler(exc, context)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.generics import ListCreateAPIView, RetrieveAPIView
-from rest_framework.parsers import MultiPartParser
+from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -34,25 +36,63 @@ from scheduling.spec import TASK_TYPES
 
 _JSON_TYPES = {"application/json"}
 _YAML_TYPES = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"}
+# Room for the multipart framing around a descriptor file or field.
+_MULTIPART_SLACK = 64 * 1024
+# Offsets and ids are exact in every JSON client and fit a PostgreSQL bigint.
+_MAX_INT = 2**53 - 1
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
 
 
 def _content_type(request: Request) -> str:
     return (request.content_type or "").split(";")[0].strip().lower()
 
 
-def _read_body(request: Request, *, limit: int, what: str) -> bytes:
-    """The raw body, refused before reading when its declared length is over `limit`.
-
-    Read with one byte to spare, so a body sent without a length (chunked) that is too big
-    still reaches the parser's own size check instead of being cut silently.
-    """
+def _declared_length(request) -> int:
     try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
+        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
     except ValueError:
-        length = 0
-    if length > limit:
-        raise ApplicationError(f"the {what} is {length} bytes; the limit is {limit}", got=length)
-    return request._request.read(limit + 1)
+        return 0
+
+
+class RawBody(BaseParser):
+    """A JSON or YAML body as bytes: the descriptor module parses it, with its own limits.
+
+    Being a parser (not a raw read in the view) is what lets a browser session send JSON or
+    YAML: DRF's CSRF check reads `request.POST`, which parses the body first. The limit is
+    the view's `body_limit` setting; a body declared larger is refused before it is read,
+    and one sent without a length is read one byte past the limit, so that the descriptor's
+    own size check still refuses it instead of it being cut silently.
+    """
+
+    def parse(self, stream, media_type=None, parser_context=None) -> bytes:
+        view = (parser_context or {}).get("view")
+        limit = getattr(settings, getattr(view, "body_limit", "SWITCHYARD_DESCRIPTOR_MAX_BYTES"))
+        what = getattr(view, "body_what", "descriptor")
+        request = (parser_context or {}).get("request")
+        length = _declared_length(request) if request is not None else 0
+        if length > limit:
+            raise ApplicationError(
+                f"the {what} is {length} bytes; the limit is {limit}", got=length
+            )
+        return stream.read(limit + 1) if stream is not None else b""
+
+
+def _raw_parser(media: str) -> type[RawBody]:
+    name = "Raw" + "".join(part.title() for part in media.replace("/", "-").split("-"))
+    return type(name, (RawBody,), {"media_type": media})
+
+
+JSON_PARSERS = [_raw_parser(media) for media in sorted(_JSON_TYPES)]
+DESCRIPTOR_PARSERS = [
+    MultiPartParser,
+    *JSON_PARSERS,
+    *(_raw_parser(m) for m in sorted(_YAML_TYPES)),
+]
+
+
+def _body(request: Request) -> bytes:
+    data = request.data
+    return data if isinstance(data, bytes) else b""
 
 
 def read_descriptor(request: Request) -> tuple[bytes, str | None]:
@@ -60,6 +100,13 @@ def read_descriptor(request: Request) -> tuple[bytes, str | None]:
     limit = settings.SWITCHYARD_DESCRIPTOR_MAX_BYTES
     content_type = _content_type(request)
     if content_type == "multipart/form-data":
+        length = _declared_length(request)
+        if length > limit + _MULTIPART_SLACK:
+            raise ApplicationError(
+                f"the request is {length} bytes; a descriptor may be at most {limit}",
+                field="descriptor",
+                got=length,
+            )
         upload = request.FILES.get("descriptor")
         if upload is None:
             text = request.POST.get("descriptor")
@@ -84,8 +131,7 @@ def read_descriptor(request: Request) -> tuple[bytes, str | None]:
         )
         return upload.read(), fmt
     if content_type in _JSON_TYPES or content_type in _YAML_TYPES:
-        fmt = "json" if content_type in _JSON_TYPES else "yaml"
-        return _read_body(request, limit=limit, what="descriptor"), fmt
+        return _body(request), "json" if content_type in _JSON_TYPES else "yaml"
     raise ApplicationError(
         "send the descriptor as application/json, application/yaml, or multipart field "
         "'descriptor'",
@@ -118,7 +164,7 @@ _FILTERS = {
 class TaskListCreate(ListCreateAPIView):
     serializer_class = TaskSerializer
     # JSON and YAML bodies are read raw and parsed by the descriptor module, with its limits.
-    parser_classes = [MultiPartParser]
+    parser_classes = DESCRIPTOR_PARSERS
 
     def get_queryset(self):
         queryset = task_list_for_user(self.request.user)
@@ -126,11 +172,13 @@ class TaskListCreate(ListCreateAPIView):
             value = self.request.query_params.get(param)
             if value is None:
                 continue
-            if param == "workflow" and not value.isdigit():
-                raise ApplicationError("must be a workflow id", field=param, got=value)
+            if param == "workflow" and not _is_id(value):
+                raise ApplicationError(
+                    f"must be a workflow id (1 to {_MAX_INT})", field=param, got=value[:80]
+                )
             if allowed is not None and value not in allowed:
                 raise ApplicationError(
-                    f"must be one of {', '.join(sorted(allowed))}", field=param, got=value
+                    f"must be one of {', '.join(sorted(allowed))}", field=param, got=value[:80]
                 )
             queryset = queryset.filter(**{lookup: value})
         return queryset.order_by("-id")
@@ -158,6 +206,9 @@ class TaskListCreate(ListCreateAPIView):
 
 
 class TaskBatch(APIView):
+    parser_classes = JSON_PARSERS
+    body_limit, body_what = "SWITCHYARD_BATCH_MAX_BYTES", "batch"
+
     @extend_schema(
         request={"application/json": OpenApiTypes.OBJECT},
         responses={
@@ -175,8 +226,7 @@ class TaskBatch(APIView):
             raise ApplicationError(
                 "send the batch as application/json", got=content_type or None, status=415
             )
-        body = _read_body(request, limit=settings.SWITCHYARD_BATCH_MAX_BYTES, what="batch")
-        ids = services.task_submit_batch(user=request.user, text=body)
+        ids = services.task_submit_batch(user=request.user, text=_body(request))
         return Response({"count": len(ids), "ids": ids}, status=status.HTTP_201_CREATED)
 
 
@@ -217,25 +267,26 @@ class TaskLog(APIView):
     )
     def get(self, request: Request, pk: int) -> Response:
         task = task_get_for_user(request.user, pk)
-        offset = _int_param(request, "offset", 0, minimum=0)
+        offset = _int_param(request, "offset", 0, minimum=0, maximum=_MAX_INT)
         limit = _int_param(request, "limit", 1 << 20, minimum=1, maximum=8 << 20)
         text = engine.task_log(task=task, offset=offset, limit=limit)
         return Response({"task": task.pk, "offset": offset, "log": text})
 
 
-def _int_param(
-    request: Request, name: str, default: int, *, minimum: int, maximum: int | None = None
-) -> int:
+def _int_param(request: Request, name: str, default: int, *, minimum: int, maximum: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApplicationError("must be an integer", field=name, got=raw) from None
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ApplicationError(f"must be between {minimum} and {maximum}", field=name, got=value)
+    if not _INTEGER.fullmatch(raw):
+        raise ApplicationError("must be an integer", field=name, got=raw[:80])
+    value = int(raw)
+    if value < minimum or value > maximum:
+        raise ApplicationError(f"must be between {minimum} and {maximum}", field=name, got=raw)
     return value
+
+
+def _is_id(value: str) -> bool:
+    return value.isascii() and value.isdigit() and len(value) <= 16 and 0 < int(value) <= _MAX_INT
 
 
 @extend_schema(responses={200: OpenApiTypes.OBJECT})
@@ -247,7 +298,7 @@ def descriptor_schema(request: Request) -> Response:
 
 class WorkflowListCreate(ListCreateAPIView):
     serializer_class = WorkflowSerializer
-    parser_classes = [MultiPartParser]
+    parser_classes = DESCRIPTOR_PARSERS
 
     def get_queryset(self):
         return workflow_list_for_user(self.request.user).order_by("-id")

@@ -27,9 +27,20 @@ def task_list_for_user(user: AbstractBaseUser) -> QuerySet[Task]:
 def task_get_for_user(user: AbstractBaseUser, pk: int | str) -> Task:
     """One task of the user's projects, or a 404 (never a 403: others' tasks do not exist)."""
     try:
-        return task_list_for_user(user).get(pk=int(pk))
+        return task_list_for_user(user).get(pk=_id(pk))
     except (Task.DoesNotExist, ValueError, TypeError):
         raise Http404("no such task") from None
+
+
+# Ids the database can hold (a bigint): a larger number in a URL is a 404, not a 500.
+_MAX_ID = 2**63 - 1
+
+
+def _id(pk: int | str) -> int:
+    value = int(pk)
+    if not 0 < value <= _MAX_ID:
+        raise ValueError(pk)
+    return value
 
 
 def tasks_visible_by_ids(user: AbstractBaseUser, ids: Iterable[int], *, field: str) -> list[Task]:
@@ -57,7 +68,7 @@ def workflow_list_for_user(user: AbstractBaseUser) -> QuerySet[Workflow]:
 
 def workflow_get_for_user(user: AbstractBaseUser, pk: int | str) -> Workflow:
     try:
-        return workflow_list_for_user(user).get(pk=int(pk))
+        return workflow_list_for_user(user).get(pk=_id(pk))
     except (Workflow.DoesNotExist, ValueError, TypeError):
         raise Http404("no such workflow") from None
 

@@ -57,6 +57,13 @@ def _backends(settings):
     root = make_job_root()
     # Seeding hashes five demo passwords per test; the real hasher makes that seconds.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # A cache of the test's own: request-rate throttles count there.
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": uuid.uuid4().hex,
+        }
+    }
     settings.COMPUTE_BACKENDS = {
         "local": {
             "BACKEND": "scheduling.backends.local.LocalBackend",

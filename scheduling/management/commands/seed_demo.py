@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
+from portal.auth import issue_token
 from portal.models import Membership, Project
 from scheduling.models import Node, Pool, Queue, RoutingRule
 from scheduling.selectors import site_view_invalidate
@@ -95,9 +95,9 @@ class Command(BaseCommand):
             user.save()
             if group:
                 user.groups.add(Group.objects.get_or_create(name=group)[0])
-            token, _ = Token.objects.get_or_create(user=user)
+            token, _ = issue_token(user)  # after set_password, which revoked the old ones
             users[username] = user
-            lines.append((username, password, role, token.key))
+            lines.append((username, password, role, token))
         for slug, title, pi in PROJECTS:
             project, _ = Project.objects.update_or_create(
                 slug=slug, defaults={"name": title, "pi": users[pi]}

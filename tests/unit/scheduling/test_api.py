@@ -194,9 +194,11 @@ def test_detail_has_events_reasons_and_descriptor(api):
 
 
 def test_token_auth_works_and_anonymous_is_refused(site, client):
-    from rest_framework.authtoken.models import Token
-
-    token = Token.objects.get(user__username="alice").key
+    answer = client.post(
+        "/api/v1/auth/token/", {"username": "alice", "password": "alice-demo-pass"}
+    )
+    assert answer.status_code == 200, answer.content
+    token = answer.json()["token"]
     ok = client.get("/api/v1/tasks/", HTTP_AUTHORIZATION=f"Token {token}")
     assert ok.status_code == 200
     anonymous = client.get("/api/v1/tasks/")
