@@ -230,6 +230,8 @@ else:
     # kombu does not create its folders; every process (web, worker, tests) may be first.
     for _folder in ("queue", "processed", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    if BROKER_DIR.stat().st_uid == os.geteuid():
+        BROKER_DIR.chmod(0o700)  # the portal's messages are nobody else's to list
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
