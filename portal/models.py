@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -10,6 +11,11 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     pi = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="led_projects"
+    )
+    share = models.PositiveIntegerField(
+        default=1,
+        help_text="Fair-share shares: in fair-share queues, projects that used less of their "
+        "share recently go first (docs/policy.md).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -56,3 +62,110 @@ class ClusterAccount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} → {self.unix_username}"
+
+
+class Quota(models.Model):
+    """What a project (or one user in it) may hold at once in one queue (docs/policy.md)."""
+
+    class Resource(models.TextChoices):
+        GPUS = "gpus", "GPUs"
+        CPUS = "cpus", "CPUs"
+        TASKS = "tasks", "Running tasks"
+
+    class OverQuota(models.TextChoices):
+        QUEUE = "queue", "Wait until there is room"
+        REJECT = "reject", "Refuse the task"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
+    queue = models.ForeignKey("scheduling.Queue", on_delete=models.CASCADE, related_name="quotas")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="quotas",
+        null=True,
+        blank=True,
+        help_text="Empty: the whole project. Set: this member only.",
+    )
+    resource = models.CharField(max_length=8, choices=Resource.choices)
+    limit = models.PositiveIntegerField()
+    over_quota = models.CharField(max_length=8, choices=OverQuota.choices, default=OverQuota.QUEUE)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project", "queue", "user", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "queue", "resource"],
+                condition=models.Q(user__isnull=True),
+                name="one_project_quota_per_resource",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "queue", "user", "resource"],
+                condition=models.Q(user__isnull=False),
+                name="one_user_quota_per_resource",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        who = f"{self.user} in {self.project}" if self.user_id else str(self.project)
+        return f"{who}: {self.limit} {self.resource} in {self.queue}"
+
+    def clean(self) -> None:
+        if (
+            self.user_id
+            and self.project_id
+            and not Membership.objects.filter(
+                user_id=self.user_id, project_id=self.project_id
+            ).exists()
+        ):
+            raise ValidationError({"user": "must be a member of the project"})
+
+
+class PriorityRequest(models.Model):
+    """A researcher's request for a higher level, for one task or a project's tasks in a
+    queue, until a time; approved or rejected by the queue's admins or a platform admin."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        EXPIRED = "expired", "Expired"
+
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="priority_requests"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="priority_requests")
+    queue = models.ForeignKey(
+        "scheduling.Queue", on_delete=models.CASCADE, related_name="priority_requests"
+    )
+    task = models.ForeignKey(
+        "scheduling.Task",
+        on_delete=models.CASCADE,
+        related_name="priority_requests",
+        null=True,
+        blank=True,
+        help_text="Empty: every task of the project in the queue.",
+    )
+    level = models.PositiveSmallIntegerField(choices=[(0, "low"), (1, "medium"), (2, "high")])
+    reason = models.TextField()
+    until = models.DateTimeField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        null=True,
+        blank=True,
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True, help_text="When it expired.")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["state", "until"], name="priority_request_live")]
+
+    def __str__(self) -> str:
+        what = f"task #{self.task_id}" if self.task_id else f"{self.project} in {self.queue}"
+        return f"#{self.pk} {what} → {self.get_level_display()} ({self.state})"

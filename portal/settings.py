@@ -249,6 +249,7 @@ CELERY_TASK_ROUTES = {
     "scheduling.sweep_pending": {"queue": "periodic"},
     "scheduling.timers": {"queue": "periodic"},
     "scheduling.housekeeping": {"queue": "periodic"},
+    "scheduling.policy_pass": {"queue": "periodic"},
 }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
@@ -273,6 +274,32 @@ SWITCHYARD_TRIGGER_SECONDS = float(env_int("SWITCHYARD_TRIGGER_MS", 2000)) / 100
 # Trigger files must lie under one of these folders (users cannot probe the filesystem).
 SWITCHYARD_TRIGGER_ROOTS = env_list("SWITCHYARD_TRIGGER_ROOTS", [str(VAR_DIR / "triggers")])
 
+# --- Policy (docs/policy.md) ----------------------------------------------------------------
+# Time-of-day weights are read in the site's time zone.
+SWITCHYARD_SITE_TIMEZONE = env_str("SWITCHYARD_SITE_TIMEZONE", "UTC")
+# Fair-share usage halves every this many hours.
+SWITCHYARD_FAIRSHARE_HALF_LIFE_HOURS = env_int("SWITCHYARD_FAIRSHARE_HALF_LIFE_HOURS", 7 * 24)
+# How often the levels pass runs (levels move, approvals expire, quota-held tasks are
+# reconsidered).
+SWITCHYARD_POLICY_SECONDS = float(env_int("SWITCHYARD_POLICY_MS", 5000)) / 1000
+# A priority-raise request lasts at most this long; a descriptor's `priority: high` asks
+# for this long.
+SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS", 30 * 24)
+SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS", 24)
+
+# Mail (priority-request decisions): the console in development, SMTP when EMAIL_HOST is set.
+EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "switchyard@localhost")
+
 CELERY_BEAT_SCHEDULE = {
     "poll-backends": {
         "task": "scheduling.poll_backends",
@@ -283,6 +310,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduling.timers",
         "schedule": SWITCHYARD_TRIGGER_SECONDS,
         "options": {"expires": SWITCHYARD_TRIGGER_SECONDS * 2},
+    },
+    "policy": {
+        "task": "scheduling.policy_pass",
+        "schedule": SWITCHYARD_POLICY_SECONDS,
+        "options": {"expires": SWITCHYARD_POLICY_SECONDS * 2},
     },
     "sweep-pending": {
         "task": "scheduling.sweep_pending",

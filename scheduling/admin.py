@@ -1,6 +1,16 @@
 from django.contrib import admin
 
-from scheduling.models import Attempt, Node, Pool, Queue, RoutingRule, Task, TaskEvent
+from scheduling.models import (
+    Attempt,
+    ClassifierSettings,
+    LevelRule,
+    Node,
+    Pool,
+    Queue,
+    RoutingRule,
+    Task,
+    TaskEvent,
+)
 
 
 class NodeInline(admin.TabularInline):
@@ -34,6 +44,21 @@ class QueueAdmin(admin.ModelAdmin):
         "cpu_oversubscription",
         "max_concurrency",
     ]
+    filter_horizontal = ["admins"]
+
+
+@admin.register(LevelRule)
+class LevelRuleAdmin(admin.ModelAdmin):
+    list_display = ["task_type", "queue", "start_level", "step", "every_s", "limit_level", "repeat"]
+    list_filter = ["task_type", "queue"]
+
+
+@admin.register(ClassifierSettings)
+class ClassifierSettingsAdmin(admin.ModelAdmin):
+    list_display = ["many_gpus", "long_estimate_s", "many_cpus", "short_s", "small_cpus"]
+
+    def has_add_permission(self, request):
+        return not ClassifierSettings.objects.exists()
 
 
 @admin.register(RoutingRule)

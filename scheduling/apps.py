@@ -11,6 +11,7 @@ class SchedulingConfig(AppConfig):
         # by name without importing the engine (docs/architecture.md).
         from scheduling import hooks
         from scheduling import tasks as _celery_tasks  # noqa: F401 - registers them
-        from scheduling.engine import settle
+        from scheduling.engine import admission, settle
 
         hooks.on_task_end(settle.after_end)
+        hooks.on_task_end(admission.after_end)  # what it held is free: held tasks may start

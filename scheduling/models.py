@@ -4,9 +4,11 @@ import secrets
 import string
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
-from scheduling.decisions import lifecycle
+from scheduling.decisions import levels, lifecycle
+from scheduling.decisions.order import ScheduleError, parse_weight_schedule
 from scheduling.spec import FAIL_ACTIONS, PRIORITIES, TASK_TYPES
 
 
@@ -82,13 +84,115 @@ class Queue(models.Model):
     cpu_oversubscription = models.PositiveSmallIntegerField(default=1)
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
     idle_scale_in_s = models.PositiveIntegerField(null=True, blank=True)
-    weight_schedule = models.JSONField(default=dict, blank=True)
+    weight_schedule = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Time-of-day weights by task type, e.g. [{"from": "08:00", "to": "20:00", '
+        '"weights": {"agent": 2}}] (docs/policy.md).',
+    )
+    admins = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        related_name="administered_queues",
+        blank=True,
+        help_text="Queue admins: they decide this queue's priority-raise requests.",
+    )
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        try:
+            parse_weight_schedule(self.weight_schedule, TASK_TYPES)
+        except ScheduleError as exc:
+            raise ValidationError({"weight_schedule": str(exc)}) from None
+
+
+class LevelRule(models.Model):
+    """How a task type's level moves while it waits (docs/policy.md)."""
+
+    LEVELS = [(0, "low"), (1, "medium"), (2, "high")]
+
+    task_type = models.CharField(max_length=32, choices=[(t, t) for t in TASK_TYPES])
+    queue = models.ForeignKey(
+        Queue,
+        on_delete=models.CASCADE,
+        related_name="level_rules",
+        null=True,
+        blank=True,
+        help_text="Empty: any queue (a queue's own rule for the type wins).",
+    )
+    start_level = models.PositiveSmallIntegerField(choices=LEVELS, default=1)
+    step = models.SmallIntegerField(choices=[(-1, "drops"), (0, "stays"), (1, "rises")], default=0)
+    every_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Seconds of waiting before a move."
+    )
+    limit_level = models.PositiveSmallIntegerField(
+        choices=LEVELS, null=True, blank=True, help_text="Where moves stop."
+    )
+    repeat = models.BooleanField(default=False, help_text="Move every period, not only once.")
+
+    class Meta:
+        ordering = ["task_type", "queue"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task_type"],
+                condition=models.Q(queue__isnull=True),
+                name="one_general_level_rule_per_type",
+            ),
+            models.UniqueConstraint(
+                fields=["task_type", "queue"],
+                condition=models.Q(queue__isnull=False),
+                name="one_level_rule_per_type_and_queue",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.as_rule().describe() + (f" (queue {self.queue})" if self.queue_id else "")
+
+    def as_rule(self) -> levels.LevelRule:
+        return levels.LevelRule(
+            task_type=self.task_type,
+            queue=self.queue.name if self.queue_id else None,
+            start=self.start_level,
+            step=self.step,
+            every_s=self.every_s,
+            limit=self.limit_level,
+            repeat=self.repeat,
+        )
+
+    def clean(self) -> None:
+        if self.step and not self.every_s:
+            raise ValidationError({"every_s": "a rule that moves needs a period"})
+
+
+class ClassifierSettings(models.Model):
+    """The thresholds that classify a task without a type; one row (docs/policy.md)."""
+
+    many_gpus = models.PositiveIntegerField(default=2, help_text="At least this many GPUs …")
+    long_estimate_s = models.PositiveIntegerField(
+        default=2 * 3600, help_text="… and an estimate over this many seconds: training."
+    )
+    many_cpus = models.PositiveIntegerField(
+        default=64, help_text="No GPU and at least this many CPUs: HPC."
+    )
+    short_s = models.PositiveIntegerField(
+        default=30 * 60, help_text="A small task shorter than this many seconds: agent."
+    )
+    small_cpus = models.PositiveIntegerField(default=4, help_text="Small: at most this many CPUs")
+    small_gpus = models.PositiveIntegerField(default=0, help_text="… and this many GPUs.")
+
+    class Meta:
+        verbose_name_plural = "classifier settings"
+
+    def __str__(self) -> str:
+        return "classifier thresholds"
+
+    def save(self, *args, **kwargs):
+        self.pk = 1  # one row
+        super().save(*args, **kwargs)
 
 
 class RoutingRule(models.Model):
@@ -121,6 +225,14 @@ class TaskState(models.TextChoices):
 
 
 # The same strings as the pure lifecycle rules (scheduling/decisions/lifecycle.py).
+class Hold(models.TextChoices):
+    """What holds a waiting task."""
+
+    DEPENDENCY = "dependency", "Its dependencies"
+    TRIGGER = "trigger", "Its trigger file"
+    QUOTA = "quota", "A quota"
+
+
 TERMINAL_STATES = frozenset(TaskState(s) for s in lifecycle.TERMINAL)
 ACTIVE_STATES = frozenset(TaskState(s) for s in lifecycle.ACTIVE)
 
@@ -186,8 +298,24 @@ class Task(models.Model):
     state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.PENDING)
     reason = models.TextField(blank=True, help_text="Why the task waits, or why it ended.")
     priority = models.CharField(
-        max_length=8, choices=[(p, p) for p in PRIORITIES], default="normal"
+        max_length=8,
+        choices=[(p, p) for p in PRIORITIES],
+        default="normal",
+        help_text="What the descriptor asked for; above normal it becomes a request.",
     )
+    # The level it has now (0 low, 1 medium, 2 high) and why; the backend's number for it.
+    level = models.PositiveSmallIntegerField(default=1)
+    level_reason = models.TextField(blank=True)
+    priority_value = models.PositiveBigIntegerField(default=0)
+    # Since when it could run: the clock of its level rule.
+    ready_at = models.DateTimeField(null=True, blank=True)
+    # Counted against its quotas from admission until it ends.
+    admitted = models.BooleanField(default=False)
+    # What holds a waiting task: its dependencies, a trigger file, or a quota.
+    hold = models.CharField(max_length=16, choices=Hold.choices, blank=True)
+    # What it would hold, for quotas (its spec's resources, kept where SQL can sum them).
+    gpus = models.PositiveIntegerField(default=0)
+    cpus = models.PositiveIntegerField(default=1)
     retry_count = models.PositiveSmallIntegerField(default=0)
     fail_action = models.CharField(
         max_length=8, choices=[(a, a) for a in FAIL_ACTIONS], default="abort"
@@ -219,6 +347,7 @@ class Task(models.Model):
         indexes = [
             models.Index(fields=["state", "backend"], name="task_state_backend"),
             models.Index(fields=["project", "-id"], name="task_project_recent"),
+            models.Index(fields=["queue", "admitted", "state"], name="task_quota_use"),
         ]
 
     def __str__(self) -> str:

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from portal.models import PriorityRequest
+from scheduling.decisions.levels import LEVELS
 from scheduling.models import Attempt, Task, TaskEvent, Workflow
+from scheduling.waiting import explain
 
 
 class TaskEventSerializer(serializers.ModelSerializer):
@@ -34,6 +37,7 @@ class TaskSerializer(serializers.ModelSerializer):
     queue = serializers.CharField(source="queue.name")
     wait_reason = serializers.SerializerMethodField()
     cancelling = serializers.BooleanField(read_only=True)
+    level = serializers.SerializerMethodField()
     url = serializers.HyperlinkedIdentityField(view_name="api-task-detail")
 
     class Meta:
@@ -53,6 +57,7 @@ class TaskSerializer(serializers.ModelSerializer):
             "cancelling",
             "reason",
             "wait_reason",
+            "level",
             "priority",
             "attempts",
             "retry_count",
@@ -68,6 +73,9 @@ class TaskSerializer(serializers.ModelSerializer):
     def get_wait_reason(self, task: Task) -> str | None:
         return task.reason if task.state in ("pending", "waiting", "queued") else None
 
+    def get_level(self, task: Task) -> str:
+        return LEVELS[task.level]
+
 
 class TaskDetailSerializer(TaskSerializer):
     events = TaskEventSerializer(many=True, read_only=True)
@@ -79,9 +87,20 @@ class TaskDetailSerializer(TaskSerializer):
             "descriptor",
             "descriptor_format",
             "spec",
+            "level_reason",
+            "wait",
             "events",
             "attempt_list",
         ]
+
+    wait = serializers.SerializerMethodField(
+        help_text="Why it waits: kind, message, level, position in its queue, a pending "
+        "priority request, estimated start (null once it runs)."
+    )
+
+    def get_wait(self, task: Task) -> dict | None:
+        explanation = explain(task)
+        return explanation.as_dict() if explanation else None
 
 
 class WorkflowTaskSerializer(serializers.ModelSerializer):
@@ -137,3 +156,37 @@ class WorkflowDetailSerializer(WorkflowSerializer):
     def get_tasks(self, workflow: Workflow) -> list[dict]:
         tasks = workflow.tasks.select_related("queue").prefetch_related("depends_on").order_by("id")
         return WorkflowTaskSerializer(tasks, many=True, context=self.context).data
+
+
+class PriorityRequestSerializer(serializers.ModelSerializer):
+    requester = serializers.CharField(source="requester.username")
+    project = serializers.CharField(source="project.slug")
+    queue = serializers.CharField(source="queue.name")
+    task = serializers.IntegerField(source="task_id", allow_null=True)
+    level = serializers.SerializerMethodField()
+    decided_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = PriorityRequest
+        fields = [
+            "id",
+            "requester",
+            "project",
+            "queue",
+            "task",
+            "level",
+            "reason",
+            "until",
+            "state",
+            "created_at",
+            "decided_by",
+            "decided_at",
+            "comment",
+            "ended_at",
+        ]
+
+    def get_level(self, request: PriorityRequest) -> str:
+        return LEVELS[request.level]
+
+    def get_decided_by(self, request: PriorityRequest) -> str | None:
+        return request.decided_by.get_username() if request.decided_by else None

@@ -5,10 +5,12 @@ Services and the engine publish these by name (`scheduling/outbox.py`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from celery import shared_task
 
 from scheduling import engine, outbox
-from scheduling.engine import settle
+from scheduling.engine import levels, settle
 
 
 @shared_task(
@@ -75,3 +77,9 @@ def timers() -> int:
 def housekeeping() -> int:
     """Ended jobs' folders past their retention are removed (their logs are kept)."""
     return engine.housekeep()
+
+
+@shared_task(name="scheduling.policy_pass", acks_late=True)
+def policy_pass() -> dict:
+    """Levels move, approvals expire, quota-held tasks are reconsidered (docs/policy.md)."""
+    return dataclasses.asdict(levels.policy_pass())

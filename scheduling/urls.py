@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduling import views
+from scheduling import views, views_policy
 
 urlpatterns = [
     path("", views.task_list, name="task-list"),
@@ -10,4 +10,16 @@ urlpatterns = [
     path("workflows/", views.workflow_list, name="workflow-list"),
     path("workflows/<int:pk>/", views.workflow_detail, name="workflow-detail"),
     path("workflows/<int:pk>/cancel/", views.workflow_cancel, name="workflow-cancel"),
+    path(
+        "tasks/<int:pk>/priority/",
+        views_policy.task_priority_request,
+        name="task-priority-request",
+    ),
+    path("priority-requests/", views_policy.priority_requests, name="priority-requests"),
+    path(
+        "priority-requests/<int:pk>/<str:verdict>/",
+        views_policy.priority_request_decide,
+        name="priority-request-decide",
+    ),
+    path("queues/", views_policy.queue_list, name="queue-list"),
 ]

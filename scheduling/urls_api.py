@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduling import api
+from scheduling import api, api_policy
 
 urlpatterns = [
     path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),
@@ -12,4 +12,20 @@ urlpatterns = [
     path("workflows/<int:pk>/", api.WorkflowDetail.as_view(), name="api-workflow-detail"),
     path("workflows/<int:pk>/cancel/", api.WorkflowCancel.as_view(), name="api-workflow-cancel"),
     path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
+    path("projects/<slug:slug>/quotas/", api_policy.ProjectQuotas.as_view(), name="api-quotas"),
+    path(
+        "priority-requests/",
+        api_policy.PriorityRequestList.as_view(),
+        name="api-priority-requests",
+    ),
+    path(
+        "priority-requests/<int:pk>/approve/",
+        api_policy.PriorityRequestDecide.as_view(approve=True),
+        name="api-priority-request-approve",
+    ),
+    path(
+        "priority-requests/<int:pk>/reject/",
+        api_policy.PriorityRequestDecide.as_view(approve=False),
+        name="api-priority-request-reject",
+    ),
 ]

@@ -18,6 +18,7 @@ from portal.selectors import project_list_for_user
 from scheduling import engine, services
 from scheduling.dag import dag_picture
 from scheduling.decisions.humanize import count, format_duration, format_memory
+from scheduling.decisions.levels import HIGH, LEVELS
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
 from scheduling.models import TERMINAL_STATES, Task, TaskState, WorkflowState
 from scheduling.selectors import (
@@ -26,6 +27,7 @@ from scheduling.selectors import (
     workflow_get_for_user,
     workflow_list_for_user,
 )
+from scheduling.waiting import explain
 
 LOG_LIMIT = 256 * 1024
 
@@ -60,6 +62,10 @@ def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "log": log,
         "log_error": log_error,
         "live": not task.is_terminal,
+        "wait": explain(task),
+        "level": LEVELS[task.level],
+        "can_ask": not task.is_terminal and task.level < HIGH,
+        "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
     }
     # While the task lives, htmx re-fetches the status block (state, timeline, log) every 2 s.
     template = "scheduling/task_status.html" if request.htmx else "scheduling/task_detail.html"

@@ -63,6 +63,8 @@ class SubmitRequest:
     project: str
     user: str
     extra: dict[str, str] = field(default_factory=dict)
+    # The portal's priority number for the job (higher starts first; docs/policy.md).
+    priority: int = 0
 
 
 @runtime_checkable

@@ -11,12 +11,13 @@ from scheduling.spec import TaskSpec
 
 @dataclass(frozen=True, slots=True)
 class ClassifierPolicy:
-    """Thresholds of the classifier; the defaults are the seed's numbers.
+    """Thresholds of the classifier; the defaults are the seed's numbers (docs/policy.md).
 
-    "Many" is inclusive (≥), "long" is strict (>), "short" is inclusive (≤).
+    "Many" is inclusive (≥: more than one GPU is "many", the seed's 多卡), "long" is strict
+    (> 2 h), "short" is strict (< 30 min), "small" is inclusive (≤).
     """
 
-    many_gpus: int = 4
+    many_gpus: int = 2
     many_cpus: int = 64
     long_estimate_s: int = 2 * 3600
     short_s: int = 30 * 60
@@ -62,12 +63,12 @@ def classify(spec: TaskSpec, policy: ClassifierPolicy = DEFAULT_CLASSIFIER) -> C
     else:
         duration, duration_name = spec.walltime_s, "walltime"
     small = gpus <= p.small_gpus and cpus <= p.small_cpus
-    if small and duration is not None and duration <= p.short_s:
+    if small and duration is not None and duration < p.short_s:
         return Classified(
             "agent",
             f"no type given; small request ({count(cpus, 'CPU')} ≤ {p.small_cpus}, "
             f"{count(gpus, 'GPU')}) and {duration_name} {format_duration(duration)} "
-            f"(≤ {format_duration(p.short_s)}) → agent",
+            f"(under {format_duration(p.short_s)}) → agent",
         )
 
     if gpus > 0:
@@ -92,7 +93,7 @@ def classify(spec: TaskSpec, policy: ClassifierPolicy = DEFAULT_CLASSIFIER) -> C
         not_agent = "no estimate or walltime to show it is short"
     else:
         not_agent = (
-            f"{duration_name} {format_duration(duration)} is over an agent's "
+            f"{duration_name} {format_duration(duration)} is not under an agent's "
             f"{format_duration(p.short_s)}"
         )
     return Classified(

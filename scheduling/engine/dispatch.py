@@ -18,6 +18,8 @@ from django.utils import timezone
 
 from portal.models import ClusterAccount
 from scheduling.backends import BackendError, BackendUnavailable, JobState, SubmitRequest
+from scheduling.decisions.quota import Hold, Reject
+from scheduling.engine import admission
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_job
 from scheduling.engine.registry import get_backend
 from scheduling.models import Attempt, Task, TaskState, attempt_key
@@ -33,7 +35,7 @@ _DISPATCH_FIELDS = (
     "id", "state", "reason", "spec", "type", "backend", "backend_id", "attempts", "retry_count",
     "fail_action", "key_salt", "dispatch_claims", "started_at", "exit_code", "workflow_id",
     "name", "queue__name", "project__slug", "owner__username",
-    "owner__cluster_account__unix_username",
+    "owner__cluster_account__unix_username", "gpus", "cpus", "admitted", "priority_value",
 )  # fmt: skip
 
 
@@ -71,6 +73,19 @@ def task_dispatch(task_id: int) -> str:
         .only(*_DISPATCH_FIELDS)
         .get(pk=task_id)
     )
+    project, queue_name, user = task.project.slug, task.queue.name, task.owner.get_username()
+    decision = admission.admit_for_dispatch(task, project=project, queue=queue_name, user=user)
+    if isinstance(decision, Hold):
+        admission.hold(task, decision)
+        return "held"
+    if isinstance(decision, Reject):
+        task_set_state(
+            task=task,
+            to=S.FAILED,
+            reason=f"refused: {decision.reason}",
+            fields={"dispatch_lease_until": None},
+        )
+        return "refused"
     number = task.attempts + 1
     key = attempt_key(task.pk, number, task.key_salt)
     backend = get_backend(task.backend)
@@ -83,9 +98,10 @@ def task_dispatch(task_id: int) -> str:
         spec=TaskSpec.from_dict(task.spec),
         type=task.type,
         queue=queue,
-        project=task.project.slug,
-        user=task.owner.get_username(),
+        project=project,
+        user=user,
         extra=_run_as(task.owner),
+        priority=task.priority_value,
     )
     try:
         # A job under this key can exist only if an earlier dispatcher claimed this attempt
@@ -110,6 +126,7 @@ def task_dispatch(task_id: int) -> str:
                 "backend_id": job.backend_id,
                 "dispatch_lease_until": None,
                 "dispatch_claims": 0,
+                "admitted": True,  # it holds its quotas until it ends
             },
         )
         if moved:

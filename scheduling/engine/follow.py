@@ -15,6 +15,7 @@ from django.utils import timezone
 from scheduling import outbox
 from scheduling.backends import BackendUnavailable, Job, JobState
 from scheduling.decisions import lifecycle
+from scheduling.engine.admission import release_held
 from scheduling.engine.registry import get_backend
 from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState
 from scheduling.states import attempt_end, task_set_state
@@ -127,10 +128,13 @@ def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
                 "backend_id": "",
                 "exit_code": job.exit_code,
                 "not_before": now + timedelta(seconds=outcome.backoff_s),
+                # The next attempt is admitted again: what this one held is free meanwhile.
+                "admitted": False,
             },
         )
         if moved:
             outbox.dispatch(task.pk, countdown=outcome.backoff_s)
+            release_held([task.queue_id])
         return moved
     return task_set_state(
         task=task,

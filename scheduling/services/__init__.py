@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from scheduling.services.priority import priority_request_create, priority_request_decide
 from scheduling.services.tasks import (
     Decided,
     task_cancel,
@@ -25,6 +26,8 @@ from scheduling.services.workflows import (
 __all__ = [
     "Decided",
     "descriptor_submit",
+    "priority_request_create",
+    "priority_request_decide",
     "task_cancel",
     "task_create",
     "task_decide",

@@ -19,10 +19,14 @@ from portal.errors import ApplicationError, ErrorItem
 from portal.models import Project
 from portal.selectors import project_get_for_member, project_get_for_user
 from scheduling import decisions, outbox
+from scheduling.decisions.quota import Ask, Reject, admit
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.engine import settle
-from scheduling.models import ACTIVE_STATES, Task, TaskEvent, TaskState
+from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
+from scheduling.policy import site_minute, task_level, task_value
 from scheduling.selectors import site_view, tasks_visible_by_ids
+from scheduling.selectors.quota import queue_usage
+from scheduling.services.priority import priority_request_from_descriptor
 from scheduling.spec import TaskSpec
 from scheduling.states import task_set_state
 from scheduling.triggers import trigger_path_allowed, trigger_roots
@@ -63,10 +67,16 @@ class Decided:
     routing_reason: str
 
 
-def task_decide(spec: TaskSpec, *, field_prefix: str = "") -> Decided:
-    """Classify, route and check one spec against the site, or raise naming the field."""
+def task_decide(
+    spec: TaskSpec, *, field_prefix: str = "", user: AbstractBaseUser | None = None
+) -> Decided:
+    """Classify, route and check one spec against the site, or raise naming the field.
+
+    With the submitting `user`, the task's quotas are checked too: a task asking more than a
+    quota allows at all is refused, and so is one over a quota that refuses (docs/policy.md).
+    """
     site = site_view()
-    classified = decisions.classify(spec)
+    classified = decisions.classify(spec, site.classifier)
     routed = decisions.route(spec, classified.type, site.rules, site.queues)
     if isinstance(routed, decisions.Refused):
         raise ApplicationError(
@@ -84,7 +94,29 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "") -> Decided:
         )
     if spec.walltime_s is None and queue.default_walltime_s:
         spec = dataclasses.replace(spec, walltime_s=queue.default_walltime_s)
+    if user is not None:
+        _check_quotas(spec, routed.queue, user, field_prefix)
     return Decided(spec, classified.type, classified.reason, routed.queue, routed.reason)
+
+
+def _check_quotas(spec: TaskSpec, queue: str, user: AbstractBaseUser, prefix: str) -> None:
+    """Refuse at once what admission would refuse (admission stays the authority)."""
+    site = site_view()
+    rules = site.quota_rules(spec.project, queue)
+    if not rules:
+        return
+    ask = Ask(spec.project, queue, user.get_username(), spec.resources.gpus, spec.resources.cpus)
+    usage = (
+        queue_usage(site.queue_ids[queue]) if any(r.over_quota == "reject" for r in rules) else {}
+    )
+    decision = admit(ask, rules, usage)
+    if isinstance(decision, Reject):
+        raise ApplicationError(
+            decision.reason,
+            field=_prefixed(prefix, decision.field),
+            got=ask.amount(decision.field.split(".")[-1]) if decision.field else None,
+            status=400 if decision.never else 409,
+        )
 
 
 def prefixed(prefix: str, field: str | None) -> str | None:
@@ -99,7 +131,7 @@ _prefixed = prefixed
 
 def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
     project = project_get_for_member(user, spec.project)
-    decided = task_decide(spec)
+    decided = task_decide(spec, user=user)
     upstream = tasks_visible_by_ids(user, spec.depends_on_ids, field="depends_on")
     with transaction.atomic():
         task = task_create(
@@ -133,6 +165,7 @@ def task_create(
     holds = bool(upstream) or bool(spec.trigger_file)
     site = site_view()
     task = Task.objects.create(
+        **policy_fields(site, decided, now=now, ready=not holds),
         project=project,
         owner=user,
         workflow=workflow,
@@ -153,6 +186,7 @@ def task_create(
         trigger_file=spec.trigger_file or "",
         state=S.WAITING if holds else S.PENDING,
         waiting_since=now if holds else None,
+        hold=(Hold.DEPENDENCY if upstream else Hold.TRIGGER) if holds else "",
         reason="waiting for its dependencies" if holds else "waiting for the dispatcher",
     )
     if upstream:
@@ -165,6 +199,8 @@ def task_create(
         message=f"submitted by {user.get_username()}; {decided.classify_reason}; "
         f"{decided.routing_reason}",
     )
+    if spec.priority == "high":
+        priority_request_from_descriptor(task, user=user, now=now)
     if holds:
         # Its dependencies may all have ended already: the engine settles it on commit.
         pk = task.pk
@@ -276,7 +312,7 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
             )
             continue
         try:
-            decided.append(task_decide(spec, field_prefix=prefix))
+            decided.append(task_decide(spec, field_prefix=prefix, user=user))
         except ApplicationError as exc:
             errors += exc.errors
         if len(errors) >= 100:
@@ -291,6 +327,7 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
         tasks = Task.objects.bulk_create(
             [
                 Task(
+                    **policy_fields(site, d, now=now, ready=True),
                     project=projects[d.spec.project],
                     owner=user,
                     name=d.spec.name,
@@ -329,5 +366,36 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
             batch_size=500,
         )
         ids = [task.pk for task in tasks]
+        for task, d in zip(tasks, decided, strict=True):
+            if d.spec.priority == "high":
+                priority_request_from_descriptor(task, user=user, now=now)
         outbox.dispatch_many(ids)
     return ids
+
+
+def policy_fields(site, decided: Decided, *, now, ready: bool) -> dict:
+    """A new task's quota amounts, level clock, entry level and backend number."""
+    spec = decided.spec
+    level = task_level(
+        site,
+        task_type=decided.type,
+        queue=decided.queue,
+        ready_at=now,
+        priority=spec.priority,
+        now=now,
+    )
+    return {
+        "gpus": spec.resources.gpus,
+        "cpus": spec.resources.cpus,
+        "ready_at": now if ready else None,
+        "level": level.level,
+        "level_reason": level.reason,
+        "priority_value": task_value(
+            site,
+            level=level.level,
+            task_type=decided.type,
+            queue=decided.queue,
+            share=1.0,
+            minute=site_minute(now),
+        ),
+    }

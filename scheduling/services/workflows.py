@@ -88,7 +88,7 @@ def workflow_submit_spec(
     for i, task_spec in enumerate(spec.tasks):
         # Both checks run for every task, so one round trip shows every problem.
         try:
-            decided[task_spec.name] = task_decide(task_spec, field_prefix=f"tasks[{i}]")
+            decided[task_spec.name] = task_decide(task_spec, field_prefix=f"tasks[{i}]", user=user)
         except ApplicationError as exc:
             errors.extend(exc.errors)
         try:

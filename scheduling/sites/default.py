@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from functools import cache
 
+from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
-from scheduling.sites.types import PoolSpec, Site
+from scheduling.sites.types import PoolSpec, QuotaTemplate, Site
 
 GIB = 1024  # MiB
 HOUR = 3600  # seconds
@@ -113,4 +114,30 @@ def default_site() -> Site:
         RoutingRuleView(order=40, match_type="agent", queue="inference-agent"),
         RoutingRuleView(order=50, match_type="sandbox", queue="inference-agent"),
     )
-    return Site(pools=pools, queues=queues, rules=rules)
+    # The seed's multi-level feedback (R5): agent and sandbox tasks enter high and drop to
+    # medium after 30 s unstarted; training enters medium and rises one level per 10 minutes
+    # waiting, up to high; HPC enters low (only an approved request raises it).
+    level_rules = (
+        LevelRule("agent", start=HIGH, step=-1, every_s=30, limit=MEDIUM),
+        LevelRule("sandbox", start=HIGH, step=-1, every_s=30, limit=MEDIUM),
+        LevelRule("ai-training", start=MEDIUM, step=+1, every_s=600, limit=HIGH, repeat=True),
+        LevelRule("ai-inference", start=MEDIUM),
+        LevelRule("hpc-simulation", start=LOW),
+    )
+    # 32 GPUs per project in training (R9, R16).
+    project_quotas = (QuotaTemplate("training", "gpus", 32, "queue"),)
+    # Daytime favours interactive agent work, night the batch inference.
+    weight_schedules = {
+        "inference-agent": [
+            {"from": "08:00", "to": "20:00", "weights": {"agent": 2, "sandbox": 2}},
+            {"from": "20:00", "to": "08:00", "weights": {"ai-inference": 2}},
+        ]
+    }
+    return Site(
+        pools=pools,
+        queues=queues,
+        rules=rules,
+        level_rules=level_rules,
+        project_quotas=project_quotas,
+        weight_schedules=weight_schedules,
+    )

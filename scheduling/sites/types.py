@@ -8,8 +8,10 @@ rules go straight into `route`, `check` and `place` (see `docs/architecture.md`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
 
 # The values of `scheduling.models.Pool.Kind`, as plain strings (this package may not import
@@ -27,6 +29,14 @@ class PoolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaTemplate:
+    queue: str
+    resource: str  # gpus | cpus | tasks
+    limit: int
+    over_quota: str = "queue"
+
+
+@dataclass(frozen=True, slots=True)
 class Site:
     """Pools, queues and routing rules that refer to each other by name.
 
@@ -37,6 +47,11 @@ class Site:
     pools: tuple[PoolSpec, ...]
     queues: tuple[QueuePolicy, ...]
     rules: tuple[RoutingRuleView, ...]
+    level_rules: tuple[LevelRule, ...] = ()
+    # Quotas every project gets (seed_demo writes one per project).
+    project_quotas: tuple[QuotaTemplate, ...] = ()
+    # Each queue's time-of-day weights, as the queue stores them (docs/policy.md).
+    weight_schedules: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _unique("pool", [p.name for p in self.pools])

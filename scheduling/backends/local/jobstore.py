@@ -128,6 +128,9 @@ class JobStore:
         os.chmod(jobdir, 0o711)  # the job's account passes through to its work and home
         with open(os.path.join(jobdir, "request.json"), "w", encoding="utf-8") as f:
             json.dump(request_as_dict(request), f)
+        if request.priority:
+            with open(os.path.join(jobdir, "priority"), "w", encoding="ascii") as f:
+                f.write(str(int(request.priority)))
         if request.spec.command is None and request.spec.script is not None:
             path = os.path.join(jobdir, "script.sh")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
@@ -288,6 +291,7 @@ def request_as_dict(request: SubmitRequest) -> dict[str, Any]:
         "project": request.project,
         "user": request.user,
         "extra": dict(request.extra),
+        "priority": request.priority,
     }
 
 
@@ -302,6 +306,7 @@ def request_from(data: Mapping[str, Any]) -> SubmitRequest:
         project=data["project"],
         user=data["user"],
         extra=dict(data.get("extra") or {}),
+        priority=int(data.get("priority") or 0),
     )
 
 

@@ -141,6 +141,10 @@ class SlurmBackend:
         ]
         if self.qos:
             argv.append(f"--qos={self.qos}")
+        if request.priority > 0:
+            # The portal's order (level, weight, fair share) as the job's priority; only an
+            # operator (root here) may set it. Level changes later: set_priority.
+            argv.append(f"--priority={min(int(request.priority), 4_294_967_294)}")
         if res.nodes:
             argv += [
                 f"--nodes={res.nodes}",

@@ -7,8 +7,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from portal.auth import issue_token
-from portal.models import Membership, Project
-from scheduling.models import Node, Pool, Queue, RoutingRule
+from portal.models import Membership, Project, Quota
+from scheduling.models import LevelRule, Node, Pool, Queue, RoutingRule
 from scheduling.selectors import site_view_invalidate
 from scheduling.sites import default_site
 
@@ -73,7 +73,19 @@ class Command(BaseCommand):
                     allocation=q.allocation,
                     cpu_oversubscription=q.cpu_oversubscription,
                     max_concurrency=q.max_concurrency,
+                    weight_schedule=site.weight_schedules.get(q.name, []),
                 ),
+            )
+        LevelRule.objects.all().delete()
+        for rule in site.level_rules:
+            LevelRule.objects.create(
+                task_type=rule.task_type,
+                queue=queues[rule.queue] if rule.queue else None,
+                start_level=rule.start,
+                step=rule.step,
+                every_s=rule.every_s,
+                limit_level=rule.limit,
+                repeat=rule.repeat,
             )
         RoutingRule.objects.all().delete()
         for rule in site.rules:
@@ -105,12 +117,24 @@ class Command(BaseCommand):
             Membership.objects.update_or_create(
                 user=users[pi], project=project, defaults={"role": Membership.Role.PI}
             )
+            for quota in site.project_quotas:
+                Quota.objects.update_or_create(
+                    project=project,
+                    queue=queues[quota.queue],
+                    user=None,
+                    resource=quota.resource,
+                    defaults={"limit": quota.limit, "over_quota": quota.over_quota},
+                )
+        # The demo queue admin decides the priority requests of every queue.
+        for queue in queues.values():
+            queue.admins.add(users["quinn"])
         site_view_invalidate()
         if quiet:
             return
         self.stdout.write(
             f"Default site: {Node.objects.count()} nodes in {len(pools)} pools, "
-            f"{len(queues)} queues, {len(site.rules)} routing rules (backend: {backend})."
+            f"{len(queues)} queues, {len(site.rules)} routing rules, {len(site.level_rules)} "
+            f"level rules, {len(site.project_quotas)} quota(s) per project (backend: {backend})."
         )
         self.stdout.write("Demo accounts (username / password / role / API token):")
         for username, password, role, token in lines:

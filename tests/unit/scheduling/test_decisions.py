@@ -94,11 +94,12 @@ def test_sandbox_is_only_ever_declared():
 def test_many_gpus_with_long_estimate_is_training():
     c = classify(spec(gpus=32, cpus=256, estimate_s=40 * H))
     assert c.type == "ai-training"
-    assert c.reason == "no type given; 32 GPUs (≥ 4) and estimate 40h (> 2h) → ai-training"
+    assert c.reason == "no type given; 32 GPUs (≥ 2) and estimate 40h (> 2h) → ai-training"
 
 
-def test_four_gpus_is_many():
-    assert classify(spec(gpus=4, estimate_s=3 * H)).type == "ai-training"
+def test_two_gpus_is_many_the_seeds_multi_card():
+    assert classify(spec(gpus=2, estimate_s=3 * H)).type == "ai-training"
+    assert classify(spec(gpus=1, estimate_s=3 * H)).type == "ai-inference"
 
 
 def test_estimate_of_exactly_two_hours_is_not_long():
@@ -114,9 +115,9 @@ def test_many_gpus_without_estimate_is_inference():
 
 
 def test_few_gpus_with_long_estimate_is_inference():
-    c = classify(spec(gpus=3, estimate_s=10 * H))
+    c = classify(spec(gpus=1, estimate_s=10 * H))
     assert c.type == "ai-inference"
-    assert "3 GPUs" in c.reason and "fewer than the 4" in c.reason
+    assert "1 GPU" in c.reason and "fewer than the 2" in c.reason
 
 
 def test_many_cpus_without_gpu_is_hpc():
@@ -138,12 +139,13 @@ def test_small_short_request_is_agent():
     c = classify(spec(cpus=2, estimate_s=5 * MIN))
     assert c.type == "agent"
     assert c.reason == (
-        "no type given; small request (2 CPUs ≤ 4, no GPUs) and estimate 5min (≤ 30min) → agent"
+        "no type given; small request (2 CPUs ≤ 4, no GPUs) and estimate 5min (under 30min) → agent"
     )
 
 
-def test_thirty_minutes_exactly_is_agent():
-    assert classify(spec(cpus=4, estimate_s=30 * MIN)).type == "agent"
+def test_thirty_minutes_exactly_is_not_agent_under_is_strict():
+    assert classify(spec(cpus=4, estimate_s=30 * MIN)).type == "hpc-simulation"
+    assert classify(spec(cpus=4, estimate_s=30 * MIN - 1)).type == "agent"
 
 
 def test_walltime_stands_in_for_a_missing_estimate():
@@ -155,7 +157,7 @@ def test_walltime_stands_in_for_a_missing_estimate():
 def test_estimate_is_preferred_to_walltime_for_duration():
     c = classify(spec(cpus=1, estimate_s=40 * MIN, walltime_s=20 * MIN))
     assert c.type == "hpc-simulation"
-    assert "estimate 40min is over an agent's 30min" in c.reason
+    assert "estimate 40min is not under an agent's 30min" in c.reason
 
 
 def test_small_request_of_unknown_duration_is_not_agent():

@@ -1,76 +1,21 @@
-"""Reads: permission-checked fetches of tasks, and the site's policy as plain decision values."""
+"""The site's policy as plain decision values, read once and cached briefly."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
-from django.http import Http404
-
-from portal.errors import ApplicationError
+from portal.models import Project, Quota
 from scheduling.decisions import PoolCapacity, pool_capacity
+from scheduling.decisions.classify import DEFAULT_CLASSIFIER, ClassifierPolicy
+from scheduling.decisions.levels import LevelRule
+from scheduling.decisions.order import ScheduleError, WeightWindow, parse_weight_schedule
+from scheduling.decisions.quota import QuotaRule
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
-from scheduling.models import Node, Queue, RoutingRule, Task, Workflow
-
-
-def task_list_for_user(user: AbstractBaseUser) -> QuerySet[Task]:
-    """Every task in the user's projects: the only way views reach tasks."""
-    return Task.objects.filter(project__memberships__user=user).select_related(
-        "project", "queue", "owner"
-    )
-
-
-def task_get_for_user(user: AbstractBaseUser, pk: int | str) -> Task:
-    """One task of the user's projects, or a 404 (never a 403: others' tasks do not exist)."""
-    try:
-        return task_list_for_user(user).get(pk=_id(pk))
-    except (Task.DoesNotExist, ValueError, TypeError):
-        raise Http404("no such task") from None
-
-
-# Ids the database can hold (a bigint): a larger number in a URL is a 404, not a 500.
-_MAX_ID = 2**63 - 1
-
-
-def _id(pk: int | str) -> int:
-    value = int(pk)
-    if not 0 < value <= _MAX_ID:
-        raise ValueError(pk)
-    return value
-
-
-def tasks_visible_by_ids(user: AbstractBaseUser, ids: Iterable[int], *, field: str) -> list[Task]:
-    """The tasks with these ids, all of which the user must be able to see.
-
-    An id the user cannot see is refused like one that does not exist (400 naming the field).
-    """
-    ids = list(ids)
-    if not ids:
-        return []
-    found = {t.pk: t for t in task_list_for_user(user).filter(pk__in=ids)}
-    missing = [i for i in ids if i not in found]
-    if missing:
-        raise ApplicationError(
-            f"no task #{missing[0]} among your projects' tasks", field=field, got=missing[0]
-        )
-    return [found[i] for i in ids]
-
-
-def workflow_list_for_user(user: AbstractBaseUser) -> QuerySet[Workflow]:
-    return Workflow.objects.filter(project__memberships__user=user).select_related(
-        "project", "owner"
-    )
-
-
-def workflow_get_for_user(user: AbstractBaseUser, pk: int | str) -> Workflow:
-    try:
-        return workflow_list_for_user(user).get(pk=_id(pk))
-    except (Workflow.DoesNotExist, ValueError, TypeError):
-        raise Http404("no such workflow") from None
+from scheduling.models import ClassifierSettings, Node, Queue, RoutingRule
+from scheduling.models import LevelRule as LevelRuleRow
+from scheduling.spec import TASK_TYPES
 
 
 def queue_policy(queue: Queue) -> QueuePolicy:
@@ -111,7 +56,7 @@ def node_views_for_backend(alias: str) -> dict[str, list[NodeView]]:
 
 @dataclass(frozen=True, slots=True)
 class SiteView:
-    """The routing policy of the whole site, as the pure decision functions take it."""
+    """The policy of the whole site, as the pure decision functions take it."""
 
     queues: dict[str, QueuePolicy]
     queue_ids: dict[str, int]
@@ -119,9 +64,18 @@ class SiteView:
     rules: tuple[RoutingRuleView, ...]
     pool_nodes: dict[str, tuple[NodeView, ...]]
     pool_capacity: dict[str, PoolCapacity]
+    classifier: ClassifierPolicy = DEFAULT_CLASSIFIER
+    level_rules: tuple[LevelRule, ...] = ()
+    weights: dict[str, tuple[WeightWindow, ...]] = field(default_factory=dict)
+    # Quota rules by (project slug, queue name); each knows its optional user.
+    quotas: dict[tuple[str, str], tuple[QuotaRule, ...]] = field(default_factory=dict)
+    shares: dict[str, int] = field(default_factory=dict)  # project slug → fair-share shares
 
     def capacity(self, pool: str) -> PoolCapacity:
         return self.pool_capacity.get(pool) or pool_capacity(())
+
+    def quota_rules(self, project: str, queue: str) -> tuple[QuotaRule, ...]:
+        return self.quotas.get((project, queue), ())
 
 
 _site_cache: dict[str, tuple[float, SiteView]] = {}
@@ -163,6 +117,10 @@ def _load_site_view() -> SiteView:
         )
         for r in RoutingRule.objects.filter(enabled=True).select_related("queue")
     )
+    quotas: dict[tuple[str, str], list[QuotaRule]] = {}
+    for q in Quota.objects.select_related("project", "queue", "user"):
+        quotas.setdefault((q.project.slug, q.queue.name), []).append(quota_rule(q))
+    settings_row = ClassifierSettings.objects.filter(pk=1).first()
     return SiteView(
         queues={q.name: queue_policy(q) for q in queues},
         queue_ids={q.name: q.pk for q in queues},
@@ -170,4 +128,39 @@ def _load_site_view() -> SiteView:
         rules=rules,
         pool_nodes={pool: tuple(nodes) for pool, nodes in pool_nodes.items()},
         pool_capacity={pool: pool_capacity(nodes) for pool, nodes in pool_nodes.items()},
+        classifier=classifier_policy(settings_row) if settings_row else DEFAULT_CLASSIFIER,
+        level_rules=tuple(r.as_rule() for r in LevelRuleRow.objects.select_related("queue")),
+        weights={q.name: _windows(q) for q in queues},
+        quotas={key: tuple(rules) for key, rules in quotas.items()},
+        shares=dict(Project.objects.values_list("slug", "share")),
     )
+
+
+def quota_rule(quota: Quota) -> QuotaRule:
+    return QuotaRule(
+        project=quota.project.slug,
+        queue=quota.queue.name,
+        resource=quota.resource,
+        limit=quota.limit,
+        over_quota=quota.over_quota,
+        user=quota.user.get_username() if quota.user_id else None,
+        id=quota.pk,
+    )
+
+
+def classifier_policy(row: ClassifierSettings) -> ClassifierPolicy:
+    return ClassifierPolicy(
+        many_gpus=row.many_gpus,
+        many_cpus=row.many_cpus,
+        long_estimate_s=row.long_estimate_s,
+        short_s=row.short_s,
+        small_cpus=row.small_cpus,
+        small_gpus=row.small_gpus,
+    )
+
+
+def _windows(queue: Queue) -> tuple[WeightWindow, ...]:
+    try:
+        return parse_weight_schedule(queue.weight_schedule, TASK_TYPES)
+    except ScheduleError:
+        return ()  # the admin form refuses it; a bad row must not stop the site

@@ -1,0 +1,145 @@
+"""Admission against quotas: may a task start now, must it wait, or is it refused?
+
+A quota limits what one project (or one user within a project) holds at once in one queue:
+GPUs, CPUs or running tasks. What a task "holds" is what was admitted and has not ended
+(docs/policy.md). Over a quota, a task waits (`over_quota: queue`) or is refused
+(`over_quota: reject`); a task that asks more than a quota allows at all is always refused.
+Pure: the engine passes the rules and the current use, read under a lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from scheduling.decisions.humanize import count
+
+RESOURCES = ("gpus", "cpus", "tasks")
+OVER_QUOTA = ("queue", "reject")
+_UNIT = {"gpus": "GPU", "cpus": "CPU", "tasks": "running task"}
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRule:
+    project: str
+    queue: str
+    resource: str  # gpus | cpus | tasks
+    limit: int
+    over_quota: str = "queue"  # queue: wait; reject: refuse
+    user: str | None = None  # None: the whole project
+    id: int | None = None
+
+    @property
+    def scope(self) -> tuple[str, str, str | None]:
+        return (self.project, self.queue, self.user)
+
+    def who(self) -> str:
+        return f"{self.user} in project {self.project}" if self.user else f"project {self.project}"
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What one task would hold once admitted."""
+
+    project: str
+    queue: str
+    user: str
+    gpus: int = 0
+    cpus: int = 1
+
+    def amount(self, resource: str) -> int:
+        return {"gpus": self.gpus, "cpus": self.cpus, "tasks": 1}[resource]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a scope (project, queue[, user]) holds now."""
+
+    gpus: int = 0
+    cpus: int = 0
+    tasks: int = 0
+
+    def amount(self, resource: str) -> int:
+        return getattr(self, resource)
+
+    def plus(self, ask: Ask) -> Usage:
+        return Usage(self.gpus + ask.gpus, self.cpus + ask.cpus, self.tasks + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Wait until the quota has room; the reason names it with its numbers."""
+
+    reason: str
+    quota: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    reason: str
+    field: str | None = None
+    quota: int | None = None
+    never: bool = False  # asks more than the quota allows at all
+
+
+ADMIT = Admit()
+
+
+def applicable(rules: Iterable[QuotaRule], ask: Ask) -> list[QuotaRule]:
+    """The rules that count this task: its project's in its queue, and its user's."""
+    return [
+        r
+        for r in rules
+        if r.project == ask.project and r.queue == ask.queue and r.user in (None, ask.user)
+    ]
+
+
+def admit(
+    ask: Ask,
+    rules: Iterable[QuotaRule],
+    usage: Mapping[tuple[str, str, str | None], Usage],
+) -> Admit | Hold | Reject:
+    """Whether `ask` may be admitted now, given what each quota's scope holds (`usage`).
+
+    Rules are checked in a fixed order (project rules before user rules, then by resource),
+    so the reason given is stable. A task asking more than a limit is refused whatever the
+    over-quota action, since waiting would never help.
+    """
+    held: Hold | None = None
+    for rule in sorted(applicable(rules, ask), key=_rule_order):
+        need = ask.amount(rule.resource)
+        if need == 0:
+            continue
+        field = None if rule.resource == "tasks" else f"resources.{rule.resource}"
+        if need > rule.limit:
+            return Reject(
+                f"asks {count(need, _UNIT[rule.resource])}, but {rule.who()} may hold at most "
+                f"{count(rule.limit, _UNIT[rule.resource])} in queue {rule.queue}",
+                field=field,
+                quota=rule.id,
+                never=True,
+            )
+        used = usage.get(rule.scope, Usage()).amount(rule.resource)
+        if used + need <= rule.limit:
+            continue
+        text = quota_text(rule, used)
+        if rule.over_quota == "reject":
+            return Reject(f"{text}; this quota refuses what is over it", field=field, quota=rule.id)
+        if held is None:
+            held = Hold(f"{text}; it waits for room", quota=rule.id)
+    return held or ADMIT
+
+
+def quota_text(rule: QuotaRule, used: int) -> str:
+    """`project materials uses 32/32 GPUs in queue training`."""
+    unit = {"gpus": "GPUs", "cpus": "CPUs", "tasks": "running tasks"}[rule.resource]
+    return f"{rule.who()} uses {used}/{rule.limit} {unit} in queue {rule.queue}"
+
+
+def _rule_order(rule: QuotaRule) -> tuple:
+    return (rule.user is not None, RESOURCES.index(rule.resource), rule.user or "")

@@ -1,0 +1,113 @@
+"""Admission: a task holds its quotas from the moment it is admitted until it ends.
+
+At dispatch, before anything reaches a backend, the task's quota rows are locked
+(`SELECT … FOR UPDATE`: on PostgreSQL concurrent admissions of one scope queue up; SQLite's
+writer lock serialises them anyway), the scope's use is read, and the pure `admit` decides:
+admit (the task is marked `admitted` in the same transaction, so the next admission counts
+it), hold (the task waits, `hold = quota`, with the quota and its numbers as its reason), or
+reject. Held tasks are reconsidered, in the queue's order, whenever an admitted task of
+their queue ends and by the periodic policy pass (so a raised limit takes effect without a
+resubmission). docs/policy.md.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from portal.models import Quota
+from scheduling import outbox
+from scheduling.decisions.quota import Admit, Ask, Hold, Reject, Usage, admit
+from scheduling.models import Hold as HoldKind
+from scheduling.models import Task, TaskState
+from scheduling.policy import ordered, site_minute
+from scheduling.selectors import site_view
+from scheduling.selectors.fairshare import share_factors_for
+from scheduling.selectors.quota import queue_usage
+from scheduling.states import task_set_state
+
+S = TaskState
+
+
+def ask_of(task: Task, project: str, queue: str, user: str) -> Ask:
+    return Ask(project=project, queue=queue, user=user, gpus=task.gpus, cpus=task.cpus)
+
+
+def admit_for_dispatch(task: Task, *, project: str, queue: str, user: str) -> Admit | Hold | Reject:
+    """Decide a claimed pending task's admission; on admit it holds its quotas from now."""
+    site = site_view()
+    rules = site.quota_rules(project, queue)
+    if not rules:
+        return Admit()  # marked admitted with its move to queued: nothing counts it sooner
+    ask = ask_of(task, project, queue, user)
+    with transaction.atomic():
+        # The lock is what makes admission race-free: whoever holds it sees every earlier
+        # admission committed.
+        list(Quota.objects.select_for_update().filter(pk__in=[r.id for r in rules]).order_by("pk"))
+        usage = queue_usage(task.queue_id, project_id=task.project_id)
+        decision = admit(ask, rules, usage)
+        if isinstance(decision, Admit):
+            Task.objects.filter(pk=task.pk, state=S.PENDING).update(admitted=True)
+            task.admitted = True
+    return decision
+
+
+def hold(task: Task, decision: Hold) -> bool:
+    """The task waits for its quota (not for a dependency: no wait timeout runs)."""
+    return task_set_state(
+        task=task,
+        to=S.WAITING,
+        reason=decision.reason,
+        message=f"held: {decision.reason}",
+        fields={"hold": HoldKind.QUOTA, "dispatch_lease_until": None, "admitted": False},
+    )
+
+
+def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
+    """Reconsider quota-held tasks, in each queue's order; release those that fit now.
+
+    Returns how many were released (to pending, dispatched at once). Their reasons are
+    refreshed with the current numbers; a task a lowered limit now refuses outright ends.
+    """
+    now = now or timezone.now()
+    held = Task.objects.filter(state=S.WAITING, hold=HoldKind.QUOTA)
+    if queue_ids is not None:
+        held = held.filter(queue_id__in=queue_ids)
+    held = list(held.select_related("project", "queue", "owner"))
+    if not held:
+        return 0
+    site = site_view()
+    minute = site_minute(now)
+    released = 0
+    for queue_id in sorted({t.queue_id for t in held}):
+        tasks = [t for t in held if t.queue_id == queue_id]
+        queue = tasks[0].queue.name
+        usage: dict = queue_usage(queue_id)
+        shares = share_factors_for(site, queue, now)
+        for task in ordered(site, tasks, queue=queue, shares=shares, minute=minute):
+            project, user = task.project.slug, task.owner.get_username()
+            ask = ask_of(task, project, queue, user)
+            decision = admit(ask, site.quota_rules(project, queue), usage)
+            if isinstance(decision, Admit):
+                if task_set_state(
+                    task=task,
+                    to=S.PENDING,
+                    reason="waiting for the dispatcher",
+                    message="released: its quota has room",
+                    fields={"hold": ""},
+                ):
+                    outbox.dispatch(task.pk)
+                    released += 1
+                    for scope in ((project, queue, None), (project, queue, user)):
+                        usage[scope] = usage.get(scope, Usage()).plus(ask)
+            elif isinstance(decision, Reject):
+                task_set_state(task=task, to=S.FAILED, reason=f"refused: {decision.reason}")
+            elif decision.reason != task.reason:
+                Task.objects.filter(pk=task.pk, state=S.WAITING).update(reason=decision.reason)
+    return released
+
+
+def after_end(task: Task) -> None:
+    """An admitted task ended: what it held is free, so its queue's held tasks may start."""
+    if task.admitted:
+        release_held([task.queue_id])

@@ -1,0 +1,178 @@
+"""The policy pass: levels move, approvals expire, quota-held tasks are reconsidered.
+
+Run by beat every `SWITCHYARD_POLICY_MS` and, for the tasks concerned, at once when a
+priority request is decided. Every level change is a task event; a queued task's new number
+reaches its backend (`set_priority`: the local backend's start order, Slurm's job priority).
+The clock is a parameter, so tests move it instead of sleeping. docs/policy.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.models import PriorityRequest
+from portal.notify import notify
+from scheduling.backends import BackendError
+from scheduling.decisions.levels import LEVELS
+from scheduling.engine.admission import release_held
+from scheduling.engine.registry import get_backend
+from scheduling.models import Task, TaskEvent, TaskState
+from scheduling.policy import site_minute, task_level, task_value
+from scheduling.selectors import site_view
+from scheduling.selectors.fairshare import share_factors_for
+
+log = logging.getLogger(__name__)
+S = TaskState
+UNSTARTED = (S.PENDING, S.WAITING, S.QUEUED)
+_FIELDS = (
+    "id", "type", "state", "priority", "level", "level_reason", "priority_value", "ready_at",
+    "submitted_at", "backend", "backend_id", "project_id", "queue_id", "project__slug",
+    "queue__name",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    relevelled: int
+    expired: int
+    released: int
+
+
+def policy_pass(now: datetime | None = None) -> PassResult:
+    now = now or timezone.now()
+    expired = expire_requests(now)
+    relevelled = relevel(now)
+    released = release_held(now=now)
+    return PassResult(relevelled, expired, released)
+
+
+def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
+    """Bring every unstarted task's level and number up to date. Returns level changes."""
+    now = now or timezone.now()
+    site = site_view()
+    minute = site_minute(now)
+    floors_task, floors_scope = _floors(now)
+    rows = Task.objects.filter(state__in=UNSTARTED)
+    if tasks is not None:
+        rows = rows.filter(tasks)
+    rows = list(rows.select_related("project", "queue").only(*_FIELDS))
+    shares = {q: share_factors_for(site, q, now) for q in {t.queue.name for t in rows}}
+    changed, events, pushes = [], [], defaultdict(list)
+    for task in rows:
+        queue = task.queue.name
+        floor = max(
+            (f for f in (floors_task.get(task.pk), floors_scope.get((task.project_id, task.queue_id))) if f),
+            default=None,
+            key=lambda f: f[0],
+        )  # fmt: skip
+        lvl = task_level(
+            site,
+            task_type=task.type,
+            queue=queue,
+            ready_at=task.ready_at or now,
+            priority=task.priority,
+            now=now,
+            floor=floor,
+        )
+        value = task_value(
+            site,
+            level=lvl.level,
+            task_type=task.type,
+            queue=queue,
+            share=shares[queue].get(task.project.slug, 1.0),
+            minute=minute,
+        )
+        if lvl.level != task.level:
+            events.append(
+                TaskEvent(
+                    task_id=task.pk,
+                    at=now,
+                    from_state=task.state,
+                    to_state=task.state,
+                    message=f"level {LEVELS[task.level]} → {lvl.name}: {lvl.reason}",
+                )
+            )
+        if (lvl.level, lvl.reason, value) != (task.level, task.level_reason, task.priority_value):
+            task.level, task.level_reason = lvl.level, lvl.reason
+            if value != task.priority_value and task.state == S.QUEUED and task.backend_id:
+                pushes[task.backend].append((task.backend_id, value))
+            task.priority_value = value
+            changed.append(task)
+    Task.objects.bulk_update(changed, ["level", "level_reason", "priority_value"], batch_size=500)
+    TaskEvent.objects.bulk_create(events, batch_size=500)
+    for alias, jobs in pushes.items():
+        _push(alias, jobs)
+    return len(events)
+
+
+def _push(alias: str, jobs: list[tuple[str, int]]) -> None:
+    backend = get_backend(alias)
+    for backend_id, value in jobs:
+        try:
+            backend.set_priority(backend_id, value)
+        except BackendError as exc:
+            # The job may have started or ended meanwhile; the next pass tries again if not.
+            log.info("could not set the priority of %s on %s: %s", backend_id, alias, exc)
+
+
+def _floors(now: datetime):
+    """Approved raises in force: by task id, and by (project id, queue id)."""
+    by_task: dict[int, tuple[int, datetime, str]] = {}
+    by_scope: dict[tuple[int, int], tuple[int, datetime, str]] = {}
+    approved = PriorityRequest.objects.filter(
+        state=PriorityRequest.State.APPROVED, until__gt=now
+    ).select_related("decided_by")
+    for request in approved:
+        who = request.decided_by.get_username() if request.decided_by else "an admin"
+        floor = (
+            request.level,
+            request.until,
+            f"raised to {LEVELS[request.level]} by request #{request.pk}, approved by {who}, "
+            f"until {request.until:%Y-%m-%d %H:%M} UTC",
+        )
+        target = by_task if request.task_id else by_scope
+        key = request.task_id if request.task_id else (request.project_id, request.queue_id)
+        if key not in target or target[key][0] < floor[0]:
+            target[key] = floor
+    return by_task, by_scope
+
+
+def expire_requests(now: datetime | None = None) -> int:
+    """Requests whose time is up: approved ones end (the level reverts in the same pass),
+    pending ones lapse. The requester is told."""
+    now = now or timezone.now()
+    due = list(
+        PriorityRequest.objects.filter(
+            state__in=[PriorityRequest.State.APPROVED, PriorityRequest.State.PENDING],
+            until__lte=now,
+        ).select_related("requester")
+    )
+    for request in due:
+        was = request.state
+        if not PriorityRequest.objects.filter(pk=request.pk, state=was).update(
+            state=PriorityRequest.State.EXPIRED, ended_at=now
+        ):
+            continue
+        what = "its raise ended" if was == PriorityRequest.State.APPROVED else "it was not decided"
+        state = Task.objects.filter(pk=request.task_id).values_list("state", flat=True).first()
+        if state:
+            TaskEvent.objects.create(
+                task_id=request.task_id,
+                at=now,
+                from_state=state,
+                to_state=state,
+                message=f"priority request #{request.pk} expired: {what}",
+            )
+        notify(
+            request.requester,
+            f"priority request #{request.pk} expired",
+            f"Your request #{request.pk} for level {LEVELS[request.level]} expired at "
+            f"{request.until:%Y-%m-%d %H:%M} UTC: {what}.",
+        )
+    return len(due)

@@ -1,0 +1,61 @@
+"""Show and change quotas: `manage.py quota list`, `quota set`, `quota delete` (docs/policy.md)."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from portal.errors import ApplicationError
+from portal.models import Project
+from scheduling.selectors.quota import project_quotas
+from scheduling.services.quotas import quota_delete, quota_set
+
+
+class Command(BaseCommand):
+    help = "List, set or delete project (and per-user) quotas."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        show = sub.add_parser("list", help="every quota with its limit and current use")
+        show.add_argument("--project")
+        change = sub.add_parser("set", help="create or change one quota")
+        drop = sub.add_parser("delete", help="remove one quota")
+        for p in (change, drop):
+            p.add_argument("project")
+            p.add_argument("queue")
+            p.add_argument("resource", choices=["gpus", "cpus", "tasks"])
+            p.add_argument("--user", help="a member: the quota is theirs alone")
+        change.add_argument("limit", type=int)
+        change.add_argument("--over-quota", choices=["queue", "reject"], default="queue")
+
+    def handle(self, *args, action: str, **opts):
+        try:
+            if action == "set":
+                quota = quota_set(
+                    project=opts["project"],
+                    queue=opts["queue"],
+                    resource=opts["resource"],
+                    limit=opts["limit"],
+                    over_quota=opts["over_quota"],
+                    user=opts["user"],
+                )
+                self.stdout.write(f"set: {quota}")
+            elif action == "delete":
+                gone = quota_delete(
+                    project=opts["project"],
+                    queue=opts["queue"],
+                    resource=opts["resource"],
+                    user=opts["user"],
+                )
+                if not gone:
+                    raise CommandError("no such quota")
+                self.stdout.write("deleted")
+            else:
+                projects = Project.objects.order_by("slug")
+                if opts["project"]:
+                    projects = projects.filter(slug=opts["project"])
+                for project in projects:
+                    for row in project_quotas(project):
+                        action_text = " (over it: refused)" if row["over_quota"] == "reject" else ""
+                        self.stdout.write(f"{row['text']}{action_text}")
+        except ApplicationError as exc:
+            raise CommandError(f"{exc.errors[0].field}: {exc}") from None

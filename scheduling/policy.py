@@ -1,0 +1,85 @@
+"""The policy's decisions applied to the portal's tasks: levels, weights, shares, the order.
+
+Glue between the site's policy (`selectors.site_view()`) and the pure functions in
+`scheduling/decisions/` (levels, order, quota): services use it when they store a task, the
+engine when it re-levels, admits and orders. docs/policy.md describes the rules.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from django.conf import settings
+
+from scheduling.decisions import levels as L
+from scheduling.decisions.order import order_key, priority_value, weight_at
+from scheduling.selectors.site import SiteView
+
+
+def site_minute(now: datetime) -> int:
+    """Minutes after midnight in the site's time zone (weight windows are in site time)."""
+    local = now.astimezone(zoneinfo.ZoneInfo(settings.SWITCHYARD_SITE_TIMEZONE))
+    return local.hour * 60 + local.minute
+
+
+def cap_of(priority: str) -> int | None:
+    """A task's own `priority: low` caps its level; `normal` and `high` do not."""
+    return L.LOW if priority == "low" else None
+
+
+def task_level(
+    site: SiteView,
+    *,
+    task_type: str,
+    queue: str,
+    ready_at: datetime,
+    priority: str,
+    now: datetime,
+    floor: tuple[int, datetime | None, str] | None = None,
+) -> L.Level:
+    rule = L.rule_for(site.level_rules, task_type, queue)
+    waiting = L.Waiting(
+        task_type=task_type,
+        queue=queue,
+        ready_at=ready_at,
+        cap=cap_of(priority),
+        floor=floor[0] if floor else None,
+        floor_until=floor[1] if floor else None,
+        floor_reason=floor[2] if floor else "",
+    )
+    return L.level(waiting, rule, now)
+
+
+def task_value(
+    site: SiteView, *, level: int, task_type: str, queue: str, share: float, minute: int
+) -> int:
+    """The backend's priority number for a task of this level, type and project share."""
+    weight = weight_at(site.weights.get(queue, ()), task_type, minute)
+    return priority_value(level=level, weight=weight, share=share)
+
+
+def ordered(
+    site: SiteView,
+    tasks: Iterable,
+    *,
+    queue: str,
+    shares: Mapping[str, float],
+    minute: int,
+) -> list:
+    """Tasks (with .level, .type, .project.slug or .project_slug, .ready_at, .pk) in the order
+    they should start: level, the time of day's weight, fair share, then first come."""
+
+    def key(task) -> tuple:
+        slug = getattr(task, "project_slug", None) or task.project.slug
+        ready = task.ready_at or task.submitted_at
+        return order_key(
+            level=task.level,
+            weight=weight_at(site.weights.get(queue, ()), task.type, minute),
+            share=shares.get(slug, 1.0),
+            ready_at=ready.timestamp(),
+            task_id=task.pk,
+        )
+
+    return sorted(tasks, key=key)

@@ -1,0 +1,34 @@
+"""Reads: permission-checked fetches (`access`), the site's policy as decision values
+(`site`), and what quotas hold now (`quota`)."""
+
+from __future__ import annotations
+
+from scheduling.selectors.access import (
+    task_get_for_user,
+    task_list_for_user,
+    tasks_visible_by_ids,
+    workflow_get_for_user,
+    workflow_list_for_user,
+)
+from scheduling.selectors.site import (
+    SiteView,
+    node_view,
+    node_views_for_backend,
+    queue_policy,
+    site_view,
+    site_view_invalidate,
+)
+
+__all__ = [
+    "SiteView",
+    "node_view",
+    "node_views_for_backend",
+    "queue_policy",
+    "site_view",
+    "site_view_invalidate",
+    "task_get_for_user",
+    "task_list_for_user",
+    "tasks_visible_by_ids",
+    "workflow_get_for_user",
+    "workflow_list_for_user",
+]

@@ -1,0 +1,66 @@
+"""What quotas hold now: the admitted tasks that have not ended, summed per scope.
+
+A scope is (project, queue) or (project, queue, user). One grouped query per queue gives
+every scope's use at once, for admission (under the quota rows' lock) and for the pages.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import Count, Sum
+
+from portal.models import Project, Quota
+from scheduling.decisions.quota import Usage, quota_text
+from scheduling.models import TERMINAL_STATES, Task
+from scheduling.selectors.site import quota_rule
+
+Scope = tuple[str, str, str | None]
+
+
+def queue_usage(queue_id: int, *, project_id: int | None = None) -> dict[Scope, Usage]:
+    """Each scope's use in one queue (optionally only one project's scopes)."""
+    held = Task.objects.filter(queue_id=queue_id, admitted=True).exclude(state__in=TERMINAL_STATES)
+    if project_id is not None:
+        held = held.filter(project_id=project_id)
+    rows = (
+        held.order_by()
+        .values("project__slug", "queue__name", "owner__username")
+        .annotate(gpus=Sum("gpus"), cpus=Sum("cpus"), tasks=Count("id"))
+    )
+    totals: dict[Scope, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for row in rows:
+        amounts = (row["gpus"] or 0, row["cpus"] or 0, row["tasks"])
+        for scope in (
+            (row["project__slug"], row["queue__name"], None),
+            (row["project__slug"], row["queue__name"], row["owner__username"]),
+        ):
+            total = totals[scope]
+            for i, amount in enumerate(amounts):
+                total[i] += amount
+    return {scope: Usage(*values) for scope, values in totals.items()}
+
+
+def project_quotas(project: Project) -> list[dict[str, Any]]:
+    """The project's quotas with their limits and what they hold now (for the API and pages)."""
+    quotas = list(Quota.objects.filter(project=project).select_related("project", "queue", "user"))
+    usage: dict[Scope, Usage] = {}
+    for queue_id in {q.queue_id for q in quotas}:
+        usage.update(queue_usage(queue_id, project_id=project.pk))
+    report = []
+    for quota in quotas:
+        rule = quota_rule(quota)
+        used = usage.get(rule.scope, Usage()).amount(rule.resource)
+        report.append(
+            {
+                "queue": rule.queue,
+                "user": rule.user,
+                "resource": rule.resource,
+                "limit": rule.limit,
+                "used": used,
+                "over_quota": rule.over_quota,
+                "text": quota_text(rule, used),
+            }
+        )
+    return report
