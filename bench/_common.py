@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform
+import secrets
 import shutil
 import signal
 import socket
@@ -120,6 +121,9 @@ def django_env(var_dir: Path, *, database_url: str | None = None, **extra: str) 
     )
     if database_url:
         env["DATABASE_URL"] = database_url
+    if not env.get("DJANGO_SECRET_KEY") and not env.get("DJANGO_SECRET_KEY_FILE"):
+        # A bench portal is thrown away with its var dir: a key of its own, never reused.
+        env["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
     env.update(extra)
     return env
 

@@ -1,4 +1,5 @@
-"""How many classify → route → check decisions per second one core makes on the default site.
+"""How many decisions per second one core makes on the default site: classify → route →
+check → admit (quotas) → level, as the engine makes them for a new task.
 
 Run: `python bench/bench_decisions.py` (no Django needed). Prints one JSON line. `run()` returns
 the same dict for `bench/run_all.py`.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -23,6 +25,8 @@ from scheduling.decisions import (  # noqa: E402
     pool_capacity,
     route,
 )
+from scheduling.decisions.levels import Waiting, level, rule_for  # noqa: E402
+from scheduling.decisions.quota import Ask, QuotaRule, Usage, admit  # noqa: E402
 from scheduling.sites import default_site  # noqa: E402
 from scheduling.spec import Resources, TaskSpec  # noqa: E402
 
@@ -65,19 +69,36 @@ def spec_mix() -> list[TaskSpec]:
     ]
 
 
+T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+NOW = T0 + timedelta(seconds=45)
+# The seed's project quota, and one on the agent queue, with some use already.
+QUOTAS = (
+    QuotaRule("bench", "training", "gpus", 32, id=1),
+    QuotaRule("bench", "inference-agent", "tasks", 500, id=2),
+)
+USAGE = {("bench", "training", None): Usage(gpus=16, cpus=128, tasks=2)}
+
+
 def decide(
     spec: TaskSpec,
     rules: list[RoutingRuleView],
     queues: dict[str, QueuePolicy],
     capacity: dict[str, PoolCapacity],
+    level_rules: tuple = (),
 ) -> object:
-    """One decision, as the engine makes it before quotas: classify, route, check."""
+    """One decision, as the engine makes it: classify, route, check, admit, level."""
     kind = classify(spec)
     routed = route(spec, kind.type, rules, queues)
     if not isinstance(routed, Routed):
         return routed
     queue = queues[routed.queue]
-    return check(spec, queue, capacity[queue.pool]) or routed
+    refused = check(spec, queue, capacity[queue.pool])
+    if refused is not None:
+        return refused
+    ask = Ask("bench", routed.queue, "u", spec.resources.gpus, spec.resources.cpus)
+    admission = admit(ask, QUOTAS, USAGE)
+    rule = rule_for(level_rules, kind.type, routed.queue)
+    return routed, admission, level(Waiting(kind.type, routed.queue, ready_at=T0), rule, NOW)
 
 
 def run(n: int = 200_000, repeats: int = 3) -> dict:
@@ -91,7 +112,7 @@ def run(n: int = 200_000, repeats: int = 3) -> dict:
     for _ in range(repeats):
         start = time.perf_counter()
         for spec in specs:
-            decide(spec, rules, queues, capacity)
+            decide(spec, rules, queues, capacity, site.level_rules)
         best = min(best, time.perf_counter() - start)
     return {
         "bench": "decisions",

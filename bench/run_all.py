@@ -20,7 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
-from bench import bench_api, bench_decisions, bench_latency, bench_slurm  # noqa: E402
+from bench import bench_api, bench_decisions, bench_latency, bench_policy, bench_slurm  # noqa: E402
 
 DOC = c.ROOT / "docs" / "benchmarks.md"
 # Below this line the doc is hand-written (analysis, profiles): run_all keeps it as it is.
@@ -46,6 +46,7 @@ def decisions() -> dict[str, Any]:
 
 BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("decisions", decisions, ".venv/bin/python bench/bench_decisions.py"),
+    ("policy", bench_policy.run, bench_policy.COMMAND),
     ("api", bench_api.run, bench_api.COMMAND),
     ("latency", bench_latency.run, bench_latency.COMMAND),
     ("slurm", bench_slurm.run, ".venv/bin/python bench/bench_slurm.py"),
@@ -75,9 +76,20 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
     if d:
         rate = d["decisions_per_s"]
         rows.append(
-            f"| decisions per second, one core (classify → route → check) | {_fmt(rate)} "
+            f"| decisions per second, one core (classify → route → check → admit → level) "
+            f"| {_fmt(rate)} "
             f"| ≥ 50,000 | {_met(rate >= DECISIONS_TARGET)} |"
         )
+    pol = results.get("policy")
+    if pol:
+        for database in ("sqlite", "postgresql"):
+            if database in pol:
+                r = pol[database]
+                rows.append(
+                    f"| policy pass re-levelling {_fmt(r['tasks'])} waiting tasks, {database} "
+                    f"({r['first_pass_level_changes']} change level) | {r['first_pass_s']} s "
+                    f"| ≤ {pol['target_s']} s | {_met(r['first_pass_s'] <= pol['target_s'])} |"
+                )
     a = results.get("api")
     if a:
         for key, v in a["variants"].items():
@@ -233,9 +245,32 @@ def write_doc(
             f"`bench_decisions.run()` on a mix of {14} descriptors over the default 40-node site, "
             f"{_fmt(d['n_per_run'])} decisions per run, {len(d['runs_decisions_per_s'])} runs: "
             f"{', '.join(_fmt(r) for r in d['runs_decisions_per_s'])} decisions/s; "
-            f"median **{_fmt(d['decisions_per_s'])}/s**. Pure functions, no Django, one core.",
+            f"median **{_fmt(d['decisions_per_s'])}/s**. Pure functions, no Django, one core. "
+            "Each decision is what the engine decides for a new task: classify, route, check, "
+            "admit against the project's quotas, and the entry level.",
             "",
         ]
+    pol = results.get("policy")
+    if pol:
+        out += [
+            "## Policy pass",
+            "",
+            "`bench_policy.run()`: a fresh portal with 10,000 waiting tasks of the R14 mix "
+            "(agent, training, HPC) ready 45 s ago, then `engine.levels.relevel(now)` twice: "
+            "the first pass moves every agent task from high to medium (30 s rule) and writes "
+            "those events and numbers; the second finds nothing to change (the steady state).",
+            "",
+            "| database | tasks | first pass | level changes | steady pass |",
+            "|---|---|---|---|---|",
+        ]
+        for database in ("sqlite", "postgresql"):
+            if database in pol:
+                r = pol[database]
+                out.append(
+                    f"| {database} | {_fmt(r['tasks'])} | {r['first_pass_s']} s | "
+                    f"{r['first_pass_level_changes']} | {r['steady_pass_s']} s |"
+                )
+        out.append("")
     a = results.get("api")
     if a:
         out += [

@@ -112,9 +112,11 @@ def level(task: Waiting, rule: LevelRule, now: datetime) -> Level:
             if moved != rule.start:
                 verb = "rose" if moved > rule.start else "dropped"
                 current = moved
+                # The rule's time, not the time waited so far: the reason stays the same from
+                # one pass to the next, so a pass writes only what really changed.
+                taken = abs(moved - rule.start) * rule.every_s
                 reason = (
-                    f"{reason}; {verb} to {LEVELS[moved]} after "
-                    f"{format_duration(int(waited))} waiting"
+                    f"{reason}; {verb} to {LEVELS[moved]} after {format_duration(taken)} waiting"
                 )
     if (
         task.floor is not None

@@ -19,7 +19,8 @@ __all__ = ["ClusterSettings", "SlurmConfigError", "render", "scale_down", "sync_
 
 
 def sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:
-    """Make every project a Slurm account with its members' Unix accounts associated.
+    """Make every project a Slurm account with its members' Unix accounts associated, and
+    its fair-share shares the account's Fairshare.
 
     Returns (project, Unix users) in project order; None stands for the portal's own user.
     """
@@ -34,5 +35,6 @@ def sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:
         ordered = sorted(users, key=lambda u: u or "")
         for unix_user in ordered:
             slurm.ensure_association(project.slug, unix_user)
+        slurm.set_account_share(project.slug, project.share)
         done.append((project.slug, ordered))
     return done

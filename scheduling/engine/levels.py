@@ -104,8 +104,16 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
                 pushes[task.backend].append((task.backend_id, value))
             task.priority_value = value
             changed.append(task)
-    Task.objects.bulk_update(changed, ["level", "level_reason", "priority_value"], batch_size=500)
-    TaskEvent.objects.bulk_create(events, batch_size=500)
+    # One UPDATE per distinct (level, reason, number): a handful per pass, however many tasks.
+    groups: dict[tuple[int, str, int], list[int]] = defaultdict(list)
+    for task in changed:
+        groups[(task.level, task.level_reason, task.priority_value)].append(task.pk)
+    for (lvl_, reason, value), ids in groups.items():
+        for start in range(0, len(ids), 5000):
+            Task.objects.filter(pk__in=ids[start : start + 5000]).update(
+                level=lvl_, level_reason=reason, priority_value=value
+            )
+    TaskEvent.objects.bulk_create(events, batch_size=1000)
     for alias, jobs in pushes.items():
         _push(alias, jobs)
     return len(events)

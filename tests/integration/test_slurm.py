@@ -12,10 +12,12 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from scheduling import engine
 from scheduling.engine import get_backend
@@ -510,3 +512,74 @@ def test_a_controller_stopped_and_started_again_loses_nothing(site, api, slurm_e
     for task in tasks:
         assert task.state == "succeeded", task.reason
         assert len(sacct_runs(task.key, slurm_env)) == 1
+
+
+def test_a_level_change_reaches_slurm_as_the_jobs_priority(site, api, slurm_env):
+    """Levels reach Slurm as the job's priority (sbatch --priority, then scontrol update)."""
+    from django.contrib.auth.models import User
+
+    from scheduling.services import priority_request_create, priority_request_decide
+
+    def slurm_priority(task: Task) -> int:
+        out = subprocess.run(
+            ["squeue", "-h", "-j", _job_id(task), "-o", "%Q"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PATH": "/usr/bin:/bin", "SLURM_CONF": slurm_env["SLURM_CONF"]},
+        ).stdout
+        return int(out.strip())
+
+    # The hpc partition's two nodes are full, so the probe stays pending in Slurm.
+    fill = _submit(
+        api, name="fill", type="hpc-simulation", resources={"cpus": 128}, command=["sleep", "600"]
+    )
+    drive([fill], until=lambda t: t.state == "running", timeout=60)
+    probe = _submit(
+        api, name="probe", type="hpc-simulation", resources={"cpus": 8}, command=["true"]
+    )
+    [task] = drive([probe], until=lambda t: t.state == "queued", timeout=60)
+    assert task.level == 0
+    assert slurm_priority(task) == task.priority_value
+
+    alice, quinn = User.objects.get(username="alice"), User.objects.get(username="quinn")
+    request = priority_request_create(
+        user=alice,
+        task=task,
+        level="high",
+        reason="deadline",
+        until=timezone.now() + timedelta(hours=1),
+    )
+    priority_request_decide(user=quinn, request=request, approve=True)
+    task.refresh_from_db()
+    assert task.level == 2
+    assert slurm_priority(task) == task.priority_value  # scontrol update Priority=
+    assert task.priority_value > 200_000_000  # the high band
+    for pk in (fill, probe):
+        api.post(f"/api/v1/tasks/{pk}/cancel/")
+    engine.cancel_requested([fill, probe])
+
+
+def test_project_shares_are_synced_to_the_slurm_accounts_fairshare(site, slurm_env):
+    from portal.models import Project
+
+    Project.objects.filter(slug="materials").update(share=5)
+    call_command("slurm_sync_accounts", backend="slurm")
+    out = subprocess.run(
+        [
+            "sacctmgr",
+            "-n",
+            "-P",
+            "show",
+            "assoc",
+            "where",
+            "account=materials",
+            "format=account,user,fairshare",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "SLURM_CONF": slurm_env["SLURM_CONF"]},
+    ).stdout
+    account_rows = [line for line in out.splitlines() if line.startswith("materials||")]
+    assert account_rows and account_rows[0].endswith("|5"), out

@@ -293,6 +293,22 @@ class SlurmBackend:
                     raise
         self._known_associations.add((account, user))
 
+    def set_account_share(self, project: str, shares: int) -> None:
+        """The project's fair-share shares as its account's `Fairshare` (docs/policy.md)."""
+        self.run(
+            [
+                "sacctmgr",
+                "-i",
+                "modify",
+                "account",
+                "where",
+                f"name={_account(project)}",
+                f"cluster={self.cluster}",
+                "set",
+                f"fairshare={max(1, int(shares))}",
+            ]
+        )
+
     # -- follow ------------------------------------------------------------------------------
 
     def find(self, key: str) -> Job | None:

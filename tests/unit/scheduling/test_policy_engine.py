@@ -171,7 +171,7 @@ def test_an_agent_task_drops_to_medium_after_30s_and_the_backend_hears_of_it(api
     assert task.level == 1 and task.priority_value < before
     assert backend.priority_of(task.backend_id) == task.priority_value
     event = task.events.get(message__startswith="level high → medium")
-    assert "dropped to medium after 31s waiting" in event.message
+    assert "dropped to medium after 30s waiting" in event.message
 
 
 def test_training_rises_to_high_after_ten_minutes_waiting(api):
