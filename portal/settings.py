@@ -250,6 +250,8 @@ CELERY_TASK_ROUTES = {
     "scheduling.timers": {"queue": "periodic"},
     "scheduling.housekeeping": {"queue": "periodic"},
     "scheduling.policy_pass": {"queue": "periodic"},
+    "scheduling.capacity_pass": {"queue": "periodic"},
+    "scheduling.health_pass": {"queue": "periodic"},
 }
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
@@ -273,6 +275,16 @@ SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS = 60.0
 SWITCHYARD_TRIGGER_SECONDS = float(env_int("SWITCHYARD_TRIGGER_MS", 2000)) / 1000
 # Trigger files must lie under one of these folders (users cannot probe the filesystem).
 SWITCHYARD_TRIGGER_ROOTS = env_list("SWITCHYARD_TRIGGER_ROOTS", [str(VAR_DIR / "triggers")])
+
+# --- Capacity (docs/capacity.md) --------------------------------------------------------------
+# A lease lasts at most this long (the seed lends inference GPUs for 4 h).
+SWITCHYARD_LEASE_MAX_HOURS = env_int("SWITCHYARD_LEASE_MAX_HOURS", 8)
+# A waiting task preempts lower-level preemptible work only after waiting this long.
+SWITCHYARD_PREEMPT_AFTER_S = env_int("SWITCHYARD_PREEMPT_AFTER_S", 10)
+# How often the capacity pass (preemption, leases, start-up timeouts) and the health
+# checks run.
+SWITCHYARD_CAPACITY_SECONDS = float(env_int("SWITCHYARD_CAPACITY_MS", 5000)) / 1000
+SWITCHYARD_HEALTH_SECONDS = float(env_int("SWITCHYARD_HEALTH_MS", 30000)) / 1000
 
 # --- Policy (docs/policy.md) ----------------------------------------------------------------
 # Time-of-day weights are read in the site's time zone.
@@ -315,6 +327,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduling.policy_pass",
         "schedule": SWITCHYARD_POLICY_SECONDS,
         "options": {"expires": SWITCHYARD_POLICY_SECONDS * 2},
+    },
+    "capacity": {
+        "task": "scheduling.capacity_pass",
+        "schedule": SWITCHYARD_CAPACITY_SECONDS,
+        "options": {"expires": SWITCHYARD_CAPACITY_SECONDS * 2},
+    },
+    "health": {
+        "task": "scheduling.health_pass",
+        "schedule": SWITCHYARD_HEALTH_SECONDS,
+        "options": {"expires": SWITCHYARD_HEALTH_SECONDS * 2},
     },
     "sweep-pending": {
         "task": "scheduling.sweep_pending",

@@ -1,21 +1,26 @@
 from django.contrib import admin
 
 from scheduling.models import (
+    Alert,
     Attempt,
     ClassifierSettings,
+    LeaseSchedule,
     LevelRule,
     Node,
+    NodeLease,
     Pool,
     Queue,
     RoutingRule,
     Task,
     TaskEvent,
 )
+from scheduling.services.capacity import nodes_set_state
 
 
 class NodeInline(admin.TabularInline):
     model = Node
     extra = 0
+    readonly_fields = ["state", "health"]  # changed by the node actions, which reach backends
 
 
 @admin.register(Pool)
@@ -29,6 +34,30 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "pool", "cpus", "memory_mib", "gpus", "gpu_model", "switch", "state"]
     list_filter = ["pool", "state"]
     search_fields = ["name"]
+    # State changes reach the backend through these actions (a worker carries them out).
+    readonly_fields = ["state", "health"]
+    actions = ["drain", "mark_down", "resume"]
+
+    def _set(self, request, queryset, state: str, verb: str) -> None:
+        changed = nodes_set_state(
+            nodes=list(queryset),
+            state=state,
+            reason=f"{verb} in the admin console",
+            by=request.user.get_username(),
+        )
+        self.message_user(request, f"{changed} node(s) {verb}; their backends follow.")
+
+    @admin.action(description="Drain: no new work (running work finishes)")
+    def drain(self, request, queryset):
+        self._set(request, queryset, Node.State.DRAINED, "drained")
+
+    @admin.action(description="Mark down: its running work fails and is retried elsewhere")
+    def mark_down(self, request, queryset):
+        self._set(request, queryset, Node.State.DOWN, "marked down")
+
+    @admin.action(description="Resume: back in service")
+    def resume(self, request, queryset):
+        self._set(request, queryset, Node.State.UP, "resumed")
 
 
 @admin.register(Queue)
@@ -92,6 +121,33 @@ class TaskAdmin(admin.ModelAdmin):
     # State changes go through the engine's transition service, never through a form.
     readonly_fields = [f.name for f in Task._meta.fields]
     inlines = [AttemptInline, TaskEventInline]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(LeaseSchedule)
+class LeaseScheduleAdmin(admin.ModelAdmin):
+    list_display = ["pool", "queue", "count", "start", "duration_s", "enabled"]
+    list_editable = ["enabled"]
+
+
+@admin.register(NodeLease)
+class NodeLeaseAdmin(admin.ModelAdmin):
+    list_display = ["id", "pool", "queue", "starts_at", "ends_at", "state", "reclaimed_at"]
+    list_filter = ["state", "pool", "queue"]
+    # Leases are opened from the Capacity page or the API (nodes are picked idle there).
+    readonly_fields = [f.name for f in NodeLease._meta.fields] + ["nodes"]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    list_display = ["at", "kind", "subject", "node", "task"]
+    list_filter = ["kind"]
+    readonly_fields = [f.name for f in Alert._meta.fields]
 
     def has_add_permission(self, request):
         return False

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 DISPATCH = "scheduling.dispatch"
 DISPATCH_MANY = "scheduling.dispatch_many"
 CANCEL = "scheduling.cancel"
+NODES = "scheduling.nodes_apply"
+CAPACITY = "scheduling.capacity_pass"
 
 
 def dispatch(task_id: int, *, countdown: float = 0) -> None:

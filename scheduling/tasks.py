@@ -10,7 +10,7 @@ import dataclasses
 from celery import shared_task
 
 from scheduling import engine, outbox
-from scheduling.engine import levels, settle
+from scheduling.engine import capacity, health, levels, settle
 
 
 @shared_task(
@@ -83,3 +83,20 @@ def housekeeping() -> int:
 def policy_pass() -> dict:
     """Levels move, approvals expire, quota-held tasks are reconsidered (docs/policy.md)."""
     return dataclasses.asdict(levels.policy_pass())
+
+
+@shared_task(name=outbox.CAPACITY, acks_late=True)
+def capacity_pass() -> dict:
+    """Preemption, leases opened and reclaimed, start-up timeouts (docs/capacity.md)."""
+    return capacity.capacity_pass()
+
+
+@shared_task(name="scheduling.health_pass", acks_late=True)
+def health_pass() -> dict:
+    """Node checks: drain the sick, fail and retry the work of the lost."""
+    return health.health_pass()
+
+
+@shared_task(name=outbox.NODES, acks_late=True)
+def nodes_apply(node_ids: list[int]) -> int:
+    return health.nodes_apply(node_ids)

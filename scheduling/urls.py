@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduling import views, views_policy
+from scheduling import views, views_capacity, views_policy
 
 urlpatterns = [
     path("", views.task_list, name="task-list"),
@@ -22,4 +22,11 @@ urlpatterns = [
         name="priority-request-decide",
     ),
     path("queues/", views_policy.queue_list, name="queue-list"),
+    path("capacity/", views_capacity.capacity, name="capacity"),
+    path("capacity/lend/", views_capacity.lend, name="capacity-lend"),
+    path(
+        "capacity/nodes/<int:pk>/<str:state>/",
+        views_capacity.node_state,
+        name="capacity-node",
+    ),
 ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduling import api, api_policy
+from scheduling import api, api_capacity, api_policy
 
 urlpatterns = [
     path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),
@@ -12,6 +12,7 @@ urlpatterns = [
     path("workflows/<int:pk>/", api.WorkflowDetail.as_view(), name="api-workflow-detail"),
     path("workflows/<int:pk>/cancel/", api.WorkflowCancel.as_view(), name="api-workflow-cancel"),
     path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
+    path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
     path("projects/<slug:slug>/quotas/", api_policy.ProjectQuotas.as_view(), name="api-quotas"),
     path(
         "priority-requests/",

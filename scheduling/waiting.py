@@ -18,11 +18,11 @@ from django.utils import timezone
 from portal.models import PriorityRequest, Project
 from scheduling.decisions.estimate import Ahead, Busy, estimate_start
 from scheduling.decisions.levels import LEVELS
-from scheduling.decisions.types import NodeAllocation
 from scheduling.models import Hold, Task, TaskState
 from scheduling.policy import ordered, site_minute
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
+from scheduling.selectors.occupancy import running_on
 from scheduling.spec import TaskSpec
 
 S = TaskState
@@ -111,34 +111,10 @@ def _estimate(task: Task, ahead: list[Task], now: datetime) -> datetime | None:
         return None
     nodes = site.pool_nodes.get(queue.pool, ())
     busy = []
-    next_gpu: dict[str, int] = {}  # distinct GPU indices per node, for the replay's count
-    running = Task.objects.filter(queue__pool__name=queue.pool, state=S.RUNNING).prefetch_related(
-        "attempt_set"
-    )
-    for other in running:
-        spec = TaskSpec.from_dict(other.spec)
-        attempt = other.attempt_set.order_by("-number").first()
-        placed_on = list(attempt.nodes) if attempt and attempt.nodes else []
-        if not placed_on:
-            continue
-        share = len(placed_on)
-        started = attempt.started_at or other.started_at or now
-        ends = started.timestamp() + spec.walltime_s if spec.walltime_s else None
-        gpus = -(-spec.resources.gpus // share)
-        for node in placed_on:
-            first = next_gpu.get(node, 0)
-            next_gpu[node] = first + gpus
-            busy.append(
-                Busy(
-                    NodeAllocation(
-                        node=node,
-                        cpus=-(-spec.resources.cpus // share),
-                        memory_mib=spec.resources.memory_mib,
-                        gpu_indices=tuple(range(first, first + gpus)),
-                    ),
-                    ends,
-                )
-            )
+    for occupant in running_on({n.name for n in nodes}):
+        spec = TaskSpec.from_dict(occupant.task.spec)
+        ends = occupant.started_at + spec.walltime_s if spec.walltime_s else None
+        busy += [Busy(allocation, ends) for allocation in occupant.allocations]
     start = estimate_start(
         TaskSpec.from_dict(task.spec),
         queue,

@@ -81,7 +81,16 @@ def _backends(settings):
 def site(db):
     """The seed's default site with demo accounts; pools run on the fake backend."""
     call_command("seed_demo", backend="fake", quiet=True)
+    no_lease_schedules()
     site_view_invalidate()
+
+
+def no_lease_schedules() -> None:
+    """The seed lends inference nodes to training every night: tests must not depend on the
+    hour they run at. Tests of the schedule switch it on themselves."""
+    from scheduling.models import LeaseSchedule
+
+    LeaseSchedule.objects.update(enabled=False)
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ from scheduling.backends.base import (
     BackendUnavailable,
     Job,
     JobState,
+    LeaseView,
+    NodeHealth,
     SubmitRequest,
 )
 
@@ -18,5 +20,7 @@ __all__ = [
     "BackendUnavailable",
     "Job",
     "JobState",
+    "LeaseView",
+    "NodeHealth",
     "SubmitRequest",
 ]

@@ -67,6 +67,31 @@ class SubmitRequest:
     priority: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """Nodes lent by their pool's queues to another queue until `ends_at` (epoch seconds)."""
+
+    id: int
+    nodes: tuple[str, ...]
+    lender_queues: tuple[str, ...]
+    queue: str
+    ends_at: float
+
+    @property
+    def name(self) -> str:
+        return f"lease-{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    """A node's health as its backend sees it: `down` nodes have lost their work."""
+
+    ok: bool
+    reason: str = ""
+    down: bool = False
+    metrics: dict = field(default_factory=dict)
+
+
 @runtime_checkable
 class Backend(Protocol):
     alias: str
@@ -88,3 +113,9 @@ class Backend(Protocol):
     def resume(self, node: str) -> None: ...
 
     def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str: ...
+
+    def health(self, nodes: list[str]) -> dict[str, NodeHealth]: ...
+
+    def apply_lease(self, lease: LeaseView, *, now: float) -> None: ...
+
+    def end_lease(self, lease: LeaseView) -> None: ...

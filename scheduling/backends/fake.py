@@ -20,7 +20,14 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 
-from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest
+from scheduling.backends.base import (
+    BackendError,
+    Job,
+    JobState,
+    LeaseView,
+    NodeHealth,
+    SubmitRequest,
+)
 from scheduling.decisions.types import NodeView
 
 
@@ -32,6 +39,7 @@ class _Cluster:
     requests: dict[str, SubmitRequest] = dataclasses.field(default_factory=dict)
     priorities: dict[str, int] = dataclasses.field(default_factory=dict)
     drained: dict[str, str] = dataclasses.field(default_factory=dict)
+    health: dict[str, NodeHealth] = dataclasses.field(default_factory=dict)
     calls: list[tuple[str, tuple[Any, ...]]] = dataclasses.field(default_factory=list)
 
 
@@ -171,6 +179,24 @@ class FakeBackend:
 
     def resume(self, node: str) -> None:
         self._record("resume", node).drained.pop(node, None)
+
+    def health(self, nodes: list[str]) -> dict[str, NodeHealth]:
+        """Every node healthy unless a test said otherwise with `set_health`."""
+        with self._lock:
+            cluster = self._record("health", tuple(nodes))
+            return {n: cluster.health.get(n, NodeHealth(ok=True)) for n in nodes}
+
+    def set_health(self, node: str, health: NodeHealth) -> None:
+        with self._lock:
+            self._cluster(self.alias).health[node] = health
+
+    def apply_lease(self, lease: LeaseView, *, now: float) -> None:
+        with self._lock:
+            self._record("apply_lease", lease.name, lease.nodes)
+
+    def end_lease(self, lease: LeaseView) -> None:
+        with self._lock:
+            self._record("end_lease", lease.name, lease.nodes)
 
     def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str:
         cluster = self._record("log", backend_id, offset, limit)

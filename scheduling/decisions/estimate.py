@@ -48,7 +48,7 @@ def estimate_start(
         for i, job in enumerate(waiting):
             views = [free_view(n, [b.allocation for b in live if b.allocation.node == n.name])
                      for n in nodes]  # fmt: skip
-            placement = place(job.spec, job.queue, views)
+            placement = place(job.spec, job.queue, views, now=t)
             if placement is None:
                 continue
             if i == me:

@@ -60,6 +60,7 @@ def free_view(node: NodeView, allocations: Iterable[NodeAllocation]) -> NodeView
         gpu_model=node.gpu_model,
         switch=node.switch,
         available=node.available,
+        available_until=node.available_until,
     )
 
 
@@ -102,21 +103,38 @@ class _Free:
         return NodeAllocation(self.node.name, cpus, memory, self.gpus[:gpus])
 
 
-def place(spec: TaskSpec, queue: QueuePolicy, nodes: Sequence[NodeView]) -> Placement | None:
+def place(
+    spec: TaskSpec, queue: QueuePolicy, nodes: Sequence[NodeView], *, now: float | None = None
+) -> Placement | None:
     """Where `spec` starts now in `queue`, or None if it does not fit now.
 
     Unavailable (drained, down) nodes are skipped, and with `resources.gpu_type` only nodes
-    of that GPU model count. Whole-node queues take idle nodes entirely; pack queues put a
-    task on the fullest node that still holds it (best fit, ties by name), and spread it
-    over the nodes with the most free room only if no single node holds it.
+    of that GPU model count. A node lent until some time takes only work whose walltime ends
+    before then (`now` must be given for lent nodes to count at all). Whole-node queues take
+    idle nodes entirely; pack queues put a task on the fullest node that still holds it
+    (best fit, ties by name), and spread it over the nodes with the most free room only if
+    no single node holds it. Work on several nodes goes under one switch when some switch
+    has room for all of it; otherwise across switches, and the placement's note says so.
     """
     res = spec.resources
     usable = [
-        n for n in nodes if n.available and (res.gpu_type is None or n.gpu_model == res.gpu_type)
+        n
+        for n in nodes
+        if n.available
+        and (res.gpu_type is None or n.gpu_model == res.gpu_type)
+        and fits_before(spec, n.available_until, now)
     ]
     if queue.allocation == WHOLE_NODE:
         return _place_whole_nodes(spec, usable)
     return _place_packed(spec, [_Free(n, cpu_ratio(queue)) for n in usable])
+
+
+def fits_before(spec: TaskSpec, until: float | None, now: float | None) -> bool:
+    """Whether `spec` may run on a node available until `until`: its walltime must end
+    before then (what fits on a lease). A node with no end takes anything."""
+    if until is None:
+        return True
+    return now is not None and spec.walltime_s is not None and now + spec.walltime_s <= until
 
 
 def _whole(node: NodeView) -> NodeAllocation:
@@ -147,9 +165,10 @@ def _place_whole_nodes(spec: TaskSpec, nodes: list[NodeView]) -> Placement | Non
         fit = [n for n in idle if n.cpus >= cpus_each and n.gpus >= gpus_each]
         if len(fit) < res.nodes:
             return None
-        # The smallest nodes that do the job, keeping the big ones for tasks that need them.
-        fit.sort(key=_smallest_first)
-        return Placement(tuple(_whole(n) for n in fit[: res.nodes]))
+        # The smallest nodes that do the job, keeping the big ones for tasks that need them;
+        # under one switch when one has enough of them.
+        chosen, note = _one_switch(fit, res.nodes, key=_smallest_first)
+        return Placement(tuple(_whole(n) for n in chosen), note)
 
     if res.gpus > 0:
         idle = [n for n in idle if n.gpus > 0]
@@ -166,6 +185,32 @@ def _place_whole_nodes(spec: TaskSpec, nodes: list[NodeView]) -> Placement | Non
         if cpus >= res.cpus and gpus >= res.gpus:
             return Placement(tuple(_whole(n) for n in chosen))
     return None
+
+
+def _one_switch(
+    nodes: list[NodeView], count: int, *, key: Callable[[NodeView], tuple]
+) -> tuple[list[NodeView], str]:
+    """`count` of `nodes` in `key` order, all under one switch if one switch has that many.
+
+    Among switches that can hold all of it, the one whose best nodes come first in `key`
+    order; with none, the first `count` in `key` order, whatever their switches.
+    """
+    ordered = sorted(nodes, key=key)
+    if count <= 1:
+        return ordered[:count], ""
+    groups: dict[str | None, list[NodeView]] = {}
+    for n in ordered:
+        groups.setdefault(n.switch, []).append(n)
+    whole = [g[:count] for switch, g in groups.items() if switch is not None and len(g) >= count]
+    if whole:
+        return min(whole, key=lambda g: [key(n) for n in g]), ""
+    chosen = ordered[:count]
+    switches = {n.switch for n in chosen}
+    if len(switches) <= 1:
+        return chosen, ""
+    return chosen, (
+        f"placed across {len(switches)} switches: no switch has {count} free nodes for it"
+    )
 
 
 def _best_fit_key(spec: TaskSpec) -> Callable[[_Free], tuple[int, int, int, str]]:
@@ -205,8 +250,14 @@ def _place_packed(spec: TaskSpec, free: list[_Free]) -> Placement | None:
         fit = [f for f in free if f.fits(cpus_each, gpus_each, memory)]
         if len(fit) < res.nodes:
             return None
-        fit.sort(key=_most_free if res.gpus else _most_free_cores)
-        return Placement(tuple(f.allocate(cpus_each, gpus_each, memory) for f in fit[: res.nodes]))
+        key = _most_free if res.gpus else _most_free_cores
+        by_node = {f.node.name: f for f in fit}
+        chosen, note = _one_switch(
+            [f.node for f in fit], res.nodes, key=lambda n: key(by_node[n.name])
+        )
+        return Placement(
+            tuple(by_node[n.name].allocate(cpus_each, gpus_each, memory) for n in chosen), note
+        )
 
     # No node count given and no single node holds it: spread, most free room first. GPUs
     # come with CPUs on their node, so a GPU task only uses nodes with a free GPU.

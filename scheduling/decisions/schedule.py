@@ -62,13 +62,15 @@ def schedule_pass(
     running: Mapping[str, int],
     drained: Mapping[str, str] | frozenset[str] = frozenset(),
     sandbox_missing: str | None = None,
+    now: float | None = None,
 ) -> list[Decision]:
     """Decide every waiting job, in the order they are considered.
 
     `pools` maps a pool name to its nodes ("" holds nodes for queues whose pool is not
     listed); `allocations` the live allocations by node name; `running` the jobs running per
     queue (for `max_concurrency`); `drained` the names of nodes taken out of service;
-    `sandbox_missing` the reason a sandboxed job cannot start, when no sandbox is available.
+    `sandbox_missing` the reason a sandboxed job cannot start, when no sandbox is available;
+    `now` the time, for nodes lent until a time (docs/capacity.md).
     """
     booked: dict[str, list[NodeAllocation]] = {n: list(a) for n, a in allocations.items()}
     per_queue = Counter(running)
@@ -81,7 +83,10 @@ def schedule_pass(
             continue
         nodes = pools.get(queue.pool, pools.get("", ()))
         # Could it ever fit, on this pool emptied and every node back up?
-        ideal = [free_view(dataclasses.replace(n, available=True), ()) for n in nodes]
+        ideal = [
+            free_view(dataclasses.replace(n, available=True, available_until=None), ())
+            for n in nodes
+        ]
         if place(job.spec, queue, ideal) is None:
             decisions.append(Fail(job.key, never_fits(job, nodes)))
             continue
@@ -96,7 +101,7 @@ def schedule_pass(
             )
             for n in nodes
         ]
-        placement = place(job.spec, queue, views)
+        placement = place(job.spec, queue, views, now=now)
         if placement is None:
             decisions.append(Wait(job.key, waiting_reason(job, drained, nodes)))
             continue

@@ -49,6 +49,9 @@ class NodeView:
     gpu_model: str | None = None
     switch: str | None = None
     available: bool = True  # False when drained / down
+    # A node lent to this queue's pool until then (epoch seconds): only work whose walltime
+    # ends before it may be placed there (docs/capacity.md).
+    available_until: float | None = None
 
     @property
     def idle(self) -> bool:
@@ -83,6 +86,7 @@ class NodeAllocation:
 @dataclass(frozen=True, slots=True)
 class Placement:
     allocations: tuple[NodeAllocation, ...] = field(default_factory=tuple)
+    note: str = ""  # what the placement could not honour (e.g. one switch), in words
 
     @property
     def nodes(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from portal.models import ClusterAccount
 from scheduling.backends import BackendError, BackendUnavailable, JobState, SubmitRequest
 from scheduling.decisions.quota import Hold, Reject
 from scheduling.engine import admission
+from scheduling.engine.capacity import lease_partitions
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_job
 from scheduling.engine.registry import get_backend
 from scheduling.models import Attempt, Task, TaskState, attempt_key
@@ -100,7 +101,7 @@ def task_dispatch(task_id: int) -> str:
         queue=queue,
         project=project,
         user=user,
-        extra=_run_as(task.owner),
+        extra={**_run_as(task.owner), **_leases(queue_name, request_walltime(task))},
         priority=task.priority_value,
     )
     try:
@@ -150,6 +151,17 @@ def _run_as(user) -> dict[str, str]:
         return {"run_as": user.cluster_account.unix_username}
     except ClusterAccount.DoesNotExist:
         return {}
+
+
+def request_walltime(task: Task) -> int | None:
+    return (task.spec.get("walltime_s") if isinstance(task.spec, dict) else None) or None
+
+
+def _leases(queue: str, walltime_s: int | None) -> dict[str, str]:
+    """Nodes lent to this queue that a task of this walltime may also use (Slurm: their
+    partitions; the local backend reads leases from its inventory instead)."""
+    names = lease_partitions(queue, walltime_s, timezone.now())
+    return {"lease_partitions": ",".join(names)} if names else {}
 
 
 def _cancel_quietly(backend, backend_id: str) -> None:

@@ -84,7 +84,7 @@ def apply_job(task: Task, job: Job) -> bool:
         moved = task_set_state(
             task=task,
             to=S.RUNNING,
-            reason=task.reason if task.cancel_requested_at else "",
+            reason=task.reason if task.cancel_requested_at else job.reason,
             message=f"running on {', '.join(job.nodes) or 'its node'}",
             fields={"started_at": task.started_at or started},
         )
@@ -112,7 +112,8 @@ def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
         ended=target,
         retriable=job.state in _RETRIABLE and task.cancel_requested_at is None,
         reason=reason,
-        attempt=task.attempts,
+        # Attempts ended by preemption, a lease's end or a start-up resubmit are not failures.
+        attempt=task.attempts - task.preemptions,
         retry_count=task.retry_count,
         fail_action=task.fail_action,
         backoff_base_s=settings.SWITCHYARD_RETRY_BACKOFF_SECONDS,

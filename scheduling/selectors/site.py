@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.order import ScheduleError, WeightWindow, parse_weight_schedule
 from scheduling.decisions.quota import QuotaRule
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
-from scheduling.models import ClassifierSettings, Node, Queue, RoutingRule
+from scheduling.models import ClassifierSettings, Node, NodeLease, Queue, RoutingRule
 from scheduling.models import LevelRule as LevelRuleRow
 from scheduling.spec import TASK_TYPES
 
@@ -47,11 +48,36 @@ def node_view(node: Node) -> NodeView:
 
 
 def node_views_for_backend(alias: str) -> dict[str, list[NodeView]]:
-    """The inventory a backend runs on, by pool: a queue's jobs go only to its pool's nodes."""
+    """The inventory a backend runs on, by pool: a queue's jobs go only to its pool's nodes.
+
+    A node lent by an active lease counts in the borrowing queue's pool, until the lease's
+    end, and no longer in its own (docs/capacity.md).
+    """
     pools: dict[str, list[NodeView]] = {}
     for node in Node.objects.filter(pool__backend=alias).select_related("pool").order_by("name"):
         pools.setdefault(node.pool.name, []).append(node_view(node))
-    return pools
+    return with_leases(pools)
+
+
+def with_leases(pools: dict[str, list[NodeView]]) -> dict[str, list[NodeView]]:
+    """`pools` with every active lease's nodes moved to the borrowing queue's pool."""
+    moves: dict[str, tuple[str, float]] = {}
+    for pool, node, until in NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list(
+        "queue__pool__name", "nodes__name", "ends_at"
+    ):
+        if node:
+            moves[node] = (pool, until.timestamp())
+    if not moves:
+        return pools
+    moved: dict[str, list[NodeView]] = {name: [] for name in pools}
+    for name, nodes in pools.items():
+        for node in nodes:
+            if node.name in moves:
+                to, until = moves[node.name]
+                moved.setdefault(to, []).append(dataclasses.replace(node, available_until=until))
+            else:
+                moved[name].append(node)
+    return moved
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +96,8 @@ class SiteView:
     # Quota rules by (project slug, queue name); each knows its optional user.
     quotas: dict[tuple[str, str], tuple[QuotaRule, ...]] = field(default_factory=dict)
     shares: dict[str, int] = field(default_factory=dict)  # project slug → fair-share shares
+    # Active leases: (id, borrowing queue, end in epoch seconds).
+    leases: tuple[tuple[int, str, float], ...] = ()
 
     def capacity(self, pool: str) -> PoolCapacity:
         return self.pool_capacity.get(pool) or pool_capacity(())
@@ -121,18 +149,26 @@ def _load_site_view() -> SiteView:
     for q in Quota.objects.select_related("project", "queue", "user"):
         quotas.setdefault((q.project.slug, q.queue.name), []).append(quota_rule(q))
     settings_row = ClassifierSettings.objects.filter(pk=1).first()
+    lent = with_leases({pool: list(nodes) for pool, nodes in pool_nodes.items()})
     return SiteView(
         queues={q.name: queue_policy(q) for q in queues},
         queue_ids={q.name: q.pk for q in queues},
         queue_backends={q.name: q.pool.backend for q in queues},
         rules=rules,
-        pool_nodes={pool: tuple(nodes) for pool, nodes in pool_nodes.items()},
+        # Where work may go now (leases applied); what each pool could ever hold (they not).
+        pool_nodes={pool: tuple(nodes) for pool, nodes in lent.items()},
         pool_capacity={pool: pool_capacity(nodes) for pool, nodes in pool_nodes.items()},
         classifier=classifier_policy(settings_row) if settings_row else DEFAULT_CLASSIFIER,
         level_rules=tuple(r.as_rule() for r in LevelRuleRow.objects.select_related("queue")),
         weights={q.name: _windows(q) for q in queues},
         quotas={key: tuple(rules) for key, rules in quotas.items()},
         shares=dict(Project.objects.values_list("slug", "share")),
+        leases=tuple(
+            (pk, queue, ends.timestamp())
+            for pk, queue, ends in NodeLease.objects.filter(
+                state=NodeLease.State.ACTIVE
+            ).values_list("pk", "queue__name", "ends_at")
+        ),
     )
 
 

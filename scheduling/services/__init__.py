@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from scheduling.services.capacity import lease_open, nodes_set_state
 from scheduling.services.priority import priority_request_create, priority_request_decide
 from scheduling.services.tasks import (
     Decided,
@@ -26,6 +27,8 @@ from scheduling.services.workflows import (
 __all__ = [
     "Decided",
     "descriptor_submit",
+    "lease_open",
+    "nodes_set_state",
     "priority_request_create",
     "priority_request_decide",
     "task_cancel",

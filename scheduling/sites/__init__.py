@@ -4,6 +4,6 @@ the simulator run on without a database."""
 from __future__ import annotations
 
 from scheduling.sites.default import default_site
-from scheduling.sites.types import POOL_KINDS, PoolSpec, Site
+from scheduling.sites.types import POOL_KINDS, LeaseTemplate, PoolSpec, QuotaTemplate, Site
 
-__all__ = ["POOL_KINDS", "PoolSpec", "Site", "default_site"]
+__all__ = ["POOL_KINDS", "LeaseTemplate", "PoolSpec", "QuotaTemplate", "Site", "default_site"]

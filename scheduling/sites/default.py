@@ -11,7 +11,7 @@ from functools import cache
 
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
-from scheduling.sites.types import PoolSpec, QuotaTemplate, Site
+from scheduling.sites.types import LeaseTemplate, PoolSpec, QuotaTemplate, Site
 
 GIB = 1024  # MiB
 HOUR = 3600  # seconds
@@ -133,6 +133,11 @@ def default_site() -> Site:
             {"from": "20:00", "to": "08:00", "weights": {"ai-inference": 2}},
         ]
     }
+    # Agents that do not start within 5 minutes of their dispatch are resubmitted (the seed
+    # raised that timeout from 3 to 5 minutes).
+    startup_timeouts = {"inference-agent": 5 * 60}
+    # Idle inference GPUs lent to training at night for 4 hours, then taken back (R6).
+    lease_schedules = (LeaseTemplate("inference-agent", "training", 4, "22:00", 4 * HOUR),)
     return Site(
         pools=pools,
         queues=queues,
@@ -140,4 +145,6 @@ def default_site() -> Site:
         level_rules=level_rules,
         project_quotas=project_quotas,
         weight_schedules=weight_schedules,
+        startup_timeouts=startup_timeouts,
+        lease_schedules=lease_schedules,
     )

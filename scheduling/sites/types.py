@@ -37,6 +37,17 @@ class QuotaTemplate:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseTemplate:
+    """Every day at `start` (HH:MM, site time), lend `count` idle nodes of `pool` to `queue`."""
+
+    pool: str
+    queue: str
+    count: int
+    start: str
+    duration_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class Site:
     """Pools, queues and routing rules that refer to each other by name.
 
@@ -52,6 +63,9 @@ class Site:
     project_quotas: tuple[QuotaTemplate, ...] = ()
     # Each queue's time-of-day weights, as the queue stores them (docs/policy.md).
     weight_schedules: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Queues' start-up timeouts in seconds (docs/capacity.md).
+    startup_timeouts: dict[str, int] = field(default_factory=dict)
+    lease_schedules: tuple[LeaseTemplate, ...] = ()
 
     def __post_init__(self) -> None:
         _unique("pool", [p.name for p in self.pools])

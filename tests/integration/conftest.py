@@ -22,7 +22,7 @@ from django.db import connection
 
 from portal.workers import worker_argv
 from scheduling.selectors import site_view_invalidate
-from tests.conftest import ROOT
+from tests.conftest import ROOT, no_lease_schedules
 
 
 def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, step: float = 0.05):
@@ -61,6 +61,7 @@ def local_root(settings, job_root) -> Path:
 def site(transactional_db, local_root):
     """The default site on the local backend, committed so a worker process sees it."""
     call_command("seed_demo", backend="local", quiet=True)
+    no_lease_schedules()
     site_view_invalidate()
 
 

@@ -23,7 +23,7 @@ from scheduling import engine
 from scheduling.engine import get_backend
 from scheduling.models import TERMINAL_STATES, Task, TaskState
 from scheduling.selectors import site_view_invalidate
-from tests.conftest import ROOT, descriptor, in_ci, submit
+from tests.conftest import ROOT, descriptor, in_ci, no_lease_schedules, submit
 from tests.integration.conftest import database_url, wait_for, worker_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
@@ -82,6 +82,7 @@ def slurm(slurm_env, settings, job_root, monkeypatch):
 def site(transactional_db, slurm, local_root):
     """The default site with every pool on Slurm, committed so a worker sees it."""
     call_command("seed_demo", backend="slurm", quiet=True)
+    no_lease_schedules()
     site_view_invalidate()
     yield
     # Leave the cluster as we found it: a job left behind would hold nodes (or, once its

@@ -21,7 +21,16 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
-from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest
+from django.utils.module_loading import import_string
+
+from scheduling.backends.base import (
+    BackendError,
+    Job,
+    JobState,
+    LeaseView,
+    NodeHealth,
+    SubmitRequest,
+)
 from scheduling.backends.local import launch
 from scheduling.backends.local.jobstore import (
     FINAL,
@@ -66,6 +75,9 @@ class LocalBackend:
         max_output_bytes: int = launch.DEFAULT_MAX_OUTPUT_BYTES,
         max_disk_bytes: int = launch.DEFAULT_MAX_DISK_BYTES,
         retention_s: float = 7 * 86400,
+        health_probe: str | Callable[..., dict[str, NodeHealth]] = (
+            "scheduling.backends.local.health.host_probe"
+        ),
     ) -> None:
         self.alias = alias
         self.store = JobStore(root)
@@ -82,6 +94,9 @@ class LocalBackend:
         )
         # Ended jobs' folders are removed this long after they end (their log is kept).
         self.retention_s = retention_s
+        self._health_probe = (
+            import_string(health_probe) if isinstance(health_probe, str) else health_probe
+        )
         self._node_source = node_source or (lambda _alias: [])
         # Reading the inventory was a sixth of a dispatch; nodes change rarely (admin edits).
         self.inventory_ttl_s = inventory_ttl_s
@@ -176,6 +191,17 @@ class LocalBackend:
             return ""
         return self.store.read_log(backend_id, offset=offset, limit=limit)
 
+    def health(self, nodes: list[str]) -> dict[str, NodeHealth]:
+        """The host's health, for each of its virtual nodes (the probe is pluggable)."""
+        return self._health_probe(list(nodes), root=self.root)
+
+    def apply_lease(self, lease: LeaseView, *, now: float) -> None:
+        """Nothing to do: the inventory the engine hands this backend already counts the
+        lent nodes in the borrowing pool, until the lease's end."""
+
+    def end_lease(self, lease: LeaseView) -> None:
+        """Nothing to do: once the lease has ended the inventory gives the nodes back."""
+
     def housekeep(self, now: float | None = None) -> int:
         """Remove the folders of jobs that ended more than `retention_s` ago; keep their logs.
 
@@ -217,6 +243,7 @@ class LocalBackend:
             running=per_queue,
             drained=self.store.drained(),
             sandbox_missing=missing,
+            now=time.time(),
         )
         for decision in decisions:
             if isinstance(decision, Start):
@@ -305,6 +332,7 @@ class LocalBackend:
             reason=f"starting on {', '.join(placement.nodes)}",
             nodes=list(placement.nodes),
             queue=request.queue.name,
+            note=placement.note,  # e.g. placed across switches: the running job's reason
         )
         try:
             grace = float(request.extra.get("kill_grace_s", self.kill_grace_s))

@@ -150,7 +150,7 @@ class Shim:
         self.sandbox = (sandbox_pid, proc_start_time(sandbox_pid)) if sandbox_pid else None
         self.update_state(
             state="running",
-            reason="",
+            reason=self.state.get("note") or "",
             started_at=now_iso(),
             child_pid=pid,
             child_pgid=pid,

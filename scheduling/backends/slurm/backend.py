@@ -37,6 +37,7 @@ from scheduling.backends.base import (
     SubmitRequest,
 )
 from scheduling.backends.sandbox import sandbox_argv
+from scheduling.backends.slurm.capacity import DRAIN_PREFIX, SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.parse import (
     PENDING_REASONS,
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _ACCOUNT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_LEASE_RE = re.compile(r"^lease-[0-9]{1,18}$")
 
 _ALREADY_GONE = (
     "already completing or completed",
@@ -61,7 +63,7 @@ _ALREADY_GONE = (
 )
 
 
-class SlurmBackend:
+class SlurmBackend(SlurmCapacity):
     """The Backend protocol over Slurm's commands."""
 
     def __init__(
@@ -79,6 +81,7 @@ class SlurmBackend:
         runner: CommandRunner | None = None,
         max_processes: int = 512,
         max_file_bytes: int = 10 << 30,
+        switch_wait_s: int = 600,
     ) -> None:
         self.alias = alias
         self.cluster = cluster
@@ -90,6 +93,7 @@ class SlurmBackend:
         self.slurm_conf = slurm_conf
         self.max_processes = max_processes
         self.max_file_bytes = max_file_bytes
+        self.switch_wait_s = switch_wait_s
         self.sacct_window_days = sacct_window_days
         self.run = runner or CommandRunner(
             slurm_conf=slurm_conf, timeout_s=command_timeout_s, bin_dir=bin_dir
@@ -131,7 +135,7 @@ class SlurmBackend:
             "--parsable",
             f"--job-name={request.key}",
             f"--comment=switchyard {request.key}",
-            f"--partition={request.queue.name}",
+            f"--partition={','.join([request.queue.name, *_extra_partitions(request)])}",
             f"--account={account}",
             "--export=NONE",
             "--dependency=singleton",
@@ -151,6 +155,9 @@ class SlurmBackend:
                 f"--ntasks={res.cpus}",
                 f"--ntasks-per-node={res.cpus // res.nodes}",
             ]
+            if res.nodes > 1:
+                # Under one leaf switch if one frees up within the wait (topology.conf).
+                argv.append(f"--switches=1@{_minutes(self.switch_wait_s)}")
             if res.gpus:
                 argv.append(f"--gres=gpu:{res.gpus // res.nodes}")
         elif request.type == "hpc-simulation":
@@ -409,13 +416,14 @@ class SlurmBackend:
         self.run(["scontrol", "update", f"JobId={job_id}", f"Priority={int(value)}"])
 
     def drain(self, node: str, reason: str) -> None:
+        # The prefix tells the health check this drain is the portal's own, not Slurm's.
         self.run(
             [
                 "scontrol",
                 "update",
                 f"NodeName={node}",
                 "State=DRAIN",
-                f"Reason={reason[:200] or 'drained by switchyard'}",
+                f"Reason={DRAIN_PREFIX}{reason[:180] or 'drained'}",
             ]
         )
 
@@ -465,3 +473,9 @@ def _account(project: str) -> str:
 
 def _current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _extra_partitions(request: SubmitRequest) -> list[str]:
+    """Partitions of leases the engine found this task may use (docs/capacity.md)."""
+    names = [p for p in (request.extra.get("lease_partitions") or "").split(",") if p]
+    return [p for p in names if _LEASE_RE.match(p)]

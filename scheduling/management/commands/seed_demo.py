@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import time
+
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from portal.auth import issue_token
 from portal.models import Membership, Project, Quota
-from scheduling.models import LevelRule, Node, Pool, Queue, RoutingRule
+from scheduling.models import LeaseSchedule, LevelRule, Node, Pool, Queue, RoutingRule
 from scheduling.selectors import site_view_invalidate
 from scheduling.sites import default_site
 
@@ -74,7 +76,18 @@ class Command(BaseCommand):
                     cpu_oversubscription=q.cpu_oversubscription,
                     max_concurrency=q.max_concurrency,
                     weight_schedule=site.weight_schedules.get(q.name, []),
+                    startup_timeout_s=site.startup_timeouts.get(q.name),
                 ),
+            )
+        LeaseSchedule.objects.all().delete()
+        for lease in site.lease_schedules:
+            hours, minutes = (int(part) for part in lease.start.split(":"))
+            LeaseSchedule.objects.create(
+                pool=pools[lease.pool],
+                queue=queues[lease.queue],
+                count=lease.count,
+                start=time(hours, minutes),
+                duration_s=lease.duration_s,
             )
         LevelRule.objects.all().delete()
         for rule in site.level_rules:

@@ -1,0 +1,362 @@
+"""Capacity that moves: preemption, leases of nodes between pools, start-up timeouts.
+
+Run by beat every `SWITCHYARD_CAPACITY_MS` (and at once after a lease is opened). The same
+for every backend: the engine decides from what the portal knows runs where
+(`selectors/occupancy.py`) with the pure functions (`decisions/preempt.py`, `place()` with a
+lease's end), and acts through the Backend protocol: cancel a victim's job, lend and take
+back nodes (Slurm: partitions). docs/capacity.md.
+
+A requeue never counts against a task's retries: the task moves back to pending first (so a
+poll cannot take the cancelled job for a user's cancel), then its job is cancelled, then it
+is dispatched again.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from scheduling import outbox
+from scheduling.backends import BackendError
+from scheduling.backends.base import LeaseView
+from scheduling.decisions.humanize import format_duration
+from scheduling.decisions.levels import LEVELS
+from scheduling.decisions.preempt import Running, whom_to_preempt
+from scheduling.engine.admission import release_held
+from scheduling.engine.alerts import raise_alert
+from scheduling.engine.registry import get_backend
+from scheduling.models import (
+    Alert,
+    AttemptState,
+    LeaseSchedule,
+    Node,
+    NodeLease,
+    Pool,
+    Queue,
+    Task,
+    TaskEvent,
+    TaskState,
+)
+from scheduling.policy import ordered, site_minute
+from scheduling.selectors import site_view
+from scheduling.selectors.occupancy import running_on
+from scheduling.spec import TaskSpec
+from scheduling.states import attempt_end, task_set_state
+
+log = logging.getLogger(__name__)
+S = TaskState
+
+
+def capacity_pass(now: datetime | None = None) -> dict[str, int]:
+    now = now or timezone.now()
+    return {
+        "leases_reclaimed": reclaim_due_leases(now),
+        "leases_opened": open_scheduled_leases(now),
+        "leases_applied": apply_leases(now),
+        "preempted": preempt(now),
+        "startup_timeouts": startup_timeouts(now),
+    }
+
+
+# -- requeue ------------------------------------------------------------------------------
+
+
+def requeue(task: Task, *, reason: str, event: str | None = None) -> bool:
+    """End the task's current attempt (`preempted`) and queue the task again."""
+    backend_id, number, backend = task.backend_id, task.attempts, task.backend
+    moved = task_set_state(
+        task=task,
+        to=S.PENDING,
+        reason=f"{reason}; requeued",
+        message=event or f"{reason}; requeued (not counted against its retries)",
+        fields={
+            "backend_id": "",
+            "admitted": False,
+            "preemptions": task.preemptions + 1,
+            "dispatch_lease_until": None,
+            "not_before": None,
+        },
+    )
+    if not moved:
+        return False
+    attempt_end(task=task, number=number, state=AttemptState.PREEMPTED, reason=reason)
+    if backend_id:
+        try:
+            get_backend(backend).cancel(backend_id)
+        except BackendError as exc:
+            log.warning("could not cancel %s of requeued task %s: %s", backend_id, task.pk, exc)
+    outbox.dispatch(task.pk)
+    transaction.on_commit(lambda: release_held([task.queue_id]))
+    return True
+
+
+# -- preemption ---------------------------------------------------------------------------
+
+
+def preempt(now: datetime) -> int:
+    """Waiting higher-level work takes the room of lower-level preemptible work it needs.
+
+    Only in pools with a preemptible queue; only tasks waiting in their backend for longer
+    than `SWITCHYARD_PREEMPT_AFTER_S` (the backend may start them meanwhile on its own).
+    """
+    site = site_view()
+    preemptible_pools = {q.pool for q in site.queues.values() if q.preemptible}
+    cutoff = now - timedelta(seconds=settings.SWITCHYARD_PREEMPT_AFTER_S)
+    preempted = 0
+    for pool in sorted(preemptible_pools):
+        nodes = site.pool_nodes.get(pool, ())
+        waiting = list(
+            Task.objects.filter(state=S.QUEUED, queue__pool__name=pool)
+            .annotate(queued_at=Max("attempt_set__submitted_at"))
+            .filter(queued_at__lt=cutoff)
+            .select_related("project", "queue")
+        )
+        if not waiting or not nodes:
+            continue
+        running = [
+            Running(
+                key=str(o.task.pk),
+                task_type=o.task.type,
+                level=o.task.level,
+                preemptible=site.queues[o.task.queue.name].preemptible,
+                allocations=o.allocations,
+                started_at=o.started_at,
+            )
+            for o in running_on({n.name for n in nodes})
+            if o.task.queue.name in site.queues
+        ]
+        by_key = {
+            str(t.pk): t
+            for t in Task.objects.filter(pk__in=[int(r.key) for r in running]).select_related(
+                "queue"
+            )
+        }
+        for task in ordered(
+            site, waiting, queue=waiting[0].queue.name, shares={}, minute=site_minute(now)
+        ):
+            queue = site.queues.get(task.queue.name)
+            if queue is None:
+                continue
+            decision = whom_to_preempt(
+                TaskSpec.from_dict(task.spec),
+                queue,
+                task.level,
+                nodes,
+                running,
+                now=now.timestamp(),
+            )
+            if decision is None:
+                continue
+            what = f"task #{task.pk} ({task.name}, {LEVELS[task.level]}-level {task.type})"
+            done = [
+                key
+                for key in decision.victims
+                if requeue(by_key[key], reason=f"preempted by {what}")
+            ]
+            if not done:
+                continue
+            preempted += len(done)
+            TaskEvent.objects.create(
+                task=task,
+                at=now,
+                from_state=task.state,
+                to_state=task.state,
+                message=f"{decision.reason}: #{', #'.join(done)}",
+            )
+            # It will start in the room just freed: the next waiting task must not count on it.
+            running = [r for r in running if r.key not in decision.victims]
+            running.append(
+                Running(str(task.pk), task.type, task.level, queue.preemptible,
+                        decision.placement.allocations, now.timestamp())
+            )  # fmt: skip
+    return preempted
+
+
+# -- leases -------------------------------------------------------------------------------
+
+
+class LeaseError(ValueError):
+    pass
+
+
+def open_lease(
+    *,
+    pool: Pool,
+    queue: Queue,
+    count: int,
+    duration_s: int,
+    now: datetime | None = None,
+    by=None,
+    schedule=None,
+    reason: str = "",
+) -> NodeLease:
+    """Lend `count` idle nodes of `pool` to `queue` for `duration_s`; applied by the next pass."""
+    now = now or timezone.now()
+    longest = settings.SWITCHYARD_LEASE_MAX_HOURS * 3600
+    if queue.pool_id == pool.pk:
+        raise LeaseError("lend to a queue of another pool")
+    if queue.pool.backend != pool.backend:
+        raise LeaseError(f"the nodes run on {pool.backend}, the queue on {queue.pool.backend}")
+    if not 0 < duration_s <= longest:
+        raise LeaseError(f"a lease lasts more than 0 s and at most {longest} s")
+    busy = {a.node for o in running_on(pool=None) for a in o.allocations}
+    lent = set(
+        NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list("nodes__name", flat=True)
+    )
+    idle = [
+        n
+        for n in Node.objects.filter(pool=pool, state=Node.State.UP).order_by("name")
+        if n.name not in busy and n.name not in lent
+    ]
+    if count < 1 or len(idle) < count:
+        raise LeaseError(f"pool {pool.name} has {len(idle)} idle node(s); {count} asked")
+    with transaction.atomic():
+        lease = NodeLease.objects.create(
+            pool=pool,
+            queue=queue,
+            starts_at=now,
+            ends_at=now + timedelta(seconds=duration_s),
+            created_by=by,
+            schedule=schedule,
+            reason=reason,
+        )
+        lease.nodes.set(idle[:count])
+    transaction.on_commit(lambda: outbox.send(outbox.CAPACITY, ()))
+    return lease
+
+
+def open_scheduled_leases(now: datetime) -> int:
+    """Open today's lease of every enabled schedule whose window has come (once a window)."""
+    opened = 0
+    minute = site_minute(now)
+    for schedule in LeaseSchedule.objects.filter(enabled=True).select_related(
+        "pool", "queue__pool"
+    ):
+        start_min = schedule.start.hour * 60 + schedule.start.minute
+        since = (minute - start_min) % (24 * 60)  # minutes since today's (or last night's) start
+        if since * 60 >= schedule.duration_s:
+            continue
+        window_start = (now - timedelta(minutes=since)).replace(second=0, microsecond=0)
+        if NodeLease.objects.filter(schedule=schedule, starts_at__gte=window_start).exists():
+            continue
+        remaining = schedule.duration_s - since * 60 - now.second
+        try:
+            open_lease(
+                pool=schedule.pool,
+                queue=schedule.queue,
+                count=schedule.count,
+                duration_s=max(60, remaining),
+                now=now,
+                schedule=schedule,
+                reason=f"schedule: {schedule}",
+            )
+        except LeaseError as exc:
+            raise_alert(
+                Alert.Kind.LEASE, f"scheduled lease not opened: {exc}", f"{schedule}: {exc}"
+            )
+            continue
+        opened += 1
+    return opened
+
+
+def apply_leases(now: datetime) -> int:
+    """Tell the backends about every active lease (idempotent: Slurm shrinks its time)."""
+    applied = 0
+    for lease in (
+        NodeLease.objects.filter(state=NodeLease.State.ACTIVE, ends_at__gt=now)
+        .select_related("pool", "queue")
+        .prefetch_related("nodes")
+    ):
+        try:
+            get_backend(lease.pool.backend).apply_lease(_lease_view(lease), now=now.timestamp())
+            applied += 1
+        except BackendError as exc:
+            log.warning("could not apply lease %s: %s", lease.pk, exc)
+    return applied
+
+
+def reclaim_due_leases(now: datetime) -> int:
+    """Take back the nodes of every lease that has ended: work still there is requeued."""
+    reclaimed = 0
+    for lease in (
+        NodeLease.objects.filter(state=NodeLease.State.ACTIVE, ends_at__lte=now)
+        .select_related("pool", "queue")
+        .prefetch_related("nodes")
+    ):
+        names = {n.name for n in lease.nodes.all()}
+        requeued = sum(
+            requeue(o.task, reason=f"lease #{lease.pk} ended: its nodes were taken back")
+            for o in running_on(names)
+        )
+        try:
+            get_backend(lease.pool.backend).end_lease(_lease_view(lease))
+        except BackendError as exc:
+            log.warning(
+                "could not end lease %s in its backend (retried next pass): %s", lease.pk, exc
+            )
+            continue
+        NodeLease.objects.filter(pk=lease.pk, state=NodeLease.State.ACTIVE).update(
+            state=NodeLease.State.ENDED, reclaimed_at=now, requeued=requeued
+        )
+        reclaimed += 1
+    return reclaimed
+
+
+def _lease_view(lease: NodeLease):
+    return LeaseView(
+        id=lease.pk,
+        nodes=tuple(sorted(n.name for n in lease.nodes.all())),
+        lender_queues=tuple(lease.pool.queues.values_list("name", flat=True)),
+        queue=lease.queue.name,
+        ends_at=lease.ends_at.timestamp(),
+    )
+
+
+def lease_partitions(queue: str, walltime_s: int | None, now: datetime) -> list[str]:
+    """Leases of `queue` a task of this walltime may use (its walltime ends before theirs)."""
+    if not walltime_s:
+        return []
+    end = now.timestamp() + walltime_s
+    return [
+        f"lease-{pk}"
+        for pk, borrower, ends in site_view().leases
+        if borrower == queue and end <= ends
+    ]
+
+
+# -- start-up timeouts ----------------------------------------------------------------------
+
+
+def startup_timeouts(now: datetime) -> int:
+    """Tasks dispatched but not started within their queue's start-up timeout: an alert, and
+    a resubmit where the queue allows."""
+    timed_out = 0
+    for queue in Queue.objects.filter(startup_timeout_s__isnull=False):
+        cutoff = now - timedelta(seconds=queue.startup_timeout_s)
+        late = (
+            Task.objects.filter(queue=queue, state=S.QUEUED)
+            .annotate(queued_at=Max("attempt_set__submitted_at"))
+            .filter(queued_at__lt=cutoff)
+        )
+        for task in late:
+            subject = f"task #{task.pk} attempt {task.attempts} not started"
+            if Alert.objects.filter(task=task, kind=Alert.Kind.STARTUP, subject=subject).exists():
+                continue
+            limit = format_duration(queue.startup_timeout_s)
+            why = f"not started within {limit} of its dispatch (queue {queue.name}'s start-up timeout)"
+            raise_alert(
+                Alert.Kind.STARTUP, subject, f"{task.name}: {why}; {task.reason}", task=task
+            )
+            timed_out += 1
+            if queue.startup_resubmit:
+                requeue(task, reason=why)
+            else:
+                Task.objects.filter(pk=task.pk, state=S.QUEUED).update(
+                    reason=f"{why}; {task.reason}"
+                )
+    return timed_out

@@ -1,0 +1,44 @@
+"""The scheduling app's tables: the site (`site`), work (`tasks`), capacity (`capacity`)."""
+
+from __future__ import annotations
+
+from scheduling.models.capacity import Alert, LeaseSchedule, NodeLease
+from scheduling.models.site import ClassifierSettings, LevelRule, Node, Pool, Queue, RoutingRule
+from scheduling.models.tasks import (
+    ACTIVE_STATES,
+    TERMINAL_STATES,
+    Attempt,
+    AttemptState,
+    Hold,
+    Task,
+    TaskEvent,
+    TaskState,
+    Workflow,
+    WorkflowState,
+    attempt_key,
+    new_key_salt,
+)
+
+__all__ = [
+    "ACTIVE_STATES",
+    "Alert",
+    "LeaseSchedule",
+    "NodeLease",
+    "TERMINAL_STATES",
+    "Attempt",
+    "AttemptState",
+    "ClassifierSettings",
+    "Hold",
+    "LevelRule",
+    "Node",
+    "Pool",
+    "Queue",
+    "RoutingRule",
+    "Task",
+    "TaskEvent",
+    "TaskState",
+    "Workflow",
+    "WorkflowState",
+    "attempt_key",
+    "new_key_salt",
+]

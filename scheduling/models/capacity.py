@@ -1,0 +1,95 @@
+"""Capacity that moves: node leases between pools, their schedules, and alerts (docs/capacity.md)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from scheduling.models.site import Node, Pool, Queue
+from scheduling.models.tasks import Task
+
+
+class LeaseSchedule(models.Model):
+    """Every day from `start` for `duration_s`, lend `count` idle nodes of `pool` to `queue`."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="lease_schedules")
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="lease_schedules")
+    count = models.PositiveIntegerField(help_text="How many idle nodes to lend.")
+    start = models.TimeField(help_text="Site time (SWITCHYARD_SITE_TIMEZONE).")
+    duration_s = models.PositiveIntegerField(help_text="How long each lease lasts.")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["start"]
+
+    def __str__(self) -> str:
+        return f"{self.count} × {self.pool} → {self.queue} daily at {self.start:%H:%M}"
+
+    def clean(self) -> None:
+        if self.queue_id and self.pool_id and self.queue.pool_id == self.pool_id:
+            raise ValidationError({"queue": "lend to a queue of another pool"})
+        longest = settings.SWITCHYARD_LEASE_MAX_HOURS * 3600
+        if self.duration_s and self.duration_s > longest:
+            raise ValidationError({"duration_s": f"at most {longest} s"})
+
+
+class NodeLease(models.Model):
+    """Nodes of one pool lent to another pool's queue until a time, then taken back."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active", "Active"
+        ENDED = "ended", "Ended (reclaimed)"
+
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="leases_out")
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="leases_in")
+    nodes = models.ManyToManyField(Node, related_name="leases")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    state = models.CharField(max_length=8, choices=State.choices, default=State.ACTIVE)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Empty: made by a schedule.",
+    )
+    schedule = models.ForeignKey(
+        LeaseSchedule, on_delete=models.SET_NULL, null=True, blank=True, related_name="leases"
+    )
+    reason = models.TextField(blank=True)
+    reclaimed_at = models.DateTimeField(null=True, blank=True)
+    requeued = models.PositiveIntegerField(default=0, help_text="Tasks requeued at reclaim.")
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"lease #{self.pk}: {self.pool} → {self.queue} until {self.ends_at:%Y-%m-%d %H:%M}"
+
+
+class Alert(models.Model):
+    """Something an operator should know: a node drained, a task that does not start."""
+
+    class Kind(models.TextChoices):
+        NODE = "node", "Node health"
+        STARTUP = "startup", "Start-up timeout"
+        LEASE = "lease", "Lease"
+
+    at = models.DateTimeField(auto_now_add=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    subject = models.CharField(max_length=200)
+    message = models.TextField()
+    node = models.ForeignKey(
+        Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
+    )
+    task = models.ForeignKey(
+        Task, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
+    )
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.kind}: {self.subject}"

@@ -1,0 +1,220 @@
+"""The site: pools and their nodes, queues, routing and level rules, classifier thresholds."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from scheduling.decisions import levels
+from scheduling.decisions.order import ScheduleError, parse_weight_schedule
+from scheduling.spec import TASK_TYPES
+
+
+class Pool(models.Model):
+    class Kind(models.TextChoices):
+        CPU_HPC = "cpu-hpc", "CPU HPC"
+        GPU_TRAINING = "gpu-training", "GPU training"
+        INFERENCE = "inference", "Inference / elastic"
+        SANDBOX = "sandbox", "Sandbox"
+
+    name = models.SlugField(max_length=63, unique=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    backend = models.CharField(
+        max_length=63, help_text="Alias in settings.COMPUTE_BACKENDS that runs this pool's work."
+    )
+    labels = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    class State(models.TextChoices):
+        UP = "up", "Up"
+        DRAINED = "drained", "Drained"
+        DOWN = "down", "Down"
+
+    name = models.CharField(max_length=63, unique=True)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="nodes")
+    cpus = models.PositiveIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    gpus = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=63, blank=True)
+    switch = models.CharField(max_length=63, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.UP)
+    health = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["pool", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Queue(models.Model):
+    class Policy(models.TextChoices):
+        FAIRSHARE = "fairshare", "Fair-share"
+        PRIORITY_QUOTA = "priority-quota", "Priority with quota"
+        ELASTIC = "elastic", "Elastic"
+
+    class Allocation(models.TextChoices):
+        WHOLE_NODE = "whole-node", "Whole nodes"
+        PACK = "pack", "Pack onto few nodes"
+
+    name = models.SlugField(max_length=63, unique=True)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="queues")
+    policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.FAIRSHARE)
+    task_types = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=f"Types this queue takes, from {TASK_TYPES}; empty = any.",
+    )
+    max_walltime_s = models.PositiveIntegerField(null=True, blank=True)
+    default_walltime_s = models.PositiveIntegerField(null=True, blank=True)
+    requires_estimate = models.BooleanField(default=False)
+    preemptible = models.BooleanField(default=False)
+    allocation = models.CharField(
+        max_length=16, choices=Allocation.choices, default=Allocation.PACK
+    )
+    cpu_oversubscription = models.PositiveSmallIntegerField(default=1)
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    idle_scale_in_s = models.PositiveIntegerField(null=True, blank=True)
+    startup_timeout_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="A task dispatched but not started after this many seconds raises an alert "
+        "(docs/capacity.md).",
+    )
+    startup_resubmit = models.BooleanField(
+        default=True, help_text="… and is submitted again (not counted against its retries)."
+    )
+    weight_schedule = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Time-of-day weights by task type, e.g. [{"from": "08:00", "to": "20:00", '
+        '"weights": {"agent": 2}}] (docs/policy.md).',
+    )
+    admins = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        related_name="administered_queues",
+        blank=True,
+        help_text="Queue admins: they decide this queue's priority-raise requests.",
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        try:
+            parse_weight_schedule(self.weight_schedule, TASK_TYPES)
+        except ScheduleError as exc:
+            raise ValidationError({"weight_schedule": str(exc)}) from None
+
+
+class LevelRule(models.Model):
+    """How a task type's level moves while it waits (docs/policy.md)."""
+
+    LEVELS = [(0, "low"), (1, "medium"), (2, "high")]
+
+    task_type = models.CharField(max_length=32, choices=[(t, t) for t in TASK_TYPES])
+    queue = models.ForeignKey(
+        Queue,
+        on_delete=models.CASCADE,
+        related_name="level_rules",
+        null=True,
+        blank=True,
+        help_text="Empty: any queue (a queue's own rule for the type wins).",
+    )
+    start_level = models.PositiveSmallIntegerField(choices=LEVELS, default=1)
+    step = models.SmallIntegerField(choices=[(-1, "drops"), (0, "stays"), (1, "rises")], default=0)
+    every_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Seconds of waiting before a move."
+    )
+    limit_level = models.PositiveSmallIntegerField(
+        choices=LEVELS, null=True, blank=True, help_text="Where moves stop."
+    )
+    repeat = models.BooleanField(default=False, help_text="Move every period, not only once.")
+
+    class Meta:
+        ordering = ["task_type", "queue"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task_type"],
+                condition=models.Q(queue__isnull=True),
+                name="one_general_level_rule_per_type",
+            ),
+            models.UniqueConstraint(
+                fields=["task_type", "queue"],
+                condition=models.Q(queue__isnull=False),
+                name="one_level_rule_per_type_and_queue",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.as_rule().describe() + (f" (queue {self.queue})" if self.queue_id else "")
+
+    def as_rule(self) -> levels.LevelRule:
+        return levels.LevelRule(
+            task_type=self.task_type,
+            queue=self.queue.name if self.queue_id else None,
+            start=self.start_level,
+            step=self.step,
+            every_s=self.every_s,
+            limit=self.limit_level,
+            repeat=self.repeat,
+        )
+
+    def clean(self) -> None:
+        if self.step and not self.every_s:
+            raise ValidationError({"every_s": "a rule that moves needs a period"})
+
+
+class ClassifierSettings(models.Model):
+    """The thresholds that classify a task without a type; one row (docs/policy.md)."""
+
+    many_gpus = models.PositiveIntegerField(default=2, help_text="At least this many GPUs …")
+    long_estimate_s = models.PositiveIntegerField(
+        default=2 * 3600, help_text="… and an estimate over this many seconds: training."
+    )
+    many_cpus = models.PositiveIntegerField(
+        default=64, help_text="No GPU and at least this many CPUs: HPC."
+    )
+    short_s = models.PositiveIntegerField(
+        default=30 * 60, help_text="A small task shorter than this many seconds: agent."
+    )
+    small_cpus = models.PositiveIntegerField(default=4, help_text="Small: at most this many CPUs")
+    small_gpus = models.PositiveIntegerField(default=0, help_text="… and this many GPUs.")
+
+    class Meta:
+        verbose_name_plural = "classifier settings"
+
+    def __str__(self) -> str:
+        return "classifier thresholds"
+
+    def save(self, *args, **kwargs):
+        self.pk = 1  # one row
+        super().save(*args, **kwargs)
+
+
+class RoutingRule(models.Model):
+    order = models.PositiveIntegerField()
+    match_type = models.CharField(
+        max_length=32, blank=True, choices=[(t, t) for t in TASK_TYPES], help_text="Empty = any."
+    )
+    min_gpus = models.PositiveIntegerField(null=True, blank=True)
+    min_cpus = models.PositiveIntegerField(null=True, blank=True)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="rules")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["order"]
+
+    def __str__(self) -> str:
+        return f"#{self.order} {self.match_type or 'any'} → {self.queue}"

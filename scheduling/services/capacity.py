@@ -1,0 +1,59 @@
+"""The portal's writes on capacity: lend nodes, drain or resume them (docs/capacity.md).
+
+Nothing here calls a backend: the rows change, and a message asks a worker to carry the
+change to the backends (the periodic passes would do it anyway).
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from portal.errors import ApplicationError
+from scheduling import outbox
+from scheduling.engine.capacity import LeaseError, open_lease
+from scheduling.models import Node, NodeLease, Pool, Queue
+from scheduling.selectors import site_view_invalidate
+
+
+def lease_open(
+    *, user: AbstractBaseUser, pool: str, queue: str, count: int, duration_s: int, reason: str = ""
+) -> NodeLease:
+    """A platform admin lends `count` idle nodes of `pool` to `queue` for `duration_s`."""
+    if not user.is_superuser:
+        raise ApplicationError("only a platform admin lends nodes", status=403)
+    the_pool = Pool.objects.filter(name=pool).first()
+    if the_pool is None:
+        raise ApplicationError("no such pool", field="pool", got=pool)
+    the_queue = Queue.objects.select_related("pool").filter(name=queue).first()
+    if the_queue is None:
+        raise ApplicationError("no such queue", field="queue", got=queue)
+    try:
+        return open_lease(
+            pool=the_pool,
+            queue=the_queue,
+            count=count,
+            duration_s=duration_s,
+            by=user,
+            reason=reason or f"lent by {user.get_username()}",
+        )
+    except LeaseError as exc:
+        raise ApplicationError(str(exc), field="count") from None
+
+
+@transaction.atomic
+def nodes_set_state(*, nodes: list[Node], state: str, reason: str, by: str) -> int:
+    """Drain, mark down or resume nodes; a worker tells their backends and, for a node
+    marked down, fails and retries the work that ran there."""
+    if state not in Node.State.values:
+        raise ApplicationError("must be up, drained or down", field="state", got=state)
+    changed = 0
+    for node in nodes:
+        health = {} if state == Node.State.UP else {"ok": False, "reason": f"{reason} ({by})"}
+        changed += (
+            Node.objects.filter(pk=node.pk).exclude(state=state).update(state=state, health=health)
+        )
+    ids = [n.pk for n in nodes]
+    transaction.on_commit(lambda: outbox.send(outbox.NODES, (ids,)))
+    transaction.on_commit(site_view_invalidate)
+    return changed
