@@ -377,6 +377,11 @@ COMPUTE_BACKENDS = {
             "max_output_bytes": SWITCHYARD_JOB_MAX_OUTPUT_MB << 20,
             "max_disk_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
             "retention_s": SWITCHYARD_JOB_RETENTION_HOURS * 3600,
+            # The node check (docs/capacity.md): the host's load, disk and GPU temperatures,
+            # or a site's own function.
+            "health_probe": env_str(
+                "SWITCHYARD_LOCAL_HEALTH_PROBE", "scheduling.backends.local.health.host_probe"
+            ),
         },
     },
 }

@@ -8,6 +8,7 @@ from rest_framework import serializers, status
 from rest_framework.generics import ListCreateAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
 from scheduling import services
@@ -84,3 +85,15 @@ class LeaseList(ListCreateAPIView):
             reason=str(data.get("reason") or ""),
         )
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
+
+
+class LeaseEnd(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: LeaseSerializer},
+        description="Take a lease's nodes back now (platform admins): work still on them is "
+        "requeued by the next capacity pass, which this asks for at once.",
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        lease = services.lease_end(user=request.user, lease_id=pk)
+        return Response(LeaseSerializer(lease).data)

@@ -60,6 +60,7 @@ class TaskSerializer(serializers.ModelSerializer):
             "level",
             "priority",
             "attempts",
+            "preemptions",
             "retry_count",
             "fail_action",
             "backend",

@@ -11,6 +11,7 @@ from celery import shared_task
 
 from scheduling import engine, outbox
 from scheduling.engine import capacity, health, levels, settle
+from scheduling.engine.locks import exclusive
 
 
 @shared_task(
@@ -88,13 +89,15 @@ def policy_pass() -> dict:
 @shared_task(name=outbox.CAPACITY, acks_late=True)
 def capacity_pass() -> dict:
     """Preemption, leases opened and reclaimed, start-up timeouts (docs/capacity.md)."""
-    return capacity.capacity_pass()
+    with exclusive("capacity-pass") as held:
+        return capacity.capacity_pass() if held else {"skipped": "another pass runs"}
 
 
 @shared_task(name="scheduling.health_pass", acks_late=True)
 def health_pass() -> dict:
     """Node checks: drain the sick, fail and retry the work of the lost."""
-    return health.health_pass()
+    with exclusive("health-pass") as held:
+        return health.health_pass() if held else {"skipped": "another pass runs"}
 
 
 @shared_task(name=outbox.NODES, acks_late=True)

@@ -24,6 +24,7 @@ urlpatterns = [
     path("queues/", views_policy.queue_list, name="queue-list"),
     path("capacity/", views_capacity.capacity, name="capacity"),
     path("capacity/lend/", views_capacity.lend, name="capacity-lend"),
+    path("capacity/leases/<int:pk>/end/", views_capacity.lease_end, name="capacity-lease-end"),
     path(
         "capacity/nodes/<int:pk>/<str:state>/",
         views_capacity.node_state,

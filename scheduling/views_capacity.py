@@ -81,3 +81,20 @@ def lend(request: HttpRequest) -> HttpResponse:
         names = ", ".join(n.name for n in lease.nodes.all())
         messages.success(request, f"Lease #{lease.pk}: {names} lent to {lease.queue.name}.")
     return redirect("capacity")
+
+
+@login_required
+@require_POST
+def lease_end(request: HttpRequest, pk: int) -> HttpResponse:
+    _platform_admin(request)
+    try:
+        lease = services.lease_end(user=request.user, lease_id=pk)
+    except ApplicationError as exc:
+        if exc.status == 404:
+            raise Http404("no such lease") from None
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request, f"Lease #{lease.pk} ends now: work still on its nodes is requeued."
+        )
+    return redirect("capacity")

@@ -296,12 +296,15 @@ start_slurmdbd() {
 
 # --- configuration from Switchyard's model ---------------------------------------------------
 
+# generate_config: write the config from the model into etc.next; if it differs from the
+# config the daemons run with, stop them (a running cluster keeps the old one otherwise)
+# and put the new one in place.
 generate_config() {
-  if [ -s "$SLURM_CONF" ] && [ -s "$ETC/nodes.txt" ]; then
-    return
-  fi
+  local next=$STATE/etc.next
+  rm -rf "$next"
+  mkdir -p "$next"
   [ -x "$PY" ] || PY=$(command -v python3)
-  local args=(--out "$ETC" --cluster "$CLUSTER" --state-dir "$STATE" --hostname "$HOST"
+  local args=(--out "$next" --cluster "$CLUSTER" --state-dir "$STATE" --hostname "$HOST"
     --ctld-port "$CTLD_PORT" --dbd-port "$DBD_PORT" --node-port-base "$NODE_PORT_BASE")
   [ "$SCALE" = all ] || args+=(--max-nodes-per-pool "$SCALE")
   if [ "$SITE" = demo ]; then
@@ -331,7 +334,29 @@ EOF
     (cd "$ROOT" && "$PY" manage.py slurm_config "${args[@]}" --backend "$BACKEND_ALIAS") \
       >"$LOG/config.log" 2>&1 || fail "generating the Slurm config failed" "$LOG/config.log"
   fi
-  say "config     $(tail -n 1 "$LOG/config.log")"
+  if ! config_differs "$next"; then
+    rm -rf "$next"
+    say "config     unchanged"
+    return
+  fi
+  if [ -s "$SLURM_CONF" ]; then
+    say "config     changed: restarting the daemons"
+    stop_daemons
+  fi
+  local f
+  [ -e "$next/topology.conf" ] || rm -f "$ETC/topology.conf"
+  for f in "$next"/*; do mv -f "$f" "$ETC/"; done
+  rm -rf "$next"
+  say "config     $(tail -n 1 "$LOG/config.log" | sed "s|$next|$ETC|")"
+}
+
+config_differs() {
+  local next=$1 f
+  for f in "$next"/*; do
+    cmp -s "$f" "$ETC/$(basename "$f")" || return 0
+  done
+  [ -e "$ETC/topology.conf" ] && [ ! -e "$next/topology.conf" ] && return 0
+  return 1
 }
 
 make_devices() {
@@ -474,8 +499,14 @@ cmd_stop() {
     return
   fi
   lock
-  local pid pids=() i
   resolve_commands soft
+  stop_daemons
+  say "stopped"
+}
+
+# stop_daemons: cancel the jobs, stop every daemon and kill leftover job steps.
+stop_daemons() {
+  local pid pids=() i
   # Cancel the jobs first, so no job process outlives the cluster.
   if pid_of slurmctld "$RUN/slurmctld.pid" >/dev/null && [ -n "${SQUEUE:-}" ]; then
     local jobs
@@ -515,7 +546,6 @@ cmd_stop() {
     stop_pids 10 "$pid" && say "munged     stopped"
   fi
   rm -f "$RUN"/*.pid
-  say "stopped"
 }
 
 cmd_status() {

@@ -69,12 +69,14 @@ class SubmitRequest:
 
 @dataclass(frozen=True, slots=True)
 class LeaseView:
-    """Nodes lent by their pool's queues to another queue until `ends_at` (epoch seconds)."""
+    """Nodes lent by their pool's queues to another queue (of pool `pool`) until `ends_at`
+    (epoch seconds)."""
 
     id: int
     nodes: tuple[str, ...]
     lender_queues: tuple[str, ...]
     queue: str
+    pool: str
     ends_at: float
 
     @property

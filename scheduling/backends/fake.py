@@ -102,8 +102,15 @@ class FakeBackend:
     def priority_of(self, backend_id: str) -> int | None:
         return self._cluster(self.alias).priorities.get(backend_id)
 
-    def finish(self, backend_id: str, state: JobState, exit_code: int | None = None) -> Job:
-        """Move a job to `state` as the test says (RUNNING starts it; others end it)."""
+    def finish(
+        self,
+        backend_id: str,
+        state: JobState,
+        exit_code: int | None = None,
+        nodes: tuple[str, ...] | None = None,
+    ) -> Job:
+        """Move a job to `state` as the test says (RUNNING starts it, on `nodes` if given;
+        others end it)."""
         with self._lock:
             cluster = self._cluster(self.alias)
             job = self._get(cluster, backend_id)
@@ -118,6 +125,7 @@ class FakeBackend:
                 reason=reason,
                 started_at=job.started_at or now,
                 ended_at=now if state.finished else None,
+                nodes=job.nodes if nodes is None else tuple(nodes),
             )
             cluster.jobs[backend_id] = job
             return job

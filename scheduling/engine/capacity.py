@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from scheduling import outbox
@@ -43,7 +43,7 @@ from scheduling.models import (
     TaskState,
 )
 from scheduling.policy import ordered, site_minute
-from scheduling.selectors import site_view
+from scheduling.selectors import site_view, site_view_invalidate
 from scheduling.selectors.occupancy import running_on
 from scheduling.spec import TaskSpec
 from scheduling.states import attempt_end, task_set_state
@@ -58,6 +58,7 @@ def capacity_pass(now: datetime | None = None) -> dict[str, int]:
         "leases_reclaimed": reclaim_due_leases(now),
         "leases_opened": open_scheduled_leases(now),
         "leases_applied": apply_leases(now),
+        "strays": requeue_strays(now),
         "preempted": preempt(now),
         "startup_timeouts": startup_timeouts(now),
     }
@@ -208,9 +209,10 @@ def open_lease(
     lent = set(
         NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list("nodes__name", flat=True)
     )
+    # GPU nodes first: idle GPUs are what a lease is for (docs/capacity.md).
     idle = [
         n
-        for n in Node.objects.filter(pool=pool, state=Node.State.UP).order_by("name")
+        for n in Node.objects.filter(pool=pool, state=Node.State.UP).order_by("-gpus", "name")
         if n.name not in busy and n.name not in lent
     ]
     if count < 1 or len(idle) < count:
@@ -281,30 +283,78 @@ def apply_leases(now: datetime) -> int:
 
 
 def reclaim_due_leases(now: datetime) -> int:
-    """Take back the nodes of every lease that has ended: work still there is requeued."""
+    """Take back the nodes of every lease that has ended.
+
+    In this order, so nothing of the borrower is left there: the backend stops placing the
+    borrower's work on the nodes (`end_lease`); the work still running there is requeued
+    (its jobs cancelled); the backend lets go of the nodes. A backend that cannot yet (Slurm
+    keeps a partition while its jobs are completing) is asked again next pass; the lease
+    ends when it has. Work that started on the nodes just before they went back is found by
+    `requeue_strays` the moment the portal sees it running.
+    """
     reclaimed = 0
     for lease in (
         NodeLease.objects.filter(state=NodeLease.State.ACTIVE, ends_at__lte=now)
-        .select_related("pool", "queue")
+        .select_related("pool", "queue__pool")
         .prefetch_related("nodes")
     ):
-        names = {n.name for n in lease.nodes.all()}
+        view = _lease_view(lease)
+        backend = get_backend(lease.pool.backend)
+        ended = _end_in_backend(backend, view)
+        names = set(view.nodes)
         requeued = sum(
             requeue(o.task, reason=f"lease #{lease.pk} ended: its nodes were taken back")
             for o in running_on(names)
+            if o.task.queue.pool_id != lease.pool_id  # the borrower's (the lender's is moot)
         )
-        try:
-            get_backend(lease.pool.backend).end_lease(_lease_view(lease))
-        except BackendError as exc:
-            log.warning(
-                "could not end lease %s in its backend (retried next pass): %s", lease.pk, exc
-            )
+        if requeued:
+            NodeLease.objects.filter(pk=lease.pk).update(requeued=F("requeued") + requeued)
+        if not ended and not _end_in_backend(backend, view):
             continue
         NodeLease.objects.filter(pk=lease.pk, state=NodeLease.State.ACTIVE).update(
-            state=NodeLease.State.ENDED, reclaimed_at=now, requeued=requeued
+            state=NodeLease.State.ENDED, reclaimed_at=now
         )
         reclaimed += 1
+    if reclaimed:
+        site_view_invalidate()
     return reclaimed
+
+
+def _end_in_backend(backend, view: LeaseView) -> bool:
+    try:
+        backend.end_lease(view)
+    except BackendError as exc:
+        log.info("lease %s not yet ended in its backend (asked again next pass): %s", view.id, exc)
+        return False
+    return True
+
+
+def requeue_strays(now: datetime) -> int:
+    """Running work on a node that is not its queue's (the node went back to its pool as
+    the work started): requeued, so no borrower's work outlives its lease."""
+    pools = dict(Node.objects.values_list("name", "pool__name"))
+    lent = set(
+        NodeLease.objects.filter(state=NodeLease.State.ACTIVE, ends_at__gt=now).values_list(
+            "nodes__name", "queue__pool__name"
+        )
+    )
+    strays = 0
+    site = site_view()
+    for occupant in running_on(None):
+        task = occupant.task
+        queue = site.queues.get(task.queue.name)
+        if queue is None:
+            continue
+        foreign = [
+            a.node
+            for a in occupant.allocations
+            if a.node in pools and pools[a.node] != queue.pool and (a.node, queue.pool) not in lent
+        ]
+        if foreign:
+            strays += requeue(
+                task, reason=f"{', '.join(foreign)} went back to its pool; not lent any more"
+            )
+    return strays
 
 
 def _lease_view(lease: NodeLease):
@@ -313,20 +363,25 @@ def _lease_view(lease: NodeLease):
         nodes=tuple(sorted(n.name for n in lease.nodes.all())),
         lender_queues=tuple(lease.pool.queues.values_list("name", flat=True)),
         queue=lease.queue.name,
+        pool=lease.queue.pool.name,
         ends_at=lease.ends_at.timestamp(),
     )
 
 
 def lease_partitions(queue: str, walltime_s: int | None, now: datetime) -> list[str]:
-    """Leases of `queue` a task of this walltime may use (its walltime ends before theirs)."""
+    """Leases of `queue` a task of this walltime may use (its walltime ends before theirs).
+
+    Read fresh, not from the cached site view: a lease ended early must not be offered."""
     if not walltime_s:
         return []
-    end = now.timestamp() + walltime_s
-    return [
-        f"lease-{pk}"
-        for pk, borrower, ends in site_view().leases
-        if borrower == queue and end <= ends
-    ]
+    if not any(borrower == queue for _, borrower, _ in site_view().leases):
+        return []  # the common case costs no query
+    ids = NodeLease.objects.filter(
+        state=NodeLease.State.ACTIVE,
+        queue__name=queue,
+        ends_at__gte=now + timedelta(seconds=walltime_s),
+    ).values_list("pk", flat=True)
+    return [f"lease-{pk}" for pk in sorted(ids)]
 
 
 # -- start-up timeouts ----------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from dataclasses import dataclass, field
 from portal.models import Project, Quota
 from scheduling.decisions import PoolCapacity, pool_capacity
 from scheduling.decisions.classify import DEFAULT_CLASSIFIER, ClassifierPolicy
+from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.order import ScheduleError, WeightWindow, parse_weight_schedule
 from scheduling.decisions.quota import QuotaRule
@@ -50,34 +50,30 @@ def node_view(node: Node) -> NodeView:
 def node_views_for_backend(alias: str) -> dict[str, list[NodeView]]:
     """The inventory a backend runs on, by pool: a queue's jobs go only to its pool's nodes.
 
-    A node lent by an active lease counts in the borrowing queue's pool, until the lease's
-    end, and no longer in its own (docs/capacity.md).
+    Leases are not applied here: the engine tells the backend about them (`apply_lease`,
+    `end_lease`), and the local backend moves the lent nodes itself (docs/capacity.md).
     """
     pools: dict[str, list[NodeView]] = {}
     for node in Node.objects.filter(pool__backend=alias).select_related("pool").order_by("name"):
         pools.setdefault(node.pool.name, []).append(node_view(node))
-    return with_leases(pools)
+    return pools
+
+
+def active_loans() -> dict[str, Loan]:
+    """Every node of an active lease: the borrowing queue's pool, and the lease's end."""
+    return {
+        node: Loan(pool, until.timestamp())
+        for pool, node, until in NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list(
+            "queue__pool__name", "nodes__name", "ends_at"
+        )
+        if node
+    }
 
 
 def with_leases(pools: dict[str, list[NodeView]]) -> dict[str, list[NodeView]]:
     """`pools` with every active lease's nodes moved to the borrowing queue's pool."""
-    moves: dict[str, tuple[str, float]] = {}
-    for pool, node, until in NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list(
-        "queue__pool__name", "nodes__name", "ends_at"
-    ):
-        if node:
-            moves[node] = (pool, until.timestamp())
-    if not moves:
-        return pools
-    moved: dict[str, list[NodeView]] = {name: [] for name in pools}
-    for name, nodes in pools.items():
-        for node in nodes:
-            if node.name in moves:
-                to, until = moves[node.name]
-                moved.setdefault(to, []).append(dataclasses.replace(node, available_until=until))
-            else:
-                moved[name].append(node)
-    return moved
+    loans = active_loans()
+    return lend(pools, loans) if loans else pools
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from scheduling.services.capacity import lease_open, nodes_set_state
+from scheduling.services.capacity import lease_end, lease_open, nodes_set_state
 from scheduling.services.priority import priority_request_create, priority_request_decide
 from scheduling.services.tasks import (
     Decided,
@@ -27,6 +27,7 @@ from scheduling.services.workflows import (
 __all__ = [
     "Decided",
     "descriptor_submit",
+    "lease_end",
     "lease_open",
     "nodes_set_state",
     "priority_request_create",

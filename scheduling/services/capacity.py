@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.utils import timezone
 
 from portal.errors import ApplicationError
 from scheduling import outbox
@@ -39,6 +40,27 @@ def lease_open(
         )
     except LeaseError as exc:
         raise ApplicationError(str(exc), field="count") from None
+
+
+def lease_end(*, user: AbstractBaseUser, lease_id: int) -> NodeLease:
+    """A platform admin takes lent nodes back now: the next capacity pass (asked for at
+    once) requeues the work still there and returns the nodes."""
+    if not user.is_superuser:
+        raise ApplicationError("only a platform admin ends a lease", status=403)
+    lease = NodeLease.objects.filter(pk=lease_id).first()
+    if lease is None:
+        raise ApplicationError("no such lease", status=404)
+    if lease.state != NodeLease.State.ACTIVE:
+        raise ApplicationError(
+            "the lease has already ended", field="state", got=lease.state, status=409
+        )
+    now = timezone.now()
+    NodeLease.objects.filter(pk=lease.pk, ends_at__gt=now).update(
+        ends_at=now, reason=f"{lease.reason}; ended early by {user.get_username()}".lstrip("; ")
+    )
+    lease.refresh_from_db()
+    outbox.send(outbox.CAPACITY, ())
+    return lease
 
 
 @transaction.atomic

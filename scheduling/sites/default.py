@@ -136,7 +136,7 @@ def default_site() -> Site:
     # Agents that do not start within 5 minutes of their dispatch are resubmitted (the seed
     # raised that timeout from 3 to 5 minutes).
     startup_timeouts = {"inference-agent": 5 * 60}
-    # Idle inference GPUs lent to training at night for 4 hours, then taken back (R6).
+    # Idle inference GPUs lent to training at night for 4 hours, then taken back (docs/capacity.md).
     lease_schedules = (LeaseTemplate("inference-agent", "training", 4, "22:00", 4 * HOUR),)
     return Site(
         pools=pools,

@@ -41,6 +41,7 @@ from scheduling.backends.local.jobstore import (
     touch,
 )
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
+from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
@@ -196,11 +197,24 @@ class LocalBackend:
         return self._health_probe(list(nodes), root=self.root)
 
     def apply_lease(self, lease: LeaseView, *, now: float) -> None:
-        """Nothing to do: the inventory the engine hands this backend already counts the
-        lent nodes in the borrowing pool, until the lease's end."""
+        """The lent nodes serve the borrowing pool until the lease's end (kept up to date:
+        an end brought forward applies at once)."""
+        entry = {"nodes": list(lease.nodes), "pool": lease.pool, "until": lease.ends_at}
+        with self.store.locked():
+            leases = self.store.leases()
+            if leases.get(lease.name) == entry:
+                return
+            leases[lease.name] = entry
+            self.store.write_leases(leases)
+            self._schedule_locked()  # what waited for these nodes may start now
 
     def end_lease(self, lease: LeaseView) -> None:
-        """Nothing to do: once the lease has ended the inventory gives the nodes back."""
+        """The nodes go back to their pool: nothing of the borrower starts there after this
+        returns (what still runs there the engine requeues)."""
+        with self.store.locked():
+            leases = self.store.leases()
+            if leases.pop(lease.name, None) is not None:
+                self.store.write_leases(leases)
 
     def housekeep(self, now: float | None = None) -> int:
         """Remove the folders of jobs that ended more than `retention_s` ago; keep their logs.
@@ -238,7 +252,7 @@ class LocalBackend:
         missing = None if shutil.which(self.bwrap) else BWRAP_MISSING
         decisions = schedule_pass(
             jobs,
-            pools=self._inventory(),
+            pools=self._lent(self._inventory()),
             allocations=allocations,
             running=per_queue,
             drained=self.store.drained(),
@@ -289,6 +303,17 @@ class LocalBackend:
                 allocations[a.node].append(a)
             per_queue[state.get("queue", "")] += 1
         return allocations, per_queue, waiting
+
+    def _lent(self, pools: dict[str, tuple[NodeView, ...]]) -> dict[str, tuple[NodeView, ...]]:
+        """The inventory with the nodes of the leases this backend was told about moved."""
+        loans = {
+            node: Loan(entry["pool"], float(entry["until"]))
+            for entry in self.store.leases().values()
+            for node in entry["nodes"]
+        }
+        if not loans:
+            return pools
+        return {pool: tuple(nodes) for pool, nodes in lend(pools, loans).items()}
 
     def _inventory(self) -> dict[str, tuple[NodeView, ...]]:
         """The nodes by pool name; "" holds nodes whose pool the source does not say.

@@ -3,6 +3,7 @@
     root/lock               flock'ed around every scheduling pass and state transition
     root/seq                submit counter (FIFO order among equal priorities)
     root/drained.json       {node: reason} of drained virtual nodes
+    root/leases.json        {lease: {"nodes": [...], "pool": borrower, "until": epoch}}
     root/active/<key>       one empty file per job not yet finished (keeps a pass O(active))
     root/ended/<key>        one empty file per finished job still in jobs/ (its mtime: when)
     root/logs/<key>.log     the output of a job whose folder retention removed, and
@@ -67,6 +68,7 @@ class JobStore:
         self.logs_dir = os.path.join(self.root, "logs")
         self._lock_path = os.path.join(self.root, "lock")
         self._drained_path = os.path.join(self.root, "drained.json")
+        self._leases_path = os.path.join(self.root, "leases.json")
         self._seq_path = os.path.join(self.root, "seq")
         for d, mode in (
             (self.root, 0o711),
@@ -246,6 +248,15 @@ class JobStore:
 
     def write_drained(self, drained: Mapping[str, str]) -> None:
         write_json_atomic(self._drained_path, dict(drained))
+
+    def leases(self) -> dict[str, dict]:
+        try:
+            return dict(read_json(self._leases_path))
+        except FileNotFoundError:
+            return {}
+
+    def write_leases(self, leases: Mapping[str, dict]) -> None:
+        write_json_atomic(self._leases_path, dict(leases))
 
     def read_log(self, key: str, *, offset: int, limit: int) -> str:
         for path in (self.path(key, "output.log"), os.path.join(self.logs_dir, f"{key}.log")):

@@ -59,19 +59,24 @@ class SlurmCapacity:
         self.run(argv)
 
     def end_lease(self, lease: LeaseView) -> None:
-        """The lease's partition goes; the nodes go back to their queues' partitions."""
-        if self._partition_nodes(lease.name, missing_ok=True) is not None:
-            self.run(["scontrol", "delete", f"PartitionName={lease.name}"])
+        """The lease's partition stops starting jobs (INACTIVE), the nodes go back to their
+        queues' partitions, and the partition goes. Slurm keeps a partition while jobs are
+        in it: then this raises, and the engine cancels them and asks again."""
+        exists = self._partition_nodes(lease.name, missing_ok=True) is not None
+        if exists:
+            self.run(["scontrol", "update", f"PartitionName={lease.name}", "State=INACTIVE"])
         for partition in lease.lender_queues:
             nodes = self._partition_nodes(partition)
             if not set(lease.nodes) <= nodes:
                 self._set_partition_nodes(partition, nodes | set(lease.nodes))
+        if exists:
+            self.run(["scontrol", "delete", f"PartitionName={lease.name}"])
 
     def _partition_nodes(self, partition: str, *, missing_ok: bool = False) -> set[str] | None:
         try:
             out = self.run(["scontrol", "show", "partition", partition, "--oneliner"])
         except BackendError as exc:
-            if missing_ok and "Invalid partition" in str(exc):
+            if missing_ok and ("Invalid partition" in str(exc) or "not found" in str(exc)):
                 return None
             raise
         hostlist = next(

@@ -303,7 +303,7 @@ def slurm_conf(
         f"KillWait={cluster.kill_wait_s}",
         "MinJobAge=300",
         "InactiveLimit=0",
-        "SlurmdTimeout=300",
+        "SlurmdTimeout=30",  # a stopped slurmd: not responding in ~10 s, down in 30
         "",
         "# Priorities: multifactor, so fair-share counts and `scontrol update Priority=` holds.",
         "PriorityType=priority/multifactor",

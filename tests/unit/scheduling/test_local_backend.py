@@ -601,3 +601,35 @@ def test_without_bwrap_no_task_runs_unsandboxed(make, tmp_path):
         job = finished(backend, key)
         assert (job.state, job.reason) == (JobState.FAILED, BWRAP_MISSING)
     assert not marker.exists()
+
+
+def test_a_lease_lends_nodes_to_another_pool_for_work_that_ends_in_time(job_root):
+    from scheduling.backends.base import LeaseView
+
+    train = QueuePolicy(name="training", pool="train", task_types=())
+    inventory = {
+        "inf": [NodeView(name="g1", cpus=4, memory_mib=16384, gpus=2)],
+        "train": [NodeView(name="t1", cpus=4, memory_mib=16384, gpus=2, available=False)],
+    }
+    backend = LocalBackend("local-lease", root=str(job_root / "lease"),
+                           node_source=lambda alias: inventory, kill_grace_s=0.5)  # fmt: skip
+    lease = LeaseView(7, ("g1",), ("inference",), "training", "train", time.time() + 3600)
+    before = backend.submit(request("before", ["true"], queue=train, gpus=2, walltime_s=60))
+    assert before.state is JobState.PENDING  # the training pool's one node is down
+
+    backend.apply_lease(lease, now=time.time())
+    assert finished(backend, "before").state is JobState.SUCCEEDED
+    assert state_file(backend, "before")["nodes"] == ["g1"]
+    long = backend.submit(request("long", ["true"], queue=train, gpus=2, walltime_s=2 * 3600))
+    assert long.state is JobState.PENDING  # its walltime outlasts the lease
+
+    backend.end_lease(lease)
+    after = backend.submit(request("after", ["true"], queue=train, gpus=2, walltime_s=60))
+    assert after.state is JobState.PENDING  # the node is back in its pool
+    own = backend.submit(request("own", ["true"], queue=PACK_INF, walltime_s=60))
+    assert finished(backend, own.backend_id).state is JobState.SUCCEEDED
+    for key in ("long", "after"):
+        backend.cancel(key)
+
+
+PACK_INF = QueuePolicy(name="inference", pool="inf", task_types=())

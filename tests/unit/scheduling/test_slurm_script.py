@@ -108,10 +108,22 @@ def test_account_partition_and_limits_go_on_the_command_line(backend):
         "--mem=524288M",
         "--dependency=singleton",
         "--ntasks-per-node=64",
+        "--switches=1@10",  # under one leaf switch if one frees within 10 minutes
     ):
         assert option in argv, option
     # The estimate is never a --time-min: Slurm 22.05 may cut the job at it.
     assert not [a for a in argv if a.startswith("--time-min")]
+
+
+def test_a_task_that_fits_on_a_lease_may_also_run_in_its_partition(backend):
+    spec = TaskSpec(name="t", project="materials", command=("true",),
+                    resources=Resources(nodes=1, gpus=4, cpus=8), walltime_s=1800)  # fmt: skip
+    lent = request(spec, TRAINING, "ai-training")
+    lent = SubmitRequest(**{**{f: getattr(lent, f) for f in lent.__dataclass_fields__},
+                            "extra": {"lease_partitions": "lease-3,lease-9"}})  # fmt: skip
+    argv, _ = backend.sbatch_command(lent)
+    assert "--partition=training,lease-3,lease-9" in argv
+    assert not [a for a in argv if a.startswith("--switches")]  # one node: no switch to ask
 
 
 def test_a_single_process_task_asks_one_node_and_cpus_per_task(backend):

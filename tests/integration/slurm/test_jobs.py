@@ -5,13 +5,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,153 +19,21 @@ from django.utils import timezone
 
 from scheduling import engine
 from scheduling.engine import get_backend
-from scheduling.models import TERMINAL_STATES, Task, TaskState
-from scheduling.selectors import site_view_invalidate
-from tests.conftest import ROOT, descriptor, in_ci, no_lease_schedules, submit
+from scheduling.models import Task
+from tests.conftest import ROOT, descriptor, submit
 from tests.integration.conftest import database_url, wait_for, worker_log
+from tests.integration.slurm.conftest import (
+    CLUSTER_SH,
+    STATE_DIR,
+    cluster_env,
+    drive,
+    job_id,
+    sacct_runs,
+    scontrol,
+    submit_task,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
-
-STATE_DIR = Path(os.environ.get("SWITCHYARD_SLURM_DIR", "/var/tmp/switchyard-slurm"))
-CLUSTER_SH = ROOT / "docker" / "slurm" / "cluster.sh"
-
-
-def _cluster_env() -> dict[str, str]:
-    env = {}
-    env_file = STATE_DIR / "env"
-    if env_file.exists():
-        for line in env_file.read_text().splitlines():
-            if line.startswith("export "):
-                name, _, value = line[len("export ") :].partition("=")
-                env[name] = value
-    return env
-
-
-@pytest.fixture(scope="session")
-def slurm_env() -> dict[str, str]:
-    status = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True, text=True)
-    env = _cluster_env()
-    if status.returncode != 0 or "SLURM_CONF" not in env:
-        message = f"the localhost Slurm cluster is not running ({CLUSTER_SH} start):\n{status.stdout[-800:]}"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    return env
-
-
-@pytest.fixture
-def slurm(slurm_env, settings, job_root, monkeypatch):
-    """The Slurm backend for this test, with its job folders where job accounts reach them."""
-    workdir = job_root / "slurm-jobs"
-    options = {
-        "cluster": slurm_env.get("SWITCHYARD_SLURM_CLUSTER", "switchyard"),
-        "slurm_conf": slurm_env["SLURM_CONF"],
-        "workdir": str(workdir),
-        "command_timeout_s": 20.0,
-        "service_account": settings.SWITCHYARD_JOB_ACCOUNT,
-    }
-    settings.COMPUTE_BACKENDS = {
-        **settings.COMPUTE_BACKENDS,
-        "slurm": {"BACKEND": "scheduling.backends.slurm.SlurmBackend", "OPTIONS": options},
-    }
-    # A worker started by this test reads the same through its environment.
-    monkeypatch.setenv("SLURM_CONF", options["slurm_conf"])
-    monkeypatch.setenv("SWITCHYARD_SLURM_CLUSTER", options["cluster"])
-    monkeypatch.setenv("SWITCHYARD_SLURM_WORKDIR", str(workdir))
-    monkeypatch.setenv("SWITCHYARD_SLURM_TIMEOUT_S", "20")
-    return get_backend("slurm")
-
-
-@pytest.fixture
-def site(transactional_db, slurm, local_root):
-    """The default site with every pool on Slurm, committed so a worker sees it."""
-    call_command("seed_demo", backend="slurm", quiet=True)
-    no_lease_schedules()
-    site_view_invalidate()
-    yield
-    # Leave the cluster as we found it: a job left behind would hold nodes (or, once its
-    # tmp folder is gone, sit in the queue as "launch failed requeued held").
-    for backend_id in (
-        Task.objects.filter(backend="slurm")
-        .exclude(backend_id="")
-        .exclude(state__in=TERMINAL_STATES)
-        .values_list("backend_id", flat=True)
-    ):
-        with contextlib.suppress(Exception):
-            slurm.cancel(backend_id)
-
-
-def scontrol(job_id: str, env: dict[str, str]) -> str:
-    return subprocess.run(
-        ["scontrol", "show", "job", job_id],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin", "SLURM_CONF": env["SLURM_CONF"]},
-    ).stdout
-
-
-def sacct_runs(key: str, env: dict[str, str]) -> list[str]:
-    """Every Slurm job ever made under this name (-D: requeued runs too).
-
-    slurmdbd records jobs a moment after slurmctld: wait until it shows at least one.
-    """
-    return wait_for(lambda: _sacct_runs(key, env), timeout=30, what=f"sacct to record {key}")
-
-
-def _sacct_runs(key: str, env: dict[str, str]) -> list[str]:
-    out = subprocess.run(
-        [
-            "sacct",
-            "-D",
-            "-X",
-            "-n",
-            "-P",
-            "-o",
-            "JobIDRaw",
-            f"--name={key}",
-            "--starttime=now-1days",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin", "SLURM_CONF": env["SLURM_CONF"]},
-    ).stdout
-    return [line for line in out.splitlines() if line.strip()]
-
-
-def drive(
-    task_ids: list[int], *, until=lambda t: t.is_terminal, timeout: float = 120
-) -> list[Task]:
-    """Run the engine in this process (dispatch, then one batched poll a cycle) until done."""
-    deadline = time.monotonic() + timeout
-    while True:
-        tasks = list(Task.objects.filter(pk__in=task_ids).order_by("pk"))
-        if all(until(t) for t in tasks):
-            return tasks
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                "timed out: " + ", ".join(f"{t.name}={t.state} ({t.reason})" for t in tasks)
-            )
-        for task in tasks:
-            if task.state == TaskState.PENDING:
-                with contextlib.suppress(engine.DispatchRetry):
-                    engine.task_dispatch(task.pk)
-        # What a worker does with cancel requests.
-        engine.cancel_requested([t.pk for t in tasks if t.cancelling])
-        engine.backend_poll("slurm")
-        time.sleep(0.5)
-
-
-def _submit(api, **fields) -> int:
-    response = submit(api, descriptor(**fields))
-    assert response.status_code == 201, response.json()
-    return response.json()["id"]
-
-
-def _job_id(task: Task) -> str:
-    return task.backend_id.partition(":")[0]
-
 
 PROBE_FIELDS = {
     "hpc-simulation": {"resources": {"cpus": 2}},
@@ -190,7 +56,7 @@ def test_jobs_of_every_type_run_unprivileged_and_contained_on_slurm(site, api, s
     port = server.getsockname()[1]
     try:
         ids = {
-            kind: _submit(
+            kind: submit_task(
                 api,
                 name=f"probe-{kind.split('-')[-1]}",
                 type=kind,
@@ -218,14 +84,14 @@ def test_jobs_of_every_type_run_unprivileged_and_contained_on_slurm(site, api, s
 def test_every_workload_kind_succeeds_through_a_real_worker(site, api, start_worker, slurm_env):
     proc = start_worker()
     ids = {
-        "hpc": _submit(
+        "hpc": submit_task(
             api,
             name="hpc",
             type="hpc-simulation",
             resources={"cpus": 4},
             command=["sh", "-c", "echo hpc-ok"],
         ),
-        "training": _submit(
+        "training": submit_task(
             api,
             name="train",
             type="ai-training",
@@ -234,10 +100,10 @@ def test_every_workload_kind_succeeds_through_a_real_worker(site, api, start_wor
             resources={"nodes": 1, "gpus": 2, "cpus": 8, "memory": "8Gi"},
             command=["sh", "-c", "echo train-ok"],
         ),
-        "agent": _submit(
+        "agent": submit_task(
             api, name="agent", type="agent", walltime="5m", command=["sh", "-c", "echo agent-ok"]
         ),
-        "sandbox": _submit(
+        "sandbox": submit_task(
             api, name="box", type="sandbox", walltime="5m", command=["sh", "-c", "echo sandbox-ok"]
         ),
     }
@@ -259,20 +125,20 @@ def test_every_workload_kind_succeeds_through_a_real_worker(site, api, start_wor
         assert f"{name if name != 'training' else 'train'}-ok" in get_backend("slurm").log(
             task.backend_id
         )
-    training = scontrol(_job_id(tasks["training"]), slurm_env)
+    training = scontrol(job_id(tasks["training"]), slurm_env)
     assert "Partition=training" in training
     assert "gres/gpu=8" in training  # the whole node, as OverSubscribe=EXCLUSIVE gives
     assert "NumCPUs=64" in training
-    assert "Account=materials" in scontrol(_job_id(tasks["hpc"]), slurm_env)
+    assert "Account=materials" in scontrol(job_id(tasks["hpc"]), slurm_env)
 
 
 def test_failure_timeout_cancel_and_a_pending_reason(site, api, slurm_env):
-    failing = _submit(api, name="fails", command=None, script="echo about-to-fail\nexit 3\n")
-    slow = _submit(api, name="slow", walltime="1m", command=["sleep", "600"])
-    victim = _submit(api, name="victim", command=["sleep", "600"])
+    failing = submit_task(api, name="fails", command=None, script="echo about-to-fail\nexit 3\n")
+    slow = submit_task(api, name="slow", walltime="1m", command=["sleep", "600"])
+    victim = submit_task(api, name="victim", command=["sleep", "600"])
     # Two whole-node jobs fill the training partition (2 nodes); a third must wait.
     fillers = [
-        _submit(
+        submit_task(
             api,
             name=f"fill{i}",
             type="ai-training",
@@ -283,7 +149,7 @@ def test_failure_timeout_cancel_and_a_pending_reason(site, api, slurm_env):
         )
         for i in range(2)
     ]
-    waiter = _submit(
+    waiter = submit_task(
         api,
         name="waiter",
         type="ai-training",
@@ -311,7 +177,7 @@ def test_failure_timeout_cancel_and_a_pending_reason(site, api, slurm_env):
     assert done[slow].state == "timeout", done[slow].reason
     assert done[victim].state == "cancelled"
     # the backend agrees: nothing of ours is still running
-    assert "JobState=CANCELLED" in scontrol(_job_id(done[victim]), slurm_env)
+    assert "JobState=CANCELLED" in scontrol(job_id(done[victim]), slurm_env)
 
 
 def test_injection_attempts_take_no_effect(site, api, slurm_env, tmp_path):
@@ -328,7 +194,7 @@ def test_injection_attempts_take_no_effect(site, api, slurm_env, tmp_path):
 
     marker = tmp_path / "pwned"
     hostile = ["$(id)", "`id`", f"; touch {marker}", f"$(touch {marker})", "--account=other"]
-    pk = _submit(
+    pk = submit_task(
         api,
         name="inject",
         command=["printf", "%s|", *hostile],
@@ -338,7 +204,7 @@ def test_injection_attempts_take_no_effect(site, api, slurm_env, tmp_path):
     assert task.state == "succeeded", task.reason
     assert get_backend("slurm").log(task.backend_id) == "".join(f"{h}|" for h in hostile)
     assert not marker.exists()
-    job = scontrol(_job_id(task), slurm_env)
+    job = scontrol(job_id(task), slurm_env)
     assert "Account=materials" in job and "other" not in job.split("Command=")[0]
 
 
@@ -367,7 +233,7 @@ def test_a_worker_killed_after_sbatch_leaves_exactly_one_job_20_times(site, api,
         "PYTHONPATH": str(ROOT),
         "DJANGO_SETTINGS_MODULE": "portal.settings",
     }
-    ids = [_submit(api, name=f"crash{i}", command=["true"]) for i in range(20)]
+    ids = [submit_task(api, name=f"crash{i}", command=["true"]) for i in range(20)]
     for pk in ids:
         done = subprocess.run(
             [sys.executable, "-c", CRASH, str(pk)],
@@ -393,12 +259,12 @@ def test_a_stopped_controller_loses_and_duplicates_nothing(site, api, slurm_env,
         **settings.COMPUTE_BACKENDS,
         "slurm": {**slurm, "OPTIONS": {**slurm["OPTIONS"], "command_timeout_s": 4.0}},
     }
-    running = _submit(api, name="through", command=["sleep", "8"])
+    running = submit_task(api, name="through", command=["sleep", "8"])
     drive([running], until=lambda t: t.state == "running", timeout=60)
     ctld = int((STATE_DIR / "run" / "slurmctld.pid").read_text())
     os.kill(ctld, signal.SIGSTOP)  # frozen: every Slurm command now times out
     try:
-        later = [_submit(api, name=f"later{i}", command=["true"]) for i in range(3)]
+        later = [submit_task(api, name=f"later{i}", command=["true"]) for i in range(3)]
         for pk in later:
             with pytest.raises(engine.DispatchRetry):
                 engine.task_dispatch(pk)
@@ -416,7 +282,7 @@ def test_a_stopped_controller_loses_and_duplicates_nothing(site, api, slurm_env,
 
 def test_one_squeue_and_one_sacct_per_poll_with_200_jobs(site, api):
     ids = [
-        _submit(api, name=f"many{i}", type="agent", walltime="5m", command=["true"])
+        submit_task(api, name=f"many{i}", type="agent", walltime="5m", command=["true"])
         for i in range(200)
     ]
     drive(ids, until=lambda t: t.state != "pending", timeout=240)
@@ -484,24 +350,24 @@ def test_a_researcher_with_a_cluster_account_runs_as_it(site, api, researcher, s
         },
     }
     try:
-        pk = _submit(api, name="whoami", command=["id", "-un"])
+        pk = submit_task(api, name="whoami", command=["id", "-un"])
         [task] = drive([pk], timeout=60)
         assert task.state == "succeeded", task.reason
         assert get_backend("slurm").log(task.backend_id).strip() == unix
-        assert f"UserId={unix}(" in scontrol(_job_id(task), _cluster_env())
+        assert f"UserId={unix}(" in scontrol(job_id(task), cluster_env())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_a_controller_stopped_and_started_again_loses_nothing(site, api, slurm_env):
-    running = _submit(api, name="survivor", command=["sleep", "6"])
+    running = submit_task(api, name="survivor", command=["sleep", "6"])
     drive([running], until=lambda t: t.state == "running", timeout=60)
     pid_file = STATE_DIR / "run" / "slurmctld.pid"
     ctld = int(pid_file.read_text())
     os.kill(ctld, signal.SIGTERM)  # a clean stop: slurmctld saves its state and exits
     wait_for(lambda: not Path(f"/proc/{ctld}").exists(), timeout=30, what="slurmctld to stop")
     try:
-        later = _submit(api, name="while-down", command=["true"])
+        later = submit_task(api, name="while-down", command=["true"])
         with pytest.raises(engine.DispatchRetry):
             engine.task_dispatch(later)
         engine.backend_poll("slurm")
@@ -523,7 +389,7 @@ def test_a_level_change_reaches_slurm_as_the_jobs_priority(site, api, slurm_env)
 
     def slurm_priority(task: Task) -> int:
         out = subprocess.run(
-            ["squeue", "-h", "-j", _job_id(task), "-o", "%Q"],
+            ["squeue", "-h", "-j", job_id(task), "-o", "%Q"],
             capture_output=True,
             text=True,
             check=True,
@@ -532,11 +398,11 @@ def test_a_level_change_reaches_slurm_as_the_jobs_priority(site, api, slurm_env)
         return int(out.strip())
 
     # The hpc partition's two nodes are full, so the probe stays pending in Slurm.
-    fill = _submit(
+    fill = submit_task(
         api, name="fill", type="hpc-simulation", resources={"cpus": 128}, command=["sleep", "600"]
     )
     drive([fill], until=lambda t: t.state == "running", timeout=60)
-    probe = _submit(
+    probe = submit_task(
         api, name="probe", type="hpc-simulation", resources={"cpus": 8}, command=["true"]
     )
     [task] = drive([probe], until=lambda t: t.state == "queued", timeout=60)
