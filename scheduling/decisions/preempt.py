@@ -54,27 +54,39 @@ def whom_to_preempt(
 ) -> Preemption | None:
     """The running work to stop so that `spec` (at `level`) starts now; None when it already
     fits, or when no allowed set of victims would make room."""
-    if place(spec, queue, _views(nodes, running, ()), now=now) is not None:
+    room = _Room(nodes, running)
+    if place(spec, queue, room.views(), now=now) is not None:
         return None
+    useful = _useful_nodes(spec, nodes)
     candidates = sorted(
-        (r for r in running if r.may_be_preempted and r.level < level),
+        (
+            r
+            for r in running
+            if r.may_be_preempted
+            and r.level < level
+            and any(a.node in useful for a in r.allocations)
+        ),
         key=lambda r: (r.level, -r.started_at, r.key),
     )
     chosen: list[Running] = []
     placement = None
     for candidate in candidates:
         chosen.append(candidate)
-        placement = place(spec, queue, _views(nodes, running, chosen), now=now)
+        room.free(candidate)
+        placement = place(spec, queue, room.views(), now=now)
         if placement is not None:
             break
     if placement is None:
         return None
     # Spare whoever the placement does not need (an early, smaller victim may be moot).
     for victim in list(reversed(chosen[:-1])):
-        rest = [c for c in chosen if c is not victim]
-        spared = place(spec, queue, _views(nodes, running, rest), now=now)
-        if spared is not None:
-            chosen, placement = rest, spared
+        room.hold(victim)
+        spared = place(spec, queue, room.views(), now=now)
+        if spared is None:
+            room.free(victim)
+        else:
+            chosen.remove(victim)
+            placement = spared
     names = ", ".join(c.key for c in chosen)
     lowest = LEVELS[min(c.level for c in chosen)]
     reason = (
@@ -84,9 +96,46 @@ def whom_to_preempt(
     return Preemption(tuple(c.key for c in chosen), placement, reason)
 
 
-def _views(
-    nodes: Sequence[NodeView], running: Sequence[Running], freed: Sequence[Running]
-) -> list[NodeView]:
-    gone = {id(r) for r in freed}
-    allocations = [a for r in running if id(r) not in gone for a in r.allocations]
-    return [free_view(n, [a for a in allocations if a.node == n.name]) for n in nodes]
+def _useful_nodes(spec: TaskSpec, nodes: Sequence[NodeView]) -> set[str]:
+    """Nodes where freeing room could matter: GPU work only ever runs on GPU nodes (of its
+    model). A victim elsewhere is never worth stopping."""
+    res = spec.resources
+    return {
+        n.name
+        for n in nodes
+        if n.available
+        and (res.gpus == 0 or n.gpus > 0)
+        and (res.gpu_type is None or n.gpu_model == res.gpu_type)
+    }
+
+
+class _Room:
+    """The nodes' free views with some running work freed; kept up to date per node, so
+    trying one more victim costs its own nodes, not the whole pool."""
+
+    def __init__(self, nodes: Sequence[NodeView], running: Sequence[Running]) -> None:
+        self._nodes = {n.name: n for n in nodes}
+        self._held: dict[str, dict[str, NodeAllocation]] = {name: {} for name in self._nodes}
+        for r in running:
+            for i, a in enumerate(r.allocations):
+                if a.node in self._held:
+                    self._held[a.node][f"{r.key}#{i}"] = a
+        self._views = {name: self._view(name) for name in self._nodes}
+
+    def views(self) -> list[NodeView]:
+        return list(self._views.values())
+
+    def free(self, r: Running) -> None:
+        for i, a in enumerate(r.allocations):
+            if a.node in self._held:
+                self._held[a.node].pop(f"{r.key}#{i}", None)
+                self._views[a.node] = self._view(a.node)
+
+    def hold(self, r: Running) -> None:
+        for i, a in enumerate(r.allocations):
+            if a.node in self._held:
+                self._held[a.node][f"{r.key}#{i}"] = a
+                self._views[a.node] = self._view(a.node)
+
+    def _view(self, name: str) -> NodeView:
+        return free_view(self._nodes[name], self._held[name].values())

@@ -26,6 +26,7 @@ from scheduling.backends import BackendError
 from scheduling.backends.base import LeaseView
 from scheduling.decisions.humanize import format_duration
 from scheduling.decisions.levels import LEVELS
+from scheduling.decisions.place import free_view, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.engine.admission import release_held
 from scheduling.engine.alerts import raise_alert
@@ -388,22 +389,37 @@ def lease_partitions(queue: str, walltime_s: int | None, now: datetime) -> list[
 
 
 def startup_timeouts(now: datetime) -> int:
-    """Tasks dispatched but not started within their queue's start-up timeout: an alert, and
-    a resubmit where the queue allows."""
+    """Tasks dispatched but not started within their queue's start-up timeout although their
+    pool had room for them: an alert, and a resubmit where the queue allows.
+
+    A task that waits because its pool is full is not stuck: it waits its turn (and may
+    preempt, above); only one that should have started and did not is timed out."""
     timed_out = 0
+    site = site_view()
     for queue in Queue.objects.filter(startup_timeout_s__isnull=False):
+        policy = site.queues.get(queue.name)
         cutoff = now - timedelta(seconds=queue.startup_timeout_s)
-        late = (
+        late = list(
             Task.objects.filter(queue=queue, state=S.QUEUED)
             .annotate(queued_at=Max("attempt_set__submitted_at"))
             .filter(queued_at__lt=cutoff)
         )
+        if not late or policy is None:
+            continue
+        nodes = site.pool_nodes.get(policy.pool, ())
+        held = [a for o in running_on({n.name for n in nodes}) for a in o.allocations]
+        room = [free_view(n, held) for n in nodes]
+        limit = format_duration(queue.startup_timeout_s)
         for task in late:
+            if place(TaskSpec.from_dict(task.spec), policy, room, now=now.timestamp()) is None:
+                continue  # waiting for room, not stuck
             subject = f"task #{task.pk} attempt {task.attempts} not started"
             if Alert.objects.filter(task=task, kind=Alert.Kind.STARTUP, subject=subject).exists():
                 continue
-            limit = format_duration(queue.startup_timeout_s)
-            why = f"not started within {limit} of its dispatch (queue {queue.name}'s start-up timeout)"
+            why = (
+                f"not started within {limit} of its dispatch although its pool had room "
+                f"(queue {queue.name}'s start-up timeout)"
+            )
             raise_alert(
                 Alert.Kind.STARTUP, subject, f"{task.name}: {why}; {task.reason}", task=task
             )

@@ -85,7 +85,9 @@ def apply_job(task: Task, job: Job) -> bool:
             task=task,
             to=S.RUNNING,
             reason=task.reason if task.cancel_requested_at else job.reason,
-            message=f"running on {', '.join(job.nodes) or 'its node'}",
+            # e.g. "placed across 2 switches: …" when the placement could not keep to one
+            message=f"running on {', '.join(job.nodes) or 'its node'}"
+            + (f"; {job.reason}" if job.reason else ""),
             fields={"started_at": task.started_at or started},
         )
         if moved:

@@ -85,6 +85,18 @@ def test_a_victim_that_turns_out_unneeded_is_spared():
     assert decision.victims == ("y",)
 
 
+def test_for_gpu_work_only_victims_on_gpu_nodes_count_even_cpu_only_ones():
+    # inf001's GPUs are free but its cores are all taken by a CPU-only task; the agent node's
+    # low-level task is more recent, yet stopping it could never help.
+    cpu_hog = Running("hog", "agent", LOW, True,
+                      (NodeAllocation("inf001", 32, 1024, ()),), NOW - 100)  # fmt: skip
+    elsewhere = Running("agt", "agent", LOW, True,
+                        (NodeAllocation("agt001", 64, 1024, ()),), NOW - 1)  # fmt: skip
+    nodes = [node(), NodeView(name="agt001", cpus=64, memory_mib=512 * 1024)]
+    decision = whom_to_preempt(spec(), INFERENCE, HIGH, nodes, [cpu_hog, elsewhere], now=NOW)
+    assert decision.victims == ("hog",)
+
+
 def test_training_and_hpc_are_never_preempted_whatever_their_queue_says():
     assert {"ai-training", "hpc-simulation"} == NEVER_PREEMPTED
     full = [running(k, gpus=(i,), task_type=t)

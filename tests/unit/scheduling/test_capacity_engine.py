@@ -399,3 +399,12 @@ def test_a_task_not_started_in_time_is_alerted_and_resubmitted(api, site):
     assert capacity_pass(_later(301))["startup_timeouts"] == 1
     other.refresh_from_db()
     assert other.state == "queued" and other.reason.startswith("not started within 5min")
+
+
+def test_a_task_waiting_for_room_is_not_timed_out(api, one_inference_node):
+    for i in range(4):
+        _run(_submit(api, f"busy{i}", **INFERENCE), "inf001")
+    waiting = _submit(api, "waits-its-turn", **INFERENCE)
+    assert capacity_pass(_later(301))["startup_timeouts"] == 0
+    waiting.refresh_from_db()
+    assert waiting.state == "queued" and not Alert.objects.filter(task=waiting).exists()

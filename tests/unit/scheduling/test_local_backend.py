@@ -633,3 +633,18 @@ def test_a_lease_lends_nodes_to_another_pool_for_work_that_ends_in_time(job_root
 
 
 PACK_INF = QueuePolicy(name="inference", pool="inf", task_types=())
+
+
+def test_multi_node_work_says_when_it_could_not_stay_under_one_switch(make):
+    whole = QueuePolicy(name="training", pool="p", task_types=(), allocation="whole-node")
+    backend = make([NodeView(name="a1", cpus=2, memory_mib=4096, switch="sw1"),
+                    NodeView(name="b1", cpus=2, memory_mib=4096, switch="sw2")])  # fmt: skip
+    req = request("spread", ["sleep", "5"], queue=whole, cpus=4)
+    req = SubmitRequest(**{**{f: getattr(req, f) for f in req.__dataclass_fields__},
+                           "spec": TaskSpec(name="spread", project="materials",
+                                            resources=Resources(cpus=4, nodes=2),
+                                            command=("sleep", "5"))})  # fmt: skip
+    job = running(backend, backend.submit(req).backend_id)
+    assert set(job.nodes) == {"a1", "b1"}
+    assert job.reason == "placed across 2 switches: no switch has 2 free nodes for it"
+    backend.cancel("spread")
