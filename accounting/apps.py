@@ -3,3 +3,12 @@ from django.apps import AppConfig
 
 class AccountingConfig(AppConfig):
     name = "accounting"
+
+    def ready(self) -> None:
+        # Metering reacts to an attempt's end through the state service's hook: the engine
+        # never calls accounting (docs/accounting.md).
+        from accounting import meter
+        from accounting import tasks as _celery_tasks  # noqa: F401 - registers them
+        from scheduling import hooks
+
+        hooks.on_attempt_end(meter.after_attempt_end)

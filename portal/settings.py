@@ -286,6 +286,17 @@ SWITCHYARD_PREEMPT_AFTER_S = env_int("SWITCHYARD_PREEMPT_AFTER_S", 10)
 SWITCHYARD_CAPACITY_SECONDS = float(env_int("SWITCHYARD_CAPACITY_MS", 5000)) / 1000
 SWITCHYARD_HEALTH_SECONDS = float(env_int("SWITCHYARD_HEALTH_MS", 30000)) / 1000
 
+# --- Accounting (docs/accounting.md) --------------------------------------------------------
+# The currency of new rates.
+SWITCHYARD_CURRENCY = env_str("SWITCHYARD_CURRENCY", "CNY")
+# How often ended attempts are metered (the ones the attempt-end hook could not meter yet),
+# and how often the backends' accounting is reconciled with the records (and over how long).
+SWITCHYARD_METER_SECONDS = float(env_int("SWITCHYARD_METER_MS", 60_000)) / 1000
+SWITCHYARD_RECONCILE_SECONDS = float(env_int("SWITCHYARD_RECONCILE_MS", 3_600_000)) / 1000
+SWITCHYARD_RECONCILE_WINDOW_HOURS = env_int("SWITCHYARD_RECONCILE_WINDOW_HOURS", 48)
+# A record may differ from the backend's own by this fraction before it is a mismatch.
+SWITCHYARD_RECONCILE_TOLERANCE = env_str("SWITCHYARD_RECONCILE_TOLERANCE", "0.001")
+
 # --- Policy (docs/policy.md) ----------------------------------------------------------------
 # Time-of-day weights are read in the site's time zone.
 SWITCHYARD_SITE_TIMEZONE = env_str("SWITCHYARD_SITE_TIMEZONE", "UTC")
@@ -342,6 +353,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduling.sweep_pending",
         "schedule": float(SWITCHYARD_SWEEP_SECONDS),
         "options": {"expires": SWITCHYARD_SWEEP_SECONDS * 2},
+    },
+    "meter": {
+        "task": "accounting.meter_pass",
+        "schedule": SWITCHYARD_METER_SECONDS,
+        "options": {"expires": SWITCHYARD_METER_SECONDS * 2},
+    },
+    "reconcile": {
+        "task": "accounting.reconcile_pass",
+        "schedule": SWITCHYARD_RECONCILE_SECONDS,
+        "options": {"expires": SWITCHYARD_RECONCILE_SECONDS * 2},
     },
     "housekeeping": {
         "task": "scheduling.housekeeping",

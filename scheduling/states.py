@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from scheduling import hooks
 from scheduling.decisions import lifecycle
-from scheduling.models import TERMINAL_STATES, Attempt, Task, TaskEvent
+from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent
 
 
 class TransitionError(Exception):
@@ -88,7 +88,8 @@ def attempt_end(
     }
     if nodes is not None:
         values["nodes"] = list(nodes)
-    live = Attempt.objects.filter(task=task, number=number).exclude(state__in=TERMINAL_STATES)
+    ended = [*TERMINAL_STATES, AttemptState.PREEMPTED]
+    live = Attempt.objects.filter(task=task, number=number).exclude(state__in=ended)
     if not live.update(**values):
         return False
     attempt = Attempt.objects.get(task=task, number=number)

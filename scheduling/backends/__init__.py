@@ -11,6 +11,7 @@ from scheduling.backends.base import (
     JobState,
     LeaseView,
     NodeHealth,
+    Run,
     SubmitRequest,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "JobState",
     "LeaseView",
     "NodeHealth",
+    "Run",
     "SubmitRequest",
 ]

@@ -68,6 +68,25 @@ class SubmitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a finished job as its backend accounted it: what was allocated, for how
+    long (docs/accounting.md). A job Slurm requeued has several runs."""
+
+    job_id: str  # the backend's own id of the job (Slurm: the numeric job id)
+    key: str  # the job's name: the attempt's key
+    cpus: int
+    gpus: int
+    memory_mib: int
+    nodes: int
+    elapsed_ms: int
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    # The portal instance that made the job, where the backend keeps it ("": this backend
+    # serves one portal only).
+    portal: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseView:
     """Nodes lent by their pool's queues to another queue (of pool `pool`) until `ends_at`
     (epoch seconds)."""
@@ -117,6 +136,16 @@ class Backend(Protocol):
     def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str: ...
 
     def health(self, nodes: list[str]) -> dict[str, NodeHealth]: ...
+
+    def usage(self, backend_ids: list[str]) -> dict[str, list[Run]]:
+        """The runs of these jobs, for the ones that have finished and been accounted; a job
+        still running, or whose accounting is not there yet, is left out (asked again later)."""
+        ...
+
+    def accounted(self, start: datetime, end: datetime) -> list[Run]:
+        """Every run of this portal's jobs that ended in [start, end), from the backend's own
+        accounting (what reconciliation compares with)."""
+        ...
 
     def apply_lease(self, lease: LeaseView, *, now: float) -> None: ...
 

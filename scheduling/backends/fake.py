@@ -26,6 +26,7 @@ from scheduling.backends.base import (
     JobState,
     LeaseView,
     NodeHealth,
+    Run,
     SubmitRequest,
 )
 from scheduling.decisions.types import NodeView
@@ -205,6 +206,37 @@ class FakeBackend:
     def end_lease(self, lease: LeaseView) -> None:
         with self._lock:
             self._record("end_lease", lease.name, lease.nodes)
+
+    def usage(self, backend_ids: list[str]) -> dict[str, list[Run]]:
+        """The request's resources × the job's start and end, for finished jobs."""
+        cluster = self._record("usage", tuple(backend_ids))
+        found = {}
+        for backend_id in backend_ids:
+            job = cluster.jobs.get(backend_id)
+            if job is not None and job.state.finished:
+                found[backend_id] = self._runs(cluster, job)
+        return found
+
+    def accounted(self, start: datetime, end: datetime) -> list[Run]:
+        cluster = self._record("accounted", start, end)
+        return [
+            run
+            for job in cluster.jobs.values()
+            if job.state.finished
+            for run in self._runs(cluster, job)
+            if run.ended_at is not None and start <= run.ended_at < end
+        ]
+
+    def _runs(self, cluster: _Cluster, job: Job) -> list[Run]:
+        request = cluster.requests.get(job.backend_id)
+        if request is None or job.started_at is None or job.ended_at is None:
+            return []
+        res = request.spec.resources
+        elapsed = round((job.ended_at - job.started_at).total_seconds() * 1000)
+        return [
+            Run(job.backend_id, request.key, res.cpus, res.gpus, res.memory_mib,
+                res.nodes or 1, elapsed, job.started_at, job.ended_at)
+        ]  # fmt: skip
 
     def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str:
         cluster = self._record("log", backend_id, offset, limit)

@@ -101,7 +101,11 @@ def task_dispatch(task_id: int) -> str:
         queue=queue,
         project=project,
         user=user,
-        extra={**_run_as(task.owner), **_leases(queue_name, request_walltime(task))},
+        extra={
+            **_run_as(task.owner),
+            **_leases(queue_name, request_walltime(task)),
+            "portal": site.instance,
+        },
         priority=task.priority_value,
     )
     try:

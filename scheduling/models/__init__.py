@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from scheduling.models.capacity import Alert, LeaseSchedule, NodeLease
-from scheduling.models.site import ClassifierSettings, LevelRule, Node, Pool, Queue, RoutingRule
+from scheduling.models.site import (
+    ClassifierSettings,
+    Instance,
+    LevelRule,
+    Node,
+    Pool,
+    Queue,
+    RoutingRule,
+)
 from scheduling.models.tasks import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -28,6 +36,7 @@ __all__ = [
     "Attempt",
     "AttemptState",
     "ClassifierSettings",
+    "Instance",
     "Hold",
     "LevelRule",
     "Node",

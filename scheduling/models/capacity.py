@@ -76,6 +76,7 @@ class Alert(models.Model):
         NODE = "node", "Node health"
         STARTUP = "startup", "Start-up timeout"
         LEASE = "lease", "Lease"
+        USAGE = "usage", "Usage reconciliation"
 
     at = models.DateTimeField(auto_now_add=True)
     kind = models.CharField(max_length=16, choices=Kind.choices)

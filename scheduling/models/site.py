@@ -218,3 +218,14 @@ class RoutingRule(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.order} {self.match_type or 'any'} → {self.queue}"
+
+
+class Instance(models.Model):
+    """This portal's name among others that may share a cluster: its jobs carry it (Slurm:
+    in the job's comment), so reconciliation counts only its own jobs. One row, made on
+    first use (docs/accounting.md)."""
+
+    name = models.CharField(max_length=16, unique=True)
+
+    def __str__(self) -> str:
+        return self.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.order import ScheduleError, WeightWindow, parse_weight_schedule
 from scheduling.decisions.quota import QuotaRule
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
-from scheduling.models import ClassifierSettings, Node, NodeLease, Queue, RoutingRule
+from scheduling.models import ClassifierSettings, Instance, Node, NodeLease, Queue, RoutingRule
 from scheduling.models import LevelRule as LevelRuleRow
 from scheduling.spec import TASK_TYPES
 
@@ -94,6 +95,8 @@ class SiteView:
     shares: dict[str, int] = field(default_factory=dict)  # project slug → fair-share shares
     # Active leases: (id, borrowing queue, end in epoch seconds).
     leases: tuple[tuple[int, str, float], ...] = ()
+    # This portal's name on shared clusters (models.Instance).
+    instance: str = ""
 
     def capacity(self, pool: str) -> PoolCapacity:
         return self.pool_capacity.get(pool) or pool_capacity(())
@@ -145,6 +148,7 @@ def _load_site_view() -> SiteView:
     for q in Quota.objects.select_related("project", "queue", "user"):
         quotas.setdefault((q.project.slug, q.queue.name), []).append(quota_rule(q))
     settings_row = ClassifierSettings.objects.filter(pk=1).first()
+    instance = Instance.objects.get_or_create(pk=1, defaults={"name": secrets.token_hex(4)})[0]
     lent = with_leases({pool: list(nodes) for pool, nodes in pool_nodes.items()})
     return SiteView(
         queues={q.name: queue_policy(q) for q in queues},
@@ -155,6 +159,7 @@ def _load_site_view() -> SiteView:
         pool_nodes={pool: tuple(nodes) for pool, nodes in lent.items()},
         pool_capacity={pool: pool_capacity(nodes) for pool, nodes in pool_nodes.items()},
         classifier=classifier_policy(settings_row) if settings_row else DEFAULT_CLASSIFIER,
+        instance=instance.name,
         level_rules=tuple(r.as_rule() for r in LevelRuleRow.objects.select_related("queue")),
         weights={q.name: _windows(q) for q in queues},
         quotas={key: tuple(rules) for key, rules in quotas.items()},

@@ -11,7 +11,7 @@ from functools import cache
 
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
-from scheduling.sites.types import LeaseTemplate, PoolSpec, QuotaTemplate, Site
+from scheduling.sites.types import LeaseTemplate, PoolSpec, QuotaTemplate, RateTemplate, Site
 
 GIB = 1024  # MiB
 HOUR = 3600  # seconds
@@ -138,6 +138,16 @@ def default_site() -> Site:
     startup_timeouts = {"inference-agent": 5 * 60}
     # Idle inference GPUs lent to training at night for 4 hours, then taken back (docs/capacity.md).
     lease_schedules = (LeaseTemplate("inference-agent", "training", 4, "22:00", 4 * HOUR),)
+    # Prices (docs/accounting.md): HPC is charged strictly per core, training and inference
+    # per GPU-hour, agents and sandboxes per instance-minute; storage and network for all.
+    rates = (
+        RateTemplate("hpc", "cpu", "0.06"),
+        RateTemplate("training", "gpu", "12.00"),
+        RateTemplate("inference-agent", "gpu", "8.00"),
+        RateTemplate("inference-agent", "instance", "0.02"),
+        RateTemplate("", "storage", "0.01"),
+        RateTemplate("", "network", "0.50"),
+    )
     return Site(
         pools=pools,
         queues=queues,
@@ -147,4 +157,5 @@ def default_site() -> Site:
         weight_schedules=weight_schedules,
         startup_timeouts=startup_timeouts,
         lease_schedules=lease_schedules,
+        rates=rates,
     )

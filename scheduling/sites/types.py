@@ -48,6 +48,16 @@ class LeaseTemplate:
 
 
 @dataclass(frozen=True, slots=True)
+class RateTemplate:
+    """A price per shown unit of a metric (docs/accounting.md); queue "" means every queue
+    without its own (and collectors' samples)."""
+
+    queue: str
+    metric: str  # cpu | gpu | memory | instance | storage | network
+    price: str  # a decimal, in the site's currency
+
+
+@dataclass(frozen=True, slots=True)
 class Site:
     """Pools, queues and routing rules that refer to each other by name.
 
@@ -66,6 +76,7 @@ class Site:
     # Queues' start-up timeouts in seconds (docs/capacity.md).
     startup_timeouts: dict[str, int] = field(default_factory=dict)
     lease_schedules: tuple[LeaseTemplate, ...] = ()
+    rates: tuple[RateTemplate, ...] = ()
 
     def __post_init__(self) -> None:
         _unique("pool", [p.name for p in self.pools])
@@ -84,6 +95,11 @@ class Site:
         for rule in self.rules:
             if rule.queue not in queues:
                 raise ValueError(f"rule {rule.order} names queue {rule.queue}, which is not here")
+        for rate in self.rates:
+            if rate.queue and rate.queue not in queues:
+                raise ValueError(
+                    f"a {rate.metric} rate names queue {rate.queue}, which is not here"
+                )
 
     @property
     def nodes(self) -> tuple[NodeView, ...]:

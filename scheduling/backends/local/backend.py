@@ -20,6 +20,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 
 from django.utils.module_loading import import_string
 
@@ -29,9 +30,11 @@ from scheduling.backends.base import (
     JobState,
     LeaseView,
     NodeHealth,
+    Run,
     SubmitRequest,
 )
 from scheduling.backends.local import launch
+from scheduling.backends.local import usage as job_usage
 from scheduling.backends.local.jobstore import (
     FINAL,
     KEY_RE,
@@ -196,6 +199,25 @@ class LocalBackend:
         """The host's health, for each of its virtual nodes (the probe is pluggable)."""
         return self._health_probe(list(nodes), root=self.root)
 
+    def usage(self, backend_ids: list[str]) -> dict[str, list[Run]]:
+        """The booked allocation × the supervisor's start and end, for finished jobs."""
+        found = {}
+        for key in backend_ids:
+            state = self.store.read_state(key) if KEY_RE.match(key) else None
+            if state is not None and state.get("state") in FINAL:
+                found[key] = job_usage.runs(key, state)
+        return found
+
+    def accounted(self, start: datetime, end: datetime) -> list[Run]:
+        """The runs of every finished job (kept folders and archived states) that ended in
+        [start, end)."""
+        return [
+            run
+            for key, state in self.store.final_states()
+            for run in job_usage.runs(key, state)
+            if run.ended_at is not None and start <= run.ended_at < end
+        ]
+
     def apply_lease(self, lease: LeaseView, *, now: float) -> None:
         """The lent nodes serve the borrowing pool until the lease's end (kept up to date:
         an end brought forward applies at once)."""
@@ -358,6 +380,13 @@ class LocalBackend:
             nodes=list(placement.nodes),
             queue=request.queue.name,
             note=placement.note,  # e.g. placed across switches: the running job's reason
+            # What it holds, kept with the final state for accounting (usage()).
+            alloc={
+                "cpus": sum(a.cpus for a in placement.allocations),
+                "gpus": sum(len(a.gpu_indices) for a in placement.allocations),
+                "memory_mib": sum(a.memory_mib for a in placement.allocations),
+                "nodes": len(placement.allocations),
+            },
         )
         try:
             grace = float(request.extra.get("kill_grace_s", self.kill_grace_s))

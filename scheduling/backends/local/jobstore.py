@@ -268,6 +268,20 @@ class JobStore:
                 continue
         return ""
 
+    def final_states(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(key, final state) of every finished job: those with a folder, then the archived."""
+        seen = set()
+        for key in os.listdir(self.ended_dir):
+            state = self.read_state(key)
+            if state is not None:
+                seen.add(key)
+                yield key, state
+        for name in os.listdir(self.logs_dir):
+            key = name.removesuffix(".json")
+            if name.endswith(".json") and key not in seen:
+                with contextlib.suppress(FileNotFoundError, ValueError):
+                    yield key, read_json(os.path.join(self.logs_dir, name))
+
     def expired(self, *, older_than: float) -> list[str]:
         """Finished jobs whose folder is still here and that ended before `older_than`."""
         keys = []

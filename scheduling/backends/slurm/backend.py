@@ -46,6 +46,7 @@ from scheduling.backends.slurm.parse import (
     scalar,
     slurm_json,
 )
+from scheduling.backends.slurm.usage import SlurmUsage
 from scheduling.decisions.types import NodeView
 from scheduling.spec import SANDBOXED_TYPES
 
@@ -55,6 +56,7 @@ _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _ACCOUNT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _LEASE_RE = re.compile(r"^lease-[0-9]{1,18}$")
+_PORTAL_RE = re.compile(r"^[a-z0-9]{1,16}$")
 
 _ALREADY_GONE = (
     "already completing or completed",
@@ -63,7 +65,7 @@ _ALREADY_GONE = (
 )
 
 
-class SlurmBackend(SlurmCapacity):
+class SlurmBackend(SlurmCapacity, SlurmUsage):
     """The Backend protocol over Slurm's commands."""
 
     def __init__(
@@ -134,7 +136,7 @@ class SlurmBackend(SlurmCapacity):
             "sbatch",
             "--parsable",
             f"--job-name={request.key}",
-            f"--comment=switchyard {request.key}",
+            f"--comment={job_comment(request)}",
             f"--partition={','.join([request.queue.name, *_extra_partitions(request)])}",
             f"--account={account}",
             "--export=NONE",
@@ -473,6 +475,16 @@ def _account(project: str) -> str:
 
 def _current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def job_comment(request: SubmitRequest) -> str:
+    """`switchyard <portal instance> <key>`: reconciliation counts only its own portal's jobs."""
+    portal = request.extra.get("portal", "")
+    return (
+        f"switchyard {portal} {request.key}"
+        if _PORTAL_RE.match(portal)
+        else f"switchyard {request.key}"
+    )
 
 
 def _extra_partitions(request: SubmitRequest) -> list[str]:

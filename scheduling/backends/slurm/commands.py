@@ -40,7 +40,13 @@ class CommandRunner:
         if self.bin_dir:
             argv[0] = os.path.join(self.bin_dir, argv[0])
         # Epoch seconds in sacct's text output, whatever the host's time zone.
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "SLURM_TIME_FORMAT": "%s"}
+        # Times given to Slurm are read in UTC (TZ), whatever the host's or Django's zone.
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "SLURM_TIME_FORMAT": "%s",
+            "TZ": "UTC",
+        }
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         self.calls.append(tuple(argv))

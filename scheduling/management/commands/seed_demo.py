@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import time
+from datetime import UTC, datetime, time
+from decimal import Decimal
 
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from accounting.models import Rate
 from portal.auth import issue_token
 from portal.models import Membership, Project, Quota
 from scheduling.models import LeaseSchedule, LevelRule, Node, Pool, Queue, RoutingRule
@@ -100,6 +102,18 @@ class Command(BaseCommand):
                 limit_level=rule.limit,
                 repeat=rule.repeat,
             )
+        # Prices are never rewritten (a price applies from its date on): the seed writes them
+        # once, valid since 2020.
+        if not Rate.objects.exists():
+            since = datetime(2020, 1, 1, tzinfo=UTC)
+            for rate in site.rates:
+                Rate.objects.create(
+                    queue=queues[rate.queue] if rate.queue else None,
+                    metric=rate.metric,
+                    price=Decimal(rate.price),
+                    valid_from=since,
+                    note="default site",
+                )
         RoutingRule.objects.all().delete()
         for rule in site.rules:
             RoutingRule.objects.create(

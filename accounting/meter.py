@@ -1,0 +1,177 @@
+"""Metering: an ended attempt's usage written once, from its backend's own accounting.
+
+The attempt-end hook asks for it a few seconds after the attempt ends; the meter pass
+(`SWITCHYARD_METER_MS`) picks up every ended attempt still unmetered, e.g. while slurmdbd
+was down. An attempt is metered in one transaction: a `Metered` row (its primary key is the
+attempt), its usage records (each with a unique key) and the daily roll-up — so a replay, or
+two workers at once, write it once (docs/accounting.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import zoneinfo
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from accounting import metrics
+from accounting.models import Metered, Rate, UsageDaily, UsageRecord
+from scheduling import outbox
+from scheduling.engine import usage
+from scheduling.engine.usage import Run
+from scheduling.models import Attempt
+
+log = logging.getLogger(__name__)
+BATCH = 500
+METER_TASK = "accounting.meter"  # accounting/tasks.py
+
+
+# Slurm records a job's end in slurmdbd a moment after it ends; a preempted job is
+# cancelled just after its attempt ends.
+AFTER_END_S = 3
+
+
+def after_attempt_end(attempt: Attempt) -> None:
+    """The attempt-end hook: meter it shortly after this transaction commits."""
+    pk = attempt.pk
+    transaction.on_commit(
+        lambda: outbox.send(METER_TASK, ([pk],), countdown=AFTER_END_S, what=f"metering of {pk}")
+    )
+
+
+def meter(attempt_ids: Iterable[int]) -> int:
+    """Meter these attempts where they have ended and their backend has accounted them.
+    Returns how many records were written."""
+    attempts = list(
+        Attempt.objects.filter(pk__in=list(attempt_ids), ended_at__isnull=False, metered=None)
+        .select_related("task__project", "task__owner", "task__queue__pool")
+        .order_by("pk")
+    )
+    if not attempts:
+        return 0
+    runs = usage.runs_of(attempts)
+    written = 0
+    for attempt in attempts:
+        found = runs.get(attempt.pk)
+        if found is not None:
+            written += write(attempt, found)
+    return written
+
+
+def meter_pass(now: datetime | None = None) -> dict[str, int]:
+    """Every attempt that ended within the backends' accounting window and is not metered."""
+    now = now or timezone.now()
+    since = now - timedelta(days=7)
+    pending = list(
+        Attempt.objects.filter(ended_at__gte=since, metered=None)
+        .order_by("ended_at")
+        .values_list("pk", flat=True)[: BATCH * 10]
+    )
+    written = 0
+    for start in range(0, len(pending), BATCH):
+        written += meter(pending[start : start + BATCH])
+    left = Attempt.objects.filter(ended_at__gte=since, metered=None).count()
+    return {"records": written, "unmetered": left}
+
+
+def write(attempt: Attempt, runs: list[Run]) -> int:
+    """Write the attempt's records; 0 if it was metered already (by a replay or another
+    worker)."""
+    task = attempt.task
+    amounts = metrics.quantities(
+        task.type,
+        [metrics.RunUsage(r.cpus, r.gpus, r.memory_mib, r.elapsed_ms) for r in runs],
+    )
+    ended = max((r.ended_at for r in runs if r.ended_at), default=None) or attempt.ended_at
+    started = min((r.started_at for r in runs if r.started_at), default=None)
+    started = started or attempt.started_at or ended
+    job_id = ",".join(sorted({r.job_id for r in runs}))[:64]
+    source = _source(task.backend)
+    try:
+        with transaction.atomic():
+            Metered.objects.create(attempt=attempt, runs=len(runs), records=len(amounts))
+            records = []
+            for metric, quantity in sorted(amounts.items()):
+                rate = rate_for(task.queue_id, metric, ended)
+                records.append(
+                    UsageRecord(
+                        key=f"{attempt.key}:{metric}",
+                        metric=metric,
+                        quantity=quantity,
+                        charge=metrics.charge_micros(quantity, metric, rate.price) if rate else 0,
+                        rate=rate,
+                        project=task.project,
+                        user=task.owner,
+                        queue=task.queue.name,
+                        pool=task.queue.pool.name,
+                        task_type=task.type,
+                        task=task,
+                        attempt=attempt,
+                        backend=task.backend,
+                        job_id=job_id,
+                        source=source,
+                        started_at=started,
+                        ended_at=ended,
+                        day=site_day(ended),
+                    )
+                )
+            insert(records)
+    except IntegrityError:
+        return 0  # metered meanwhile: nothing written twice
+    return len(amounts)
+
+
+def insert(records: list[UsageRecord]) -> None:
+    """Store new records and add them to the daily roll-up (inside the caller's transaction;
+    a record whose key exists raises IntegrityError, and the caller rolls back)."""
+    if not records:
+        return
+    UsageRecord.objects.bulk_create(records)
+    add_to_daily(records)
+
+
+def add_to_daily(records: list[UsageRecord]) -> None:
+    groups: dict[tuple, list[int]] = {}
+    for r in records:
+        username = r.user.get_username() if r.user else ""
+        key = (r.day, r.project_id, username, r.queue, r.pool, r.task_type, r.metric)
+        total = groups.setdefault(key, [0, 0, 0])
+        total[0] += r.quantity
+        total[1] += r.charge
+        total[2] += 1
+    table = connection.ops.quote_name(UsageDaily._meta.db_table)
+    columns = "day, project_id, username, queue, pool, task_type, metric"
+    sql = (
+        f"INSERT INTO {table} ({columns}, quantity, charge, records) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        f"ON CONFLICT ({columns}) DO UPDATE SET "
+        f"quantity = {table}.quantity + excluded.quantity, "
+        f"charge = {table}.charge + excluded.charge, "
+        f"records = {table}.records + excluded.records"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [(*key, *total) for key, total in groups.items()])
+
+
+def rate_for(queue_id: int | None, metric: str, at: datetime) -> Rate | None:
+    """The rate valid at `at`: the queue's own, else the one for every queue."""
+    valid = Rate.objects.filter(metric=metric, valid_from__lte=at).filter(
+        Q(valid_until__isnull=True) | Q(valid_until__gt=at)
+    )
+    own = valid.filter(queue_id=queue_id).order_by("-valid_from").first() if queue_id else None
+    return own or valid.filter(queue__isnull=True).order_by("-valid_from").first()
+
+
+def site_day(moment: datetime):
+    return moment.astimezone(zoneinfo.ZoneInfo(settings.SWITCHYARD_SITE_TIMEZONE)).date()
+
+
+def _source(alias: str) -> str:
+    """The backend's kind (local, slurm …) from its configured class."""
+    config = settings.COMPUTE_BACKENDS.get(alias, {})
+    return str(config.get("BACKEND", alias)).rsplit(".", 1)[-1].removesuffix("Backend").lower()

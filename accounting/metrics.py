@@ -1,0 +1,79 @@
+"""What is metered, in which unit, and how a run becomes quantities and a charge. Pure.
+
+Quantities are whole numbers in a small base unit (core-milliseconds, MiB-milliseconds …) so
+that sums are exact on every database and equal the scheduler's own numbers to the unit;
+reports divide by `per` to show hours, minutes or days (docs/accounting.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    name: str
+    label: str
+    unit: str  # what reports show
+    base: str  # what a record stores
+    per: int  # base units in one shown unit
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("cpu", "CPU", "core-hours", "core-milliseconds", 3_600_000),
+        Metric("gpu", "GPU", "GPU-hours", "GPU-milliseconds", 3_600_000),
+        Metric("memory", "Memory", "GiB-hours", "MiB-milliseconds", 1024 * 3_600_000),
+        Metric("instance", "Instances", "instance-minutes", "instance-milliseconds", 60_000),
+        Metric("storage", "Storage", "GB-days", "milli-GB-days", 1000),
+        Metric("network", "Network", "GB", "MB", 1000),
+    )
+}
+COMPUTE = ("cpu", "gpu", "memory", "instance")
+SAMPLED = ("storage", "network")
+# Agents and sandboxes are billed by the instance-minute too (the sandbox queue's unit).
+INSTANCE_TYPES = frozenset({"agent", "sandbox"})
+MICROS = 1_000_000  # charges are kept in millionths of the currency
+
+
+@dataclass(frozen=True, slots=True)
+class RunUsage:
+    """What one run was allocated and for how long (a backend's Run, without the ids)."""
+
+    cpus: int
+    gpus: int
+    memory_mib: int
+    elapsed_ms: int
+
+
+def quantities(task_type: str, runs: Iterable[RunUsage]) -> dict[str, int]:
+    """Allocated × elapsed per metric, summed over the runs; metrics that come to 0 are left
+    out (a job that never ran bills nothing)."""
+    total = dict.fromkeys(COMPUTE, 0)
+    for run in runs:
+        total["cpu"] += run.cpus * run.elapsed_ms
+        total["gpu"] += run.gpus * run.elapsed_ms
+        total["memory"] += run.memory_mib * run.elapsed_ms
+        if task_type in INSTANCE_TYPES:
+            total["instance"] += run.elapsed_ms
+    return {metric: value for metric, value in total.items() if value > 0}
+
+
+def charge_micros(quantity: int, metric: str, price: Decimal) -> int:
+    """The charge of `quantity` base units at `price` per shown unit, in millionths (rounded
+    half to even, once per record)."""
+    exact = Decimal(quantity) * price * MICROS / METRICS[metric].per
+    return int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def shown(quantity: int | Decimal, metric: str) -> Decimal:
+    """A base-unit quantity in the unit reports show."""
+    return Decimal(quantity) / METRICS[metric].per
+
+
+def to_base(value: Decimal, metric: str) -> int:
+    """A shown quantity (a collector's GB-days, say) in base units, rounded half to even."""
+    return int((value * METRICS[metric].per).to_integral_value(rounding=ROUND_HALF_EVEN))
