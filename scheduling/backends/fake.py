@@ -109,13 +109,14 @@ class FakeBackend:
         state: JobState,
         exit_code: int | None = None,
         nodes: tuple[str, ...] | None = None,
+        at: datetime | None = None,
     ) -> Job:
         """Move a job to `state` as the test says (RUNNING starts it, on `nodes` if given;
-        others end it)."""
+        others end it), at `at` (default: now)."""
         with self._lock:
             cluster = self._cluster(self.alias)
             job = self._get(cluster, backend_id)
-            now = datetime.now(UTC)
+            now = at or datetime.now(UTC)
             reason = job.reason
             if state is JobState.FAILED and exit_code:
                 reason = f"exit code {exit_code}"

@@ -51,4 +51,8 @@ def accounted(alias: str, start: datetime, end: datetime) -> list[Run]:
     cluster shared with other portals, only this one's). Raises AccountingUnavailable when its
     accounting cannot be read."""
     instance = site_view(fresh=True).instance
-    return [run for run in get_backend(alias).accounted(start, end) if run.portal in ("", instance)]
+    try:
+        runs = get_backend(alias).accounted(start, end)
+    except BackendError as exc:
+        raise AccountingUnavailable(str(exc)) from exc
+    return [run for run in runs if run.portal in ("", instance)]

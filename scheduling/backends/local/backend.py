@@ -244,6 +244,8 @@ class LocalBackend:
         Returns how many folders it removed. Runs from the engine's periodic housekeeping.
         """
         cutoff = (time.time() if now is None else now) - self.retention_s
+        with self.store.locked():
+            self._live_allocations()  # retires the jobs that ended since the last pass
         removed = 0
         for key in self.store.expired(older_than=cutoff):
             if KEY_RE.match(key):

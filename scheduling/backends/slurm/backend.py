@@ -347,15 +347,28 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             current = job.as_job()
             (ended if current.state.finished else result)[backend_id] = current
         missing = [job_id for job_id, (bid, _) in wanted.items() if bid not in result]
+        accounting_down = False
         if missing:
             # Finished jobs: sacct has the exit code and the accounting Slurm keeps.
-            for job in self._sacct(job_ids=missing):
+            try:
+                finished = self._sacct(job_ids=missing)
+            except BackendError as exc:
+                if not ended:
+                    raise
+                # slurmdbd down: squeue still shows recent ends; the rest wait for it.
+                log.warning("sacct failed; following ended jobs from squeue: %s", exc)
+                finished, accounting_down = [], True
+            for job in finished:
                 backend_id, key = wanted.get(job.job_id, (None, None))
                 if backend_id and job.key == key:
                     result[backend_id] = job.as_job()
         for backend_id, _ in wanted.values():
-            if backend_id not in result:
-                result[backend_id] = ended.get(backend_id) or Job(
+            if backend_id in result:
+                continue
+            if backend_id in ended:
+                result[backend_id] = ended[backend_id]
+            elif not accounting_down:
+                result[backend_id] = Job(
                     backend_id=backend_id,
                     state=JobState.UNKNOWN,
                     reason="Slurm no longer knows the job",

@@ -47,9 +47,11 @@ class SlurmUsage:
         found = {}
         for backend_id, runs in by_job.items():
             runs.sort(key=lambda sr: sr[1].started_at or sr[1].ended_at or _EPOCH)
-            if runs[-1][0] in UNFINISHED:
+            if runs[-1][0] in UNFINISHED or any(run.ended_at is None for _, run in runs):
+                # Still going, or its end not yet in slurmdbd (it was down when the job
+                # ended: slurmctld sends it later, and the elapsed time is not final).
                 continue
-            found[backend_id] = [run for _, run in runs if run.ended_at is not None]
+            found[backend_id] = [run for _, run in runs]
         return found
 
     def accounted(self, start: datetime, end: datetime) -> list[Run]:

@@ -17,7 +17,7 @@ from django.core.management import call_command
 
 from scheduling import engine
 from scheduling.engine import get_backend
-from scheduling.models import TERMINAL_STATES, Task, TaskState
+from scheduling.models import TERMINAL_STATES, Node, Task, TaskState
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import ROOT, descriptor, in_ci, no_lease_schedules, submit
 from tests.integration.conftest import wait_for
@@ -161,3 +161,12 @@ def submit_task(api, **fields) -> int:
 
 def job_id(task: Task) -> str:
     return task.backend_id.partition(":")[0]
+
+
+@pytest.fixture
+def cluster_site(site):
+    """Only the nodes the localhost cluster has."""
+    names = [line.split()[0] for line in (STATE_DIR / "etc" / "nodes.txt").read_text().split("\n") if line.strip()]  # fmt: skip
+    Node.objects.exclude(name__in=names).delete()
+    site_view_invalidate()
+    return names

@@ -20,7 +20,6 @@ from rest_framework.test import APIClient
 from scheduling import services
 from scheduling.engine.health import nodes_apply
 from scheduling.models import Alert, Attempt, Node, NodeLease, Task
-from scheduling.selectors import site_view_invalidate
 from tests.integration.conftest import wait_for, worker_log
 from tests.integration.slurm.conftest import CLUSTER_SH, STATE_DIR, job_id, submit_task
 from tests.integration.test_capacity import FAST, processes_with
@@ -44,15 +43,6 @@ def node_state(name: str, env: dict[str, str]) -> tuple[str, str]:
     state = re.search(r"\bState=(\S+)", line)
     reason = re.search(r"\bReason=(.*?) \[", line)
     return (state.group(1) if state else "", reason.group(1) if reason else "")
-
-
-@pytest.fixture
-def cluster_site(site):
-    """Only the nodes the localhost cluster has."""
-    names = [line.split()[0] for line in (STATE_DIR / "etc" / "nodes.txt").read_text().split("\n") if line.strip()]  # fmt: skip
-    Node.objects.exclude(name__in=names).delete()
-    site_view_invalidate()
-    return names
 
 
 @pytest.fixture
