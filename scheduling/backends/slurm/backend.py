@@ -37,7 +37,7 @@ from scheduling.backends.base import (
     SubmitRequest,
 )
 from scheduling.backends.sandbox import sandbox_argv
-from scheduling.backends.slurm.capacity import DRAIN_PREFIX, SlurmCapacity
+from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.parse import (
     PENDING_REASONS,
@@ -429,21 +429,6 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
     def set_priority(self, backend_id: str, value: int) -> None:
         job_id = backend_id.partition(":")[0]
         self.run(["scontrol", "update", f"JobId={job_id}", f"Priority={int(value)}"])
-
-    def drain(self, node: str, reason: str) -> None:
-        # The prefix tells the health check this drain is the portal's own, not Slurm's.
-        self.run(
-            [
-                "scontrol",
-                "update",
-                f"NodeName={node}",
-                "State=DRAIN",
-                f"Reason={DRAIN_PREFIX}{reason[:180] or 'drained'}",
-            ]
-        )
-
-    def resume(self, node: str) -> None:
-        self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
     def nodes(self) -> list[NodeView]:
         data = slurm_json(self.run(["sinfo", "--json"]))

@@ -15,6 +15,21 @@ DRAIN_PREFIX = "switchyard: "
 class SlurmCapacity:
     run: object  # the CommandRunner of the backend
 
+    def drain(self, node: str, reason: str) -> None:
+        # The prefix tells the health check this drain is the portal's own, not Slurm's.
+        self.run(
+            [
+                "scontrol",
+                "update",
+                f"NodeName={node}",
+                "State=DRAIN",
+                f"Reason={DRAIN_PREFIX}{reason[:180] or 'drained'}",
+            ]
+        )
+
+    def resume(self, node: str) -> None:
+        self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
     def health(self, nodes: list[str]) -> dict[str, NodeHealth]:
         """Slurm's own view of its nodes (`sinfo`): down, not responding, failed or drained
         by Slurm itself is unhealthy; down and not responding have lost their work."""
