@@ -7,8 +7,9 @@ class AccountingConfig(AppConfig):
     def ready(self) -> None:
         # Metering reacts to an attempt's end through the state service's hook: the engine
         # never calls accounting (docs/accounting.md).
-        from accounting import meter
+        from accounting import budget, meter
         from accounting import tasks as _celery_tasks  # noqa: F401 - registers them
         from scheduling import hooks
 
         hooks.on_attempt_end(meter.after_attempt_end)
+        hooks.provide_budget_reader(budget.used_hours)

@@ -71,6 +71,13 @@ class Quota(models.Model):
         GPUS = "gpus", "GPUs"
         CPUS = "cpus", "CPUs"
         TASKS = "tasks", "Running tasks"
+        GPU_HOURS = "gpu_hours", "GPU-hours per period"
+        CORE_HOURS = "core_hours", "Core-hours per period"
+
+    class Period(models.TextChoices):
+        DAY = "day", "Day"
+        WEEK = "week", "Week"
+        MONTH = "month", "Month"
 
     class OverQuota(models.TextChoices):
         QUEUE = "queue", "Wait until there is room"
@@ -86,8 +93,14 @@ class Quota(models.Model):
         blank=True,
         help_text="Empty: the whole project. Set: this member only.",
     )
-    resource = models.CharField(max_length=8, choices=Resource.choices)
+    resource = models.CharField(max_length=10, choices=Resource.choices)
     limit = models.PositiveIntegerField()
+    period = models.CharField(
+        max_length=5,
+        choices=Period.choices,
+        default=Period.MONTH,
+        help_text="For GPU-hours and core-hours: the budget's period (site time zone).",
+    )
     over_quota = models.CharField(max_length=8, choices=OverQuota.choices, default=OverQuota.QUEUE)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -32,10 +32,11 @@ _QUOTAS = inline_serializer(
     fields={
         "queue": serializers.CharField(),
         "user": serializers.CharField(allow_null=True),
-        "resource": serializers.ChoiceField(["gpus", "cpus", "tasks"]),
+        "resource": serializers.ChoiceField(["gpus", "cpus", "tasks", "gpu_hours", "core_hours"]),
         "limit": serializers.IntegerField(),
-        "used": serializers.IntegerField(),
+        "used": serializers.FloatField(help_text="hours for a budget"),
         "over_quota": serializers.ChoiceField(["queue", "reject"]),
+        "period": serializers.CharField(allow_null=True, help_text="a budget's period"),
         "text": serializers.CharField(),
     },
 )

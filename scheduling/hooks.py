@@ -47,3 +47,21 @@ def task_ended(task: Task) -> None:
 def attempt_ended(attempt: Attempt) -> None:
     for hook in list(_attempt_end):
         hook(attempt)
+
+
+# -- budgets ------------------------------------------------------------------------------
+# Budget quotas (GPU-hours, core-hours per period) need the usage accounting meters; the
+# accounting app provides the reader, so scheduling never imports it.
+BudgetReader = Callable[[Any, Any], float]
+_budget_reader: list[BudgetReader] = []
+
+
+def provide_budget_reader(reader: BudgetReader) -> BudgetReader:
+    """`reader(rule, now)` returns the hours a budget rule's scope used in its period."""
+    _budget_reader[:] = [reader]
+    return reader
+
+
+def budget_used(rule: Any, now: Any) -> float:
+    """Hours used by a budget rule's scope in its current period (0 with no reader)."""
+    return _budget_reader[0](rule, now) if _budget_reader else 0.0

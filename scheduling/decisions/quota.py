@@ -14,9 +14,15 @@ from dataclasses import dataclass
 
 from scheduling.decisions.humanize import count
 
-RESOURCES = ("gpus", "cpus", "tasks")
+RESOURCES = ("gpus", "cpus", "tasks", "gpu_hours", "core_hours")
+# Budgets: what a scope used in the current period (settled usage records and what its
+# running tasks have used so far), not what it holds at once.
+BUDGETS = ("gpu_hours", "core_hours")
+PERIODS = ("day", "week", "month")
 OVER_QUOTA = ("queue", "reject")
 _UNIT = {"gpus": "GPU", "cpus": "CPU", "tasks": "running task"}
+_BUDGET_UNIT = {"gpu_hours": "GPU-hours", "core_hours": "core-hours"}
+_PERIOD_TEXT = {"day": "today", "week": "this week", "month": "this month"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +34,7 @@ class QuotaRule:
     over_quota: str = "queue"  # queue: wait; reject: refuse
     user: str | None = None  # None: the whole project
     id: int | None = None
+    period: str = "month"  # budgets only
 
     @property
     def scope(self) -> tuple[str, str, str | None]:
@@ -48,7 +55,14 @@ class Ask:
     cpus: int = 1
 
     def amount(self, resource: str) -> int:
-        return {"gpus": self.gpus, "cpus": self.cpus, "tasks": 1}[resource]
+        """What it adds to a resource; for a budget, 1 if the budget counts it at all."""
+        return {
+            "gpus": self.gpus,
+            "cpus": self.cpus,
+            "tasks": 1,
+            "gpu_hours": int(self.gpus > 0),
+            "core_hours": int(self.cpus > 0),
+        }[resource]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +72,21 @@ class Usage:
     gpus: int = 0
     cpus: int = 0
     tasks: int = 0
+    # Budgets: hours used in the current period (by the rule's period).
+    gpu_hours: float = 0.0
+    core_hours: float = 0.0
 
-    def amount(self, resource: str) -> int:
+    def amount(self, resource: str) -> float:
         return getattr(self, resource)
 
     def plus(self, ask: Ask) -> Usage:
-        return Usage(self.gpus + ask.gpus, self.cpus + ask.cpus, self.tasks + 1)
+        return Usage(
+            self.gpus + ask.gpus,
+            self.cpus + ask.cpus,
+            self.tasks + 1,
+            self.gpu_hours,
+            self.core_hours,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +138,26 @@ def admit(
         need = ask.amount(rule.resource)
         if need == 0:
             continue
-        field = None if rule.resource == "tasks" else f"resources.{rule.resource}"
+        budget = rule.resource in BUDGETS
+        field = (
+            None
+            if rule.resource == "tasks"
+            else f"resources.{'gpus' if rule.resource == 'gpu_hours' else 'cpus'}"
+            if budget
+            else f"resources.{rule.resource}"
+        )
+        if budget:
+            used = usage.get(rule.scope, Usage()).amount(rule.resource)
+            if used < rule.limit:
+                continue
+            text = quota_text(rule, used)
+            if rule.over_quota == "reject":
+                return Reject(f"{text}; this budget refuses more work", field=field, quota=rule.id)
+            if held is None:
+                held = Hold(
+                    f"{text}; it waits for the next period or a larger budget", quota=rule.id
+                )
+            continue
         if need > rule.limit:
             return Reject(
                 f"asks {count(need, _UNIT[rule.resource])}, but {rule.who()} may hold at most "
@@ -135,8 +177,14 @@ def admit(
     return held or ADMIT
 
 
-def quota_text(rule: QuotaRule, used: int) -> str:
-    """`project materials uses 32/32 GPUs in queue training`."""
+def quota_text(rule: QuotaRule, used: float) -> str:
+    """`project materials uses 32/32 GPUs in queue training`; for a budget, `project
+    materials used 130.5/100 GPU-hours in queue training this month`."""
+    if rule.resource in BUDGETS:
+        return (
+            f"{rule.who()} used {used:g}/{rule.limit} {_BUDGET_UNIT[rule.resource]} in queue "
+            f"{rule.queue} {_PERIOD_TEXT.get(rule.period, 'this ' + rule.period)}"
+        )
     unit = {"gpus": "GPUs", "cpus": "CPUs", "tasks": "running tasks"}[rule.resource]
     return f"{rule.who()} uses {used}/{rule.limit} {unit} in queue {rule.queue}"
 

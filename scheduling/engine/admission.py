@@ -23,7 +23,7 @@ from scheduling.models import Task, TaskState
 from scheduling.policy import ordered, site_minute
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
-from scheduling.selectors.quota import queue_usage
+from scheduling.selectors.quota import queue_usage, with_budgets
 from scheduling.states import task_set_state
 
 S = TaskState
@@ -44,7 +44,7 @@ def admit_for_dispatch(task: Task, *, project: str, queue: str, user: str) -> Ad
         # The lock is what makes admission race-free: whoever holds it sees every earlier
         # admission committed.
         list(Quota.objects.select_for_update().filter(pk__in=[r.id for r in rules]).order_by("pk"))
-        usage = queue_usage(task.queue_id, project_id=task.project_id)
+        usage = with_budgets(queue_usage(task.queue_id, project_id=task.project_id), rules)
         decision = admit(ask, rules, usage)
         if isinstance(decision, Admit):
             Task.objects.filter(pk=task.pk, state=S.PENDING).update(admitted=True)
@@ -82,7 +82,8 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
     for queue_id in sorted({t.queue_id for t in held}):
         tasks = [t for t in held if t.queue_id == queue_id]
         queue = tasks[0].queue.name
-        usage: dict = queue_usage(queue_id)
+        rules = {r for t in tasks for r in site.quota_rules(t.project.slug, queue)}
+        usage: dict = with_budgets(queue_usage(queue_id), rules, now)
         shares = share_factors_for(site, queue, now)
         for task in ordered(site, tasks, queue=queue, shares=shares, minute=minute):
             project, user = task.project.slug, task.owner.get_username()

@@ -6,13 +6,18 @@ every scope's use at once, for admission (under the quota rows' lock) and for th
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Sum
+from django.utils import timezone
 
 from portal.models import Project, Quota
-from scheduling.decisions.quota import Usage, quota_text
+from scheduling import hooks
+from scheduling.decisions.quota import BUDGETS, QuotaRule, Usage, quota_text
 from scheduling.models import TERMINAL_STATES, Task
 from scheduling.selectors.site import quota_rule
 
@@ -42,12 +47,26 @@ def queue_usage(queue_id: int, *, project_id: int | None = None) -> dict[Scope, 
     return {scope: Usage(*values) for scope, values in totals.items()}
 
 
+def with_budgets(
+    usage: dict[Scope, Usage], rules: Iterable[QuotaRule], now: datetime | None = None
+) -> dict[Scope, Usage]:
+    """`usage` with the hours each budget rule's scope used in its period filled in."""
+    now = now or timezone.now()
+    for rule in rules:
+        if rule.resource in BUDGETS:
+            hours = round(hooks.budget_used(rule, now), 3)
+            current = usage.get(rule.scope, Usage())
+            usage[rule.scope] = dataclasses.replace(current, **{rule.resource: hours})
+    return usage
+
+
 def project_quotas(project: Project) -> list[dict[str, Any]]:
     """The project's quotas with their limits and what they hold now (for the API and pages)."""
     quotas = list(Quota.objects.filter(project=project).select_related("project", "queue", "user"))
     usage: dict[Scope, Usage] = {}
     for queue_id in {q.queue_id for q in quotas}:
         usage.update(queue_usage(queue_id, project_id=project.pk))
+    usage = with_budgets(usage, [quota_rule(q) for q in quotas])
     report = []
     for quota in quotas:
         rule = quota_rule(quota)
@@ -60,6 +79,7 @@ def project_quotas(project: Project) -> list[dict[str, Any]]:
                 "limit": rule.limit,
                 "used": used,
                 "over_quota": rule.over_quota,
+                "period": rule.period if rule.resource in BUDGETS else None,
                 "text": quota_text(rule, used),
             }
         )

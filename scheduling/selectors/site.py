@@ -182,6 +182,7 @@ def quota_rule(quota: Quota) -> QuotaRule:
         over_quota=quota.over_quota,
         user=quota.user.get_username() if quota.user_id else None,
         id=quota.pk,
+        period=quota.period,
     )
 
 

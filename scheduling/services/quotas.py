@@ -20,8 +20,10 @@ def quota_set(
     limit: int,
     over_quota: str = "queue",
     user: str | None = None,
+    period: str = "month",
 ) -> Quota:
-    """Create or change a quota; waiting tasks see it at the next policy pass."""
+    """Create or change a quota; waiting tasks see it at the next policy pass. `period`
+    is a budget's (gpu_hours, core_hours): day, week or month."""
     if resource not in Quota.Resource.values:
         raise ApplicationError(
             f"must be one of {', '.join(Quota.Resource.values)}", field="resource", got=resource
@@ -30,6 +32,8 @@ def quota_set(
         raise ApplicationError("must be queue or reject", field="over_quota", got=over_quota)
     if limit < 0:
         raise ApplicationError("must be 0 or more", field="limit", got=limit)
+    if period not in Quota.Period.values:
+        raise ApplicationError("must be day, week or month", field="period", got=period)
     the_project = Project.objects.filter(slug=project).first()
     if the_project is None:
         raise ApplicationError("no such project", field="project", got=project)
@@ -49,7 +53,7 @@ def quota_set(
         queue=the_queue,
         user=the_user,
         resource=resource,
-        defaults={"limit": limit, "over_quota": over_quota},
+        defaults={"limit": limit, "over_quota": over_quota, "period": period},
     )
     transaction.on_commit(site_view_invalidate)
     return quota

@@ -25,7 +25,7 @@ from scheduling.engine import settle
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.policy import site_minute, task_level, task_value
 from scheduling.selectors import site_view, tasks_visible_by_ids
-from scheduling.selectors.quota import queue_usage
+from scheduling.selectors.quota import queue_usage, with_budgets
 from scheduling.services.priority import priority_request_from_descriptor
 from scheduling.spec import TaskSpec
 from scheduling.states import task_set_state
@@ -107,7 +107,9 @@ def _check_quotas(spec: TaskSpec, queue: str, user: AbstractBaseUser, prefix: st
         return
     ask = Ask(spec.project, queue, user.get_username(), spec.resources.gpus, spec.resources.cpus)
     usage = (
-        queue_usage(site.queue_ids[queue]) if any(r.over_quota == "reject" for r in rules) else {}
+        with_budgets(queue_usage(site.queue_ids[queue]), rules)
+        if any(r.over_quota == "reject" for r in rules)
+        else {}
     )
     decision = admit(ask, rules, usage)
     if isinstance(decision, Reject):

@@ -22,10 +22,14 @@ class Command(BaseCommand):
         for p in (change, drop):
             p.add_argument("project")
             p.add_argument("queue")
-            p.add_argument("resource", choices=["gpus", "cpus", "tasks"])
+            p.add_argument("resource", choices=["gpus", "cpus", "tasks", "gpu_hours", "core_hours"])
             p.add_argument("--user", help="a member: the quota is theirs alone")
         change.add_argument("limit", type=int)
         change.add_argument("--over-quota", choices=["queue", "reject"], default="queue")
+        change.add_argument(
+            "--period", choices=["day", "week", "month"], default="month",
+            help="a GPU-hours or core-hours budget's period",
+        )  # fmt: skip
 
     def handle(self, *args, action: str, **opts):
         try:
@@ -37,6 +41,7 @@ class Command(BaseCommand):
                     limit=opts["limit"],
                     over_quota=opts["over_quota"],
                     user=opts["user"],
+                    period=opts["period"],
                 )
                 self.stdout.write(f"set: {quota}")
             elif action == "delete":

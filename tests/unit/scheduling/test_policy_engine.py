@@ -144,6 +144,7 @@ def test_the_quota_api_shows_limit_and_use_and_hides_other_projects(api, outside
         "limit": 32,
         "used": 16,
         "over_quota": "queue",
+        "period": None,
         "text": "project materials uses 16/32 GPUs in queue training",
     }
     assert outsider_api.get("/api/v1/projects/materials/quotas/").status_code == 404
