@@ -6,6 +6,7 @@ backend. `DATABASE_URL` switches to PostgreSQL, `REDIS_URL` to a Redis broker.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -182,7 +183,11 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    # plotly.js as the pinned plotly package ships it (the usage charts; docs/accounting.md).
+    ("vendor/plotly", Path(importlib.util.find_spec("plotly").origin).parent / "package_data"),
+]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 
 LOGIN_URL = "login"

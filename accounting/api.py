@@ -1,0 +1,237 @@
+"""REST API v1 for usage: reports and exports, a task's usage, collectors' samples, and
+reconciliations (docs/accounting.md)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
+from rest_framework.permissions import BasePermission
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounting import reports, services
+from accounting.exports import csv_stream, xlsx_stream
+from accounting.models import Collector, Reconciliation
+from portal.errors import ApplicationError
+from scheduling.selectors.access import task_get_for_user
+
+
+class _Download(BaseRenderer):
+    """Lets `?format=csv|xlsx` through content negotiation; the view streams the file."""
+
+    charset = None
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return b""
+
+
+class CSVRenderer(_Download):
+    media_type = "text/csv"
+    format = "csv"
+
+
+class XLSXRenderer(_Download):
+    media_type = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    format = "xlsx"
+
+
+def download(q: reports.UsageQuery, user, fmt: str) -> StreamingHttpResponse:
+    """The query as a streamed CSV or XLSX file named after its period and filters."""
+    header, rows = table(q, user)
+    currency = settings.SWITCHYARD_CURRENCY
+    if fmt == "csv":
+        body, kind = csv_stream(header, rows), CSVRenderer.media_type
+    else:
+        body, kind = xlsx_stream(f"usage {currency}", header, rows), XLSXRenderer.media_type
+    response = StreamingHttpResponse(body, content_type=kind)
+    response["Content-Disposition"] = f'attachment; filename="usage_{q.slug()}.{fmt}"'
+    return response
+
+
+def table(q: reports.UsageQuery, user) -> tuple[list[str], Iterable[tuple]]:
+    if q.by_record:
+        return list(reports.RECORD_COLUMNS), reports.records(user, q)
+    columns = (["period"] if q.period != "all" else []) + list(q.group_by)
+    columns = [c for c in columns if c != "metric"]
+    header = [*columns, "metric", "unit", "quantity", "charge", "currency", "records"]
+
+    def rows() -> Iterator[tuple]:
+        currency = settings.SWITCHYARD_CURRENCY
+        for row in reports.report(user, q):
+            yield (*(row.get(c) for c in columns), row["metric"], row["unit"], row["quantity"],
+                   row["charge"], currency, row["records"])  # fmt: skip
+
+    return header, rows()
+
+
+_PARAMS = [
+    OpenApiParameter("from", str, description="first day, YYYY-MM-DD (default: the month's first)"),
+    OpenApiParameter("to", str, description="last day, YYYY-MM-DD (default: today)"),
+    OpenApiParameter("group_by", str, description="up to two of project, user, queue, pool, "
+                     "type, metric (comma-separated); none; or record (every record)"),
+    OpenApiParameter("period", str, description="day, week, month or all"),
+    OpenApiParameter("format", str, description="json (default), csv or xlsx"),
+    *[OpenApiParameter(f, str, description=f"only this {f}") for f in reports.FILTERS],
+]  # fmt: skip
+
+
+class UsageReport(APIView):
+    renderer_classes = [JSONRenderer, CSVRenderer, XLSXRenderer]
+
+    @extend_schema(
+        parameters=_PARAMS,
+        responses={
+            200: inline_serializer(
+                "UsageReport",
+                {
+                    "query": serializers.DictField(),
+                    "currency": serializers.CharField(),
+                    "rows": serializers.ListField(child=serializers.DictField()),
+                    "totals": serializers.ListField(child=serializers.DictField()),
+                },
+            )
+        },  # fmt: skip
+        description="Usage and charges, grouped and by period; finance sees every project, "
+        "anyone else their own. `format=csv|xlsx` streams a file.",
+    )
+    def get(self, request: Request) -> Response | StreamingHttpResponse:
+        q = reports.parse_query(request.query_params)
+        fmt = request.query_params.get("format", "json")
+        if fmt in ("csv", "xlsx"):
+            return download(q, request.user, fmt)
+        if q.by_record:
+            raise ApplicationError(
+                "every record comes as a file: add format=csv or format=xlsx",
+                field="format",
+                got=fmt,
+            )
+        return Response(
+            {
+                "query": q.params(),
+                "currency": settings.SWITCHYARD_CURRENCY,
+                "rows": reports.as_json(reports.report(request.user, q)),
+                "totals": reports.as_json(reports.totals(request.user, q)),
+            }
+        )
+
+
+class TaskUsage(APIView):
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                "TaskUsage",
+                {
+                    "settled": serializers.ListField(child=serializers.DictField()),
+                    "committed": serializers.ListField(child=serializers.DictField()),
+                },
+            )
+        },  # fmt: skip
+        description="A task's usage: billed records per attempt and metric (settled), and "
+        "what its running attempt has used so far (committed).",
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        task = task_get_for_user(request.user, pk)
+        usage = services.task_usage(task)
+        return Response({part: reports.as_json(rows) for part, rows in usage.items()})
+
+
+# -- collectors -----------------------------------------------------------------------------
+
+
+class CollectorAuthentication(BaseAuthentication):
+    """`Authorization: Collector <token>`: good for the sample ingest and nothing else."""
+
+    keyword = b"collector"
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword:
+            return None
+        if len(parts) != 2:
+            raise AuthenticationFailed("Authorization: Collector <token>")
+        digest = hashlib.sha256(parts[1]).hexdigest()
+        collector = Collector.objects.filter(token_digest=digest, active=True).first()
+        if collector is None:
+            raise AuthenticationFailed("unknown or disabled collector token")
+        Collector.objects.filter(pk=collector.pk).update(last_seen=timezone.now())
+        return (None, collector)
+
+    def authenticate_header(self, request):
+        return "Collector"
+
+
+class CollectorScheme(OpenApiAuthenticationExtension):
+    target_class = CollectorAuthentication
+    name = "collectorToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "`Collector <token>` (manage.py collector add NAME)"}  # fmt: skip
+
+
+class IsCollector(BasePermission):
+    def has_permission(self, request, view) -> bool:
+        return isinstance(request.auth, Collector)
+
+
+class SampleIngest(APIView):
+    authentication_classes = [CollectorAuthentication]
+    permission_classes = [IsCollector]
+
+    @extend_schema(
+        request=inline_serializer("Samples", {"samples": serializers.ListField(
+            child=serializers.DictField(), help_text="{id, project, metric: storage|network, "
+            "quantity (GB-days or GB), at (ISO time or date), user?}")}),
+        responses={200: inline_serializer("SamplesStored", {
+            "recorded": serializers.IntegerField(), "already": serializers.IntegerField()})},
+        description="A collector's storage and network samples; idempotent by sample id.",
+    )  # fmt: skip
+    def post(self, request: Request) -> Response:
+        data = request.data if isinstance(request.data, dict) else {}
+        return Response(
+            services.samples_ingest(collector=request.auth, samples=data.get("samples"))
+        )
+
+
+# -- reconciliation -------------------------------------------------------------------------
+
+
+class ReconciliationSerializer(serializers.ModelSerializer):
+    differences = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Reconciliation
+        fields = ["id", "backend", "period_start", "period_end", "ran_at", "outcome",
+                  "tolerance", "jobs", "missing", "extra", "duplicate", "mismatched",
+                  "differences", "details", "error"]  # fmt: skip
+
+
+class ReconciliationList(APIView):
+    @extend_schema(responses={200: ReconciliationSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        if not reports.sees_all(request.user):
+            raise PermissionDenied("finance and platform admins see reconciliations")
+        rows = Reconciliation.objects.all()[:100]
+        return Response(ReconciliationSerializer(rows, many=True).data)
+
+    @extend_schema(
+        request=None,
+        responses={201: ReconciliationSerializer(many=True)},
+        description="Meter what is left and reconcile every backend now (finance, admins).",
+    )
+    def post(self, request: Request) -> Response:
+        if not reports.sees_all(request.user):
+            raise PermissionDenied("finance and platform admins run reconciliations")
+        results = services.reconcile_now()
+        return Response(ReconciliationSerializer(results, many=True).data, status=201)
