@@ -58,7 +58,9 @@ def _inner(n: int) -> dict[str, Any]:
     backend = get_backend("slurm")
     alice = User.objects.get(username="alice")
     doc = c.small_descriptor("probe", type="agent", walltime="5m", command=["true"])
-    backend.ensure_association("materials", None)
+    # The raw sbatch does not retry on "Invalid account": the association must exist first,
+    # for the account the jobs run as (on a fresh cluster nothing has made it yet).
+    backend.ensure_association("materials", backend.service_account)
 
     tasks = []
     for i in range(n):

@@ -1,9 +1,9 @@
 """Accounting on the localhost Slurm with a real worker: the portal's totals equal `sacct`'s,
 reconciliation is clean, replays change nothing, and slurmdbd stopping loses nothing.
 
-The workload is the seed's launch mix, scaled to this cluster (two nodes per pool) and
-shortened in time: 50 short agent tasks, 2 training tasks of 2 nodes × 8 GPUs, one HPC task
-of 128 cores over 2 nodes.
+The workload is the seed's launch mix, shortened in time: 50 short agent tasks, 2 training
+tasks of 4 nodes × 8 GPUs, one HPC task of 256 cores (4 nodes of 64). The cluster grows to 4
+nodes per pool for it and goes back to what it was afterwards.
 """
 
 from __future__ import annotations
@@ -67,18 +67,54 @@ def all_metered(ids: list[int]) -> bool:
     )
 
 
+def nodes_per_pool() -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for line in (STATE_DIR / "etc" / "nodes.txt").read_text().splitlines():
+        if line.strip():
+            counts[line.split()[0].rstrip("0123456789")] += 1
+    return counts
+
+
+@pytest.fixture
+def launch_cluster(slurm_env):
+    """The localhost cluster with 4 nodes per pool (12 slurmd), as long as the test runs."""
+    before = nodes_per_pool()
+    if before["gpu"] >= 4 and before["cpu"] >= 4:
+        yield
+        return
+
+    def start(extra: dict[str, str]) -> None:
+        env = {**os.environ, **extra}
+        done = subprocess.run(["bash", str(CLUSTER_SH), "start"], env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+
+    start({"SWITCHYARD_SLURM_NODES_PER_POOL": "4"})
+    try:
+        yield
+    finally:
+        start({})  # as the session started it (SWITCHYARD_SLURM_NODES_PER_POOL, default 2)
+
+
+@pytest.fixture
+def launch_site(launch_cluster, cluster_site):
+    return cluster_site
+
+
 def test_the_launch_mix_is_billed_exactly_as_slurm_accounted_it(
-    cluster_site, api, start_worker, slurm_env
+    launch_site, api, start_worker, slurm_env
 ):
+    assert nodes_per_pool()["gpu"] >= 4 and nodes_per_pool()["cpu"] >= 4
+    assert {"gpu001", "gpu004", "cpu004"} <= set(launch_site)
     started = timezone.now()
     worker = start_worker(extra_env=FAST)
     ids = [submit_task(api, name=f"agent-{i}", type="agent", walltime="5m",
                        command=["sh", "-c", f"sleep {1 + i % 3}"]) for i in range(50)]  # fmt: skip
     ids += [submit_task(api, name=f"train-{i}", type="ai-training", estimate="1m", walltime="5m",
-                        resources={"nodes": 2, "gpus": 16, "cpus": 16, "memory": "8Gi"},
+                        resources={"nodes": 4, "gpus": 32, "cpus": 32, "memory": "8Gi"},
                         command=["sleep", "3"]) for i in range(2)]  # fmt: skip
     ids.append(submit_task(api, name="hpc", type="hpc-simulation", walltime="5m",
-                           resources={"cpus": 128, "memory": "4Gi"}, command=["sleep", "4"]))  # fmt: skip
+                           resources={"cpus": 256, "memory": "4Gi"}, command=["sleep", "4"]))  # fmt: skip
 
     def done():
         return all(t.is_terminal for t in Task.objects.filter(pk__in=ids))
