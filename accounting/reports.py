@@ -271,9 +271,11 @@ def pool_utilisation(user: AbstractBaseUser, q: UsageQuery) -> list[dict[str, An
         .annotate(quantity=Sum("quantity"))
     }
     out = []
-    for pool in Pool.objects.order_by("name"):
-        cores = sum(n.cpus for n in pool.nodes.all())
-        gpus = sum(n.gpus for n in pool.nodes.all())
+    pools = Pool.objects.order_by("name").annotate(
+        cores=Sum("nodes__cpus"), gpus=Sum("nodes__gpus")
+    )
+    for pool in pools:
+        cores, gpus = pool.cores or 0, pool.gpus or 0
         row = {"pool": pool.name}
         for metric, capacity in (("cpu", cores), ("gpu", gpus)):
             amount = _shown(used.get((pool.name, metric), 0), METRICS[metric].per)

@@ -252,3 +252,19 @@ def test_a_tasks_usage_fragment_is_404_outside_its_projects(usage, browser, outs
     task = Task.objects.get(name="m1")
     assert browser.get(f"/usage/tasks/{task.pk}/").status_code == 200
     assert outsider_browser.get(f"/usage/tasks/{task.pk}/").status_code == 404
+
+
+def test_pool_utilisation_is_used_hours_over_the_pools_capacity(usage):
+    from accounting import reports
+    from scheduling.models import Node
+
+    finance = User.objects.get(username="finn")
+    day = DAY1.date()
+    rows = {r["pool"]: r for r in reports.pool_utilisation(
+        finance, reports.UsageQuery(day, day, ("pool",), "all"))}  # fmt: skip
+    cores = sum(Node.objects.filter(pool__name="cpu-hpc").values_list("cpus", flat=True))
+    hpc = rows["cpu-hpc"]
+    assert hpc["cpu_hours"] == Decimal(12)  # materials m1 (4 × 1 h) and genomics g1 (8 × 1 h)
+    assert hpc["cpu_percent"] == (Decimal(12) * 100 / (cores * 24)).quantize(Decimal("0.1"))
+    assert rows["inference-agent"]["gpu_hours"] == Decimal(1)  # climate c1: 2 GPUs × 30 min
+    assert hpc["gpu_percent"] is None  # a pool without GPUs has no GPU utilisation
