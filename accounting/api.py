@@ -23,6 +23,7 @@ from rest_framework.views import APIView
 from accounting import reports, services
 from accounting.exports import csv_stream, xlsx_stream
 from accounting.models import Collector, Reconciliation
+from portal import roles
 from portal.errors import ApplicationError
 from scheduling.selectors.access import task_get_for_user
 
@@ -231,7 +232,7 @@ class ReconciliationList(APIView):
         description="Meter what is left and reconcile every backend now (finance, admins).",
     )
     def post(self, request: Request) -> Response:
-        if not reports.sees_all(request.user):
-            raise PermissionDenied("finance and platform admins run reconciliations")
+        if not roles.is_platform_admin(request.user):
+            raise PermissionDenied("platform admins run reconciliations (finance reads them)")
         results = services.reconcile_now()
         return Response(ReconciliationSerializer(results, many=True).data, status=201)

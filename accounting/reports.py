@@ -24,10 +24,10 @@ from django.utils import timezone
 
 from accounting.metrics import METRICS, MICROS, RunUsage, quantities
 from accounting.models import UsageDaily, UsageRecord
+from portal import roles
 from portal.errors import ApplicationError, ErrorItem
 from scheduling.models import Attempt, AttemptState, Pool
 
-FINANCE_GROUP = "finance"
 # What a report groups by: the name in the URL → the roll-up's column.
 GROUPS = {
     "project": "project__slug",
@@ -108,9 +108,7 @@ def parse_query(params: Mapping[str, str], *, today: date | None = None) -> Usag
 
 
 def sees_all(user: AbstractBaseUser) -> bool:
-    return bool(
-        user.is_superuser or user.groups.filter(name=FINANCE_GROUP).exists()  # type: ignore[attr-defined]
-    )
+    return roles.sees_all_usage(user)
 
 
 def daily_for(user: AbstractBaseUser, q: UsageQuery) -> QuerySet[UsageDaily]:

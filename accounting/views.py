@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from accounting import charts, reports, services
 from accounting.metrics import METRICS
 from accounting.models import Reconciliation
+from portal import roles
 from portal.errors import ApplicationError
 from portal.models import Project
 from scheduling.models import Pool, Queue
@@ -112,14 +113,17 @@ def reconciliations(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "accounting/reconciliations.html",
-        {"runs": Reconciliation.objects.all()[:50]},
+        {
+            "runs": Reconciliation.objects.all()[:50],
+            "can_run": roles.is_platform_admin(request.user),
+        },
     )
 
 
 @login_required
 @require_POST
 def reconcile_now(request: HttpRequest) -> HttpResponse:
-    if not reports.sees_all(request.user):
+    if not roles.is_platform_admin(request.user):
         raise Http404("no such page")
     results = services.reconcile_now()
     summary = ", ".join(f"{r.backend}: {r.get_outcome_display().lower()}" for r in results)

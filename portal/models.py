@@ -182,3 +182,111 @@ class PriorityRequest(models.Model):
     def __str__(self) -> str:
         what = f"task #{self.task_id}" if self.task_id else f"{self.project} in {self.queue}"
         return f"#{self.pk} {what} → {self.get_level_display()} ({self.state})"
+
+
+class ConfigVersion(models.Model):
+    """One change to the site's configuration: what an object was after it, who made it,
+    when and why. Rolling back writes a new version (docs/console.md)."""
+
+    class Action(models.TextChoices):
+        CREATE = "create", "Created"
+        UPDATE = "update", "Changed"
+        DELETE = "delete", "Deleted"
+        ROLLBACK = "rollback", "Rolled back"
+
+    at = models.DateTimeField(auto_now_add=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Empty: the portal itself (a seed, a schedule).",
+    )
+    author_name = models.CharField(max_length=150, blank=True)
+    model = models.CharField(max_length=100, help_text="app_label.model")
+    object_id = models.PositiveBigIntegerField()
+    object_repr = models.CharField(max_length=200)
+    action = models.CharField(max_length=8, choices=Action.choices)
+    before = models.JSONField(null=True, blank=True, help_text="Empty: it did not exist.")
+    after = models.JSONField(null=True, blank=True, help_text="Empty: it was deleted.")
+    reason = models.TextField(blank=True)
+    restores = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="For a rollback: the version it went back to.",
+    )
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["model", "object_id"], name="config_version_object")]
+
+    def __str__(self) -> str:
+        return f"v{self.pk} {self.action} {self.model} {self.object_repr}"
+
+
+class AppendOnly(models.QuerySet):
+    def update(self, **kwargs):
+        raise ValueError("the audit log is append-only")
+
+    def delete(self):
+        raise ValueError("the audit log is append-only")
+
+
+class AuditEvent(models.Model):
+    """Who did what, when, from where: written once, never changed or deleted.
+
+    Plain text and numbers, no foreign keys: a row outlives the user, task or queue it names
+    (a deleted user must not rewrite history). PostgreSQL refuses UPDATE and DELETE on the
+    table itself (a trigger); the model refuses them everywhere.
+    """
+
+    class Action(models.TextChoices):
+        TASK_SUBMIT = "task.submit", "Task submitted"
+        TASK_CANCEL = "task.cancel", "Task cancelled"
+        WORKFLOW_SUBMIT = "workflow.submit", "Workflow submitted"
+        WORKFLOW_CANCEL = "workflow.cancel", "Workflow cancelled"
+        PRIORITY_REQUEST = "priority.request", "Priority raise asked"
+        PRIORITY_APPROVE = "priority.approve", "Priority raise approved"
+        PRIORITY_REJECT = "priority.reject", "Priority raise rejected"
+        QUOTA_SET = "quota.set", "Quota set"
+        QUOTA_DELETE = "quota.delete", "Quota removed"
+        MEMBER_ADD = "member.add", "Member added"
+        MEMBER_REMOVE = "member.remove", "Member removed"
+        NODE_DRAIN = "node.drained", "Node drained"
+        NODE_DOWN = "node.down", "Node marked down"
+        NODE_RESUME = "node.up", "Node resumed"
+        LEASE_OPEN = "lease.open", "Lease opened"
+        LEASE_END = "lease.end", "Lease ended"
+        CONFIG_CHANGE = "config.change", "Configuration changed"
+        CONFIG_ROLLBACK = "config.rollback", "Configuration rolled back"
+        LOGIN_FAILED = "login.failed", "Login failed"
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor_id = models.BigIntegerField(null=True, blank=True, help_text="Empty: the portal.")
+    actor = models.CharField(max_length=150, blank=True, db_index=True)
+    action = models.CharField(max_length=32, choices=Action.choices, db_index=True)
+    target = models.CharField(max_length=200, help_text="What it acted on: `task #12`.")
+    project = models.CharField(max_length=63, blank=True, db_index=True)
+    queue = models.CharField(max_length=63, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+
+    objects = AppendOnly.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor or 'portal'} {self.action} {self.target}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("the audit log is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("the audit log is append-only")

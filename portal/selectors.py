@@ -1,12 +1,16 @@
-"""Reads with permission checks for projects."""
+"""Reads with permission checks: projects, the audit log."""
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from datetime import UTC, datetime
 
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_date, parse_datetime
+
+from portal import roles
 from portal.errors import ApplicationError
-from portal.models import Project
+from portal.models import AuditEvent, Project
 
 
 def project_list_for_user(user: AbstractBaseUser) -> QuerySet[Project]:
@@ -24,3 +28,72 @@ def project_get_for_member(user: AbstractBaseUser, slug: str, *, field: str = "p
     if project is None:
         raise ApplicationError("you are not a member of this project", field=field, got=slug)
     return project
+
+
+# Ids the database can hold (a bigint): a larger number in a URL is a 404, not a 500.
+_MAX_ID = 2**63 - 1
+
+
+def checked_pk(pk: int | str) -> int:
+    value = int(pk)
+    if not 0 < value <= _MAX_ID:
+        raise ValueError(pk)
+    return value
+
+
+def audit_visible_to(user: AbstractBaseUser) -> QuerySet[AuditEvent]:
+    """A platform admin reads every row; anyone else what they did themselves, what happened
+    in the projects they lead and in the queues they administer."""
+    rows = AuditEvent.objects.all()
+    if roles.is_platform_admin(user):
+        return rows
+    led = list(
+        Project.objects.filter(memberships__user=user, memberships__role="pi").values_list(
+            "slug", flat=True
+        )
+    )
+    queues = list(user.administered_queues.values_list("name", flat=True))  # type: ignore[attr-defined]
+    return rows.filter(Q(actor_id=user.pk) | Q(project__in=led) | Q(queue__in=queues))
+
+
+def audit_filter(rows: QuerySet[AuditEvent], params) -> QuerySet[AuditEvent]:
+    """Narrow by `action`, `actor`, `project` and `since` (a date or time, ISO 8601)."""
+    action = params.get("action") or ""
+    if action:
+        if action not in AuditEvent.Action.values:
+            raise ApplicationError(
+                f"must be one of {', '.join(AuditEvent.Action.values)}",
+                field="action",
+                got=action[:80],
+            )
+        rows = rows.filter(action=action)
+    if params.get("actor"):
+        rows = rows.filter(actor=params["actor"][:150])
+    if params.get("project"):
+        rows = rows.filter(project=params["project"][:63])
+    since = params.get("since") or ""
+    if since:
+        when = _time(since) or _day(since)
+        if when is None:
+            raise ApplicationError(
+                "must be a date (2026-12-01) or a time (2026-12-01T08:00Z)",
+                field="since",
+                got=since[:80],
+            )
+        rows = rows.filter(at__gte=when if when.tzinfo else when.replace(tzinfo=UTC))
+    return rows
+
+
+def _time(text: str) -> datetime | None:
+    try:
+        return parse_datetime(text)
+    except ValueError:
+        return None
+
+
+def _day(text: str) -> datetime | None:
+    try:
+        day = parse_date(text)
+    except ValueError:
+        return None
+    return datetime(day.year, day.month, day.day, tzinfo=UTC) if day else None

@@ -84,6 +84,8 @@ MIDDLEWARE = [
     "portal.middleware.QueryStringGuard",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Who is acting, for the audit log and the configuration history (docs/console.md).
+    "portal.audit.RequestContext",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -104,6 +106,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "portal.roles.context",
             ],
         },
     },

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from portal import api, views
 from portal.auth import TokenCurrent, TokenObtain
 
 urlpatterns = [
@@ -13,8 +14,19 @@ urlpatterns = [
     path("api/v1/", include("accounting.urls_api")),
     path("api/v1/auth/token/", TokenObtain.as_view(), name="api-token"),
     path("api/v1/auth/token/current/", TokenCurrent.as_view(), name="api-token-current"),
+    path("api/v1/audit/", api.AuditList.as_view(), name="api-audit"),
+    path("api/v1/config/versions/", api.ConfigVersionList.as_view(), name="api-config-versions"),
+    path(
+        "api/v1/config/versions/<int:pk>/rollback/",
+        api.ConfigRollback.as_view(),
+        name="api-config-rollback",
+    ),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("audit/", views.audit_log, name="audit"),
+    path("config/", views.config_history, name="config-history"),
+    path("config/<int:pk>/", views.config_version, name="config-version"),
+    path("config/<int:pk>/rollback/", views.config_rollback, name="config-rollback"),
     path("", include("accounting.urls")),
     path("", include("scheduling.urls")),
 ]

@@ -245,7 +245,7 @@ class TaskCancel(APIView):
         "a worker (`cancelling` is true until then). 409: it had already ended.",
     )
     def post(self, request: Request, pk: int) -> Response:
-        task = task_get_for_user(request.user, pk)
+        task = task_get_for_user(request.user, pk, change=True)
         task = services.task_cancel(user=request.user, task=task)
         data = TaskSerializer(task, context={"request": request}).data
         return Response(data, status=202 if task.cancelling else 200)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduling import views, views_capacity, views_policy
+from scheduling import views, views_capacity, views_console, views_policy
 
 urlpatterns = [
     path("", views.task_list, name="task-list"),
@@ -22,6 +22,11 @@ urlpatterns = [
         name="priority-request-decide",
     ),
     path("queues/", views_policy.queue_list, name="queue-list"),
+    path("queues/<slug:name>/edit/", views_console.queue_edit, name="queue-edit"),
+    path("projects/", views_console.project_list, name="project-list"),
+    path("projects/<slug:slug>/", views_console.project_detail, name="project-detail"),
+    path("projects/<slug:slug>/members/", views_console.project_members, name="project-members"),
+    path("projects/<slug:slug>/quotas/", views_console.project_quota, name="project-quota"),
     path("capacity/", views_capacity.capacity, name="capacity"),
     path("capacity/lend/", views_capacity.lend, name="capacity-lend"),
     path("capacity/leases/<int:pk>/end/", views_capacity.lease_end, name="capacity-lease-end"),

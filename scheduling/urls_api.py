@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduling import api, api_capacity, api_policy
+from scheduling import api, api_capacity, api_console, api_policy
 
 urlpatterns = [
     path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),
@@ -14,7 +14,16 @@ urlpatterns = [
     path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
     path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
     path("leases/<int:pk>/end/", api_capacity.LeaseEnd.as_view(), name="api-lease-end"),
-    path("projects/<slug:slug>/quotas/", api_policy.ProjectQuotas.as_view(), name="api-quotas"),
+    path("projects/<slug:slug>/quotas/", api_console.ProjectQuotas.as_view(), name="api-quotas"),
+    path("projects/<slug:slug>/members/", api_console.ProjectMembers.as_view(), name="api-members"),
+    path(
+        "projects/<slug:slug>/members/<str:username>/",
+        api_console.ProjectMember.as_view(),
+        name="api-member",
+    ),
+    path("queues/", api_console.QueueList.as_view(), name="api-queues"),
+    path("queues/<slug:name>/", api_console.QueueDetail.as_view(), name="api-queue"),
+    path("nodes/<str:name>/<str:state>/", api_console.NodeState.as_view(), name="api-node-state"),
     path(
         "priority-requests/",
         api_policy.PriorityRequestList.as_view(),

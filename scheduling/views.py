@@ -22,6 +22,7 @@ from scheduling.decisions.levels import HIGH, LEVELS
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
 from scheduling.models import TERMINAL_STATES, Task, TaskState, WorkflowState
 from scheduling.selectors import (
+    can_change_task,
     task_get_for_user,
     task_list_for_user,
     workflow_get_for_user,
@@ -64,7 +65,8 @@ def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "live": not task.is_terminal,
         "wait": explain(task),
         "level": LEVELS[task.level],
-        "can_ask": not task.is_terminal and task.level < HIGH,
+        "can_change": (can_change := can_change_task(request.user, task)),
+        "can_ask": can_change and not task.is_terminal and task.level < HIGH,
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
     }
     # While the task lives, htmx re-fetches the status block (state, timeline, log) every 2 s.
@@ -75,7 +77,7 @@ def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def task_cancel(request: HttpRequest, pk: int) -> HttpResponse:
-    task = task_get_for_user(request.user, pk)
+    task = task_get_for_user(request.user, pk, change=True)
     try:
         services.task_cancel(user=request.user, task=task)
     except ApplicationError as exc:

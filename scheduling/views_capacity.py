@@ -1,14 +1,17 @@
-"""The Capacity page: nodes and their health, leases, alerts; admins drain, resume and lend."""
+"""The Capacity page: nodes and their health, leases, alerts. Platform admins drain, resume and
+lend any node; a queue admin drains and resumes the nodes of their queues' pools."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from portal import roles
 from portal.errors import ApplicationError
 from scheduling import services
 from scheduling.api_policy import parse_until
@@ -16,24 +19,36 @@ from scheduling.models import Alert, Node, NodeLease, Pool, Queue
 
 
 def _platform_admin(request: HttpRequest) -> None:
-    if not request.user.is_superuser:
+    if not roles.is_platform_admin(request.user):
         raise Http404("no such page")
+
+
+def _pools(request: HttpRequest):
+    """A platform admin's pools are all of them; a queue admin's, those of their queues."""
+    pools = Pool.objects.order_by("name")
+    if not roles.is_platform_admin(request.user):
+        pools = pools.filter(pk__in=roles.administered_pool_ids(request.user))
+    return pools
 
 
 @login_required
 def capacity(request: HttpRequest) -> HttpResponse:
-    _platform_admin(request)
-    pools = Pool.objects.prefetch_related("nodes").order_by("name")
+    pools = _pools(request).prefetch_related("nodes")
+    if not pools:
+        raise Http404("no such page")
+    admin = roles.is_platform_admin(request.user)
+    leases = NodeLease.objects.select_related("pool", "queue").prefetch_related("nodes")
+    alerts = Alert.objects.select_related("node", "task")
+    if not admin:  # a queue admin: what touches their pools
+        leases = leases.filter(Q(pool__in=pools) | Q(queue__pool__in=pools))
+        alerts = alerts.filter(Q(node__pool__in=pools) | Q(task__queue__pool__in=pools))
     context = {
+        "platform_admin": admin,
         "pools": pools,
         "queues": Queue.objects.select_related("pool").order_by("name"),
-        "active": NodeLease.objects.filter(state=NodeLease.State.ACTIVE)
-        .select_related("pool", "queue")
-        .prefetch_related("nodes"),
-        "past": NodeLease.objects.filter(state=NodeLease.State.ENDED)
-        .select_related("pool", "queue")
-        .prefetch_related("nodes")[:20],
-        "alerts": Alert.objects.select_related("node", "task")[:30],
+        "active": leases.filter(state=NodeLease.State.ACTIVE),
+        "past": leases.filter(state=NodeLease.State.ENDED)[:20],
+        "alerts": alerts[:30],
         "now": timezone.now(),
     }
     return render(request, "scheduling/capacity.html", context)
@@ -42,10 +57,9 @@ def capacity(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def node_state(request: HttpRequest, pk: int, state: str) -> HttpResponse:
-    _platform_admin(request)
     if state not in Node.State.values:
         raise Http404("no such state")
-    node = Node.objects.filter(pk=pk).first()
+    node = Node.objects.filter(pk=pk, pool__in=_pools(request)).select_related("pool").first()
     if node is None:
         raise Http404("no such node")
     services.nodes_set_state(
@@ -53,6 +67,7 @@ def node_state(request: HttpRequest, pk: int, state: str) -> HttpResponse:
         state=state,
         reason=request.POST.get("reason") or f"set {state} on the Capacity page",
         by=request.user.get_username(),
+        user=request.user,
     )
     messages.success(request, f"Node {node.name}: {state}; its backend follows.")
     return redirect("capacity")

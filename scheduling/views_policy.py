@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from portal import roles
 from portal.errors import ApplicationError
 from portal.selectors import project_list_for_user
 from scheduling import services
@@ -31,7 +33,7 @@ from scheduling.spec import TASK_TYPES
 @login_required
 @require_POST
 def task_priority_request(request: HttpRequest, pk: int) -> HttpResponse:
-    task = task_get_for_user(request.user, pk)
+    task = task_get_for_user(request.user, pk, change=True)
     try:
         made = services.priority_request_create(
             user=request.user,
@@ -75,6 +77,8 @@ def priority_request_decide(request: HttpRequest, pk: int, verdict: str) -> Http
             comment=request.POST.get("comment", ""),
         )
     except ApplicationError as exc:
+        if exc.status == 403:  # they see the request (their project's) but do not decide it
+            raise PermissionDenied(str(exc)) from None
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Request #{found.pk} {found.state}.")
@@ -104,6 +108,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
                 "windows": [(format_window(w), w.covers(minute)) for w in windows],
                 "quotas": quotas.get(queue.name, []),
                 "admins": [a.get_username() for a in queue.admins.all()],
+                "can_edit": roles.administers_queue(request.user, queue.pk),
             }
         )
     context = {"queues": queues, "now": now, "classifier": site.classifier}

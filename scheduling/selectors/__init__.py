@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from scheduling.selectors.access import (
+    can_change_task,
     task_get_for_user,
     task_list_for_user,
     tasks_visible_by_ids,
@@ -21,6 +22,7 @@ from scheduling.selectors.site import (
 
 __all__ = [
     "SiteView",
+    "can_change_task",
     "node_view",
     "node_views_for_backend",
     "queue_policy",

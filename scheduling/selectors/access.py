@@ -1,6 +1,9 @@
 """Reads with permission checks: the only way views reach tasks and workflows.
 
-An object outside the user's projects does not exist for them: a 404, never a 403.
+Who sees a task: its project's members, the admins of its queue (read only: they answer
+"why does it wait"), platform admins. Who changes it (cancel, ask for priority): its
+project's members and platform admins. A task a user cannot see does not exist for them (a
+404); one they see but may not change is a 403 that says so (docs/console.md).
 """
 
 from __future__ import annotations
@@ -8,26 +11,56 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from portal.errors import ApplicationError
-from scheduling.models import Task, Workflow
+from portal.models import Membership
+from scheduling.models import Queue, Task, Workflow
+
+
+def _member_projects(user: AbstractBaseUser) -> QuerySet:
+    return Membership.objects.filter(user_id=user.pk).values("project_id")
 
 
 def task_list_for_user(user: AbstractBaseUser) -> QuerySet[Task]:
-    """Every task in the user's projects: the only way views reach tasks."""
-    return Task.objects.filter(project__memberships__user=user).select_related(
-        "project", "queue", "owner"
+    """Every task the user may see: the only way views reach tasks."""
+    tasks = Task.objects.select_related("project", "queue", "owner")
+    if user.is_superuser:
+        return tasks
+    # Subqueries, not joins: no duplicate rows, no DISTINCT over a large table.
+    return tasks.filter(
+        Q(project_id__in=_member_projects(user))
+        | Q(queue_id__in=Queue.admins.through.objects.filter(user_id=user.pk).values("queue_id"))
     )
 
 
-def task_get_for_user(user: AbstractBaseUser, pk: int | str) -> Task:
-    """One task of the user's projects, or a 404 (never a 403: others' tasks do not exist)."""
+def task_list_for_member(user: AbstractBaseUser) -> QuerySet[Task]:
+    """The tasks the user may change: their projects' (everything, for a platform admin)."""
+    tasks = Task.objects.select_related("project", "queue", "owner")
+    if user.is_superuser:
+        return tasks
+    return tasks.filter(project_id__in=_member_projects(user))
+
+
+def task_get_for_user(user: AbstractBaseUser, pk: int | str, *, change: bool = False) -> Task:
+    """One task the user may see (a 404 otherwise); with `change`, one they may also change
+    (a 403 when they only see it)."""
     try:
-        return task_list_for_user(user).get(pk=checked_id(pk))
+        task = task_list_for_user(user).get(pk=checked_id(pk))
     except (Task.DoesNotExist, ValueError, TypeError):
         raise Http404("no such task") from None
+    if change and not can_change_task(user, task):
+        raise PermissionDenied("only the project's members change its tasks")
+    return task
+
+
+def can_change_task(user: AbstractBaseUser, task: Task) -> bool:
+    return bool(
+        user.is_superuser
+        or Membership.objects.filter(user_id=user.pk, project_id=task.project_id).exists()
+    )
 
 
 # Ids the database can hold (a bigint): a larger number in a URL is a 404, not a 500.
@@ -49,7 +82,7 @@ def tasks_visible_by_ids(user: AbstractBaseUser, ids: Iterable[int], *, field: s
     ids = list(ids)
     if not ids:
         return []
-    found = {t.pk: t for t in task_list_for_user(user).filter(pk__in=ids)}
+    found = {t.pk: t for t in task_list_for_member(user).filter(pk__in=ids)}
     missing = [i for i in ids if i not in found]
     if missing:
         raise ApplicationError(
@@ -59,9 +92,11 @@ def tasks_visible_by_ids(user: AbstractBaseUser, ids: Iterable[int], *, field: s
 
 
 def workflow_list_for_user(user: AbstractBaseUser) -> QuerySet[Workflow]:
-    return Workflow.objects.filter(project__memberships__user=user).select_related(
-        "project", "owner"
-    )
+    """Workflows are their projects' (and a platform admin's)."""
+    flows = Workflow.objects.select_related("project", "owner")
+    if user.is_superuser:
+        return flows
+    return flows.filter(project_id__in=_member_projects(user))
 
 
 def workflow_get_for_user(user: AbstractBaseUser, pk: int | str) -> Workflow:

@@ -10,6 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from portal import audit, roles
 from portal.errors import ApplicationError
 from scheduling import outbox
 from scheduling.engine.capacity import LeaseError, open_lease
@@ -30,14 +31,23 @@ def lease_open(
     if the_queue is None:
         raise ApplicationError("no such queue", field="queue", got=queue)
     try:
-        return open_lease(
-            pool=the_pool,
-            queue=the_queue,
-            count=count,
-            duration_s=duration_s,
-            by=user,
-            reason=reason or f"lent by {user.get_username()}",
-        )
+        with transaction.atomic():
+            lease = open_lease(
+                pool=the_pool,
+                queue=the_queue,
+                count=count,
+                duration_s=duration_s,
+                by=user,
+                reason=reason or f"lent by {user.get_username()}",
+            )
+            audit.record(
+                audit.Action.LEASE_OPEN,
+                actor=user,
+                target=f"lease #{lease.pk}: {count} × {pool} → {queue}",
+                queue=queue,
+                detail={"nodes": [n.name for n in lease.nodes.all()], "until": str(lease.ends_at)},
+            )
+            return lease
     except LeaseError as exc:
         raise ApplicationError(str(exc), field="count") from None
 
@@ -59,22 +69,47 @@ def lease_end(*, user: AbstractBaseUser, lease_id: int) -> NodeLease:
         ends_at=now, reason=f"{lease.reason}; ended early by {user.get_username()}".lstrip("; ")
     )
     lease.refresh_from_db()
+    audit.record(
+        audit.Action.LEASE_END, actor=user, target=f"lease #{lease.pk}", queue=lease.queue.name
+    )
     outbox.send(outbox.CAPACITY, ())
     return lease
 
 
 @transaction.atomic
-def nodes_set_state(*, nodes: list[Node], state: str, reason: str, by: str) -> int:
+def nodes_set_state(
+    *, nodes: list[Node], state: str, reason: str, by: str, user: AbstractBaseUser | None = None
+) -> int:
     """Drain, mark down or resume nodes; a worker tells their backends and, for a node
-    marked down, fails and retries the work that ran there."""
+    marked down, fails and retries the work that ran there.
+
+    With `user`, only what they may: a platform admin any node, a queue admin the nodes of
+    their queues' pools (others are refused whole, before anything changes)."""
     if state not in Node.State.values:
         raise ApplicationError("must be up, drained or down", field="state", got=state)
+    if user is not None:
+        foreign = [n.name for n in nodes if not roles.administers_pool(user, n.pool_id)]
+        if foreign:
+            raise ApplicationError(
+                "only a platform admin or an admin of a queue in its pool", status=404
+            )
     changed = 0
+    verb = {"up": audit.Action.NODE_RESUME, "drained": audit.Action.NODE_DRAIN}.get(
+        state, audit.Action.NODE_DOWN
+    )
     for node in nodes:
         health = {} if state == Node.State.UP else {"ok": False, "reason": f"{reason} ({by})"}
-        changed += (
+        done = (
             Node.objects.filter(pk=node.pk).exclude(state=state).update(state=state, health=health)
         )
+        if done:
+            audit.record(
+                verb,
+                actor=user if user is not None else audit.ACTOR_FROM_REQUEST,
+                target=f"node {node.name}",
+                detail={"reason": reason, "pool": node.pool.name},
+            )
+        changed += done
     ids = [n.pk for n in nodes]
     transaction.on_commit(lambda: outbox.send(outbox.NODES, (ids,)))
     transaction.on_commit(site_view_invalidate)

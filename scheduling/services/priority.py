@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from portal import audit
 from portal.errors import ApplicationError
 from portal.models import PriorityRequest, Project
 from portal.notify import notify
@@ -99,6 +100,14 @@ def priority_request_create(
         request = PriorityRequest.objects.create(
             requester=user, level=number, reason=reason, until=until, **target
         )
+        audit.record(
+            audit.Action.PRIORITY_REQUEST,
+            actor=user,
+            target=f"priority request #{request.pk} for {_target(request)}",
+            project=request.project.slug,
+            queue=request.queue.name,
+            detail={"level": level, "until": until.isoformat(), "reason": reason},
+        )
         if task is not None:
             _event(
                 task, f"{user.get_username()} asked for level {level} (request #{request.pk})", now
@@ -141,6 +150,14 @@ def priority_request_decide(
             verdict += f": {comment}"
         for task in _tasks(request):
             _event(task, verdict, now)
+        audit.record(
+            audit.Action.PRIORITY_APPROVE if approve else audit.Action.PRIORITY_REJECT,
+            actor=user,
+            target=f"priority request #{request.pk} for {_target(request)}",
+            project=request.project.slug,
+            queue=request.queue.name,
+            detail={"level": LEVELS[request.level], "comment": comment},
+        )
     if approve:
         engine_levels.relevel(now, tasks=_scope(request))
     notify(

@@ -1,39 +1,64 @@
-"""Writes on quotas, for `manage.py quota` (the admin console and API read the same rows)."""
+"""Writes on quotas and project members: the project page, the API and `manage.py quota`.
+
+Who may: a platform admin sets any quota; a project lead shares out the project's quota
+among its members (a member's own quota, never above what an admin granted the project);
+`manage.py` (no `by`) is the operator's own hand. Every change is in the audit log, and the
+quota rows are versioned like the rest of the configuration (docs/console.md).
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
 
+from portal import audit, roles
 from portal.errors import ApplicationError
 from portal.models import Membership, Project, Quota
 from scheduling.models import Queue
 from scheduling.selectors import site_view_invalidate
 
 
-@transaction.atomic
-def quota_set(
-    *,
-    project: str,
-    queue: str,
+def _check_grant(
+    by: AbstractBaseUser | None,
+    project: Project,
+    queue: Queue,
     resource: str,
-    limit: int,
-    over_quota: str = "queue",
-    user: str | None = None,
-    period: str = "month",
-) -> Quota:
-    """Create or change a quota; waiting tasks see it at the next policy pass. `period`
-    is a budget's (gpu_hours, core_hours): day, week or month."""
-    if resource not in Quota.Resource.values:
+    member,
+    limit,
+    period,
+) -> None:
+    """Refuse what `by` may not set: a 403 with the reason (they can see the project)."""
+    if by is None or roles.is_platform_admin(by):
+        return
+    if not roles.leads_project(by, project):
         raise ApplicationError(
-            f"must be one of {', '.join(Quota.Resource.values)}", field="resource", got=resource
+            "only the project's lead or a platform admin sets quotas", status=403
         )
-    if over_quota not in Quota.OverQuota.values:
-        raise ApplicationError("must be queue or reject", field="over_quota", got=over_quota)
-    if limit < 0:
-        raise ApplicationError("must be 0 or more", field="limit", got=limit)
-    if period not in Quota.Period.values:
-        raise ApplicationError("must be day, week or month", field="period", got=period)
+    if member is None:
+        raise ApplicationError(
+            "a project's own quota is granted by a platform admin; as its lead you set "
+            "members' quotas within it",
+            field="user",
+            status=403,
+        )
+    grant = Quota.objects.filter(project=project, queue=queue, user=None, resource=resource).first()
+    if grant is None:
+        raise ApplicationError(
+            f"the project has no {resource} quota in {queue.name} to share out",
+            field="resource",
+            got=resource,
+        )
+    if limit is not None and limit > grant.limit:
+        raise ApplicationError(
+            f"at most the project's own {grant.limit}", field="limit", got=limit, status=400
+        )
+    if period is not None and resource in ("gpu_hours", "core_hours") and period != grant.period:
+        raise ApplicationError(
+            f"the project's budget is per {grant.period}", field="period", got=period
+        )
+
+
+def _lookup(project: str, queue: str, user: str | None) -> tuple[Project, Queue, User | None]:
     the_project = Project.objects.filter(slug=project).first()
     if the_project is None:
         raise ApplicationError("no such project", field="project", got=project)
@@ -48,21 +73,117 @@ def quota_set(
             or not Membership.objects.filter(user=the_user, project=the_project).exists()
         ):
             raise ApplicationError("no such member of the project", field="user", got=user)
-    quota, _ = Quota.objects.update_or_create(
-        project=the_project,
-        queue=the_queue,
-        user=the_user,
-        resource=resource,
-        defaults={"limit": limit, "over_quota": over_quota, "period": period},
+    return the_project, the_queue, the_user
+
+
+@transaction.atomic
+def quota_set(
+    *,
+    project: str,
+    queue: str,
+    resource: str,
+    limit: int,
+    over_quota: str = "queue",
+    user: str | None = None,
+    period: str = "month",
+    by: AbstractBaseUser | None = None,
+    reason: str = "",
+) -> Quota:
+    """Create or change a quota; waiting tasks see it at the next policy pass. `period`
+    is a budget's (gpu_hours, core_hours): day, week or month."""
+    if resource not in Quota.Resource.values:
+        raise ApplicationError(
+            f"must be one of {', '.join(Quota.Resource.values)}", field="resource", got=resource
+        )
+    if over_quota not in Quota.OverQuota.values:
+        raise ApplicationError("must be queue or reject", field="over_quota", got=over_quota)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ApplicationError("must be a whole number, 0 or more", field="limit", got=limit)
+    if period not in Quota.Period.values:
+        raise ApplicationError("must be day, week or month", field="period", got=period)
+    the_project, the_queue, the_user = _lookup(project, queue, user)
+    _check_grant(by, the_project, the_queue, resource, the_user, limit, period)
+    with audit.because(reason):
+        quota, _ = Quota.objects.update_or_create(
+            project=the_project,
+            queue=the_queue,
+            user=the_user,
+            resource=resource,
+            defaults={"limit": limit, "over_quota": over_quota, "period": period},
+        )
+    audit.record(
+        audit.Action.QUOTA_SET,
+        actor=by if by is not None else audit.ACTOR_FROM_REQUEST,
+        target=str(quota),
+        project=the_project.slug,
+        queue=the_queue.name,
+        detail={"resource": resource, "limit": limit, "user": user or None, "reason": reason},
     )
     transaction.on_commit(site_view_invalidate)
     return quota
 
 
 @transaction.atomic
-def quota_delete(*, project: str, queue: str, resource: str, user: str | None = None) -> int:
-    found = Quota.objects.filter(project__slug=project, queue__name=queue, resource=resource)
-    found = found.filter(user__username=user) if user else found.filter(user__isnull=True)
-    deleted, _ = found.delete()
+def quota_delete(
+    *,
+    project: str,
+    queue: str,
+    resource: str,
+    user: str | None = None,
+    by: AbstractBaseUser | None = None,
+    reason: str = "",
+) -> int:
+    the_project, the_queue, the_user = _lookup(project, queue, user)
+    _check_grant(by, the_project, the_queue, resource, the_user, None, None)
+    found = Quota.objects.filter(project=the_project, queue=the_queue, resource=resource)
+    found = found.filter(user=the_user) if the_user else found.filter(user__isnull=True)
+    with audit.because(reason):
+        deleted, _ = found.delete()
+    if deleted:
+        audit.record(
+            audit.Action.QUOTA_DELETE,
+            actor=by if by is not None else audit.ACTOR_FROM_REQUEST,
+            target=f"{resource} quota of {user or project} in {queue}",
+            project=the_project.slug,
+            queue=the_queue.name,
+            detail={"resource": resource, "user": user or None, "reason": reason},
+        )
     transaction.on_commit(site_view_invalidate)
     return deleted
+
+
+@transaction.atomic
+def member_add(*, by: AbstractBaseUser, project: Project, username: str) -> Membership:
+    """The project's lead (or a platform admin) adds an existing account as a member."""
+    if not roles.leads_project(by, project):
+        raise ApplicationError(
+            "only the project's lead or a platform admin adds members", status=403
+        )
+    member = User.objects.filter(username=username, is_active=True).first()
+    if member is None:
+        raise ApplicationError("no such account", field="username", got=username[:150])
+    membership, created = Membership.objects.get_or_create(user=member, project=project)
+    if not created:
+        raise ApplicationError("already a member", field="username", got=username, status=409)
+    audit.record(audit.Action.MEMBER_ADD, actor=by, target=f"user {username}", project=project.slug)
+    return membership
+
+
+@transaction.atomic
+def member_remove(*, by: AbstractBaseUser, project: Project, username: str) -> None:
+    """Remove a member (and their own quotas); the project's lead stays."""
+    if not roles.leads_project(by, project):
+        raise ApplicationError(
+            "only the project's lead or a platform admin removes members", status=403
+        )
+    membership = Membership.objects.filter(project=project, user__username=username).first()
+    if membership is None:
+        raise ApplicationError("no such member", field="username", got=username[:150], status=404)
+    if membership.role == Membership.Role.PI:
+        raise ApplicationError("the project's lead cannot be removed", field="username", status=409)
+    Quota.objects.filter(project=project, user=membership.user).delete()
+    membership.delete()
+    audit.record(
+        audit.Action.MEMBER_REMOVE, actor=by, target=f"user {username}", project=project.slug
+    )
+    transaction.on_commit(site_view_invalidate)

@@ -15,6 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from portal import audit
 from portal.errors import ApplicationError, ErrorItem
 from portal.models import Project
 from portal.selectors import project_get_for_member, project_get_for_user
@@ -144,6 +145,14 @@ def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str,
             fmt=fmt,
             upstream=upstream,
         )
+        audit.record(
+            audit.Action.TASK_SUBMIT,
+            actor=user,
+            target=f"task #{task.pk}",
+            project=project.slug,
+            queue=decided.queue,
+            detail={"name": task.name, "type": task.type},
+        )
     return task
 
 
@@ -233,15 +242,30 @@ def task_cancel(*, user: AbstractBaseUser, task: Task) -> Task:
             )
         if task.state in ACTIVE_STATES:
             if task.cancel_requested_at is None:
-                task_request_cancel(tasks=[task], who=who)
+                with transaction.atomic():
+                    task_request_cancel(tasks=[task], who=who)
+                    _audit_cancel(user, task, asked=True)
                 task.refresh_from_db()
             if task.state in ACTIVE_STATES:
                 return task
             continue  # it ended or went back to pending meanwhile
-        if task_set_state(task=task, to=S.CANCELLED, reason=f"cancelled by {who}"):
-            return task
+        with transaction.atomic():
+            if task_set_state(task=task, to=S.CANCELLED, reason=f"cancelled by {who}"):
+                _audit_cancel(user, task, asked=False)
+                return task
         task.refresh_from_db()
     raise ApplicationError("the task is changing state too fast; try again", status=409)
+
+
+def _audit_cancel(user: AbstractBaseUser, task: Task, *, asked: bool) -> None:
+    audit.record(
+        audit.Action.TASK_CANCEL,
+        actor=user,
+        target=f"task #{task.pk}",
+        project=task.project.slug,
+        queue=task.queue.name,
+        detail={"job_cancel_requested": asked} if asked else {},
+    )
 
 
 def task_request_cancel(*, tasks: list[Task], who: str) -> list[int]:
@@ -372,6 +396,13 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
             if d.spec.priority == "high":
                 priority_request_from_descriptor(task, user=user, now=now)
         outbox.dispatch_many(ids)
+        audit.record(
+            audit.Action.TASK_SUBMIT,
+            actor=user,
+            target=f"{len(ids)} tasks #{ids[0]}–#{ids[-1]} (a batch)",
+            project=",".join(sorted({d.spec.project for d in decided}))[:63],
+            detail={"count": len(ids), "ids": [ids[0], ids[-1]]},
+        )
     return ids
 
 

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from portal import audit
 from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_get_for_member
 from scheduling.descriptor import DescriptorError, load_descriptor, topological_order
@@ -124,6 +125,13 @@ def workflow_submit_spec(
                 workflow=workflow,
                 upstream=upstream,
             )
+        audit.record(
+            audit.Action.WORKFLOW_SUBMIT,
+            actor=user,
+            target=f"workflow #{workflow.pk}",
+            project=project.slug,
+            detail={"name": workflow.name, "tasks": len(created)},
+        )
     return workflow
 
 
@@ -145,6 +153,13 @@ def workflow_cancel(*, user: AbstractBaseUser, workflow: Workflow) -> Workflow:
         )
     Workflow.objects.filter(pk=workflow.pk, state=W.RUNNING).update(
         state=W.CANCELLED, reason=f"cancelled by {user.get_username()}"
+    )
+    audit.record(
+        audit.Action.WORKFLOW_CANCEL,
+        actor=user,
+        target=f"workflow #{workflow.pk}",
+        project=workflow.project.slug,
+        detail={"unfinished": len(unfinished)},
     )
     # Downstream first (ids follow the DAG), so no task is released by an upstream one
     # ending meanwhile.

@@ -20,7 +20,7 @@ from scheduling.sites import default_site
 ACCOUNTS = [
     ("alice", "alice-demo-pass", "researcher (materials, climate)", False, False, None),
     ("bob", "bob-demo-pass", "researcher (genomics)", False, False, None),
-    ("quinn", "quinn-demo-pass", "queue admin", True, False, "queue-admin"),
+    ("quinn", "quinn-demo-pass", "queue admin", False, False, "queue-admin"),
     ("admin", "admin-demo-pass", "platform admin", True, True, "platform-admin"),
     ("finn", "finn-demo-pass", "finance", False, False, "finance"),
 ]

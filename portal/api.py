@@ -1,0 +1,113 @@
+"""REST API v1 of the portal itself: the audit log and the configuration history."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.generics import ListAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal import history, roles
+from portal.errors import ApplicationError
+from portal.models import AuditEvent, ConfigVersion
+from portal.selectors import audit_filter, audit_visible_to, checked_pk
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "at", "actor", "action", "target", "project", "queue", "detail", "address"]
+
+
+class ConfigVersionSerializer(serializers.ModelSerializer):
+    changes = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ConfigVersion
+        fields = ["id", "at", "author_name", "model", "object_id", "object_repr", "action",
+                  "reason", "restores", "before", "after", "changes"]  # fmt: skip
+
+    def get_changes(self, version: ConfigVersion) -> list[dict]:
+        return [
+            {"field": f, "before": old, "after": new}
+            for f, old, new in history.diff(version.before, version.after)
+        ]
+
+
+class AuditList(ListAPIView):
+    """The audit rows you may read, newest first (platform admins: all)."""
+
+    serializer_class = AuditEventSerializer
+
+    def get_queryset(self):
+        return audit_filter(audit_visible_to(self.request.user), self.request.query_params)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("action", str, enum=AuditEvent.Action.values),
+            OpenApiParameter("actor", str),
+            OpenApiParameter("project", str),
+            OpenApiParameter("since", str, description="a date or an ISO 8601 time"),
+        ]
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+def _versions(request: Request):
+    if not (roles.is_platform_admin(request.user) or roles.administered_queue_ids(request.user)):
+        raise ApplicationError("not found", status=404)
+    return history.versions_visible_to(request.user)
+
+
+class ConfigVersionList(ListAPIView):
+    """Configuration versions, newest first: platform admins all, queue admins their queues'."""
+
+    serializer_class = ConfigVersionSerializer
+
+    def get_queryset(self):
+        found = _versions(self.request)
+        model = self.request.query_params.get("model")
+        if model:
+            if model not in history.TRACKED:
+                raise ApplicationError(
+                    f"must be one of {', '.join(sorted(history.TRACKED))}",
+                    field="model",
+                    got=model[:80],
+                )
+            found = found.filter(model=model)
+        object_id = self.request.query_params.get("object_id")
+        if object_id:
+            try:
+                found = found.filter(object_id=checked_pk(object_id))
+            except ValueError:
+                raise ApplicationError(
+                    "must be an id", field="object_id", got=object_id[:40]
+                ) from None
+        return found
+
+    @extend_schema(parameters=[OpenApiParameter("model", str), OpenApiParameter("object_id", int)])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class ConfigRollback(APIView):
+    @extend_schema(
+        request=inline_serializer("Rollback", {"reason": serializers.CharField()}),
+        responses={201: ConfigVersionSerializer},
+        description="Make the object what it was right after this version (platform admins). "
+        "The answer is the new version the rollback wrote.",
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        try:
+            version = _versions(request).get(pk=checked_pk(pk))
+        except (ConfigVersion.DoesNotExist, ValueError):
+            raise ApplicationError("not found", status=404) from None
+        data = request.data if isinstance(request.data, dict) else {}
+        reason = data.get("reason")
+        if not isinstance(reason, str):
+            raise ApplicationError("required: why you roll back", field="reason", got=reason)
+        made = history.rollback(user=request.user, version=version, reason=reason)
+        return Response(ConfigVersionSerializer(made).data, status=201)

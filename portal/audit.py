@@ -1,0 +1,107 @@
+"""The audit log: who submitted, cancelled, approved, drained, lent or changed what (docs/console.md).
+
+`record()` is called by the services that make those changes, in their transaction: the row
+and the change it reports are committed together or not at all. Who acted and from where
+come from the request this process is serving (`RequestContext`, a middleware), unless the
+caller names the actor; a change with no request and no actor is the portal's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest, HttpResponse
+
+from portal.models import AuditEvent
+
+_request: ContextVar[HttpRequest | None] = ContextVar("switchyard_request", default=None)
+_reason: ContextVar[str] = ContextVar("switchyard_reason", default="")
+
+Action = AuditEvent.Action
+ACTOR_FROM_REQUEST: Any = object()  # the default: whoever the current request is
+
+
+class RequestContext:
+    """Middleware: the request being served, for the audit log and the config history."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        token = _request.set(request)
+        try:
+            return self.get_response(request)
+        finally:
+            _request.reset(token)
+
+
+@contextlib.contextmanager
+def because(reason: str) -> Iterator[None]:
+    """The reason recorded with every configuration change made inside this block."""
+    token = _reason.set(reason)
+    try:
+        yield
+    finally:
+        _reason.reset(token)
+
+
+def current_reason() -> str:
+    return _reason.get()
+
+
+def current_user() -> AbstractBaseUser | None:
+    """The authenticated user of the request being served (session or API token), if any."""
+    request = _request.get()
+    user = getattr(request, "user", None) if request is not None else None
+    return user if user is not None and user.is_authenticated else None
+
+
+def _address() -> str | None:
+    request = _request.get()
+    return request.META.get("REMOTE_ADDR") or None if request is not None else None
+
+
+def record(
+    action: str,
+    *,
+    target: str,
+    actor: AbstractBaseUser | None | Any = ACTOR_FROM_REQUEST,
+    actor_name: str = "",
+    project: str = "",
+    queue: str = "",
+    detail: dict | None = None,
+) -> AuditEvent:
+    """Append one row. `actor=None` says the portal itself acted (a schedule, a sweep)."""
+    if actor is ACTOR_FROM_REQUEST:
+        actor = current_user()
+    return AuditEvent.objects.create(
+        actor_id=actor.pk if actor is not None else None,
+        actor=actor.get_username() if actor is not None else actor_name,
+        action=action,
+        target=target[:200],
+        project=project or "",
+        queue=queue or "",
+        detail=detail or {},
+        address=_address(),
+    )
+
+
+def on_login_failed(sender, credentials: dict, request: HttpRequest | None = None, **kwargs):
+    """Django's `user_login_failed`: the page's login and the API's token endpoint alike."""
+    username = str(credentials.get("username") or "")[:150]
+    token = _request.set(request) if request is not None else None
+    try:
+        record(
+            Action.LOGIN_FAILED,
+            target=f"user {username}" if username else "login",
+            actor=None,
+            actor_name=username,
+            detail={"path": getattr(request, "path", "")},
+        )
+    finally:
+        if token is not None:
+            _request.reset(token)

@@ -1,0 +1,396 @@
+"""`switchyard`: the portal from a terminal, over its REST API (docs/cli.md).
+
+For researchers with sbatch habits: `switchyard submit job.yaml`, `switchyard wait 42`,
+`switchyard logs -f 42`. Only the standard library and PyYAML: it runs on a laptop that has
+the package installed, with no Django settings. The token from `login` is kept in the user's
+config file (`$SWITCHYARD_CONFIG`, else `$XDG_CONFIG_HOME/switchyard/config.json`), mode 0600.
+
+Exit codes, for scripts: 0 done (for `wait`: the task succeeded); 1 the task ended without
+success; 2 bad input (the portal's 400, with field, expected and got); 3 not logged in or not
+allowed; 4 not found; 5 conflict (e.g. the task already ended); 6 the portal is unreachable
+or failed; 7 `wait` timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+OK, TASK_FAILED, BAD_INPUT, AUTH, NOT_FOUND, CONFLICT, UNREACHABLE, TIMED_OUT = range(8)
+TERMINAL = {"succeeded", "failed", "cancelled", "timeout", "skipped"}
+_STATUS_EXIT = {400: BAD_INPUT, 401: AUTH, 403: AUTH, 404: NOT_FOUND, 409: CONFLICT, 415: BAD_INPUT}
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int, errors: list[dict] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.errors = errors or []
+
+
+def config_path() -> Path:
+    if os.environ.get("SWITCHYARD_CONFIG"):
+        return Path(os.environ["SWITCHYARD_CONFIG"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "switchyard" / "config.json"
+
+
+def load_config() -> dict[str, Any]:
+    path = config_path()
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read {path}: {exc}", AUTH) from None
+
+
+def save_config(config: dict[str, Any]) -> Path:
+    """Written 0600 from the first byte (never readable by others, not even briefly)."""
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(config, out, indent=2)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
+
+
+class Client:
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        url = f"{self.url}/api/v1/{path.lstrip('/')}"
+        if params:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        request = urllib.request.Request(url, data=body, method=method)
+        request.add_header("Accept", "application/json")
+        if body is not None:
+            request.add_header("Content-Type", content_type)
+        if self.token:
+            request.add_header("Authorization", f"Token {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                raw = answer.read()
+        except urllib.error.HTTPError as exc:
+            raise _http_error(exc) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise CliError(f"cannot reach {self.url}: {exc}", UNREACHABLE) from None
+        return json.loads(raw) if raw else None
+
+    def json(self, method: str, path: str, data: Any = None, **kwargs) -> Any:
+        body = json.dumps(data).encode() if data is not None else None
+        return self.call(method, path, body=body, **kwargs)
+
+
+def _http_error(exc: urllib.error.HTTPError) -> CliError:
+    try:
+        body = json.loads(exc.read() or b"{}")
+    except ValueError:
+        body = {}
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if not errors and isinstance(body, dict) and body.get("detail"):
+        errors = [{"field": None, "message": body["detail"], "got": None}]
+    message = errors[0]["message"] if errors else f"HTTP {exc.code}"
+    if exc.code == 401:
+        message += " (log in again: switchyard login)"
+    code = _STATUS_EXIT.get(exc.code, UNREACHABLE if exc.code >= 500 else BAD_INPUT)
+    return CliError(message, code, errors or [])
+
+
+def client(args) -> Client:
+    config = load_config()
+    url = args.url or os.environ.get("SWITCHYARD_URL") or config.get("url")
+    if not url:
+        raise CliError("no portal: switchyard login --url http://portal.example:8000", AUTH)
+    token = os.environ.get("SWITCHYARD_TOKEN") or config.get("token")
+    if not token:
+        raise CliError("not logged in: switchyard login", AUTH)
+    return Client(url, token)
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+def cmd_login(args, out) -> int:
+    config = load_config()
+    url = args.url or os.environ.get("SWITCHYARD_URL") or config.get("url")
+    if not url:
+        raise CliError("say which portal: --url http://portal.example:8000", BAD_INPUT)
+    username = args.username or config.get("username") or input("username: ")
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass(f"password for {username}: ")
+    answer = Client(url, None).json(
+        "POST", "auth/token/", {"username": username, "password": password}
+    )
+    path = save_config(
+        {"url": url, "username": username, "token": answer["token"], "expiry": answer["expiry"]}
+    )
+    out.emit(
+        {"url": url, "username": username, "expiry": answer["expiry"], "config": str(path)},
+        f"logged in to {url} as {username}; token kept in {path} (expires {answer['expiry']})",
+    )
+    return OK
+
+
+def cmd_logout(args, out) -> int:
+    config = load_config()
+    if config.get("token"):
+        try:
+            Client(config["url"], config["token"]).call("DELETE", "auth/token/current/")
+        except CliError as exc:
+            if exc.code != AUTH:  # an expired token is gone anyway
+                raise
+        config.pop("token", None)
+        config.pop("expiry", None)
+        save_config(config)
+    out.emit({"logged_out": True}, "logged out")
+    return OK
+
+
+def read_document(name: str) -> tuple[bytes, str]:
+    """The descriptor's bytes and its media type (JSON or YAML)."""
+    if name == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        try:
+            data = Path(name).read_bytes()
+        except OSError as exc:
+            raise CliError(f"cannot read {name}: {exc.strerror}", BAD_INPUT) from None
+    is_json = name.endswith(".json") or data.lstrip()[:1] in (b"{", b"[")
+    return data, "application/json" if is_json else "application/yaml"
+
+
+def _is_workflow(data: bytes) -> bool:
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError:
+        return False  # the portal says what is wrong with it
+    return isinstance(doc, dict) and isinstance(doc.get("tasks"), list)
+
+
+def cmd_submit(args, out) -> int:
+    data, media = read_document(args.file)
+    kind = "workflows" if _is_workflow(data) else "tasks"
+    made = client(args).call("POST", f"{kind}/", body=data, content_type=media)
+    what = "workflow" if kind == "workflows" else "task"
+    out.emit(made, f"submitted {what} {made['id']} ({made.get('name', '')}): {made.get('state')}")
+    if args.wait and kind == "tasks":
+        return _wait(args, out, made["id"])
+    return OK
+
+
+def _task_line(task: dict) -> str:
+    why = f"  {task['wait_reason']}" if task.get("wait_reason") else ""
+    return (
+        f"{task['id']:>7}  {task['name'][:24]:<24} {task.get('queue') or '':<16} "
+        f"{task['state']:<10}{why}"
+    )
+
+
+def cmd_status(args, out) -> int:
+    api = client(args)
+    if args.id is not None:
+        task = api.json("GET", f"tasks/{args.id}/")
+        lines = [_task_line(task)]
+        if task.get("reason"):
+            lines.append(f"         {task['reason']}")
+        out.emit(task, "\n".join(lines))
+        return OK
+    page = api.json("GET", "tasks/", params={"state": args.state})
+    rows = page.get("results", page) if isinstance(page, dict) else page
+    text = "\n".join(
+        [f"{'ID':>7}  {'NAME':<24} {'QUEUE':<16} STATE"] + [_task_line(t) for t in rows]
+    )
+    out.emit(rows, text if rows else "no tasks")
+    return OK
+
+
+def cmd_cancel(args, out) -> int:
+    task = client(args).json("POST", f"tasks/{args.id}/cancel/")
+    note = " (its job is being cancelled)" if task.get("cancelling") else ""
+    out.emit(task, f"task {task['id']}: {task['state']}{note}")
+    return OK
+
+
+def _wait(args, out, task_id: int) -> int:
+    api = client(args)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    while True:
+        task = api.json("GET", f"tasks/{task_id}/")
+        if task["state"] in TERMINAL:
+            out.emit(task, f"task {task_id}: {task['state']} (exit code {task.get('exit_code')})")
+            return OK if task["state"] == "succeeded" else TASK_FAILED
+        if deadline is not None and time.monotonic() > deadline:
+            out.emit(task, f"task {task_id}: still {task['state']} after {args.timeout} s")
+            return TIMED_OUT
+        time.sleep(args.interval)
+
+
+def cmd_wait(args, out) -> int:
+    return _wait(args, out, args.id)
+
+
+def cmd_logs(args, out) -> int:
+    api = client(args)
+    offset = 0
+    while True:
+        chunk = api.json("GET", f"tasks/{args.id}/log/", params={"offset": offset})
+        text = chunk.get("log") or ""
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            offset += len(text.encode())
+        if not args.follow:
+            return OK
+        if not text:
+            if api.json("GET", f"tasks/{args.id}/")["state"] in TERMINAL:
+                # one last read: what was written between the two requests
+                rest = api.json("GET", f"tasks/{args.id}/log/", params={"offset": offset})
+                sys.stdout.write(rest.get("log") or "")
+                return OK
+            time.sleep(args.interval)
+
+
+def cmd_workflows(args, out) -> int:
+    api = client(args)
+    if args.id is not None:
+        flow = api.json("GET", f"workflows/{args.id}/")
+        lines = [f"workflow {flow['id']} {flow['name']}: {flow['state']}"]
+        lines += [_task_line(t) for t in flow.get("tasks", [])]
+        out.emit(flow, "\n".join(lines))
+        return OK
+    page = api.json("GET", "workflows/")
+    rows = page.get("results", page) if isinstance(page, dict) else page
+    text = "\n".join(f"{w['id']:>7}  {w['name'][:32]:<32} {w['state']}" for w in rows)
+    out.emit(rows, text or "no workflows")
+    return OK
+
+
+def cmd_usage(args, out) -> int:
+    params = {"from": args.start, "to": args.end, "group_by": args.group_by, "period": "all"}
+    report = client(args).json("GET", "usage/", params=params)
+    lines = []
+    for row in report.get("totals", []):
+        shown = ", ".join(f"{k}={v}" for k, v in row.items())
+        lines.append(shown)
+    out.emit(report, "\n".join(lines) or "no usage in this period")
+    return OK
+
+
+class Output:
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def emit(self, data: Any, text: str) -> None:
+        if self.mode == "json":
+            print(json.dumps(data, indent=2, default=str))
+        else:
+            print(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="switchyard", description="Submit and follow work on a Switchyard portal."
+    )
+    top.add_argument("--url", help="the portal (else $SWITCHYARD_URL, else the one logged in to)")
+    top.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("login", help="get an API token and keep it (0600)")
+    p.add_argument("--username", "-u")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    p.set_defaults(run=cmd_login)
+    sub.add_parser("logout", help="revoke the kept token").set_defaults(run=cmd_logout)
+
+    p = sub.add_parser("submit", help="submit a task or workflow descriptor (YAML or JSON)")
+    p.add_argument("file", help="the descriptor file, or - for stdin")
+    p.add_argument("--wait", action="store_true", help="then wait for the task to end")
+    _waiting(p)
+    p.set_defaults(run=cmd_submit)
+
+    p = sub.add_parser("status", help="one task, or your recent tasks")
+    p.add_argument("id", nargs="?", type=int)
+    p.add_argument("--state", help="only tasks in this state")
+    p.set_defaults(run=cmd_status)
+
+    p = sub.add_parser("logs", help="a task's output")
+    p.add_argument("id", type=int)
+    p.add_argument("-f", "--follow", action="store_true", help="until the task ends")
+    p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.set_defaults(run=cmd_logs)
+
+    p = sub.add_parser("cancel", help="cancel a task")
+    p.add_argument("id", type=int)
+    p.set_defaults(run=cmd_cancel)
+
+    p = sub.add_parser("wait", help="wait for a task to end (exit 0 only if it succeeded)")
+    p.add_argument("id", type=int)
+    _waiting(p)
+    p.set_defaults(run=cmd_wait)
+
+    p = sub.add_parser("workflows", help="your workflows, or one with its tasks")
+    p.add_argument("id", nargs="?", type=int)
+    p.set_defaults(run=cmd_workflows)
+
+    p = sub.add_parser("usage", help="your projects' usage and charges")
+    p.add_argument("--from", dest="start", help="first day (default: this month's first)")
+    p.add_argument("--to", dest="end", help="last day (default: today)")
+    p.add_argument("--group-by", default="project", help="project, queue, pool, type, user …")
+    p.set_defaults(run=cmd_usage)
+    return top
+
+
+def _waiting(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=float, default=0, help="give up after this many seconds")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between checks")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    out = Output(args.output)
+    try:
+        return args.run(args, out)
+    except CliError as exc:
+        if args.output == "json":
+            print(json.dumps({"errors": exc.errors or [{"message": str(exc)}]}), file=sys.stderr)
+        else:
+            print(f"switchyard: {exc}", file=sys.stderr)
+            for item in exc.errors[1:] if len(exc.errors) > 1 else []:
+                print(f"  {item.get('field')}: {item.get('message')}", file=sys.stderr)
+            if exc.errors and exc.errors[0].get("field"):
+                first = exc.errors[0]
+                got = f" (got {first.get('got')!r})" if first.get("got") is not None else ""
+                print(f"  {first['field']}: {first['message']}{got}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""Configuration history: every change to the site's configuration is a version, and any
+version can be restored (docs/console.md).
+
+Pools, nodes, queues, routing and level rules, classifier thresholds, quotas, rate cards,
+lease schedules and projects' fair shares are watched through Django's model signals, so a
+change is recorded however it is made: a console page, the API, the admin console, a
+management command. A version keeps the object's fields before and after (foreign keys as
+ids, many-to-many as lists of ids), its author, time and reason; the diff is computed from
+the two. Operational state that the portal itself moves (a node's up/drained/down and health)
+is not configuration: drains and resumes are in the audit log instead.
+
+Rolling back to version v makes the object what it was right after v (deleting it if v
+deleted it, recreating it with its old id if it has since been deleted), validates it as a
+form would, and is itself recorded as a new version that names v.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from django.apps import apps
+from django.contrib.auth.models import AbstractBaseUser
+from django.core import serializers
+from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models, transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.dispatch import Signal
+
+from portal import audit
+from portal.errors import ApplicationError
+from portal.models import ConfigVersion
+
+# model label → fields that are not configuration (never versioned, never restored).
+TRACKED: dict[str, frozenset[str]] = {
+    "scheduling.pool": frozenset(),
+    "scheduling.node": frozenset({"state", "health"}),
+    "scheduling.queue": frozenset(),
+    "scheduling.routingrule": frozenset(),
+    "scheduling.levelrule": frozenset(),
+    "scheduling.classifiersettings": frozenset(),
+    "scheduling.leaseschedule": frozenset(),
+    "portal.quota": frozenset({"updated_at"}),
+    "portal.project": frozenset({"created_at"}),
+    "accounting.rate": frozenset(),
+}
+
+# Sent after a version is written (on commit): caches of the site's policy listen.
+config_changed = Signal()
+
+_restoring: ContextVar[ConfigVersion | None] = ContextVar("switchyard_restoring", default=None)
+
+Action = ConfigVersion.Action
+
+
+def _label(model: type[models.Model]) -> str:
+    return model._meta.label_lower
+
+
+def snapshot(instance: models.Model) -> dict[str, Any]:
+    """The object's configuration as JSON values (what a version stores)."""
+    skip = TRACKED[_label(type(instance))]
+    fields = json.loads(serializers.serialize("json", [instance], cls=DjangoJSONEncoder))[0][
+        "fields"
+    ]
+    return {name: value for name, value in sorted(fields.items()) if name not in skip}
+
+
+def diff(before: dict | None, after: dict | None) -> list[tuple[str, Any, Any]]:
+    """(field, old, new) for every field that differs; None stands for "did not exist"."""
+    before, after = before or {}, after or {}
+    names = sorted(set(before) | set(after))
+    return [(n, before.get(n), after.get(n)) for n in names if before.get(n) != after.get(n)]
+
+
+def _last(label: str, object_id: int) -> ConfigVersion | None:
+    return ConfigVersion.objects.filter(model=label, object_id=object_id).order_by("-id").first()
+
+
+def _last_after(label: str, object_id: int) -> dict | None:
+    found = (
+        ConfigVersion.objects.filter(model=label, object_id=object_id)
+        .order_by("-id")
+        .values_list("after", flat=True)[:1]
+    )
+    return found[0] if found else None
+
+
+def _write(instance: models.Model, after: dict | None, *, created: bool = False) -> None:
+    label = _label(type(instance))
+    # A row just inserted has no earlier version (a rollback's re-creation writes its own).
+    before = None if created else _last_after(label, instance.pk)
+    if before == after:
+        return  # saved, but nothing that is configuration changed
+    restoring = _restoring.get()
+    if restoring is not None:
+        action = Action.ROLLBACK
+    elif after is None:
+        action = Action.DELETE
+    else:
+        action = Action.CREATE if before is None else Action.UPDATE
+    author = audit.current_user()
+    reason = audit.current_reason()
+    version = ConfigVersion.objects.create(
+        author=author,
+        author_name=author.get_username() if author is not None else "",
+        model=label,
+        object_id=instance.pk,
+        object_repr=str(instance)[:200],
+        action=action,
+        before=before,
+        after=after,
+        reason=reason,
+        restores=restoring,
+    )
+    if author is None and restoring is None:
+        # The portal's own changes (the seed, schedules) are versions, not people's acts.
+        transaction.on_commit(lambda: config_changed.send(sender=ConfigVersion, version=version))
+        return
+    audit.record(
+        audit.Action.CONFIG_ROLLBACK if restoring is not None else audit.Action.CONFIG_CHANGE,
+        actor=author,
+        target=f"{type(instance)._meta.verbose_name} {version.object_repr}",
+        queue=_queue_of(instance),
+        detail={"version": version.pk, "model": label, "action": action, "reason": reason},
+    )
+    transaction.on_commit(lambda: config_changed.send(sender=ConfigVersion, version=version))
+
+
+def _quiet(instance: models.Model) -> bool:
+    """While a rollback restores an object, its own saves are recorded once, at the end."""
+    restoring = _restoring.get()
+    return (
+        restoring is not None
+        and restoring.model == _label(type(instance))
+        and restoring.object_id == instance.pk
+    )
+
+
+def _queue_of(instance: models.Model) -> str:
+    if _label(type(instance)) == "scheduling.queue":
+        return instance.name  # type: ignore[attr-defined]
+    queue = getattr(instance, "queue", None) if hasattr(instance, "queue_id") else None
+    return queue.name if queue is not None else ""
+
+
+def _on_save(sender, instance, created=False, raw=False, **kwargs) -> None:
+    if raw or _label(sender) not in TRACKED or _quiet(instance):
+        return
+    _write(instance, snapshot(instance), created=created)
+
+
+def _on_delete(sender, instance, **kwargs) -> None:
+    if _label(sender) in TRACKED and not _quiet(instance):
+        _write(instance, None)
+
+
+def _on_m2m(sender, instance, action: str, reverse: bool, **kwargs) -> None:
+    if (
+        action.startswith("post_")
+        and not reverse
+        and _label(type(instance)) in TRACKED
+        and not _quiet(instance)
+    ):
+        _write(instance, snapshot(instance))
+
+
+def connect() -> None:
+    """Called once, from the portal app's ready()."""
+    post_save.connect(_on_save, dispatch_uid="switchyard-history-save")
+    post_delete.connect(_on_delete, dispatch_uid="switchyard-history-delete")
+    m2m_changed.connect(_on_m2m, dispatch_uid="switchyard-history-m2m")
+
+
+@contextlib.contextmanager
+def _rolling_back(version: ConfigVersion) -> Iterator[None]:
+    token = _restoring.set(version)
+    try:
+        yield
+    finally:
+        _restoring.reset(token)
+
+
+def versions_visible_to(user: AbstractBaseUser):
+    """A platform admin sees every version; a queue admin, those of their queues."""
+    found = ConfigVersion.objects.all()
+    if user.is_superuser:
+        return found
+    ids = list(user.administered_queues.values_list("pk", flat=True))  # type: ignore[attr-defined]
+    return found.filter(model="scheduling.queue", object_id__in=ids)
+
+
+@transaction.atomic
+def rollback(*, user: AbstractBaseUser, version: ConfigVersion, reason: str) -> ConfigVersion:
+    """Make the object what it was right after `version`; the new version is returned."""
+    if not user.is_superuser:
+        raise ApplicationError("only a platform admin rolls back configuration", status=403)
+    if not reason.strip():
+        raise ApplicationError("say why you roll back", field="reason")
+    model = apps.get_model(version.model)
+    current = model.objects.filter(pk=version.object_id).first()
+    before = _last(version.model, version.object_id)
+    with audit.because(reason.strip()), _rolling_back(version):
+        if version.after is None:
+            if current is None:
+                raise ApplicationError(f"it is already as v{version.pk} left it", field="version")
+            object_id = current.pk
+            current.delete()
+            current.pk = object_id  # for the version; delete() forgets it
+            _write(current, None)
+        else:
+            restored = _restore(model, current, version)
+            _write(restored, snapshot(restored))
+    latest = _last(version.model, version.object_id)
+    if latest is None or (before is not None and latest.pk == before.pk):
+        raise ApplicationError(f"it is already as v{version.pk} left it", field="version")
+    return latest
+
+
+def _restore(
+    model: type[models.Model], current: models.Model | None, version: ConfigVersion
+) -> models.Model:
+    fields = {f.name: f for f in model._meta.get_fields() if f.concrete}
+    for name, value in version.after.items():
+        field = fields.get(name)
+        if field is not None and field.is_relation and value is not None:
+            target = field.related_model
+            wanted = value if isinstance(value, list) else [value]
+            found = target.objects.filter(pk__in=wanted).count()
+            if found != len(set(wanted)):
+                raise ApplicationError(
+                    f"{name}: what it pointed to no longer exists; restore that first",
+                    field="version",
+                    got=value,
+                )
+    data = json.dumps([{"model": version.model, "pk": version.object_id, "fields": version.after}])
+    try:
+        restored = next(serializers.deserialize("json", data, ignorenonexistent=True))
+    except serializers.base.DeserializationError as exc:
+        raise ApplicationError(f"cannot restore it: {exc}", field="version") from None
+    target = current if current is not None else restored.object
+    if current is not None:
+        for name in version.after:
+            field = fields.get(name)
+            if field is not None and not field.many_to_many:
+                setattr(current, field.attname, getattr(restored.object, field.attname))
+    try:
+        target.full_clean()
+    except ValidationError as exc:
+        raise ApplicationError(
+            "cannot restore it: "
+            + "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items()),
+            field="version",
+        ) from None
+    target.save()
+    for name, ids in (restored.m2m_data or {}).items():
+        getattr(target, name).set(ids)
+    return target

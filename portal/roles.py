@@ -1,0 +1,95 @@
+"""Who may do what: the five roles of the console, as predicates (docs/console.md).
+
+- researcher: their projects' tasks, workflows, quotas and usage;
+- project lead (a project's PI): also its members, and its members' own quotas within the
+  project's quota that an admin granted;
+- queue admin (a queue's `admins`): edits that queue, decides its priority-raise requests,
+  drains and resumes the nodes of its pool;
+- finance (the `finance` group): reads usage and reports of every project, changes nothing;
+- platform admin (a superuser): everything.
+
+Pages, API and htmx fragments all ask these, through selectors that return only what the
+user may see; what a user may not see does not exist for them (404).
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+
+FINANCE_GROUP = "finance"
+
+
+def is_platform_admin(user: AbstractBaseUser) -> bool:
+    return bool(user.is_authenticated and user.is_superuser)
+
+
+def is_finance(user: AbstractBaseUser) -> bool:
+    return bool(
+        user.is_authenticated and user.groups.filter(name=FINANCE_GROUP).exists()  # type: ignore[attr-defined]
+    )
+
+
+def sees_all_usage(user: AbstractBaseUser) -> bool:
+    return is_platform_admin(user) or is_finance(user)
+
+
+def administered_queue_ids(user: AbstractBaseUser) -> set[int]:
+    if not user.is_authenticated:
+        return set()
+    return set(user.administered_queues.values_list("pk", flat=True))  # type: ignore[attr-defined]
+
+
+def administers_queue(user: AbstractBaseUser, queue_id: int) -> bool:
+    return is_platform_admin(user) or queue_id in administered_queue_ids(user)
+
+
+def administered_pool_ids(user: AbstractBaseUser) -> set[int]:
+    """The pools whose nodes a queue admin drains and resumes: those of their queues."""
+    if not user.is_authenticated:
+        return set()
+    return set(user.administered_queues.values_list("pool_id", flat=True))  # type: ignore[attr-defined]
+
+
+def administers_pool(user: AbstractBaseUser, pool_id: int) -> bool:
+    return is_platform_admin(user) or pool_id in administered_pool_ids(user)
+
+
+def leads_project(user: AbstractBaseUser, project) -> bool:
+    if is_platform_admin(user):
+        return True
+    return bool(user.is_authenticated and project.memberships.filter(user=user, role="pi").exists())
+
+
+def role_names(user: AbstractBaseUser) -> list[str]:
+    """What the user is, for the page header: every role that applies."""
+    if not user.is_authenticated:
+        return []
+    names = []
+    if is_platform_admin(user):
+        names.append("platform admin")
+    if administered_queue_ids(user):
+        names.append("queue admin")
+    if is_finance(user):
+        names.append("finance")
+    if user.memberships.filter(role="pi").exists():  # type: ignore[attr-defined]
+        names.append("project lead")
+    if user.memberships.exists():  # type: ignore[attr-defined]
+        names.append("researcher")
+    return names
+
+
+def context(request) -> dict:
+    """Template context processor: what the page header offers this user."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    queue_admin = bool(administered_queue_ids(user))
+    return {
+        "role": {
+            "names": role_names(user),
+            "platform_admin": is_platform_admin(user),
+            "queue_admin": queue_admin,
+            "finance": is_finance(user),
+            "operator": queue_admin or is_platform_admin(user),
+        }
+    }

@@ -1,0 +1,98 @@
+"""Console pages of the portal itself: the configuration history and the audit log."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from portal import history, roles
+from portal.errors import ApplicationError
+from portal.models import AuditEvent, ConfigVersion
+from portal.selectors import audit_filter, audit_visible_to, checked_pk
+
+
+@login_required
+def config_history(request: HttpRequest) -> HttpResponse:
+    if not (roles.is_platform_admin(request.user) or roles.administered_queue_ids(request.user)):
+        raise Http404("no such page")
+    versions = history.versions_visible_to(request.user).select_related("restores")
+    model = request.GET.get("model") or ""
+    if model:
+        versions = versions.filter(model=model)
+    page = Paginator(versions, 50).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "model": model,
+        "models": sorted(history.TRACKED),
+        "can_roll_back": roles.is_platform_admin(request.user),
+    }
+    return render(request, "portal/config_history.html", context)
+
+
+def _version(request: HttpRequest, pk: int | str) -> ConfigVersion:
+    try:
+        return history.versions_visible_to(request.user).get(pk=checked_pk(pk))
+    except (ConfigVersion.DoesNotExist, ValueError):
+        raise Http404("no such version") from None
+
+
+@login_required
+def config_version(request: HttpRequest, pk: int) -> HttpResponse:
+    version = _version(request, pk)
+    later = ConfigVersion.objects.filter(
+        model=version.model, object_id=version.object_id, pk__gt=version.pk
+    ).count()
+    current = (
+        ConfigVersion.objects.filter(model=version.model, object_id=version.object_id)
+        .order_by("-id")
+        .first()
+    )
+    context = {
+        "version": version,
+        "changes": history.diff(version.before, version.after),
+        "to_restore": history.diff(current.after if current else None, version.after),
+        "later": later,
+        "can_roll_back": roles.is_platform_admin(request.user) and later > 0,
+    }
+    return render(request, "portal/config_version.html", context)
+
+
+@login_required
+@require_POST
+def config_rollback(request: HttpRequest, pk: int) -> HttpResponse:
+    version = _version(request, pk)
+    try:
+        made = history.rollback(
+            user=request.user, version=version, reason=request.POST.get("reason", "")
+        )
+    except ApplicationError as exc:
+        if exc.status == 403:
+            raise Http404("no such page") from None
+        messages.error(request, f"{exc.errors[0].field or 'rollback'}: {exc}")
+        return redirect("config-version", pk=version.pk)
+    messages.success(request, f"Rolled back to v{version.pk}: recorded as v{made.pk}.")
+    return redirect("config-version", pk=made.pk)
+
+
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    error = None
+    rows = audit_visible_to(request.user)
+    try:
+        rows = audit_filter(rows, request.GET)
+    except ApplicationError as exc:
+        error = exc.errors[0]
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "error": error,
+        "actions": AuditEvent.Action.choices,
+        "params": {k: request.GET.get(k, "") for k in ("action", "actor", "project", "since")},
+        "sees_all": roles.is_platform_admin(request.user),
+    }
+    template = "portal/_audit_rows.html" if request.htmx else "portal/audit.html"
+    return render(request, template, context)

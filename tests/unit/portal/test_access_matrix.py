@@ -1,0 +1,293 @@
+"""The access matrix: every role × every object × every verb, on pages, API and htmx fragments.
+
+Each row names who may; everyone else must get a 404 (what they cannot see) or a 403 (what
+they see but may not change), or the login page when anonymous; and where a row changes
+something, the change must have happened exactly when the role was allowed. A leak is any
+other answer. Lists are checked for what they must not contain.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from portal.models import AuditEvent, ConfigVersion, Membership, PriorityRequest, Project, Quota
+from scheduling.models import Node, Queue, Task
+from scheduling.services.queues import queue_form_data
+from scheduling.services.quotas import quota_set
+from tests.conftest import descriptor, submit
+
+ROLES = ("anonymous", "member", "lead", "other", "queue_admin", "finance", "platform_admin")
+USERS = {
+    "member": "rita",  # a member of materials, not its lead
+    "lead": "alice",  # materials' lead
+    "other": "bob",  # genomics' lead, nothing in materials
+    "queue_admin": "quinn",  # admin of queue hpc only, here
+    "finance": "finn",
+    "platform_admin": "admin",
+}
+SEES_MATERIALS = {"member", "lead", "platform_admin"}
+LEADS_MATERIALS = {"lead", "platform_admin"}
+OPERATES_HPC = {"queue_admin", "platform_admin"}
+ADMIN = {"platform_admin"}
+EVERYONE = set(ROLES) - {"anonymous"}
+
+
+@dataclass
+class World:
+    task_m: Task  # materials, queue hpc
+    task_g: Task  # genomics, queue training
+    node_hpc: Node
+    node_gpu: Node
+    request_hpc: list[PriorityRequest] = field(default_factory=list)
+    request_other: list[PriorityRequest] = field(default_factory=list)
+    version_hpc: ConfigVersion | None = None
+    version_training: ConfigVersion | None = None
+
+
+def _task(user: User, project: str, kind: str, queue: str) -> Task:
+    api = APIClient()
+    api.force_authenticate(user)
+    doc = descriptor(project=project, type=kind, queue=queue, walltime="1h")
+    response = submit(api, doc)
+    assert response.status_code == 201, response.content
+    return Task.objects.get(pk=response.json()["id"])
+
+
+def _request(task: Task, user: User) -> PriorityRequest:
+    return PriorityRequest.objects.create(
+        requester=user,
+        project=task.project,
+        queue=task.queue,
+        level=2,
+        reason="deadline",
+        until=timezone.now() + timedelta(hours=2),
+    )
+
+
+@pytest.fixture
+def world(site) -> World:
+    alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
+    rita = User.objects.create_user("rita", password="x")
+    Membership.objects.create(user=rita, project=Project.objects.get(slug="materials"))
+    quinn = User.objects.get(username="quinn")
+    quinn.administered_queues.set([Queue.objects.get(name="hpc")])
+    quota_set(project="materials", queue="hpc", resource="cpus", limit=512)
+    w = World(
+        task_m=_task(alice, "materials", "hpc-simulation", "hpc"),
+        task_g=_task(bob, "genomics", "agent", "inference-agent"),
+        node_hpc=Node.objects.filter(pool__name="cpu-hpc").order_by("name").first(),
+        node_gpu=Node.objects.filter(pool__name="gpu-train").order_by("name").first(),
+    )
+    w.request_hpc = [_request(w.task_m, alice) for _ in range(2)]
+    w.request_other = [_request(w.task_g, bob) for _ in range(2)]
+    w.version_hpc = ConfigVersion.objects.filter(
+        model="scheduling.queue", object_id=Queue.objects.get(name="hpc").pk
+    ).first()
+    w.version_training = ConfigVersion.objects.filter(
+        model="scheduling.queue", object_id=Queue.objects.get(name="training").pk
+    ).first()
+    return w
+
+
+def _clients(role: str) -> tuple[Client, APIClient]:
+    page, api = Client(), APIClient()
+    if role != "anonymous":
+        user = User.objects.get(username=USERS[role])
+        page.force_login(user)
+        api.force_authenticate(user)
+    return page, api
+
+
+@dataclass
+class Case:
+    name: str
+    allowed: set[str]
+    method: str
+    url: object  # str, or a function of the world
+    data: object = None  # a dict, or a function of the world
+    api: bool = False
+    htmx: bool = False
+    effect: object = None  # a function of the world: did the change happen?
+
+
+def _queue_setting(name: str) -> object:
+    return Queue.objects.get(name=name).max_concurrency
+
+
+CASES = [
+    # tasks: see (members, the queue's admins, platform admins); change (members, admins)
+    Case("task page", SEES_MATERIALS | OPERATES_HPC, "get", lambda w: f"/tasks/{w.task_m.pk}/"),
+    Case("task fragment", SEES_MATERIALS | OPERATES_HPC, "get",
+         lambda w: f"/tasks/{w.task_m.pk}/", htmx=True),
+    Case("task api", SEES_MATERIALS | OPERATES_HPC, "get",
+         lambda w: f"/api/v1/tasks/{w.task_m.pk}/", api=True),
+    Case("task log api", SEES_MATERIALS | OPERATES_HPC, "get",
+         lambda w: f"/api/v1/tasks/{w.task_m.pk}/log/", api=True),
+    Case("task usage fragment", SEES_MATERIALS | OPERATES_HPC, "get",
+         lambda w: f"/usage/tasks/{w.task_m.pk}/", htmx=True),
+    Case("task usage api", SEES_MATERIALS | OPERATES_HPC, "get",
+         lambda w: f"/api/v1/tasks/{w.task_m.pk}/usage/", api=True),
+    Case("other project's task", {"other", "platform_admin"}, "get",
+         lambda w: f"/api/v1/tasks/{w.task_g.pk}/", api=True),
+    Case("ask priority for a task", SEES_MATERIALS, "post",
+         "/api/v1/priority-requests/",
+         data=lambda w: {"task": w.task_m.pk, "level": "medium", "reason": "r", "until": "1h"},
+         api=True,
+         effect=lambda w: PriorityRequest.objects.filter(task=w.task_m).exists()),
+    Case("cancel task (api)", SEES_MATERIALS, "post",
+         lambda w: f"/api/v1/tasks/{w.task_m.pk}/cancel/", api=True,
+         effect=lambda w: Task.objects.get(pk=w.task_m.pk).state == "cancelled"
+         or Task.objects.get(pk=w.task_m.pk).cancelling),
+    Case("cancel other project's task (page)", {"other", "platform_admin"}, "post",
+         lambda w: f"/tasks/{w.task_g.pk}/cancel/",
+         effect=lambda w: Task.objects.get(pk=w.task_g.pk).state == "cancelled"
+         or Task.objects.get(pk=w.task_g.pk).cancelling),
+    # queues: their admins edit them
+    Case("queue edit page", OPERATES_HPC, "get", "/queues/hpc/edit/"),
+    Case("queue edit other queue", ADMIN, "get", "/queues/training/edit/"),
+    Case("queue change (api)", OPERATES_HPC, "patch", "/api/v1/queues/hpc/",
+         data={"max_concurrency": 77, "reason": "test"}, api=True,
+         effect=lambda w: _queue_setting("hpc") == 77),
+    Case("queue change other (page)", ADMIN, "post", "/queues/training/edit/",
+         data=lambda w: {"reason": "test", **queue_form_data(
+             Queue.objects.get(name="training"), {"max_concurrency": 78})},
+         effect=lambda w: _queue_setting("training") == 78),
+    # nodes: a queue admin drains and resumes their pool's
+    Case("capacity page", OPERATES_HPC, "get", "/capacity/"),
+    Case("drain own pool's node (page)", OPERATES_HPC, "post",
+         lambda w: f"/capacity/nodes/{w.node_hpc.pk}/drained/",
+         effect=lambda w: Node.objects.get(pk=w.node_hpc.pk).state == "drained"),
+    Case("drain another pool's node (api)", ADMIN, "post",
+         lambda w: f"/api/v1/nodes/{w.node_gpu.name}/drained/", data={"reason": "t"}, api=True,
+         effect=lambda w: Node.objects.get(pk=w.node_gpu.pk).state == "drained"),
+    Case("lend nodes", ADMIN, "post", "/api/v1/leases/",
+         data={"pool": "gpu-train", "queue": "hpc", "count": 1, "until": "1h"}, api=True),
+    # priority requests: the queue's admins decide
+    Case("approve own queue's request (api)", OPERATES_HPC, "post",
+         lambda w: f"/api/v1/priority-requests/{w.request_hpc[0].pk}/approve/", data={}, api=True,
+         effect=lambda w: PriorityRequest.objects.get(pk=w.request_hpc[0].pk).state == "approved"),
+    Case("reject own queue's request (page)", OPERATES_HPC, "post",
+         lambda w: f"/priority-requests/{w.request_hpc[1].pk}/reject/",
+         effect=lambda w: PriorityRequest.objects.get(pk=w.request_hpc[1].pk).state == "rejected"),
+    Case("approve another queue's request", ADMIN, "post",
+         lambda w: f"/api/v1/priority-requests/{w.request_other[0].pk}/approve/", data={},
+         api=True,
+         effect=lambda w: PriorityRequest.objects.get(
+             pk=w.request_other[0].pk).state == "approved"),
+    # projects: members see; the lead manages members and shares out quotas
+    Case("project page", SEES_MATERIALS, "get", "/projects/materials/"),
+    Case("project members (api)", SEES_MATERIALS, "get", "/api/v1/projects/materials/members/",
+         api=True),
+    Case("project quotas (api)", SEES_MATERIALS, "get", "/api/v1/projects/materials/quotas/",
+         api=True),
+    Case("add a member (page)", LEADS_MATERIALS, "post", "/projects/materials/members/",
+         data={"username": "finn"},
+         effect=lambda w: Membership.objects.filter(
+             user__username="finn", project__slug="materials").exists()),
+    Case("member's quota within the grant (api)", LEADS_MATERIALS, "put",
+         "/api/v1/projects/materials/quotas/",
+         data={"queue": "hpc", "resource": "cpus", "limit": 64, "user": "rita", "reason": "t"},
+         api=True,
+         effect=lambda w: Quota.objects.filter(user__username="rita", limit=64).exists()),
+    Case("project's own quota (api)", ADMIN, "put", "/api/v1/projects/materials/quotas/",
+         data={"queue": "hpc", "resource": "cpus", "limit": 1024, "reason": "t"}, api=True,
+         effect=lambda w: Quota.objects.filter(
+             project__slug="materials", user=None, resource="cpus", limit=1024).exists()),
+    # usage: finance and admins read everything; running a reconciliation is an admin's
+    Case("reconciliation page", {"finance", "platform_admin"}, "get", "/usage/reconciliation/"),
+    Case("reconciliations (api)", {"finance", "platform_admin"}, "get",
+         "/api/v1/usage/reconciliations/", api=True),
+    Case("run a reconciliation", ADMIN, "post", "/api/v1/usage/reconciliations/", api=True),
+    # configuration history: queue admins read their queues'; platform admins roll back
+    Case("history page", OPERATES_HPC, "get", "/config/"),
+    Case("own queue's version", OPERATES_HPC, "get", lambda w: f"/config/{w.version_hpc.pk}/"),
+    Case("another queue's version page", ADMIN, "get",
+         lambda w: f"/config/{w.version_training.pk}/"),
+    Case("roll back (api)", ADMIN, "post",
+         lambda w: f"/api/v1/config/versions/{w.version_hpc.pk}/rollback/",
+         data={"reason": "t"}, api=True),
+    # the pages everyone has (their contents are checked below)
+    Case("audit page", EVERYONE, "get", "/audit/"),
+    Case("audit api", EVERYONE, "get", "/api/v1/audit/", api=True),
+    Case("usage page", EVERYONE, "get", "/usage/"),
+    Case("admin console", ADMIN, "get", "/admin/"),
+]  # fmt: skip
+
+
+def _call(case: Case, role: str, w: World):
+    page, api = _clients(role)
+    url = case.url(w) if callable(case.url) else case.url
+    client = api if case.api else page
+    data = case.data(w) if callable(case.data) else case.data
+    kwargs = {}
+    if case.htmx:
+        kwargs["HTTP_HX_REQUEST"] = "true"
+    if case.method == "get":
+        return client.get(url, **kwargs)
+    if case.api:
+        return getattr(client, case.method)(
+            url, data=json.dumps(data or {}), content_type="application/json"
+        )
+    return client.post(url, data=data or {}, **kwargs)
+
+
+def _denied(response, case: Case, role: str) -> bool:
+    if role == "anonymous":
+        if case.api:
+            return response.status_code in (401, 403)
+        return response.status_code == 302 and "login" in response["Location"]
+    if case.url == "/admin/":
+        return response.status_code == 302 and "/admin/login/" in response["Location"]
+    return response.status_code in (403, 404)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_role_gets_exactly_what_it_may(world, role):
+    leaks = []
+    for case in CASES:
+        response = _call(case, role, world)
+        allowed = role in case.allowed
+        if allowed:
+            ok = response.status_code < 400 or (response.status_code == 409 and case.effect is None)
+        else:
+            ok = _denied(response, case, role)
+        if case.effect is not None and ok:
+            happened = bool(case.effect(world))
+            ok = happened == allowed
+        if not ok:
+            leaks.append(f"{case.name}: {role} got {response.status_code}")
+    assert leaks == []
+
+
+def test_lists_show_nothing_that_is_not_yours(world):
+    bob_api, rita_api = _clients("other")[1], _clients("member")[1]
+    assert world.task_m.pk not in [t["id"] for t in bob_api.get("/api/v1/tasks/").json()["results"]]
+    assert world.task_g.pk not in [
+        t["id"] for t in rita_api.get("/api/v1/tasks/").json()["results"]
+    ]
+    quinn_page, quinn_api = _clients("queue_admin")
+    seen = [t["id"] for t in quinn_api.get("/api/v1/tasks/").json()["results"]]
+    assert world.task_m.pk in seen and world.task_g.pk not in seen
+    # config versions: a queue admin's are their queues' only
+    versions = quinn_api.get("/api/v1/config/versions/").json()["results"]
+    hpc = Queue.objects.get(name="hpc").pk
+    assert versions and {(v["model"], v["object_id"]) for v in versions} == {
+        ("scheduling.queue", hpc)
+    }
+    # the audit log: a researcher reads their own rows only
+    rows = rita_api.get("/api/v1/audit/").json()["results"]
+    assert all(r["actor"] == "rita" for r in rows)
+    assert AuditEvent.objects.exclude(actor="rita").exists()
+    # the usage page's project filter offers only your projects
+    assert b"genomics" not in _clients("member")[0].get("/usage/").content
+    # a queue admin's capacity page lists their pool's nodes only
+    content = quinn_page.get("/capacity/").content.decode()
+    assert world.node_hpc.name in content and world.node_gpu.name not in content
