@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 VAR ?= $(or $(SWITCHYARD_VAR_DIR),$(CURDIR)/var)
 TEST_VAR := $(CURDIR)/var/test
 
-.PHONY: run run-slurm test install system-deps browser-deps lint bench slurm-up slurm-down clean
+.PHONY: run run-slurm test screenshots install system-deps browser-deps lint bench slurm-up slurm-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -38,6 +38,11 @@ run: install system-deps
 test: install system-deps browser-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob
 	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest $(PYTEST_ARGS)
+
+# Regenerate docs/screenshots/ from the browser tests (each role's day, the phone view).
+screenshots: install system-deps browser-deps $(TEST_VAR)/secret-key
+	@bash docker/job-accounts.sh sy-alice sy-bob
+	SWITCHYARD_VAR_DIR=$(TEST_VAR) SWITCHYARD_UPDATE_SCREENSHOTS=1 $(PY) -m pytest tests/browser
 
 lint: install
 	$(VENV)/bin/ruff check .

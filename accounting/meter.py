@@ -92,9 +92,15 @@ def write(attempt: Attempt, runs: list[Run]) -> int:
     started = started or attempt.started_at or ended
     job_id = ",".join(sorted({r.job_id for r in runs}))[:64]
     source = _source(task.backend)
+    measured = [r for r in runs if r.cpu_ms is not None]
     try:
         with transaction.atomic():
             Metered.objects.create(attempt=attempt, runs=len(runs), records=len(amounts))
+            if measured:  # what it really used, for the over-request advice
+                Attempt.objects.filter(pk=attempt.pk).update(
+                    cpu_ms=sum(r.cpu_ms for r in measured),
+                    cpu_elapsed_ms=sum(r.elapsed_ms for r in measured),
+                )
             records = []
             for metric, quantity in sorted(amounts.items()):
                 rate = rate_for(task.queue_id, metric, ended)

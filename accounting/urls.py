@@ -1,8 +1,11 @@
 from django.urls import path
 
-from accounting import views
+from accounting import views, views_dashboard
 
 urlpatterns = [
+    path("dashboard/", views_dashboard.dashboard, name="dashboard"),
+    path("dashboard/settings/", views_dashboard.dashboard_settings, name="dashboard-settings"),
+    path("dashboard/site/", views_dashboard.site_dashboard, name="site-dashboard"),
     path("usage/", views.usage, name="usage"),
     path("usage/tasks/<int:pk>/", views.task_usage, name="task-usage"),
     path("usage/reconciliation/", views.reconciliations, name="usage-reconciliations"),

@@ -290,3 +290,21 @@ class AuditEvent(models.Model):
 
     def delete(self, *args, **kwargs):
         raise ValueError("the audit log is append-only")
+
+
+class UserSettings(models.Model):
+    """A user's own choices: for now, whether their tasks' ends are mailed to them."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="switchyard_settings"
+    )
+    email_on_task_end = models.BooleanField(
+        default=False,
+        help_text="Mail me when a task of mine ends (a descriptor's `notify` overrides it).",
+    )
+
+    class Meta:
+        verbose_name_plural = "user settings"
+
+    def __str__(self) -> str:
+        return f"{self.user} settings"

@@ -313,6 +313,8 @@ SWITCHYARD_FAIRSHARE_HALF_LIFE_HOURS = env_int("SWITCHYARD_FAIRSHARE_HALF_LIFE_H
 # How often the levels pass runs (levels move, approvals expire, quota-held tasks are
 # reconsidered).
 SWITCHYARD_POLICY_SECONDS = float(env_int("SWITCHYARD_POLICY_MS", 5000)) / 1000
+# Every queue's load is sampled this often, for the dashboards (docs/console.md).
+SWITCHYARD_SAMPLE_SECONDS = float(env_int("SWITCHYARD_SAMPLE_MS", 60_000)) / 1000
 # A priority-raise request lasts at most this long; a descriptor's `priority: high` asks
 # for this long.
 SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS", 30 * 24)
@@ -330,6 +332,8 @@ EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "switchyard@localhost")
+# The portal's address as users reach it, for links in mails.
+SWITCHYARD_PUBLIC_URL = env_str("SWITCHYARD_PUBLIC_URL", "http://127.0.0.1:8000")
 
 CELERY_BEAT_SCHEDULE = {
     "poll-backends": {
@@ -371,6 +375,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "accounting.reconcile_pass",
         "schedule": SWITCHYARD_RECONCILE_SECONDS,
         "options": {"expires": SWITCHYARD_RECONCILE_SECONDS * 2},
+    },
+    "load-sample": {
+        "task": "scheduling.load_sample",
+        "schedule": SWITCHYARD_SAMPLE_SECONDS,
+        "options": {"expires": SWITCHYARD_SAMPLE_SECONDS * 2},
     },
     "housekeeping": {
         "task": "scheduling.housekeeping",

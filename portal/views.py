@@ -51,8 +51,17 @@ def config_version(request: HttpRequest, pk: int) -> HttpResponse:
         .order_by("-id")
         .first()
     )
+    previous = (
+        ConfigVersion.objects.filter(
+            model=version.model, object_id=version.object_id, pk__lt=version.pk
+        )
+        .order_by("-id")
+        .values_list("pk", flat=True)
+        .first()
+    )
     context = {
         "version": version,
+        "previous": previous,
         "changes": history.diff(version.before, version.after),
         "to_restore": history.diff(current.after if current else None, version.after),
         "later": later,

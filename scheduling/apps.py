@@ -10,13 +10,14 @@ class SchedulingConfig(AppConfig):
         # and the Celery tasks are registered in every process, so services publish them
         # by name without importing the engine (docs/architecture.md).
         from portal import history
-        from scheduling import hooks
+        from scheduling import hooks, notifications
         from scheduling import tasks as _celery_tasks  # noqa: F401 - registers them
         from scheduling.engine import admission, settle
         from scheduling.selectors import site_view_invalidate
 
         hooks.on_task_end(settle.after_end)
         hooks.on_task_end(admission.after_end)  # what it held is free: held tasks may start
+        hooks.on_task_end(notifications.on_task_end)
         history.config_changed.connect(
             lambda **_: site_view_invalidate(), dispatch_uid="switchyard-site-view"
         )

@@ -24,6 +24,7 @@ DISPATCH_MANY = "scheduling.dispatch_many"
 CANCEL = "scheduling.cancel"
 NODES = "scheduling.nodes_apply"
 CAPACITY = "scheduling.capacity_pass"
+NOTIFY_END = "scheduling.notify_task_end"
 
 
 def dispatch(task_id: int, *, countdown: float = 0) -> None:
@@ -53,6 +54,12 @@ def send(name: str, args: tuple[Any, ...], *, countdown: float = 0, what: str = 
             task.apply_async(args)
     except Exception:  # noqa: BLE001 - any broker failure; the sweep is the safety net
         log.warning("could not enqueue %s; the sweep will", what or name, exc_info=True)
+
+
+def notify_end(task_id: int) -> None:
+    """Mail the owner that the task ended, once the transaction commits (no sweep: a lost
+    message is a lost mail, never a lost change)."""
+    _on_commit(NOTIFY_END, (task_id,), what=f"mail about task {task_id}")
 
 
 def _on_commit(name: str, args: tuple[Any, ...], *, countdown: float = 0, what: str) -> None:

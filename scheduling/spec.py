@@ -16,6 +16,7 @@ TASK_TYPES = ("hpc-simulation", "ai-training", "ai-inference", "agent", "sandbox
 SANDBOXED_TYPES = frozenset({"agent", "sandbox"})
 FAIL_ACTIONS = ("abort", "skip")
 PRIORITIES = ("low", "normal", "high")
+NOTIFY = ("end", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class TaskSpec:
     wait_timeout_s: int | None = None
     trigger_file: str | None = None
     priority: str = "normal"
+    notify: str | None = None  # "end": mail the owner when it ends; "none"; None: their setting
     # ids of tasks that already exist; the service checks the submitter may see them
     depends_on_ids: tuple[int, ...] = ()
 

@@ -9,8 +9,8 @@ import dataclasses
 
 from celery import shared_task
 
-from scheduling import engine, outbox
-from scheduling.engine import capacity, health, levels, settle
+from scheduling import engine, notifications, outbox
+from scheduling.engine import capacity, health, levels, samples, settle
 from scheduling.engine.locks import exclusive
 
 
@@ -103,3 +103,14 @@ def health_pass() -> dict:
 @shared_task(name=outbox.NODES, acks_late=True)
 def nodes_apply(node_ids: list[int]) -> int:
     return health.nodes_apply(node_ids)
+
+
+@shared_task(name="scheduling.load_sample", acks_late=True)
+def load_sample() -> int:
+    """Every queue's load now, for the dashboards' charts over time."""
+    return samples.take_sample()
+
+
+@shared_task(name=outbox.NOTIFY_END, acks_late=True)
+def notify_task_end(task_id: int) -> bool:
+    return notifications.send_task_end(task_id)

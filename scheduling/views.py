@@ -19,6 +19,7 @@ from scheduling import engine, services
 from scheduling.dag import dag_picture
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
+from scheduling.efficiency import task_efficiency
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
 from scheduling.models import TERMINAL_STATES, Task, TaskState, WorkflowState
 from scheduling.selectors import (
@@ -28,6 +29,7 @@ from scheduling.selectors import (
     workflow_get_for_user,
     workflow_list_for_user,
 )
+from scheduling.starters import STARTERS, starter_initial
 from scheduling.waiting import explain
 
 LOG_LIMIT = 256 * 1024
@@ -68,6 +70,7 @@ def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_change": (can_change := can_change_task(request.user, task)),
         "can_ask": can_change and not task.is_terminal and task.level < HIGH,
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
+        "efficiency": task_efficiency(task) if task.is_terminal else None,
     }
     # While the task lives, htmx re-fetches the status block (state, timeline, log) every 2 s.
     template = "scheduling/task_status.html" if request.htmx else "scheduling/task_detail.html"
@@ -96,7 +99,7 @@ def task_submit(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = TaskSubmitForm(request.POST, request.FILES, projects=projects)
     else:
-        form = TaskSubmitForm(projects=projects)
+        form = TaskSubmitForm(projects=projects, initial=_initial(request, projects))
     errors: list[ErrorItem] = []
     if form.is_bound and form.is_valid():
         text, fmt = form.descriptor_text()
@@ -117,6 +120,8 @@ def task_submit(request: HttpRequest) -> HttpResponse:
         "main_fields": [form[name] for name in MAIN_FIELDS],
         "more_fields": [form[name] for name in MORE_FIELDS],
         "more_open": any(form[name].errors or form[name].value() for name in MORE_FIELDS),
+        "starters": [(kind, starter["label"]) for kind, starter in STARTERS.items()],
+        "starter": request.GET.get("template", ""),
     }
     return render(
         request,
@@ -189,6 +194,16 @@ def workflow_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, f"Workflow {workflow.name}: every unfinished task is cancelled.")
     return redirect("workflow-detail", pk=workflow.pk)
+
+
+def _initial(request: HttpRequest, projects: list[str]) -> dict[str, Any]:
+    """A template's fields (`?template=agent`), or a task's own descriptor to submit again
+    (`?from=42`, a task you may see)."""
+    initial: dict[str, Any] = {"project": projects[0]} if projects else {}
+    if request.GET.get("from"):
+        task = task_get_for_user(request.user, request.GET["from"])
+        return {**initial, "descriptor": task.descriptor}
+    return {**initial, **(starter_initial(request.GET.get("template", "")) or {})}
 
 
 def _attach(form: TaskSubmitForm, exc: ApplicationError) -> list[ErrorItem]:

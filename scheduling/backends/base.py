@@ -84,6 +84,9 @@ class Run:
     # The portal instance that made the job, where the backend keeps it ("": this backend
     # serves one portal only).
     portal: str = ""
+    # CPU time the job's processes used (user + system), when the backend measures it: the
+    # supervisor's rusage on the local backend, `sacct` TotalCPU on Slurm.
+    cpu_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,7 +158,7 @@ _ENV_RESERVED_NAMES: dict[str, str] = {
 _TOP_FIELDS = (
     "apiVersion", "kind", "name", "project", "type", "queue", "resources", "walltime",
     "estimate", "command", "script", "image", "env", "depends_on", "retry_count",
-    "fail_action", "wait_timeout", "trigger", "priority",
+    "fail_action", "wait_timeout", "trigger", "priority", "notify",
 )  # fmt: skip
 _RESOURCE_FIELDS = ("nodes", "cpus", "memory", "gpus", "gpu_type")
 _TRIGGER_FIELDS = ("file",)

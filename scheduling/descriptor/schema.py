@@ -42,7 +42,7 @@ from scheduling.descriptor.limits import (
     SLUG_PATTERN,
     WORKFLOW_KIND,
 )
-from scheduling.spec import FAIL_ACTIONS, PRIORITIES, TASK_TYPES
+from scheduling.spec import FAIL_ACTIONS, NOTIFY, PRIORITIES, TASK_TYPES
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -210,6 +210,13 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
         }
     ),
     "priority": _nullable({"enum": list(PRIORITIES), "default": "normal"}),
+    "notify": _nullable(
+        {
+            "enum": list(NOTIFY),
+            "description": "end: mail the owner when the task ends; none: never; "
+            "absent: the owner's setting",
+        }
+    ),
 }
 # Exactly one of command / script, counting null as absent.
 _ONE_PROGRAM = [

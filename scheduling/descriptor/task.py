@@ -50,7 +50,7 @@ from scheduling.descriptor.limits import (
     ENV_NAME_PATTERN,
     KIND,
 )
-from scheduling.spec import FAIL_ACTIONS, PRIORITIES, TASK_TYPES, Resources, TaskSpec
+from scheduling.spec import FAIL_ACTIONS, NOTIFY, PRIORITIES, TASK_TYPES, Resources, TaskSpec
 
 
 def parse_task(data: dict) -> TaskSpec:
@@ -117,6 +117,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
     fail_action = _optional_choice(get("fail_action"), "fail_action", FAIL_ACTIONS, "abort", errors)
     trigger_file = _trigger(get("trigger"), errors)
     priority = _optional_choice(get("priority"), "priority", PRIORITIES, "normal", errors)
+    notify = _optional_choice(get("notify"), "notify", NOTIFY, None, errors)
     return {
         **values,
         "resources": resources,
@@ -135,6 +136,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
         "wait_timeout_s": wait_timeout,
         "trigger_file": trigger_file,
         "priority": priority,
+        "notify": notify,
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduling.models.capacity import Alert, LeaseSchedule, NodeLease
+from scheduling.models.capacity import Alert, LeaseSchedule, LoadSample, NodeLease
 from scheduling.models.site import (
     ClassifierSettings,
     Instance,
@@ -31,6 +31,7 @@ __all__ = [
     "ACTIVE_STATES",
     "Alert",
     "LeaseSchedule",
+    "LoadSample",
     "NodeLease",
     "TERMINAL_STATES",
     "Attempt",

@@ -94,3 +94,23 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.kind}: {self.subject}"
+
+
+class LoadSample(models.Model):
+    """A queue's load at one moment, taken every minute by a worker: the admins' dashboard
+    draws utilisation and queue depth over time from these (docs/console.md)."""
+
+    at = models.DateTimeField(db_index=True)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="samples")
+    waiting = models.PositiveIntegerField(help_text="pending, waiting and queued tasks")
+    running = models.PositiveIntegerField()
+    cpus_busy = models.PositiveIntegerField()
+    gpus_busy = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["at", "queue"]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.at:%Y-%m-%d %H:%M} {self.queue}: {self.waiting} waiting, {self.running} running"
+        )

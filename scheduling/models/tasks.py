@@ -214,6 +214,14 @@ class Attempt(models.Model):
     submitted_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    cpu_ms = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="CPU time its processes used, from the backend's own accounting (metered).",
+    )
+    cpu_elapsed_ms = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="… over this much elapsed time (the runs measured)."
+    )
 
     class Meta:
         ordering = ["task", "number"]

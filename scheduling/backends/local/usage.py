@@ -28,6 +28,7 @@ def runs(key: str, state: Mapping[str, Any]) -> list[Run]:
             elapsed_ms=max(0, round((ended - started).total_seconds() * 1000)),
             started_at=started,
             ended_at=ended,
+            cpu_ms=int(state["cpu_ms"]) if state.get("cpu_ms") is not None else None,
         )
     ]
 

@@ -8,6 +8,7 @@ columns (and such a job's comment then does not name this portal: it is left out
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -52,7 +53,24 @@ class SlurmUsage:
                 # ended: slurmctld sends it later, and the elapsed time is not final).
                 continue
             found[backend_id] = [run for _, run in runs]
+        if found:
+            self._add_cpu_time(found)
         return found
+
+    def _add_cpu_time(self, found: dict[str, list[Run]]) -> None:
+        """The CPU time (TotalCPU) of each job's last run. Slurm aggregates it over the job's
+        steps on the job's own line, which `-X` leaves out; a requeued job's earlier runs keep
+        none."""
+        jobs = {runs[-1].job_id: backend_id for backend_id, runs in found.items()}
+        out = self.run(
+            ["sacct", "-P", "-n", "--format=JobIDRaw,JobID,TotalCPU", "--jobs=" + ",".join(jobs)]
+        )
+        for line in out.splitlines():
+            raw, job, total = (line.split("|") + ["", "", ""])[:3]
+            cpu_ms = parse_cpu_time(total)
+            if raw == job and raw in jobs and cpu_ms is not None:
+                runs = found[jobs[raw]]
+                runs[-1] = dataclasses.replace(runs[-1], cpu_ms=cpu_ms)
 
     def accounted(self, start: datetime, end: datetime) -> list[Run]:
         """The runs of this portal's jobs (names that are attempt keys) that ended in the
@@ -100,6 +118,21 @@ class SlurmUsage:
                 )
             )
         return rows
+
+
+def parse_cpu_time(text: str) -> int | None:
+    """sacct's `[D-][HH:]MM:SS[.mmm]` → milliseconds; None when it is not one."""
+    days, _, rest = text.strip().rpartition("-")
+    parts = rest.split(":")
+    if not 2 <= len(parts) <= 3 or (days and not days.isdigit()):
+        return None
+    try:
+        seconds = float(parts[-1])
+        minutes = int(parts[-2])
+        hours = int(parts[0]) if len(parts) == 3 else 0
+    except ValueError:
+        return None
+    return round(((int(days or 0) * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000)
 
 
 def parse_tres(text: str) -> dict[str, int]:

@@ -215,6 +215,13 @@ CASES = [
          lambda w: f"/api/v1/config/versions/{w.version_hpc.pk}/rollback/",
          data={"reason": "t"}, api=True),
     # the pages everyone has (their contents are checked below)
+    # dashboards: everyone their own; operators the site's (their queues')
+    Case("dashboard", EVERYONE, "get", "/dashboard/"),
+    Case("dashboard fragment", EVERYONE, "get", "/dashboard/", htmx=True),
+    Case("site dashboard", OPERATES_HPC, "get", "/dashboard/site/"),
+    Case("site dashboard fragment", OPERATES_HPC, "get", "/dashboard/site/", htmx=True),
+    Case("submit again from a task", SEES_MATERIALS | OPERATES_HPC, "get",
+         lambda w: f"/tasks/new/?from={w.task_m.pk}"),
     Case("audit page", EVERYONE, "get", "/audit/"),
     Case("audit api", EVERYONE, "get", "/api/v1/audit/", api=True),
     Case("usage page", EVERYONE, "get", "/usage/"),

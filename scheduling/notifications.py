@@ -1,0 +1,48 @@
+"""Mail a task's owner when it ends, if they asked: the descriptor's `notify` (`end` or
+`none`), else their own setting (docs/console.md). The mail goes out from a worker, after the
+end is committed; a mail that cannot be sent is logged, never an error of the task."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from portal.models import UserSettings
+from portal.notify import notify
+from scheduling import outbox
+from scheduling.models import Task
+
+
+def wants_mail(task: Task) -> bool:
+    choice = (task.spec or {}).get("notify")
+    if choice is not None:
+        return choice == "end"
+    return UserSettings.objects.filter(user_id=task.owner_id, email_on_task_end=True).exists()
+
+
+def on_task_end(task: Task) -> None:
+    """The task-end hook: publish the mail on commit when the owner wants it."""
+    if wants_mail(task):
+        outbox.notify_end(task.pk)
+
+
+def send_task_end(task_id: int) -> bool:
+    task = Task.objects.select_related("owner", "project", "queue").filter(pk=task_id).first()
+    if task is None:
+        return False
+    base = settings.SWITCHYARD_PUBLIC_URL.rstrip("/")
+    lines = [
+        f"Task #{task.pk} {task.name} in project {task.project.slug} ended: {task.state}.",
+        f"Why: {task.reason}" if task.reason else "",
+        f"Exit code: {task.exit_code}" if task.exit_code is not None else "",
+        f"Queue: {task.queue.name}; attempts: {task.attempts}.",
+        "",
+        f"{base}/tasks/{task.pk}/",
+        "",
+        "You get this because the task's descriptor says `notify: end` or your settings on "
+        "the dashboard ask for it.",
+    ]
+    return notify(
+        task.owner,
+        f"task #{task.pk} {task.name} {task.state}",
+        "\n".join(line for line in lines if line is not None),
+    )

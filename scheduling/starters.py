@@ -1,0 +1,62 @@
+"""Starting points for the Submit page: one per workload type, with what such work usually
+asks for on the default site (docs/descriptor.md has every field)."""
+
+from __future__ import annotations
+
+# type → the form's fields. Commands are placeholders a researcher replaces.
+STARTERS: dict[str, dict[str, str]] = {
+    "hpc-simulation": {
+        "label": "HPC simulation",
+        "name": "mpi-simulation",
+        "cpus": "32",
+        "gpus": "0",
+        "memory": "32Gi",
+        "walltime": "4h",
+        "command": "sh -c 'echo simulating on $(nproc) cores; sleep 60'",
+    },
+    "ai-training": {
+        "label": "AI training",
+        "name": "train-model",
+        "cpus": "16",
+        "gpus": "8",
+        "memory": "64Gi",
+        "walltime": "12h",
+        "estimate": "8h",
+        "command": "python3 train.py --epochs 10",
+    },
+    "ai-inference": {
+        "label": "AI inference",
+        "name": "serve-model",
+        "cpus": "4",
+        "gpus": "1",
+        "memory": "16Gi",
+        "walltime": "1h",
+        "command": "python3 serve.py --port 8080",
+    },
+    "agent": {
+        "label": "Agent step",
+        "name": "agent-step",
+        "cpus": "1",
+        "gpus": "0",
+        "memory": "2Gi",
+        "walltime": "5m",
+        "command": "sh -c 'echo thinking; sleep 5'",
+    },
+    "sandbox": {
+        "label": "Sandbox",
+        "name": "sandbox-run",
+        "cpus": "1",
+        "gpus": "0",
+        "memory": "1Gi",
+        "walltime": "10m",
+        "command": "python3 -c 'print(2 + 2)'",
+    },
+}
+
+
+def starter_initial(kind: str) -> dict[str, str] | None:
+    """The form's initial values for a type, or None for an unknown type."""
+    found = STARTERS.get(kind)
+    if found is None:
+        return None
+    return {"type": kind, **{k: v for k, v in found.items() if k != "label"}}
