@@ -4,10 +4,12 @@ share, and each pool's utilisation."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
 import plotly.graph_objects as go
+from django.core.serializers.json import DjangoJSONEncoder
 
 _LAYOUT = {
     "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
@@ -61,28 +63,36 @@ def utilisation(pools: list[dict[str, Any]]) -> str:
 
 
 # -- the dashboards (accounting/dashboards.py) ---------------------------------------------
+# Written as plain figure JSON (what plotly.py's to_json writes), not through graph objects:
+# the dashboards are redrawn every few seconds, and validating thousands of points through
+# plotly.py's objects cost more than every query of the page together.
 
 
-def _json(fig: go.Figure, empty: str) -> str:
-    """The figure, or an empty one that says why there is nothing to draw."""
-    if not fig.data:
-        fig.add_annotation(text=empty, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-        fig.update_xaxes(visible=False)
-        fig.update_yaxes(visible=False)
-    return fig.to_json()
+def _figure(traces: list[dict], title: str, empty: str, **layout: Any) -> str:
+    figure: dict[str, Any] = {
+        "data": traces,
+        "layout": {**_LAYOUT, "title": {"text": title}, **layout},
+    }
+    if not traces:
+        figure["layout"].update(
+            annotations=[{"text": empty, "showarrow": False, "xref": "paper", "yref": "paper",
+                          "x": 0.5, "y": 0.5}],
+            xaxis={"visible": False},
+            yaxis={"visible": False},
+        )  # fmt: skip
+    return json.dumps(figure, cls=DjangoJSONEncoder)
 
 
 def waits(rows: list[dict[str, Any]]) -> str:
     """Mean and 95th percentile wait per type, in minutes."""
     kinds = [r["type"] for r in rows]
-    fig = go.Figure(
-        [
-            go.Bar(name="mean", x=kinds, y=[r["mean_s"] / 60 for r in rows]),
-            go.Bar(name="95th percentile", x=kinds, y=[r["p95_s"] / 60 for r in rows]),
-        ]
+    traces = [
+        {"type": "bar", "name": "mean", "x": kinds, "y": [r["mean_s"] / 60 for r in rows]},
+        {"type": "bar", "name": "95th percentile", "x": kinds, "y": [r["p95_s"] / 60 for r in rows]},
+    ] if rows else []  # fmt: skip
+    return _figure(
+        traces, "waits this week (minutes)", "nothing started this week", barmode="group"
     )
-    fig.update_layout(barmode="group", title="waits this week (minutes)", **_LAYOUT)
-    return _json(fig if rows else go.Figure(layout=fig.layout), "nothing started this week")
 
 
 def queue_depth(samples: list[tuple], names: dict[int, str]) -> str:
@@ -92,14 +102,10 @@ def queue_depth(samples: list[tuple], names: dict[int, str]) -> str:
         xs, ys = series[names.get(queue_id, str(queue_id))]
         xs.append(at)
         ys.append(waiting)
-    fig = go.Figure(
-        [
-            go.Scatter(name=name, x=xs, y=ys, mode="lines")
-            for name, (xs, ys) in sorted(series.items())
-        ]
-    )
-    fig.update_layout(title="queue depth: waiting tasks, last 24 h", **_LAYOUT)
-    return _json(fig, "no load samples yet: a worker takes one every minute")
+    traces = [{"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
+              for name, (xs, ys) in sorted(series.items())]  # fmt: skip
+    return _figure(traces, "queue depth: waiting tasks, last 24 h",
+                   "no load samples yet: a worker takes one every minute")  # fmt: skip
 
 
 def utilisation_over_time(
@@ -119,25 +125,19 @@ def utilisation_over_time(
         if not total:
             continue
         moments = sorted(values)
-        traces.append(
-            go.Scatter(
-                name=f"{pools[pool].name} {unit}",
-                x=moments,
-                y=[min(100.0, 100.0 * values[m] / total) for m in moments],
-                mode="lines",
-            )
-        )
-    fig = go.Figure(traces)
-    fig.update_layout(title="utilisation per pool (%), last 24 h", yaxis_range=[0, 100], **_LAYOUT)
-    return _json(fig, "no load samples yet: a worker takes one every minute")
+        traces.append({
+            "type": "scatter", "mode": "lines", "name": f"{pools[pool].name} {unit}",
+            "x": moments, "y": [min(100.0, 100.0 * values[m] / total) for m in moments],
+        })  # fmt: skip
+    return _figure(traces, "utilisation per pool (%), last 24 h",
+                   "no load samples yet: a worker takes one every minute",
+                   yaxis={"range": [0, 100]})  # fmt: skip
 
 
 def reasons(breakdown: list[tuple[str, int]]) -> str:
-    fig = go.Figure(
-        [go.Pie(labels=[r for r, _ in breakdown], values=[n for _, n in breakdown], hole=0.4)]
-    )
-    fig.update_layout(title="why work waits, now", **_LAYOUT)
-    return _json(fig if breakdown else go.Figure(layout=fig.layout), "nothing waits")
+    traces = [{"type": "pie", "hole": 0.4, "labels": [r for r, _ in breakdown],
+               "values": [n for _, n in breakdown]}] if breakdown else []  # fmt: skip
+    return _figure(traces, "why work waits, now", "nothing waits")
 
 
 def preemptions(rows: list[tuple]) -> str:
@@ -146,30 +146,21 @@ def preemptions(rows: list[tuple]) -> str:
     for day, kind, n in rows:
         series[kind][str(day)] = n
     days = sorted({d for values in series.values() for d in values})
-    fig = go.Figure(
-        [
-            go.Bar(name=kind, x=days, y=[values.get(d, 0) for d in days])
-            for kind, values in sorted(series.items())
-        ]
-    )
-    fig.update_layout(barmode="stack", title="preemptions per day, last 7 days", **_LAYOUT)
-    return _json(fig, "no preemptions this week")
+    traces = [{"type": "bar", "name": kind, "x": days, "y": [values.get(d, 0) for d in days]}
+              for kind, values in sorted(series.items())]  # fmt: skip
+    return _figure(traces, "preemptions per day, last 7 days", "no preemptions this week",
+                   barmode="stack")  # fmt: skip
 
 
 def leases(rows: list, now) -> str:
-    """Each lease as a bar from its start to its end (or now, while it lasts)."""
-    fig = go.Figure()
+    """Each lease as a bar from its start to its end (or its reclaim)."""
+    traces = []
     for lease in rows:
         end = lease.reclaimed_at or lease.ends_at
-        fig.add_trace(
-            go.Bar(
-                name=f"#{lease.pk} {lease.pool.name} → {lease.queue.name}",
-                y=[f"#{lease.pk} {lease.pool.name} → {lease.queue.name}"],
-                x=[(end - lease.starts_at).total_seconds() * 1000],
-                base=[lease.starts_at.isoformat()],
-                orientation="h",
-                showlegend=False,
-            )
-        )
-    fig.update_layout(title="leases, last 7 days", xaxis_type="date", **_LAYOUT)
-    return _json(fig, "no leases this week")
+        label = f"#{lease.pk} {lease.pool.name} → {lease.queue.name}"
+        traces.append({
+            "type": "bar", "orientation": "h", "showlegend": False, "name": label, "y": [label],
+            "x": [(end - lease.starts_at).total_seconds() * 1000],
+            "base": [lease.starts_at.isoformat()],
+        })  # fmt: skip
+    return _figure(traces, "leases, last 7 days", "no leases this week", xaxis={"type": "date"})

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -36,11 +37,11 @@ from scheduling.selectors.access import task_list_for_member
 from scheduling.selectors.quota import project_quotas
 
 WAIT_SAMPLE = 5000  # the most recent starts a wait chart is drawn from
+SLOW_SECONDS = 60
 MAX_POINTS = 288  # points per line over a day: one every 5 minutes
 
 
 def researcher(user: AbstractBaseUser) -> dict[str, Any]:
-    now = timezone.now()
     mine = task_list_for_member(user)
     counts = dict(
         mine.filter(state__in=(*WAITING, TaskState.RUNNING))
@@ -51,6 +52,25 @@ def researcher(user: AbstractBaseUser) -> dict[str, Any]:
     waiting = list(mine.filter(state__in=WAITING).order_by("submitted_at")[:10])
     projects = Project.objects.filter(memberships__user=user).order_by("slug")
     quotas = [(p.slug, project_quotas(p)) for p in projects]
+    settings_row = UserSettings.objects.filter(user_id=user.pk).first()
+    # The month's usage, the week's waits and the month's efficiency move slowly: computed at
+    # most once a minute per user (the page refreshes every 10 s).
+    slow = cache.get_or_set(
+        f"switchyard:dashboard:{user.pk}", lambda: _slow_figures(user, mine), SLOW_SECONDS
+    )
+    return {
+        "running": counts.get(TaskState.RUNNING, 0),
+        "waiting_count": sum(counts.get(s, 0) for s in WAITING),
+        "waiting": waiting,
+        "quotas": quotas,
+        "email_on_task_end": bool(settings_row and settings_row.email_on_task_end),
+        **slow,
+        "figures": {"waits": charts.waits(slow["waits"])},
+    }
+
+
+def _slow_figures(user: AbstractBaseUser, mine) -> dict[str, Any]:
+    now = timezone.now()
     today = timezone.localdate()
     month = reports.UsageQuery(today.replace(day=1), today, ("project",), "all")
     started = list(
@@ -58,18 +78,11 @@ def researcher(user: AbstractBaseUser) -> dict[str, Any]:
         .order_by("-started_at")
         .values_list("type", "submitted_at", "started_at")[:WAIT_SAMPLE]
     )
-    waits = wait_stats(started)
-    settings_row = UserSettings.objects.filter(user_id=user.pk).first()
     return {
-        "running": counts.get(TaskState.RUNNING, 0),
-        "waiting_count": sum(counts.get(s, 0) for s in WAITING),
-        "waiting": waiting,
-        "quotas": quotas,
         "usage": reports.totals(user, month),
-        "waits": waits,
+        "waits": wait_stats(started),
         "efficiency": efficiency_report(mine, now - timedelta(days=30))[:10],
-        "email_on_task_end": bool(settings_row and settings_row.email_on_task_end),
-        "figures": {"waits": charts.waits(waits)},
+        "computed_at": now,
     }
 
 

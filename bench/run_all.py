@@ -24,6 +24,7 @@ from bench import (  # noqa: E402
     bench_accounting,
     bench_api,
     bench_capacity,
+    bench_console,
     bench_decisions,
     bench_latency,
     bench_policy,
@@ -60,6 +61,7 @@ BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("latency", bench_latency.run, bench_latency.COMMAND),
     ("slurm", bench_slurm.run, ".venv/bin/python bench/bench_slurm.py"),
     ("accounting", bench_accounting.run, bench_accounting.COMMAND),
+    ("console", bench_console.run, bench_console.COMMAND),
 ]
 
 
@@ -155,6 +157,16 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
             )
     elif acc:
         rows.append(f"| usage report and exports | not run: {acc['skipped']} | — | — |")
+    con = results.get("console")
+    if con:
+        for database in ("sqlite", "postgresql"):
+            for name, page in con.get(database, {}).get("pages", {}).items():
+                target = con["list_target_ms"] if name.startswith("task list") else con["target_ms"]
+                rows.append(
+                    f"| {name}, {_fmt(con[database]['tasks'])} tasks, {database} (first render "
+                    f"{page['cold_ms']} ms) | {page['median_ms']} ms | ≤ {target} ms "
+                    f"| {_met(page['median_ms'] <= target)} |"
+                )
     return rows
 
 
@@ -401,6 +413,26 @@ def write_doc(
             *_accounting_section(acc),
             "",
         ]
+    con = results.get("console")
+    if con:
+        out += [
+            "## The console with 100,000 tasks",
+            "",
+            "`bench_console.run()` (docs/console.md): pages rendered in-process by Django's test "
+            "client as the user who sees most. *First* is the render after the cache is cleared "
+            "(a dashboard's month of usage, week of waits and efficiency report are computed, "
+            "then kept a minute); *median* is of the 5 renders after it.",
+            "",
+            "| database | page | first | median | queries | bytes |",
+            "|---|---|---|---|---|---|",
+        ]
+        for database in ("sqlite", "postgresql"):
+            for name, page in con.get(database, {}).get("pages", {}).items():
+                out.append(
+                    f"| {database} | {name} | {page['cold_ms']} ms | {page['median_ms']} ms | "
+                    f"{page['queries']} | {_fmt(page['bytes'])} |"
+                )
+        out.append("")
     out += [
         "## Reading the numbers",
         "",

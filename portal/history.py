@@ -44,6 +44,7 @@ TRACKED: dict[str, frozenset[str]] = {
     "scheduling.levelrule": frozenset(),
     "scheduling.classifiersettings": frozenset(),
     "scheduling.leaseschedule": frozenset(),
+    "scheduling.canary": frozenset({"started_at", "ended_at"}),
     "portal.quota": frozenset({"updated_at"}),
     "portal.project": frozenset({"created_at"}),
     "accounting.rate": frozenset(),

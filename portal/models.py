@@ -263,6 +263,9 @@ class AuditEvent(models.Model):
         LEASE_END = "lease.end", "Lease ended"
         CONFIG_CHANGE = "config.change", "Configuration changed"
         CONFIG_ROLLBACK = "config.rollback", "Configuration rolled back"
+        CANARY_START = "canary.start", "Canary started"
+        CANARY_PROMOTE = "canary.promote", "Canary promoted"
+        CANARY_ABANDON = "canary.abandon", "Canary abandoned"
         LOGIN_FAILED = "login.failed", "Login failed"
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)

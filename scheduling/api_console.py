@@ -16,7 +16,9 @@ from portal import roles
 from portal.errors import ApplicationError
 from portal.models import Project
 from scheduling import api_policy, services
-from scheduling.models import Node, Queue
+from scheduling.models import Canary, Node, Queue
+from scheduling.selectors.canary import canary_results
+from scheduling.services.canary import canary_end, canary_start
 from scheduling.services.queues import EDITABLE, queue_form_data, queue_update
 from scheduling.services.quotas import member_add, member_remove, quota_delete, quota_set
 
@@ -216,3 +218,81 @@ def _text(data: dict, name: str, *, required: bool = True) -> str:
     if not isinstance(value, str) or (required and not value):
         raise ApplicationError("required: text", field=name, got=value)
     return value
+
+
+def _canary_data(canary: Canary) -> dict:
+    return {
+        "id": canary.pk,
+        "name": canary.name,
+        "share_percent": canary.share_percent,
+        "state": canary.state,
+        "started_at": canary.started_at,
+        "ended_at": canary.ended_at,
+        "reason": canary.reason,
+        "routing_rules": canary.routing_rules,
+        "level_rules": canary.level_rules,
+        "results": canary_results(canary),
+    }
+
+
+class CanaryList(APIView):
+    """Canaries, newest first, each with its results beside the current rules' (platform
+    admins); POST starts one."""
+
+    def _admin(self, request: Request) -> None:
+        if not roles.is_platform_admin(request.user):
+            raise ApplicationError("not found", status=404)
+
+    @extend_schema(responses={200: None})
+    def get(self, request: Request) -> Response:
+        self._admin(request)
+        return Response([_canary_data(c) for c in Canary.objects.all()[:20]])
+
+    @extend_schema(
+        request=inline_serializer(
+            "CanaryStart",
+            {
+                "name": serializers.CharField(),
+                "share_percent": serializers.IntegerField(),
+                "routing_rules": serializers.ListField(child=serializers.DictField()),
+                "level_rules": serializers.ListField(child=serializers.DictField()),
+                "reason": serializers.CharField(required=False),
+            },
+        ),
+        responses={201: None},
+    )
+    def post(self, request: Request) -> Response:
+        self._admin(request)
+        data = _data(request)
+        made = canary_start(
+            user=request.user,
+            name=data.get("name"),
+            share_percent=data.get("share_percent"),
+            rule_set={
+                "routing_rules": data.get("routing_rules"),
+                "level_rules": data.get("level_rules", []),
+            },
+            reason=_text(data, "reason", required=False),
+        )
+        return Response(_canary_data(made), status=201)
+
+
+class CanaryDecide(APIView):
+    promote = True
+
+    @extend_schema(
+        request=inline_serializer("CanaryEnd", {"reason": serializers.CharField(required=False)}),
+        responses={200: None},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        canary = Canary.objects.filter(pk=pk).first()
+        if canary is None or not roles.is_platform_admin(request.user):
+            raise ApplicationError("not found", status=404)
+        data = _data(request) if request.data else {}
+        ended = canary_end(
+            user=request.user,
+            canary=canary,
+            promote=self.promote,
+            reason=_text(data, "reason", required=False),
+        )
+        return Response(_canary_data(ended))

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduling import views, views_capacity, views_console, views_policy
+from scheduling import views, views_canary, views_capacity, views_console, views_policy
 
 urlpatterns = [
     path("", views.task_list, name="task-list"),
@@ -24,6 +24,12 @@ urlpatterns = [
     path("queues/", views_policy.queue_list, name="queue-list"),
     path("queues/<slug:name>/edit/", views_console.queue_edit, name="queue-edit"),
     path("projects/", views_console.project_list, name="project-list"),
+    path("config/canary/", views_canary.canary_page, name="canary"),
+    path(
+        "config/canary/<int:pk>/<str:verdict>/",
+        views_canary.canary_decide,
+        name="canary-decide",
+    ),
     path("projects/<slug:slug>/", views_console.project_detail, name="project-detail"),
     path("projects/<slug:slug>/members/", views_console.project_members, name="project-members"),
     path("projects/<slug:slug>/quotas/", views_console.project_quota, name="project-quota"),

@@ -21,6 +21,17 @@ urlpatterns = [
         api_console.ProjectMember.as_view(),
         name="api-member",
     ),
+    path("canaries/", api_console.CanaryList.as_view(), name="api-canaries"),
+    path(
+        "canaries/<int:pk>/promote/",
+        api_console.CanaryDecide.as_view(promote=True),
+        name="api-canary-promote",
+    ),
+    path(
+        "canaries/<int:pk>/abandon/",
+        api_console.CanaryDecide.as_view(promote=False),
+        name="api-canary-abandon",
+    ),
     path("queues/", api_console.QueueList.as_view(), name="api-queues"),
     path("queues/<slug:name>/", api_console.QueueDetail.as_view(), name="api-queue"),
     path("nodes/<str:name>/<str:state>/", api_console.NodeState.as_view(), name="api-node-state"),

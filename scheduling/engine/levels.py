@@ -33,7 +33,7 @@ UNSTARTED = (S.PENDING, S.WAITING, S.QUEUED)
 _FIELDS = (
     "id", "type", "state", "priority", "level", "level_reason", "priority_value", "ready_at",
     "submitted_at", "backend", "backend_id", "project_id", "queue_id", "project__slug",
-    "queue__name",
+    "queue__name", "canary_id",
 )  # fmt: skip
 
 
@@ -72,7 +72,7 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
             key=lambda f: f[0],
         )  # fmt: skip
         lvl = task_level(
-            site,
+            site.arm(task.canary_id),
             task_type=task.type,
             queue=queue,
             ready_at=task.ready_at or now,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from scheduling.models.capacity import Alert, LeaseSchedule, LoadSample, NodeLease
 from scheduling.models.site import (
+    Canary,
     ClassifierSettings,
     Instance,
     LevelRule,
@@ -35,6 +36,7 @@ __all__ = [
     "NodeLease",
     "TERMINAL_STATES",
     "Attempt",
+    "Canary",
     "AttemptState",
     "ClassifierSettings",
     "Instance",

@@ -229,3 +229,38 @@ class Instance(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Canary(models.Model):
+    """New routing and level rules tried on a share of submissions before they replace the
+    current ones; their results are shown side by side (docs/console.md). One at a time."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active", "Active"
+        PROMOTED = "promoted", "Promoted"
+        ABANDONED = "abandoned", "Abandoned"
+
+    name = models.CharField(max_length=100)
+    share_percent = models.PositiveSmallIntegerField(
+        help_text="Of new submissions, the share that goes by these rules (1-100)."
+    )
+    routing_rules = models.JSONField(default=list)
+    level_rules = models.JSONField(default=list)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
+    reason = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    started_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["state"], condition=models.Q(state="active"), name="one_active_canary"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"canary #{self.pk} {self.name} ({self.share_percent} %, {self.state})"

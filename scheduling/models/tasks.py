@@ -125,6 +125,14 @@ class Task(models.Model):
         max_length=8, choices=[(a, a) for a in FAIL_ACTIONS], default="abort"
     )
     attempts = models.PositiveSmallIntegerField(default=0)
+    canary = models.ForeignKey(
+        "scheduling.Canary",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tasks",
+        help_text="Routed and levelled by this canary's rules, not the current ones.",
+    )
     backend_id = models.CharField(max_length=128, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     # A dispatcher owns the task until this time; another may take over after it passes.
@@ -152,6 +160,8 @@ class Task(models.Model):
             models.Index(fields=["state", "backend"], name="task_state_backend"),
             models.Index(fields=["project", "-id"], name="task_project_recent"),
             models.Index(fields=["queue", "admitted", "state"], name="task_quota_use"),
+            # The dashboards' waits of the week.
+            models.Index(fields=["started_at"], name="task_started"),
         ]
 
     def __str__(self) -> str:
@@ -228,6 +238,8 @@ class Attempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["task", "number"], name="one_row_per_attempt")
         ]
+        # The dashboards: preemptions of the week, what was measured lately.
+        indexes = [models.Index(fields=["state", "ended_at"], name="attempt_state_ended")]
 
     def __str__(self) -> str:
         return f"{self.task_id} attempt {self.number}"

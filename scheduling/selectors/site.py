@@ -5,17 +5,26 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from portal.models import Project, Quota
 from scheduling.decisions import PoolCapacity, pool_capacity
+from scheduling.decisions.canary import CanaryError, parse_rule_set
 from scheduling.decisions.classify import DEFAULT_CLASSIFIER, ClassifierPolicy
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.order import ScheduleError, WeightWindow, parse_weight_schedule
 from scheduling.decisions.quota import QuotaRule
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
-from scheduling.models import ClassifierSettings, Instance, Node, NodeLease, Queue, RoutingRule
+from scheduling.models import (
+    Canary,
+    ClassifierSettings,
+    Instance,
+    Node,
+    NodeLease,
+    Queue,
+    RoutingRule,
+)
 from scheduling.models import LevelRule as LevelRuleRow
 from scheduling.spec import TASK_TYPES
 
@@ -97,6 +106,15 @@ class SiteView:
     leases: tuple[tuple[int, str, float], ...] = ()
     # This portal's name on shared clusters (models.Instance).
     instance: str = ""
+    # The active canary: (its id, its share of submissions in percent, the site as its rules
+    # make it). Tasks it took are routed and levelled by `arm(canary_id)`.
+    canary: tuple[int, int, SiteView] | None = None
+
+    def arm(self, canary_id: int | None) -> SiteView:
+        """The site as a task's rules see it: the canary's, for a task the canary took."""
+        if canary_id is not None and self.canary is not None and self.canary[0] == canary_id:
+            return self.canary[2]
+        return self
 
     def capacity(self, pool: str) -> PoolCapacity:
         return self.pool_capacity.get(pool) or pool_capacity(())
@@ -150,7 +168,7 @@ def _load_site_view() -> SiteView:
     settings_row = ClassifierSettings.objects.filter(pk=1).first()
     instance = Instance.objects.get_or_create(pk=1, defaults={"name": secrets.token_hex(4)})[0]
     lent = with_leases({pool: list(nodes) for pool, nodes in pool_nodes.items()})
-    return SiteView(
+    view = SiteView(
         queues={q.name: queue_policy(q) for q in queues},
         queue_ids={q.name: q.pk for q in queues},
         queue_backends={q.name: q.pool.backend for q in queues},
@@ -171,6 +189,25 @@ def _load_site_view() -> SiteView:
             ).values_list("pk", "queue__name", "ends_at")
         ),
     )
+    return _with_canary(view)
+
+
+def _with_canary(view: SiteView) -> SiteView:
+    """The active canary's rules beside the current ones (checked when it was started; a
+    queue deleted since just drops out of its rules, as it does of the current ones)."""
+    canary = Canary.objects.filter(state=Canary.State.ACTIVE).first()
+    if canary is None:
+        return view
+    try:
+        rules, levels_ = parse_rule_set(
+            {"routing_rules": canary.routing_rules, "level_rules": canary.level_rules},
+            queues=view.queues,
+            task_types=TASK_TYPES,
+        )
+    except CanaryError:
+        return view  # it no longer fits the site: the current rules serve everyone
+    arm = replace(view, rules=rules, level_rules=levels_)
+    return replace(view, canary=(canary.pk, canary.share_percent, arm))
 
 
 def quota_rule(quota: Quota) -> QuotaRule:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -20,6 +21,7 @@ from portal.errors import ApplicationError, ErrorItem
 from portal.models import Project
 from portal.selectors import project_get_for_member, project_get_for_user
 from scheduling import decisions, outbox
+from scheduling.decisions.canary import in_canary
 from scheduling.decisions.quota import Ask, Reject, admit
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.engine import settle
@@ -66,6 +68,7 @@ class Decided:
     classify_reason: str
     queue: str
     routing_reason: str
+    canary: int | None = None  # the canary whose rules routed it (docs/console.md)
 
 
 def task_decide(
@@ -77,8 +80,11 @@ def task_decide(
     quota allows at all is refused, and so is one over a quota that refuses (docs/policy.md).
     """
     site = site_view()
+    canary = None
+    if site.canary is not None and in_canary(random.random(), site.canary[1]):
+        canary = site.canary[0]
     classified = decisions.classify(spec, site.classifier)
-    routed = decisions.route(spec, classified.type, site.rules, site.queues)
+    routed = decisions.route(spec, classified.type, site.arm(canary).rules, site.queues)
     if isinstance(routed, decisions.Refused):
         raise ApplicationError(
             routed.reason, field=_prefixed(field_prefix, routed.field), got=spec.queue
@@ -97,7 +103,8 @@ def task_decide(
         spec = dataclasses.replace(spec, walltime_s=queue.default_walltime_s)
     if user is not None:
         _check_quotas(spec, routed.queue, user, field_prefix)
-    return Decided(spec, classified.type, classified.reason, routed.queue, routed.reason)
+    reason = f"{routed.reason} (canary #{canary})" if canary else routed.reason
+    return Decided(spec, classified.type, classified.reason, routed.queue, reason, canary)
 
 
 def _check_quotas(spec: TaskSpec, queue: str, user: AbstractBaseUser, prefix: str) -> None:
@@ -407,8 +414,10 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
 
 
 def policy_fields(site, decided: Decided, *, now, ready: bool) -> dict:
-    """A new task's quota amounts, level clock, entry level and backend number."""
+    """A new task's quota amounts, level clock, entry level and backend number, by the rules
+    that routed it (a canary's, or the current ones)."""
     spec = decided.spec
+    site = site.arm(decided.canary)
     level = task_level(
         site,
         task_type=decided.type,
@@ -421,6 +430,7 @@ def policy_fields(site, decided: Decided, *, now, ready: bool) -> dict:
         "gpus": spec.resources.gpus,
         "cpus": spec.resources.cpus,
         "ready_at": now if ready else None,
+        "canary_id": decided.canary,
         "level": level.level,
         "level_reason": level.reason,
         "priority_value": task_value(

@@ -102,21 +102,28 @@ class Shim:
         self.state["shim_start"] = proc_start_time(os.getpid())
         self.terminated_by: int | None = None  # a signal sent to this supervisor itself
         self.sandbox: tuple[int, int | None] | None = None  # (pid, start) of the sandbox init
+        self.watch = None  # the watchdog (jobwatch.Limits) once the job runs
 
     def update_state(self, **fields: object) -> None:
         self.state.update(fields)
         write_state(self.state_path, self.state)
 
     def finish(self, state: str, reason: str, exit_code: int | None = None) -> None:
-        # CPU time of every process of the job this supervisor (through the sandbox) waited
-        # for: what the task really used, beside what it asked for (docs/console.md).
+        # What the task really used, beside what it asked for (docs/console.md): the CPU
+        # time the watchdog last saw in the job's tree (the sandbox's init keeps what its
+        # reaped processes used; its own end loses it), or the rusage of what this supervisor
+        # waited for, whichever is more.
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        watched = self.watch
         self.update_state(
             state=state,
             reason=reason,
             exit_code=exit_code,
             ended_at=now_iso(),
-            cpu_ms=round((used.ru_utime + used.ru_stime) * 1000),
+            cpu_ms=max(
+                round((used.ru_utime + used.ru_stime) * 1000),
+                watched.cpu_ms if watched is not None else 0,
+            ),
         )
 
     def cancelled(self) -> bool:
@@ -274,6 +281,7 @@ class Shim:
         start = time.monotonic()
         deadline = start + walltime if walltime else None
         limits = jobwatch.Limits(plan.get("limits") or {}, pid, start)
+        self.watch = limits
         kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
         why: str | None = None  # "timeout" | "cancelled" | "terminated" | "limit"
         broken = ""  # the limit a job broke, in words

@@ -47,6 +47,7 @@ from scheduling.backends.slurm.parse import (
     slurm_json,
 )
 from scheduling.backends.slurm.usage import SlurmUsage
+from scheduling.backends.slurm.watch import watched
 from scheduling.decisions.types import NodeView
 from scheduling.spec import SANDBOXED_TYPES
 
@@ -227,7 +228,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             max_file_bytes=self.max_file_bytes,
         )
         argv = [*prefix, *argv]
-        lines.append("exec " + " ".join(shlex.quote(arg) for arg in argv))
+        lines += watched(argv, str(self.usage_path(request.key)))
         self._prepare_workdir(request)
         return "\n".join(lines) + "\n"
 
@@ -246,6 +247,14 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             os.chown(script, entry.pw_uid, entry.pw_gid)
         os.chown(path, entry.pw_uid, entry.pw_gid)
         path.chmod(0o700)
+        # Beside the job's folder, where the sandbox does not show it: the watcher's figure.
+        usage = self.usage_path(request.key)
+        fd = os.open(usage, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+        os.chown(usage, entry.pw_uid, entry.pw_gid)
+
+    def usage_path(self, key: str) -> Path:
+        return self.workdir / f"{key}.cpu"
 
     def _unix_user(self, request: SubmitRequest) -> str:
         """The researcher's cluster account if they have one, else the service account.

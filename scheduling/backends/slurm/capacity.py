@@ -28,7 +28,12 @@ class SlurmCapacity:
         )
 
     def resume(self, node: str) -> None:
-        self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        """Idempotent: a node already back in service (another worker resumed it) is fine."""
+        try:
+            self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        except BackendError as exc:
+            if "Invalid node state specified" not in str(exc):
+                raise
 
     def health(self, nodes: list[str]) -> dict[str, NodeHealth]:
         """Slurm's own view of its nodes (`sinfo`): down, not responding, failed or drained

@@ -288,7 +288,9 @@ def slurm_conf(
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/linux",
-        "JobAcctGatherFrequency=30",
+        # Jobs run in a sandbox whose init reaps them: their CPU time reaches TotalCPU through
+        # these samples, not the step's rusage (docs/console.md), so sample often.
+        "JobAcctGatherFrequency=task=2",
         "SwitchType=switch/none",
         "MpiDefault=none",
         "MailProg=/bin/true",

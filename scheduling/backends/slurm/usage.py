@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from scheduling.backends.base import Run
+from scheduling.backends.slurm.watch import read_usage
 
 FORMAT = "--format=JobIDRaw,State,ElapsedRaw,AllocTRES,Start,End,JobName,Comment"
 # A run still going (or waiting to go again) is not accounted yet.
@@ -26,6 +27,7 @@ _MEMORY_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 class SlurmUsage:
     run: object  # the CommandRunner of the backend
     sacct_window_days: int
+    usage_path: object  # key → the watcher's file (SlurmBackend.usage_path)
 
     def usage(self, backend_ids: list[str]) -> dict[str, list[Run]]:
         """Every run of each finished job; jobs still running (or a final run Slurm has not
@@ -58,19 +60,26 @@ class SlurmUsage:
         return found
 
     def _add_cpu_time(self, found: dict[str, list[Run]]) -> None:
-        """The CPU time (TotalCPU) of each job's last run. Slurm aggregates it over the job's
-        steps on the job's own line, which `-X` leaves out; a requeued job's earlier runs keep
-        none."""
+        """The CPU time of each job's last run: the watcher's figure (watch.py), or Slurm's
+        TotalCPU (aggregated on the job's own line, which `-X` leaves out) when that is more.
+        A requeued job's earlier runs keep none."""
         jobs = {runs[-1].job_id: backend_id for backend_id, runs in found.items()}
+        watched = {
+            backend_id: read_usage(str(self.usage_path(backend_id.partition(":")[2])))
+            for backend_id in found
+        }
         out = self.run(
             ["sacct", "-P", "-n", "--format=JobIDRaw,JobID,TotalCPU", "--jobs=" + ",".join(jobs)]
         )
+        totals = {}
         for line in out.splitlines():
             raw, job, total = (line.split("|") + ["", "", ""])[:3]
-            cpu_ms = parse_cpu_time(total)
-            if raw == job and raw in jobs and cpu_ms is not None:
-                runs = found[jobs[raw]]
-                runs[-1] = dataclasses.replace(runs[-1], cpu_ms=cpu_ms)
+            if raw == job and raw in jobs:
+                totals[jobs[raw]] = parse_cpu_time(total)
+        for backend_id, runs in found.items():
+            figures = [v for v in (watched[backend_id], totals.get(backend_id)) if v is not None]
+            if figures:
+                runs[-1] = dataclasses.replace(runs[-1], cpu_ms=max(figures))
 
     def accounted(self, start: datetime, end: datetime) -> list[Run]:
         """The runs of this portal's jobs (names that are attempt keys) that ended in the

@@ -24,9 +24,10 @@ from accounting.models import Metered, UsageRecord
 from accounting.reconcile import reconcile
 from scheduling import engine
 from scheduling.backends.slurm.usage import parse_tres
+from scheduling.efficiency import task_efficiency
 from scheduling.models import Attempt, Task
 from tests.integration.conftest import wait_for, worker_log
-from tests.integration.slurm.conftest import CLUSTER_SH, STATE_DIR, submit_task
+from tests.integration.slurm.conftest import CLUSTER_SH, STATE_DIR, drive, submit_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -176,3 +177,36 @@ def test_slurmdbd_down_while_jobs_finish_loses_nothing(cluster_site, api, start_
     later = reconcile("slurm", started, timezone.now() + timedelta(seconds=1))
     assert (later.outcome, later.jobs) == ("clean", 3), later.details
     assert worker.poll() is None
+
+
+def test_what_a_slurm_job_really_used_is_measured_and_advised(site, api, slurm_env):
+    """TotalCPU from sacct (the job line, which -X leaves out) reaches the attempt, and the
+    task page advises a smaller request: 4 CPUs asked, one kept busy for 6 s (Slurm samples
+    the sandboxed processes every 2 s)."""
+    task_id = submit_task(
+        api,
+        name="one-core-of-four",
+        type="hpc-simulation",
+        resources={"cpus": 4},
+        command=[
+            "sh",
+            "-c",
+            'end=$(($(date +%s) + 6)); while [ "$(date +%s)" -lt "$end" ]; do :; done',
+        ],
+    )
+    (task,) = drive([task_id], timeout=120)
+    assert task.state == "succeeded", task.reason
+    attempt = task.attempt_set.get()
+
+    def measured() -> bool:
+        meter([attempt.pk])
+        attempt.refresh_from_db()
+        return attempt.cpu_ms is not None
+
+    wait_for(measured, timeout=60, what="the attempt's CPU time from sacct", step=2)
+    assert 2000 <= attempt.cpu_ms <= attempt.cpu_elapsed_ms * 1.2, (
+        attempt.cpu_ms,
+        attempt.cpu_elapsed_ms,
+    )
+    found = task_efficiency(task)
+    assert found.used_cpus < 2 and found.advice().startswith("Asked 4 CPUs")

@@ -214,6 +214,8 @@ CASES = [
     Case("roll back (api)", ADMIN, "post",
          lambda w: f"/api/v1/config/versions/{w.version_hpc.pk}/rollback/",
          data={"reason": "t"}, api=True),
+    Case("canary page", ADMIN, "get", "/config/canary/"),
+    Case("canaries (api)", ADMIN, "get", "/api/v1/canaries/", api=True),
     # the pages everyone has (their contents are checked below)
     # dashboards: everyone their own; operators the site's (their queues')
     Case("dashboard", EVERYONE, "get", "/dashboard/"),

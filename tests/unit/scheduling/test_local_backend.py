@@ -164,6 +164,21 @@ def test_a_command_that_succeeds(make):
     assert backend.log("ok-1", offset=2, limit=3) == "llo"
 
 
+def test_the_cpu_time_a_job_really_used_is_measured_inside_the_sandbox(make):
+    """A job that keeps one core busy for 1.5 s, then sleeps: its usage says so, whatever
+    the sandbox's init does with the processes it reaps (docs/console.md)."""
+    backend = make()
+    busy = 'end=$(($(date +%s%N) + 1500000000)); while [ "$(date +%s%N)" -lt "$end" ]; do :; done'
+    backend.submit(request("cpu-1", ["sh", "-c", f"({busy}); sleep 0.5"], cpus=4))
+    finished(backend, "cpu-1", timeout=20)
+    (run,) = backend.usage(["cpu-1"])["cpu-1"]
+    assert 1000 <= run.cpu_ms <= run.elapsed_ms + 200, (run.cpu_ms, run.elapsed_ms)
+    idle = backend.submit(request("cpu-2", ["sleep", "1"]))
+    finished(backend, idle.backend_id, timeout=20)
+    (run,) = backend.usage(["cpu-2"])["cpu-2"]
+    assert run.cpu_ms < 300, run.cpu_ms
+
+
 def test_a_failing_command_keeps_its_exit_code(make):
     backend = make()
     backend.submit(request("fail-1", ["sh", "-c", "exit 3"]))

@@ -1,0 +1,186 @@
+"""The console with 100,000 tasks in the database: dashboards, the task list, the audit log
+(target: each page in ≤ 300 ms; the task list is also judged by issue 14's 150 ms).
+
+Run: `.venv/bin/python bench/bench_console.py` (SQLite), with `DATABASE_URL=postgres://…`
+PostgreSQL as well. Prints one JSON line; `run()` returns the same dict for run_all.py.
+
+A fresh site gets 100,000 tasks of three projects (85 % ended with a measured attempt, 5 %
+running, 10 % waiting, pending or queued), a day of per-minute load samples of every queue,
+and 20,000 audit rows. Each page is rendered in-process by Django's test client (no HTTP, no
+server: what is measured is the view, its queries and its template), logged in as the user
+who sees the most: the researcher `alice` (two of the three projects) and the platform admin.
+The first render after the cache is cleared (cold: the dashboard's slow figures, the month's
+usage, the week's waits and the efficiency report, are computed; they are then kept for a
+minute), then the median of 5 more; the query count of the last render beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _common as c  # noqa: E402
+
+N_TASKS = 100_000
+TARGET_MS = 300
+LIST_TARGET_MS = 150
+COMMAND = ".venv/bin/python bench/bench_console.py (and with DATABASE_URL=postgres://…)"
+PAGES = [
+    ("researcher dashboard", "alice", "/dashboard/", False),
+    ("researcher dashboard, live fragment", "alice", "/dashboard/", True),
+    ("site dashboard (platform admin)", "admin", "/dashboard/site/", False),
+    ("site dashboard, live fragment", "admin", "/dashboard/site/", True),
+    ("task list, first page (researcher)", "alice", "/", False),
+    ("task list, first page (platform admin: all)", "admin", "/", False),
+    ("audit log (platform admin)", "admin", "/audit/", False),
+    ("configuration history", "admin", "/config/", False),
+]
+
+
+def _fill(n: int) -> dict[str, Any]:
+    import django
+
+    django.setup()
+    from datetime import timedelta
+
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from portal.models import AuditEvent, Project
+    from scheduling.models import Attempt, LoadSample, Queue, Task
+
+    now = timezone.now()
+    projects = list(Project.objects.order_by("slug"))
+    owners = {p.pk: p.pi for p in projects}
+    queues = {q.name: q for q in Queue.objects.all()}
+    kinds = [("hpc", "hpc-simulation", 32, 0), ("training", "ai-training", 16, 8),
+             ("inference-agent", "agent", 1, 0), ("inference-agent", "ai-inference", 4, 1)]  # fmt: skip
+    started = time.perf_counter()
+    tasks = []
+    for i in range(n):
+        queue, kind, cpus, gpus = kinds[i % 4]
+        project = projects[i % len(projects)]
+        submitted = now - timedelta(minutes=(n - i) % (60 * 24 * 30))
+        r = i % 20
+        state = ("running" if r == 0 else "queued" if r == 1 else "waiting" if r == 2
+                 else "failed" if r == 3 else "succeeded")  # fmt: skip
+        began = submitted + timedelta(seconds=30 + i % 600) if state != "waiting" else None
+        if state == "queued":
+            began = None
+        ended = began + timedelta(minutes=5) if began and state in ("succeeded", "failed") else None
+        tasks.append(Task(
+            project=project, owner=owners[project.pk], name=f"bench-{i}", descriptor="{}",
+            spec={"name": f"bench-{i}"}, type=kind, queue=queues[queue], backend="local",
+            state=state, cpus=cpus, gpus=gpus, submitted_at=submitted, started_at=began,
+            ended_at=ended, attempts=1 if began else 0, reason="held by quota" if r == 2 else "",
+            hold="quota" if r == 2 else "", admitted=r != 2,
+        ))  # fmt: skip
+    Task.objects.bulk_create(tasks, batch_size=5000)
+    ids = list(
+        Task.objects.filter(ended_at__isnull=False).values_list(
+            "pk", "started_at", "ended_at", "cpus"
+        )
+    )
+    Attempt.objects.bulk_create(
+        [Attempt(task_id=pk, number=1, key=f"sy-{pk}-bench-1", state="succeeded",
+                 started_at=s, ended_at=e, cpu_ms=300_000 * max(1, cpus // 3),
+                 cpu_elapsed_ms=300_000) for pk, s, e, cpus in ids],
+        batch_size=5000,
+    )  # fmt: skip
+    LoadSample.objects.bulk_create(
+        [LoadSample(at=now - timedelta(minutes=m), queue=q, waiting=m % 50, running=m % 30,
+                    cpus_busy=(m % 30) * 8, gpus_busy=m % 16)
+         for m in range(24 * 60) for q in queues.values()],
+        batch_size=5000,
+    )  # fmt: skip
+    admin = User.objects.get(username="admin")
+    AuditEvent.objects.bulk_create(
+        [AuditEvent(actor_id=admin.pk, actor="admin", action="task.submit", target=f"task #{i}",
+                    project=projects[i % len(projects)].slug) for i in range(20_000)],
+        batch_size=5000,
+    )  # fmt: skip
+    return {"tasks": Task.objects.count(), "fill_s": round(time.perf_counter() - started, 1)}
+
+
+def _measure() -> dict[str, Any]:
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.core.cache import cache
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    out = {}
+    for name, username, path, htmx in PAGES:
+        client = Client()
+        client.force_login(User.objects.get(username=username))
+        headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+        times = []
+        cache.clear()  # the first render computes everything (cold); the next ones may not
+        for i in range(6):
+            with CaptureQueriesContext(connection) as queries:
+                t0 = time.perf_counter()
+                response = client.get(path, **headers)
+                elapsed = time.perf_counter() - t0
+            assert response.status_code == 200, (path, response.status_code)
+            if i:
+                times.append(elapsed)
+            else:
+                cold = elapsed
+        out[name] = {
+            "path": path,
+            "cold_ms": round(cold * 1000, 1),
+            "median_ms": round(statistics.median(times) * 1000, 1),
+            "queries": len(queries),
+            "bytes": len(response.content),
+        }
+    return out
+
+
+def _child(env: dict[str, str], *args: str) -> dict[str, Any]:
+    done = subprocess.run([c.PY, __file__, "--child", *args], cwd=c.ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"console bench {args} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _one(database_url: str | None) -> dict[str, Any]:
+    var_dir = c.fresh_var_dir("console")
+    try:
+        env = c.django_env(var_dir, database_url=database_url,
+                           DJANGO_ALLOWED_HOSTS="testserver,localhost,127.0.0.1")  # fmt: skip
+        c.prepare_site(env)
+        filled = _child(env, "fill", str(N_TASKS))
+        return {**filled, "pages": _child(env, "measure")}
+    finally:
+        c.remove_var_dir(var_dir)
+
+
+def run() -> dict[str, Any]:
+    result: dict[str, Any] = {"bench": "console", "target_ms": TARGET_MS,
+                              "list_target_ms": LIST_TARGET_MS, "sqlite": _one(None)}  # fmt: skip
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        with c.fresh_postgres_database(url) as db:
+            result["postgresql"] = _one(db)
+    return result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--child":
+        print(json.dumps(_fill(int(sys.argv[3])) if sys.argv[2] == "fill" else _measure()))
+    else:
+        print(json.dumps(run()))

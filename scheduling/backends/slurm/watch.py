@@ -1,0 +1,74 @@
+"""What a Slurm job really used, measured from outside its sandbox (docs/console.md).
+
+Inside the sandbox the job's processes are reaped by the sandbox's init, so neither the
+batch step's rusage nor Slurm's TotalCPU sees their CPU time. The batch script therefore runs
+the sandbox under this small watcher (standard library only, passed to `python3 -c`): it
+samples the CPU time of the sandbox's process tree from /proc twice a second, forwards the
+signals Slurm sends, and writes the most it saw, in milliseconds, to a file beside the job's
+folder, which the sandbox hides from the job (the job cannot write its own figure). It then
+ends as the sandbox did: with its exit code, or killed by the same signal. A node without
+python3 runs the sandbox directly, as before, and reports nothing.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+WATCHER = r"""
+import os, signal, subprocess, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+tick = 1000 / os.sysconf("SC_CLK_TCK")
+child = subprocess.Popen(cmd)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(s, lambda n, f: child.send_signal(n))
+def cpu(root):
+    todo, ticks = [root], 0
+    while todo:
+        pid = todo.pop()
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                ticks += sum(int(v) for v in f.read().rsplit(b")", 1)[1].split()[11:15])
+            for tid in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks * tick
+best = 0
+while True:
+    try:
+        rc = child.wait(timeout=0.5)
+        break
+    except subprocess.TimeoutExpired:
+        best = max(best, cpu(child.pid))
+try:
+    with open(out, "w") as f:
+        f.write("%d\n" % round(best))
+except OSError:
+    pass
+if rc < 0:
+    signal.signal(-rc, signal.SIG_DFL)
+    os.kill(os.getpid(), -rc)
+sys.exit(rc)
+"""
+
+
+def watched(argv: list[str], usage_path: str) -> list[str]:
+    """Script lines that run `argv` under the watcher (or directly without python3)."""
+    command = " ".join(shlex.quote(arg) for arg in argv)
+    return [
+        "if command -v python3 >/dev/null; then",
+        f"  exec python3 -c {shlex.quote(WATCHER)} {shlex.quote(usage_path)} {command}",
+        "fi",
+        f"exec {command}",
+    ]
+
+
+def read_usage(usage_path: str) -> int | None:
+    """The CPU milliseconds the watcher wrote, or None."""
+    try:
+        with open(usage_path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
