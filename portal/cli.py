@@ -14,10 +14,12 @@ or failed; 7 `wait` timed out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import os
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -29,7 +31,8 @@ import yaml
 
 OK, TASK_FAILED, BAD_INPUT, AUTH, NOT_FOUND, CONFLICT, UNREACHABLE, TIMED_OUT = range(8)
 TERMINAL = {"succeeded", "failed", "cancelled", "timeout", "skipped"}
-_STATUS_EXIT = {400: BAD_INPUT, 401: AUTH, 403: AUTH, 404: NOT_FOUND, 409: CONFLICT, 415: BAD_INPUT}
+_STATUS_EXIT = {400: BAD_INPUT, 401: AUTH, 403: AUTH, 404: NOT_FOUND, 409: CONFLICT, 415: BAD_INPUT,
+                429: UNREACHABLE}  # fmt: skip
 
 
 class CliError(Exception):
@@ -57,15 +60,19 @@ def load_config() -> dict[str, Any]:
 
 
 def save_config(config: dict[str, Any]) -> Path:
-    """Written 0600 from the first byte (never readable by others, not even briefly)."""
+    """Written 0600 from the first byte (never readable by others, not even briefly), into a
+    new file of its own (no symlink or earlier file is followed), then moved into place."""
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(config, out, indent=2)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".switchyard-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(config, out, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 
@@ -99,7 +106,13 @@ class Client:
             raise _http_error(exc) from None
         except (urllib.error.URLError, OSError) as exc:
             raise CliError(f"cannot reach {self.url}: {exc}", UNREACHABLE) from None
-        return json.loads(raw) if raw else None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise CliError(
+                f"{self.url} did not answer as a Switchyard portal (not JSON): check --url",
+                UNREACHABLE,
+            ) from None
 
     def json(self, method: str, path: str, data: Any = None, **kwargs) -> Any:
         body = json.dumps(data).encode() if data is not None else None
@@ -257,24 +270,30 @@ def cmd_wait(args, out) -> int:
 
 
 def cmd_logs(args, out) -> int:
+    """The whole log of the task's current attempt; with -f, until the task ends (a retry's
+    new attempt starts its own log, announced)."""
     api = client(args)
-    offset = 0
+    offset, attempt = 0, api.json("GET", f"tasks/{args.id}/")["attempts"]
     while True:
         chunk = api.json("GET", f"tasks/{args.id}/log/", params={"offset": offset})
         text = chunk.get("log") or ""
         if text:
             sys.stdout.write(text)
             sys.stdout.flush()
-            offset += len(text.encode())
+            offset += len(text.encode())  # whole characters: the portal never cuts one
+            continue
         if not args.follow:
             return OK
-        if not text:
-            if api.json("GET", f"tasks/{args.id}/")["state"] in TERMINAL:
-                # one last read: what was written between the two requests
-                rest = api.json("GET", f"tasks/{args.id}/log/", params={"offset": offset})
-                sys.stdout.write(rest.get("log") or "")
-                return OK
-            time.sleep(args.interval)
+        task = api.json("GET", f"tasks/{args.id}/")
+        if task["attempts"] != attempt:
+            attempt, offset = task["attempts"], 0
+            print(f"--- attempt {attempt} ---", flush=True)
+            continue
+        if task["state"] in TERMINAL:
+            rest = api.json("GET", f"tasks/{args.id}/log/", params={"offset": offset})
+            sys.stdout.write(rest.get("log") or "")  # what came between the two reads
+            return OK
+        time.sleep(args.interval)
 
 
 def cmd_workflows(args, out) -> int:

@@ -28,7 +28,8 @@ from django.core import serializers
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
-from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.db.models.deletion import Collector, ProtectedError, RestrictedError
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 from django.dispatch import Signal
 
 from portal import audit
@@ -44,7 +45,6 @@ TRACKED: dict[str, frozenset[str]] = {
     "scheduling.levelrule": frozenset(),
     "scheduling.classifiersettings": frozenset(),
     "scheduling.leaseschedule": frozenset(),
-    "scheduling.canary": frozenset({"started_at", "ended_at"}),
     "portal.quota": frozenset({"updated_at"}),
     "portal.project": frozenset({"created_at"}),
     "accounting.rate": frozenset(),
@@ -149,6 +149,39 @@ def _queue_of(instance: models.Model) -> str:
     return queue.name if queue is not None else ""
 
 
+BASELINE = "as it was before its first recorded change"
+
+
+def _baseline(instance: models.Model, current) -> None:
+    """An object older than its history (made before it began, or by a bulk write) gets its
+    state as found as a first version, so its first change has a `before` to go back to."""
+    label = _label(type(instance))
+    if ConfigVersion.objects.filter(model=label, object_id=instance.pk).exists():
+        return
+    found = current()
+    if found is None:
+        return
+    ConfigVersion.objects.create(
+        model=label,
+        object_id=instance.pk,
+        object_repr=str(found)[:200],
+        action=Action.CREATE,
+        after=snapshot(found),
+        reason=BASELINE,
+    )
+
+
+def _on_pre_save(sender, instance, raw=False, **kwargs) -> None:
+    if raw or _label(sender) not in TRACKED or instance._state.adding or _quiet(instance):
+        return
+    _baseline(instance, lambda: sender._default_manager.filter(pk=instance.pk).first())
+
+
+def _on_pre_delete(sender, instance, **kwargs) -> None:
+    if _label(sender) in TRACKED and not _quiet(instance):
+        _baseline(instance, lambda: sender._default_manager.filter(pk=instance.pk).first())
+
+
 def _on_save(sender, instance, created=False, raw=False, **kwargs) -> None:
     if raw or _label(sender) not in TRACKED or _quiet(instance):
         return
@@ -161,17 +194,18 @@ def _on_delete(sender, instance, **kwargs) -> None:
 
 
 def _on_m2m(sender, instance, action: str, reverse: bool, **kwargs) -> None:
-    if (
-        action.startswith("post_")
-        and not reverse
-        and _label(type(instance)) in TRACKED
-        and not _quiet(instance)
-    ):
+    if reverse or _label(type(instance)) not in TRACKED or _quiet(instance):
+        return
+    if action.startswith("pre_"):
+        _baseline(instance, lambda: instance)
+    elif action.startswith("post_"):
         _write(instance, snapshot(instance))
 
 
 def connect() -> None:
     """Called once, from the portal app's ready()."""
+    pre_save.connect(_on_pre_save, dispatch_uid="switchyard-history-pre-save")
+    pre_delete.connect(_on_pre_delete, dispatch_uid="switchyard-history-pre-delete")
     post_save.connect(_on_save, dispatch_uid="switchyard-history-save")
     post_delete.connect(_on_delete, dispatch_uid="switchyard-history-delete")
     m2m_changed.connect(_on_m2m, dispatch_uid="switchyard-history-m2m")
@@ -210,6 +244,7 @@ def rollback(*, user: AbstractBaseUser, version: ConfigVersion, reason: str) -> 
             if current is None:
                 raise ApplicationError(f"it is already as v{version.pk} left it", field="version")
             object_id = current.pk
+            _only_itself(current)
             current.delete()
             current.pk = object_id  # for the version; delete() forgets it
             _write(current, None)
@@ -220,6 +255,35 @@ def rollback(*, user: AbstractBaseUser, version: ConfigVersion, reason: str) -> 
     if latest is None or (before is not None and latest.pk == before.pk):
         raise ApplicationError(f"it is already as v{version.pk} left it", field="version")
     return latest
+
+
+def _only_itself(instance: models.Model) -> None:
+    """A rollback deletes one object, never what hangs on it: refused when anything would go
+    with it (or protects it), naming what."""
+    collector = Collector(using=instance._state.db or "default")
+    try:
+        collector.collect([instance])
+    except (ProtectedError, RestrictedError) as exc:
+        names = sorted({str(o)[:60] for o in list(exc.args[1])[:3]})
+        raise ApplicationError(
+            f"cannot delete it: {', '.join(names)} still use it", field="version", status=409
+        ) from None
+    others = [
+        obj
+        for objs in collector.data.values()
+        for obj in objs
+        if not (type(obj) is type(instance) and obj.pk == instance.pk)
+    ]
+    others += [obj for qs in collector.fast_deletes for obj in qs[:3]]
+    if others:
+        names = sorted({f"{type(o)._meta.verbose_name} {str(o)[:60]}" for o in others[:3]})
+        raise ApplicationError(
+            f"deleting it would also delete {', '.join(names)}"
+            + (" and more" if len(others) > 3 else "")
+            + "; remove those first",
+            field="version",
+            status=409,
+        )
 
 
 def _restore(

@@ -153,3 +153,26 @@ class Backend(Protocol):
     def apply_lease(self, lease: LeaseView, *, now: float) -> None: ...
 
     def end_lease(self, lease: LeaseView) -> None: ...
+
+
+def decode_log(data: bytes) -> str:
+    """A chunk of a job's log as text. A character cut at the chunk's end is left for the next
+    read (the byte offsets a reader adds up then stay whole characters); invalid bytes inside
+    are replaced."""
+    cut = 0
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:  # a continuation byte: look further back
+            continue
+        need = (
+            2
+            if byte & 0xE0 == 0xC0
+            else 3
+            if byte & 0xF0 == 0xE0
+            else 4
+            if byte & 0xF8 == 0xF0
+            else 1
+        )
+        cut = back if need > back else 0
+        break
+    return (data[:-cut] if cut else data).decode("utf-8", errors="replace")

@@ -74,8 +74,10 @@ def parse_rule_set(
         if (kind, queue) in seen:
             errors.append((where, "a second rule for the same type and queue", kind))
         seen.add((kind, queue))
-        start = _int(row.get("start_level", 1), f"{where}.start_level", errors, top=2)
-        step = _int(row.get("step", 0), f"{where}.step", errors, low=-1, top=1)
+        start = _int(
+            row.get("start_level", 1), f"{where}.start_level", errors, top=2, required=True
+        )
+        step = _int(row.get("step", 0), f"{where}.step", errors, low=-1, top=1, required=True)
         every = _int(row.get("every_s"), f"{where}.every_s", errors, low=1)
         limit = _int(row.get("limit_level"), f"{where}.limit_level", errors, top=2)
         if step and not every:

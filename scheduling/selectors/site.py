@@ -194,18 +194,24 @@ def _load_site_view() -> SiteView:
 
 def _with_canary(view: SiteView) -> SiteView:
     """The active canary's rules beside the current ones (checked when it was started; a
-    queue deleted since just drops out of its rules, as it does of the current ones)."""
+    rule naming a queue deleted since just drops out, as it does of the current ones)."""
     canary = Canary.objects.filter(state=Canary.State.ACTIVE).first()
     if canary is None:
         return view
+    known = set(view.queues)
     try:
         rules, levels_ = parse_rule_set(
-            {"routing_rules": canary.routing_rules, "level_rules": canary.level_rules},
-            queues=view.queues,
+            {
+                "routing_rules": [r for r in canary.routing_rules if r.get("queue") in known],
+                "level_rules": [
+                    r for r in canary.level_rules if r.get("queue") in known or not r.get("queue")
+                ],
+            },
+            queues=known,
             task_types=TASK_TYPES,
         )
     except CanaryError:
-        return view  # it no longer fits the site: the current rules serve everyone
+        return view  # nothing of it fits the site any more: the current rules serve everyone
     arm = replace(view, rules=rules, level_rules=levels_)
     return replace(view, canary=(canary.pk, canary.share_percent, arm))
 

@@ -101,35 +101,36 @@ def canary_end(*, user: AbstractBaseUser, canary: Canary, promote: bool, reason:
     if promote:
         queues = {q.name: q for q in Queue.objects.all()}
         try:
-            parse_rule_set(
+            routing, levels_ = parse_rule_set(
                 {"routing_rules": canary.routing_rules, "level_rules": canary.level_rules},
                 queues=queues,
                 task_types=TASK_TYPES,
             )
         except CanaryError as exc:
             raise ApplicationError(f"its rules no longer fit the site: {exc}", status=409) from None
+        # The rows are written from the parsed rules: what the canary ran is what is kept.
         with audit.because(reason or f"canary #{canary.pk} {canary.name} promoted"):
             for row in RoutingRule.objects.all():
                 row.delete()  # one by one: each deletion is a version
-            for rule in canary.routing_rules:
+            for rule in routing:
                 RoutingRule.objects.create(
-                    order=rule["order"],
-                    match_type=rule.get("match_type") or "",
-                    min_gpus=rule.get("min_gpus"),
-                    min_cpus=rule.get("min_cpus"),
-                    queue=queues[rule["queue"]],
+                    order=rule.order,
+                    match_type=rule.match_type or "",
+                    min_gpus=rule.min_gpus,
+                    min_cpus=rule.min_cpus,
+                    queue=queues[rule.queue],
                 )
             for row in LevelRule.objects.all():
                 row.delete()
-            for rule in canary.level_rules:
+            for rule in levels_:
                 LevelRule.objects.create(
-                    task_type=rule["task_type"],
-                    queue=queues[rule["queue"]] if rule.get("queue") else None,
-                    start_level=rule.get("start_level", 1),
-                    step=rule.get("step", 0),
-                    every_s=rule.get("every_s"),
-                    limit_level=rule.get("limit_level"),
-                    repeat=bool(rule.get("repeat", False)),
+                    task_type=rule.task_type,
+                    queue=queues[rule.queue] if rule.queue else None,
+                    start_level=rule.start,
+                    step=rule.step,
+                    every_s=rule.every_s,
+                    limit_level=rule.limit,
+                    repeat=rule.repeat,
                 )
     canary.state = Canary.State.PROMOTED if promote else Canary.State.ABANDONED
     canary.ended_at = timezone.now()

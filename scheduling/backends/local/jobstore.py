@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest
+from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest, decode_log
 from scheduling.decisions.types import NodeAllocation, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
 
@@ -263,7 +263,7 @@ class JobStore:
             try:
                 with open(path, "rb") as f:
                     f.seek(max(0, offset))
-                    return f.read(max(0, limit)).decode("utf-8", errors="replace")
+                    return decode_log(f.read(max(0, limit)))
             except (FileNotFoundError, NotADirectoryError):
                 continue
         return ""

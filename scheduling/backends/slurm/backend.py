@@ -35,6 +35,7 @@ from scheduling.backends.base import (
     Job,
     JobState,
     SubmitRequest,
+    decode_log,
 )
 from scheduling.backends.sandbox import sandbox_argv
 from scheduling.backends.slurm.capacity import SlurmCapacity
@@ -47,7 +48,7 @@ from scheduling.backends.slurm.parse import (
     slurm_json,
 )
 from scheduling.backends.slurm.usage import SlurmUsage
-from scheduling.backends.slurm.watch import watched
+from scheduling.backends.slurm.watch import prepare_usage_file, watched
 from scheduling.decisions.types import NodeView
 from scheduling.spec import SANDBOXED_TYPES
 
@@ -247,11 +248,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             os.chown(script, entry.pw_uid, entry.pw_gid)
         os.chown(path, entry.pw_uid, entry.pw_gid)
         path.chmod(0o700)
-        # Beside the job's folder, where the sandbox does not show it: the watcher's figure.
-        usage = self.usage_path(request.key)
-        fd = os.open(usage, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.close(fd)
-        os.chown(usage, entry.pw_uid, entry.pw_gid)
+        prepare_usage_file(self.usage_path(request.key), entry.pw_uid, entry.pw_gid)
 
     def usage_path(self, key: str) -> Path:
         return self.workdir / f"{key}.cpu"
@@ -465,7 +462,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
         try:
             with open(path, "rb") as fh:
                 fh.seek(offset)
-                return fh.read(limit).decode("utf-8", errors="replace")
+                return decode_log(fh.read(limit))
         except FileNotFoundError:
             return ""
 

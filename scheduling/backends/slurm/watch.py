@@ -5,13 +5,16 @@ batch step's rusage nor Slurm's TotalCPU sees their CPU time. The batch script t
 the sandbox under this small watcher (standard library only, passed to `python3 -c`): it
 samples the CPU time of the sandbox's process tree from /proc twice a second, forwards the
 signals Slurm sends, and writes the most it saw, in milliseconds, to a file beside the job's
-folder, which the sandbox hides from the job (the job cannot write its own figure). It then
-ends as the sandbox did: with its exit code, or killed by the same signal. A node without
-python3 runs the sandbox directly, as before, and reports nothing.
+folder, which the sandbox hides from the job (the job cannot write its own figure; a researcher
+with a cluster account of their own could, from a shell: the figure only advises, it is never
+billed). It runs isolated (`python3 -I -S`, from /), so nothing the job exported or wrote is
+imported by it. It then ends as the sandbox did: with its exit code, or killed by the same
+signal. A node without python3 runs the sandbox directly, as before, and reports nothing.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 
 WATCHER = r"""
@@ -47,7 +50,10 @@ try:
 except OSError:
     pass
 if rc < 0:
-    signal.signal(-rc, signal.SIG_DFL)
+    try:
+        signal.signal(-rc, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass  # SIGKILL and SIGSTOP keep their default anyway
     os.kill(os.getpid(), -rc)
 sys.exit(rc)
 """
@@ -58,10 +64,21 @@ def watched(argv: list[str], usage_path: str) -> list[str]:
     command = " ".join(shlex.quote(arg) for arg in argv)
     return [
         "if command -v python3 >/dev/null; then",
-        f"  exec python3 -c {shlex.quote(WATCHER)} {shlex.quote(usage_path)} {command}",
+        # Isolated (-I: no PYTHON* variable, no current folder, no user site) and without
+        # site (-S): nothing the job wrote or exported runs here, outside its sandbox.
+        f"  cd / && exec python3 -I -S -c {shlex.quote(WATCHER)} {shlex.quote(usage_path)} "
+        f"{command}",
         "fi",
         f"exec {command}",
     ]
+
+
+def prepare_usage_file(path, uid: int, gid: int) -> None:
+    """Beside the job's folder, where the sandbox does not show it: the watcher's file,
+    writable by the job's account (the watcher runs as it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.close(fd)
+    os.chown(path, uid, gid)
 
 
 def read_usage(usage_path: str) -> int | None:

@@ -143,3 +143,18 @@ def test_abandon_and_who_may(site):
     )
     assert bad.status_code == 400
     assert {e["field"] for e in bad.json()["errors"]} == {"name", "share_percent", "routing_rules"}
+
+
+def test_a_rule_without_its_level_is_refused_at_the_start(site):
+    rule_set = current_rule_set()
+    rule_set["level_rules"] = [{"task_type": "agent", "start_level": None, "step": None}]
+    bad = _admin().post(
+        "/api/v1/canaries/",
+        data=json.dumps({"name": "nulls", "share_percent": 10, **rule_set}),
+        content_type="application/json",
+    )
+    assert bad.status_code == 400
+    assert {e["field"] for e in bad.json()["errors"]} == {
+        "level_rules[0].start_level",
+        "level_rules[0].step",
+    }

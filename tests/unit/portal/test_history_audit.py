@@ -236,3 +236,45 @@ def test_the_audit_log_is_append_only(site):
             with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as c:
                 c.execute(sql, [row.pk])
     assert AuditEvent.objects.get(pk=row.pk).actor == "alice"
+
+
+def test_an_object_older_than_its_history_keeps_its_first_state(site):
+    queue = Queue.objects.get(name="hpc")
+    ConfigVersion.objects.filter(model="scheduling.queue", object_id=queue.pk).delete()
+    Queue.objects.filter(pk=queue.pk).update(max_concurrency=5)  # no signal: as if before
+    _api("quinn").patch(
+        "/api/v1/queues/hpc/",
+        data=json.dumps({"max_concurrency": 9, "reason": "more"}),
+        content_type="application/json",
+    )
+    first, change = ConfigVersion.objects.filter(
+        model="scheduling.queue", object_id=queue.pk
+    ).order_by("id")
+    assert first.after["max_concurrency"] == 5 and first.reason.startswith("as it was")
+    assert (change.before["max_concurrency"], change.after["max_concurrency"]) == (5, 9)
+    made = _api("admin").post(
+        f"/api/v1/config/versions/{first.pk}/rollback/",
+        data=json.dumps({"reason": "back"}),
+        content_type="application/json",
+    )
+    assert made.status_code == 201
+    assert Queue.objects.get(pk=queue.pk).max_concurrency == 5
+
+
+def test_a_rollback_never_deletes_what_hangs_on_the_object(site):
+    queue = Queue.objects.create(name="scratch", pool=Queue.objects.get(name="hpc").pool)
+    created = ConfigVersion.objects.filter(model="scheduling.queue", object_id=queue.pk).get()
+    RoutingRule.objects.create(order=99, queue=queue)
+    # roll "back" to before it existed is a delete: refused while a rule routes to it
+    deleted_version = ConfigVersion.objects.create(
+        model="scheduling.queue", object_id=queue.pk, object_repr="scratch",
+        action="delete", before=created.after, after=None,
+    )  # fmt: skip
+    refused = _api("admin").post(
+        f"/api/v1/config/versions/{deleted_version.pk}/rollback/",
+        data=json.dumps({"reason": "gone"}),
+        content_type="application/json",
+    )
+    assert refused.status_code == 409
+    assert "routing rule" in refused.json()["errors"][0]["message"]
+    assert Queue.objects.filter(pk=queue.pk).exists() and RoutingRule.objects.filter(order=99)

@@ -663,3 +663,13 @@ def test_multi_node_work_says_when_it_could_not_stay_under_one_switch(make):
     assert set(job.nodes) == {"a1", "b1"}
     assert job.reason == "placed across 2 switches: no switch has 2 free nodes for it"
     backend.cancel("spread")
+
+
+def test_a_log_chunk_never_cuts_a_character():
+    from scheduling.backends.base import decode_log
+
+    text = "héllo wörld € 🚀".encode()
+    for end in range(len(text) + 1):
+        shown = decode_log(text[:end])
+        assert "\ufffd" not in shown and text.startswith(shown.encode())
+    assert decode_log(b"ab\xffcd") == "ab\ufffdcd"  # invalid bytes inside are replaced

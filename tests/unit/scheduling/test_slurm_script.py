@@ -186,3 +186,28 @@ def test_a_researchers_own_account_is_used_and_root_is_refused(backend):
     nobody = SlurmBackend("slurm", cluster="test", workdir=str(backend.workdir))
     with pytest.raises(BackendError, match="no Unix account to run the job as"):
         nobody.sbatch_command(request(spec))
+
+
+def test_the_cpu_watcher_runs_isolated_and_ends_as_its_command_did(tmp_path):
+    """It ignores the job's PYTHON* variables and files, and keeps the exit status or the
+    signal (scheduling/backends/slurm/watch.py)."""
+    import signal
+    import subprocess
+
+    from scheduling.backends.slurm.watch import WATCHER, read_usage
+
+    (tmp_path / "usercustomize.py").write_text("raise SystemExit(42)\n")
+    (tmp_path / "subprocess.py").write_text("raise SystemExit(43)\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONINSPECT": "1", "PYTHONUSERBASE": str(tmp_path),
+           "PYTHONPATH": str(tmp_path)}  # fmt: skip
+    out = tmp_path / "cpu"
+
+    def run(command: str) -> int:
+        line = ["python3", "-I", "-S", "-c", WATCHER, str(out), "sh", "-c", command]
+        return subprocess.run(line, cwd=tmp_path, env=env, timeout=30).returncode
+
+    assert run("exit 3") == 3
+    assert run("kill -9 $$") == -signal.SIGKILL
+    assert run("kill -TERM $$") == -signal.SIGTERM
+    busy = 'end=$(($(date +%s%N) + 800000000)); while [ "$(date +%s%N)" -lt "$end" ]; do :; done'
+    assert run(busy) == 0 and read_usage(str(out)) >= 400
