@@ -16,6 +16,8 @@ import pytest
 from django.core.management import call_command
 
 from scheduling import engine
+from scheduling.backends.slurm.capacity import DRAIN_PREFIX
+from scheduling.backends.slurm.parse import slurm_json
 from scheduling.engine import get_backend
 from scheduling.models import TERMINAL_STATES, Node, Task, TaskState
 from scheduling.selectors import site_view_invalidate
@@ -75,6 +77,7 @@ def slurm(slurm_env, settings, job_root, monkeypatch):
 @pytest.fixture
 def site(transactional_db, slurm, local_root):
     """The default site with every pool on Slurm, committed so a worker sees it."""
+    resume_portal_drains(slurm)
     call_command("seed_demo", backend="slurm", quiet=True)
     no_lease_schedules()
     site_view_invalidate()
@@ -89,6 +92,16 @@ def site(transactional_db, slurm, local_root):
     ):
         with contextlib.suppress(Exception):
             slurm.cancel(backend_id)
+
+
+def resume_portal_drains(slurm) -> None:
+    """Each test's portal starts with every node up: a drain an earlier test's portal left in
+    the shared cluster (e.g. its worker's health check caught a restart of the daemons, where
+    every node briefly stops responding) would hold that test's work forever."""
+    data = slurm_json(slurm.run(["sinfo", "--json"]))
+    for node in data.get("nodes", []):
+        if str(node.get("reason") or "").startswith(DRAIN_PREFIX):
+            slurm.resume(node.get("name") or node.get("hostname"))
 
 
 def scontrol(job_id: str, env: dict[str, str]) -> str:
