@@ -15,6 +15,7 @@ user may see; what a user may not see does not exist for them (404).
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.utils.functional import SimpleLazyObject
 
 FINANCE_GROUP = "finance"
 
@@ -79,17 +80,20 @@ def role_names(user: AbstractBaseUser) -> list[str]:
 
 
 def context(request) -> dict:
-    """Template context processor: what the page header offers this user."""
+    """Template context processor: what the page header offers this user. Lazy: the htmx
+    fragments polled every few seconds never read it, so they cost no query for it."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
+    return {"role": SimpleLazyObject(lambda: _header(user))}
+
+
+def _header(user: AbstractBaseUser) -> dict:
     queue_admin = bool(administered_queue_ids(user))
     return {
-        "role": {
-            "names": role_names(user),
-            "platform_admin": is_platform_admin(user),
-            "queue_admin": queue_admin,
-            "finance": is_finance(user),
-            "operator": queue_admin or is_platform_admin(user),
-        }
+        "names": role_names(user),
+        "platform_admin": is_platform_admin(user),
+        "queue_admin": queue_admin,
+        "finance": is_finance(user),
+        "operator": queue_admin or is_platform_admin(user),
     }

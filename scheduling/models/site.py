@@ -8,6 +8,7 @@ from django.db import models
 
 from scheduling.decisions import levels
 from scheduling.decisions.order import ScheduleError, parse_weight_schedule
+from scheduling.decisions.types import RoutingRuleView
 from scheduling.spec import TASK_TYPES
 
 
@@ -160,6 +161,19 @@ class LevelRule(models.Model):
     def __str__(self) -> str:
         return self.as_rule().describe() + (f" (queue {self.queue})" if self.queue_id else "")
 
+    @classmethod
+    def from_rule(cls, rule: levels.LevelRule, queues: dict[str, Queue]) -> LevelRule:
+        """The row for a rule as the decisions take it (the seed's, a promoted canary's)."""
+        return cls(
+            task_type=rule.task_type,
+            queue=queues[rule.queue] if rule.queue else None,
+            start_level=rule.start,
+            step=rule.step,
+            every_s=rule.every_s,
+            limit_level=rule.limit,
+            repeat=rule.repeat,
+        )
+
     def as_rule(self) -> levels.LevelRule:
         return levels.LevelRule(
             task_type=self.task_type,
@@ -218,6 +232,17 @@ class RoutingRule(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.order} {self.match_type or 'any'} → {self.queue}"
+
+    @classmethod
+    def from_view(cls, rule: RoutingRuleView, queues: dict[str, Queue]) -> RoutingRule:
+        """The row for a rule as the decisions take it (the seed's, a promoted canary's)."""
+        return cls(
+            order=rule.order,
+            match_type=rule.match_type or "",
+            min_gpus=rule.min_gpus,
+            min_cpus=rule.min_cpus,
+            queue=queues[rule.queue],
+        )
 
 
 class Instance(models.Model):

@@ -17,6 +17,7 @@ from django.http import Http404
 
 from portal.errors import ApplicationError
 from portal.models import Membership
+from portal.selectors import checked_pk
 from scheduling.models import Queue, Task, Workflow
 
 
@@ -48,7 +49,7 @@ def task_get_for_user(user: AbstractBaseUser, pk: int | str, *, change: bool = F
     """One task the user may see (a 404 otherwise); with `change`, one they may also change
     (a 403 when they only see it)."""
     try:
-        task = task_list_for_user(user).get(pk=checked_id(pk))
+        task = task_list_for_user(user).get(pk=checked_pk(pk))
     except (Task.DoesNotExist, ValueError, TypeError):
         raise Http404("no such task") from None
     if change and not can_change_task(user, task):
@@ -61,17 +62,6 @@ def can_change_task(user: AbstractBaseUser, task: Task) -> bool:
         user.is_superuser
         or Membership.objects.filter(user_id=user.pk, project_id=task.project_id).exists()
     )
-
-
-# Ids the database can hold (a bigint): a larger number in a URL is a 404, not a 500.
-_MAX_ID = 2**63 - 1
-
-
-def checked_id(pk: int | str) -> int:
-    value = int(pk)
-    if not 0 < value <= _MAX_ID:
-        raise ValueError(pk)
-    return value
 
 
 def tasks_visible_by_ids(user: AbstractBaseUser, ids: Iterable[int], *, field: str) -> list[Task]:
@@ -101,6 +91,6 @@ def workflow_list_for_user(user: AbstractBaseUser) -> QuerySet[Workflow]:
 
 def workflow_get_for_user(user: AbstractBaseUser, pk: int | str) -> Workflow:
     try:
-        return workflow_list_for_user(user).get(pk=checked_id(pk))
+        return workflow_list_for_user(user).get(pk=checked_pk(pk))
     except (Workflow.DoesNotExist, ValueError, TypeError):
         raise Http404("no such workflow") from None

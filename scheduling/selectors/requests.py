@@ -11,7 +11,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from portal.models import PriorityRequest
-from scheduling.selectors.access import checked_id
+from portal.selectors import checked_pk
 
 
 def requests_visible_to(user: AbstractBaseUser) -> QuerySet[PriorityRequest]:
@@ -42,6 +42,6 @@ def is_decider(user: AbstractBaseUser) -> bool:
 
 def request_get_for_user(user: AbstractBaseUser, pk: int | str) -> PriorityRequest:
     try:
-        return requests_visible_to(user).get(pk=checked_id(pk))
+        return requests_visible_to(user).get(pk=checked_pk(pk))
     except (PriorityRequest.DoesNotExist, ValueError, TypeError):
         raise Http404("no such priority request") from None

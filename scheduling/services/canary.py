@@ -113,25 +113,11 @@ def canary_end(*, user: AbstractBaseUser, canary: Canary, promote: bool, reason:
             for row in RoutingRule.objects.all():
                 row.delete()  # one by one: each deletion is a version
             for rule in routing:
-                RoutingRule.objects.create(
-                    order=rule.order,
-                    match_type=rule.match_type or "",
-                    min_gpus=rule.min_gpus,
-                    min_cpus=rule.min_cpus,
-                    queue=queues[rule.queue],
-                )
+                RoutingRule.from_view(rule, queues).save()
             for row in LevelRule.objects.all():
                 row.delete()
             for rule in levels_:
-                LevelRule.objects.create(
-                    task_type=rule.task_type,
-                    queue=queues[rule.queue] if rule.queue else None,
-                    start_level=rule.start,
-                    step=rule.step,
-                    every_s=rule.every_s,
-                    limit_level=rule.limit,
-                    repeat=rule.repeat,
-                )
+                LevelRule.from_rule(rule, queues).save()
     canary.state = Canary.State.PROMOTED if promote else Canary.State.ABANDONED
     canary.ended_at = timezone.now()
     canary.save(update_fields=["state", "ended_at"])

@@ -93,15 +93,7 @@ class Command(BaseCommand):
             )
         LevelRule.objects.all().delete()
         for rule in site.level_rules:
-            LevelRule.objects.create(
-                task_type=rule.task_type,
-                queue=queues[rule.queue] if rule.queue else None,
-                start_level=rule.start,
-                step=rule.step,
-                every_s=rule.every_s,
-                limit_level=rule.limit,
-                repeat=rule.repeat,
-            )
+            LevelRule.from_rule(rule, queues).save()
         # Prices are never rewritten (a price applies from its date on): the seed writes them
         # once, valid since 2020.
         if not Rate.objects.exists():
@@ -116,13 +108,7 @@ class Command(BaseCommand):
                 )
         RoutingRule.objects.all().delete()
         for rule in site.rules:
-            RoutingRule.objects.create(
-                order=rule.order,
-                match_type=rule.match_type or "",
-                min_gpus=rule.min_gpus,
-                min_cpus=rule.min_cpus,
-                queue=queues[rule.queue],
-            )
+            RoutingRule.from_view(rule, queues).save()
 
         users = {}
         lines = []
