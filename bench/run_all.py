@@ -28,6 +28,7 @@ from bench import (  # noqa: E402
     bench_decisions,
     bench_latency,
     bench_policy,
+    bench_simulator,
     bench_slurm,
 )
 
@@ -62,6 +63,7 @@ BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("slurm", bench_slurm.run, ".venv/bin/python bench/bench_slurm.py"),
     ("accounting", bench_accounting.run, bench_accounting.COMMAND),
     ("console", bench_console.run, bench_console.COMMAND),
+    ("simulator", bench_simulator.run, bench_simulator.COMMAND),
 ]
 
 
@@ -167,6 +169,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
                     f"{page['cold_ms']} ms) | {page['median_ms']} ms | ≤ {target} ms "
                     f"| {_met(page['median_ms'] <= target)} |"
                 )
+    if results.get("simulator"):
+        rows += bench_simulator.summary_rows(results["simulator"])
     return rows
 
 
@@ -433,6 +437,8 @@ def write_doc(
                     f"{page['queries']} | {_fmt(page['bytes'])} |"
                 )
         out.append("")
+    if results.get("simulator"):
+        out += [*bench_simulator.section(results["simulator"]), ""]
     out += [
         "## Reading the numbers",
         "",

@@ -24,11 +24,6 @@ def site_minute(now: datetime) -> int:
     return local.hour * 60 + local.minute
 
 
-def cap_of(priority: str) -> int | None:
-    """A task's own `priority: low` caps its level; `normal` and `high` do not."""
-    return L.LOW if priority == "low" else None
-
-
 def task_level(
     site: SiteView,
     *,
@@ -44,7 +39,7 @@ def task_level(
         task_type=task_type,
         queue=queue,
         ready_at=ready_at,
-        cap=cap_of(priority),
+        cap=L.cap_of(priority),
         floor=floor[0] if floor else None,
         floor_until=floor[1] if floor else None,
         floor_reason=floor[2] if floor else "",

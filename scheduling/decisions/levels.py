@@ -84,6 +84,11 @@ class Level:
         return LEVELS[self.level]
 
 
+def cap_of(priority: str) -> int | None:
+    """A task's own `priority: low` caps its level; `normal` and `high` do not."""
+    return LOW if priority == "low" else None
+
+
 def rule_for(rules: Iterable[LevelRule], task_type: str, queue: str) -> LevelRule:
     """The queue's own rule for the type, else the rule for the type in any queue."""
     general = None

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduling.decisions.place import free_view, place
+from scheduling.decisions.place import cpu_ratio, free_view, place, usable_cpus
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
 
@@ -75,41 +75,106 @@ def schedule_pass(
     booked: dict[str, list[NodeAllocation]] = {n: list(a) for n, a in allocations.items()}
     per_queue = Counter(running)
     decisions: list[Decision] = []
+    # Per pool, once per pass: whether a request could ever fit (the pool emptied, every
+    # node up), and the free views now, kept current as jobs are placed.
+    ever: dict[str, dict[tuple, bool]] = {}
+    ideal: dict[str, list[NodeView]] = {}
+    base: dict[str, dict[str, NodeView]] = {}
+    room: dict[str, _Room] = {}
+    reasons: dict[tuple, str] = {}
     for job in sorted(waiting, key=lambda j: (-j.priority, j.seq)):
         queue = job.queue
         if job.sandboxed and sandbox_missing:
             # Never fall back to running an agent/sandbox task without its sandbox.
             decisions.append(Fail(job.key, sandbox_missing))
             continue
-        nodes = pools.get(queue.pool, pools.get("", ()))
-        # Could it ever fit, on this pool emptied and every node back up?
-        ideal = [
-            free_view(dataclasses.replace(n, available=True, available_until=None), ())
-            for n in nodes
-        ]
-        if place(job.spec, queue, ideal) is None:
+        pool = queue.pool if queue.pool in pools else ""
+        nodes = pools.get(pool, ())
+        if pool not in ever:
+            ideal[pool], ever[pool] = _ideal(nodes)
+        shape = (queue, job.spec.resources)
+        fits = ever[pool].get(shape)
+        if fits is None:
+            fits = ever[pool][shape] = place(job.spec, queue, ideal[pool]) is not None
+        if not fits:
             decisions.append(Fail(job.key, never_fits(job, nodes)))
             continue
         if queue.max_concurrency is not None and per_queue[queue.name] >= queue.max_concurrency:
             reason = f"queue {queue.name} runs its maximum of {queue.max_concurrency} jobs"
             decisions.append(Wait(job.key, reason))
             continue
-        views = [
-            free_view(
-                dataclasses.replace(n, available=False) if n.name in drained else n,
-                booked.get(n.name, ()),
+        if pool not in room:
+            base[pool] = {
+                n.name: dataclasses.replace(n, available=False) if n.name in drained else n
+                for n in nodes
+            }
+            room[pool] = _Room(
+                {name: free_view(n, booked.get(name, ())) for name, n in base[pool].items()}
             )
-            for n in nodes
-        ]
-        placement = place(job.spec, queue, views, now=now)
+        free = room[pool]
+        placement = None
+        if free.may_fit(job.spec, cpu_ratio(queue)):
+            placement = place(job.spec, queue, list(free.views.values()), now=now)
         if placement is None:
-            decisions.append(Wait(job.key, waiting_reason(job, drained, nodes)))
+            why = (queue, job.spec.resources)  # the same words for the same request
+            if why not in reasons:
+                reasons[why] = waiting_reason(job, drained, nodes)
+            decisions.append(Wait(job.key, reasons[why]))
             continue
         decisions.append(Start(job.key, placement))
         for a in placement.allocations:
             booked.setdefault(a.node, []).append(a)
+            free.update(free_view(base[pool][a.node], booked[a.node]))
         per_queue[queue.name] += 1
     return decisions
+
+
+# Pools' emptied views and what could ever fit on them, by the pool's nodes: a pass asks
+# this for every waiting job, and a pool's nodes rarely change. Bounded; a pure memo.
+_IDEAL: dict[tuple[NodeView, ...], tuple[list[NodeView], dict[tuple, bool]]] = {}
+
+
+def _ideal(nodes: Sequence[NodeView]) -> tuple[list[NodeView], dict[tuple, bool]]:
+    key = tuple(nodes)
+    hit = _IDEAL.get(key)
+    if hit is None:
+        if len(_IDEAL) >= 32:
+            _IDEAL.clear()
+        empty = [
+            free_view(dataclasses.replace(n, available=True, available_until=None), ())
+            for n in nodes
+        ]
+        hit = _IDEAL[key] = (empty, {})
+    return hit
+
+
+class _Room:
+    """A pool's free views, and their total free CPUs (per oversubscription ratio) and GPUs:
+    a request above a total cannot fit, and place() need not be asked."""
+
+    def __init__(self, views: dict[str, NodeView]) -> None:
+        self.views = views
+        self._cpus: dict[int, dict[str, int]] = {}
+        self._cpu_total: dict[int, int] = {}
+        self.gpus = sum(len(v.free_gpus or ()) for v in views.values() if v.available)
+
+    def may_fit(self, spec: TaskSpec, ratio: int) -> bool:
+        if spec.resources.gpus > self.gpus:
+            return False
+        if ratio not in self._cpus:
+            per = {n: max(0, usable_cpus(v, ratio)) for n, v in self.views.items() if v.available}
+            self._cpus[ratio], self._cpu_total[ratio] = per, sum(per.values())
+        return spec.resources.cpus <= self._cpu_total[ratio]
+
+    def update(self, view: NodeView) -> None:
+        old = self.views[view.name]
+        self.views[view.name] = view
+        if view.available:
+            self.gpus += len(view.free_gpus or ()) - len(old.free_gpus or ())
+            for ratio, per in self._cpus.items():
+                new = max(0, usable_cpus(view, ratio))
+                self._cpu_total[ratio] += new - per.get(view.name, 0)
+                per[view.name] = new
 
 
 def asked(job: WaitingJob) -> str:

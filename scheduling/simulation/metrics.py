@@ -1,13 +1,14 @@
-"""What a simulated run measured: waits, bounded slowdown, makespan, utilisation."""
+"""What a simulated run measured: waits, bounded slowdown, makespan, utilisation, preemptions,
+the flow time of a project's HPC + training pair, and the bound (total work / capacity)."""
 
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 from scheduling.decisions.types import NodeView
-from scheduling.simulation.engine import Run
+from scheduling.simulation.model import Run, SimJob
 
 # Bounded slowdown's floor on runtime: a 1 s job that waited 10 s is not "slowed down 11x".
 BSLD_FLOOR_S = 10.0
@@ -22,39 +23,99 @@ def percentile(values: Sequence[float], p: float) -> float:
     return data[lo] + (data[hi] - data[lo]) * (k - lo)
 
 
-def summary(run: Run, pools: Mapping[str, Sequence[NodeView]]) -> dict:
-    """Per type: count, mean and p95 wait (s), mean bounded slowdown; overall makespan and
-    each pool's CPU and GPU utilisation over it."""
+def bounded_slowdown(wait: float, runtime: float) -> float:
+    return max(1.0, (wait + runtime) / max(runtime, BSLD_FLOOR_S))
+
+
+def summary(
+    run: Run,
+    pools: Mapping[str, Sequence[NodeView]],
+    *,
+    window: tuple[float, float] | None = None,
+) -> dict:
+    """Per type: count, mean and p95 wait (s), mean bounded slowdown, preemptions; overall:
+    makespan, mean bounded slowdown, and each pool's and the site's CPU and GPU utilisation
+    over `window` (default: from the first submit to the last end)."""
+    outcomes = list(run.outcomes.values())
+    start = min((o.submit for o in outcomes), default=0.0)
+    end = max((o.end for o in outcomes), default=0.0)
+    lo, hi = window or (start, end)
     by_type: dict[str, list] = defaultdict(list)
-    for o in run.outcomes.values():
+    for o in outcomes:
         by_type[o.type].append(o)
+    stopped = Counter((s.type, s.ended) for s in run.spans if s.ended != "done")
     types = {}
-    for kind, outcomes in sorted(by_type.items()):
-        waits = [o.wait for o in outcomes]
-        bsld = [max(1.0, (o.end - o.submit) / max(o.end - o.start, BSLD_FLOOR_S)) for o in outcomes]
+    for kind, done in sorted(by_type.items()):
+        waits = [o.wait for o in done]
         types[kind] = {
-            "n": len(outcomes),
+            "n": len(done),
             "mean_wait_s": statistics.fmean(waits),
             "p95_wait_s": percentile(waits, 95),
-            "mean_bsld": statistics.fmean(bsld),
+            "max_wait_s": max(waits),
+            "mean_bsld": statistics.fmean(bounded_slowdown(o.wait, o.end - o.start) for o in done),
+            "preempted": stopped[(kind, "preempted")],
+            "reclaimed": stopped[(kind, "reclaimed")],
+            "lost": stopped[(kind, "lost")],
         }
-    start = min((o.submit for o in run.outcomes.values()), default=0.0)
-    end = max((o.end for o in run.outcomes.values()), default=0.0)
-    makespan = end - start
+    every = [bounded_slowdown(o.wait, o.end - o.start) for o in outcomes]
+    return {
+        "jobs": len(outcomes),
+        "types": types,
+        "makespan_s": end - start,
+        "mean_bsld": statistics.fmean(every) if every else float("nan"),
+        "utilisation": utilisation(run, pools, lo, hi),
+        "window_s": [lo, hi],
+        "never": len(run.never),
+        "passes": run.passes,
+    }
+
+
+def utilisation(
+    run: Run, pools: Mapping[str, Sequence[NodeView]], lo: float, hi: float
+) -> dict[str, dict[str, float | None]]:
+    """Busy share of each pool's CPUs and GPUs (and the whole site's, as "site") between `lo`
+    and `hi`, counting every attempt (work later preempted or lost kept the room busy too)."""
     node_pool = {n.name: pool for pool, nodes in pools.items() for n in nodes}
+    # Oversubscribed CPUs count as the node's cores at most: utilisation is of hardware.
+    cores = {n.name: n.cpus for nodes in pools.values() for n in nodes}
     used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for o in run.outcomes.values():
-        for a in o.allocations:
+    for span in run.spans:
+        seconds = max(0.0, min(span.end, hi) - max(span.start, lo))
+        if not seconds:
+            continue
+        for a in span.allocations:
             pool = node_pool.get(a.node)
             if pool is not None:
-                used[pool][0] += a.cpus * (o.end - o.start)
-                used[pool][1] += len(a.gpu_indices) * (o.end - o.start)
-    utilisation = {}
-    for pool, nodes in pools.items():
+                for key in (pool, "site"):
+                    used[key][0] += min(a.cpus, cores[a.node]) * seconds
+                    used[key][1] += len(a.gpu_indices) * seconds
+    result = {}
+    every = [n for nodes in pools.values() for n in nodes]
+    length = hi - lo
+    for pool, nodes in [*pools.items(), ("site", every)]:
         cpus, gpus = sum(n.cpus for n in nodes), sum(n.gpus for n in nodes)
-        utilisation[pool] = {
-            "cpu": used[pool][0] / (cpus * makespan) if cpus and makespan else 0.0,
-            "gpu": used[pool][1] / (gpus * makespan) if gpus and makespan else None,
+        result[pool] = {
+            "cpu": used[pool][0] / (cpus * length) if cpus and length > 0 else 0.0,
+            "gpu": used[pool][1] / (gpus * length) if gpus and length > 0 else None,
         }
-    return {"types": types, "makespan_s": makespan, "utilisation": utilisation,
-            "never": dict(run.never)}  # fmt: skip
+    return result
+
+
+def flow_time(run: Run, keys: Sequence[str]) -> float | None:
+    """From the first submit to the last end of `keys` (None if one never ran)."""
+    done = [run.outcomes.get(k) for k in keys]
+    if not done or any(o is None for o in done):
+        return None
+    return max(o.end for o in done) - min(o.submit for o in done)
+
+
+def bound(jobs: Sequence[SimJob], pools: Mapping[str, Sequence[NodeView]]) -> dict[str, float]:
+    """Total work over capacity, in seconds: no schedule finishes the work sooner."""
+    every = [n for nodes in pools.values() for n in nodes]
+    cpus, gpus = sum(n.cpus for n in every), sum(n.gpus for n in every)
+    cpu_work = sum(j.spec.resources.cpus * j.runtime for j in jobs)
+    gpu_work = sum(j.spec.resources.gpus * j.runtime for j in jobs)
+    return {
+        "cpu_s": cpu_work / cpus if cpus else 0.0,
+        "gpu_s": gpu_work / gpus if gpus else 0.0,
+    }

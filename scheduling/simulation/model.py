@@ -1,0 +1,112 @@
+"""The simulator's values: jobs, the site as it models it, and what a run recorded. No Django."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduling.decisions.levels import LevelRule
+from scheduling.decisions.order import WeightWindow
+from scheduling.decisions.quota import QuotaRule
+from scheduling.decisions.types import NodeAllocation, NodeView, QueuePolicy
+from scheduling.sites.types import LeaseTemplate, QuotaTemplate
+from scheduling.spec import TaskSpec
+
+POLICIES = ("fifo", "easy", "switchyard")
+WEEK_S = 7 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    key: str
+    spec: TaskSpec  # what it asks for; spec.walltime_s is what a scheduler may plan with
+    type: str
+    queue: str  # its queue under the `switchyard` policy
+    submit: float  # seconds from the start of the run
+    runtime: float  # how long it really runs (at most its walltime)
+    user: str = "sim"
+
+    @property
+    def project(self) -> str:
+        return self.spec.project
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Node `node` goes down at `at` for `down_s` seconds; what ran on it starts again."""
+
+    node: str
+    at: float
+    down_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """The site as the simulator sees it: pools, queues and the policy around them.
+
+    `level_rules`, `weights` (per queue), `quotas` (templates for every project, or one
+    project's own rules), `leases` (daily),
+    `shares` and `half_life_s` (fair share) are the site's own policy; they matter only to
+    the `switchyard` policy. `start_minute` is the site time of day at t = 0 (weights and
+    lease schedules are in site time). `preempt_after_s`: how long a task waits unstarted
+    before it may preempt (the live engine's SWITCHYARD_PREEMPT_AFTER_S).
+    """
+
+    pools: Mapping[str, Sequence[NodeView]]
+    queues: Mapping[str, QueuePolicy]
+    level_rules: tuple[LevelRule, ...] = ()
+    weights: Mapping[str, tuple[WeightWindow, ...]] = field(default_factory=dict)
+    quotas: tuple[QuotaTemplate | QuotaRule, ...] = ()  # every project's, or one's own
+    leases: tuple[LeaseTemplate, ...] = ()
+    shares: Mapping[str, float] = field(default_factory=dict)
+    half_life_s: float = WEEK_S
+    start_minute: int = 8 * 60
+    preempt_after_s: float = 10.0
+
+    @property
+    def nodes(self) -> list[NodeView]:
+        return [n for nodes in self.pools.values() for n in nodes]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A job's run that completed (its last attempt), and what came before it."""
+
+    key: str
+    type: str
+    project: str
+    submit: float
+    start: float
+    end: float
+    planned_end: float  # start + walltime: what a scheduler plans with (not the runtime)
+    allocations: tuple[NodeAllocation, ...] = ()
+    attempts: int = 1
+    first_start: float | None = None
+    room_at_submit: bool | None = None  # whether its pool could start it when it arrived
+
+    @property
+    def wait(self) -> float:
+        return self.start - self.submit
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One attempt on its nodes, from start to end (completed, preempted, lost or reclaimed)."""
+
+    key: str
+    type: str
+    start: float
+    end: float
+    allocations: tuple[NodeAllocation, ...]
+    ended: str = "done"  # done | preempted | lost | reclaimed
+
+
+@dataclass(slots=True)
+class Run:
+    policy: str
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    never: dict[str, str] = field(default_factory=dict)  # key → why it never ran
+    spans: list[Span] = field(default_factory=list)
+    leases: list[tuple[float, float, tuple[str, ...]]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    passes: int = 0

@@ -1,0 +1,375 @@
+"""The site's own policy in the simulator, through the live engine's decision functions.
+
+What the portal does around a backend's scheduling pass, in the same order: admission against
+the quotas (`admit`; held work is reconsidered when its scope's work ends), levels that move
+while a task waits (`level`, `next_change`), the start order (`priority_value` from the level,
+the time of day's `weight_at` and the fair-share factor of `share_factors` over
+`decayed_usage`), the pass itself (`schedule_pass`, per pool), preemption (`whom_to_preempt`,
+for tasks waiting longer than the site's preempt delay) and daily leases (`lend`, nodes taken
+back at the lease's end). docs/simulation.md says what is simplified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from scheduling.decisions.lend import Loan, lend
+from scheduling.decisions.levels import Waiting, cap_of, level, next_change, rule_for
+from scheduling.decisions.order import Run as UsageRun
+from scheduling.decisions.order import (
+    decayed_usage,
+    order_key,
+    priority_value,
+    share_factors,
+    weight_at,
+)
+from scheduling.decisions.place import cpu_ratio, place
+from scheduling.decisions.preempt import Running, whom_to_preempt
+from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
+from scheduling.decisions.schedule import Fail, Start, WaitingJob, never_fits, schedule_pass
+from scheduling.simulation.baselines import Room
+from scheduling.simulation.model import SimJob
+from scheduling.simulation.state import LEASE_END, LEASE_OPEN, TICK, Sim
+
+EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
+DAY_S = 24 * 3600
+
+
+def _clock(t: float) -> datetime:
+    return EPOCH + timedelta(seconds=t)
+
+
+class SitePolicy:
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        site = sim.site
+        self.pools = {name: tuple(nodes) for name, nodes in site.pools.items()}
+        self.loans: dict[str, Loan] = {}
+        self.leases: dict[str, tuple[str, ...]] = {}
+        self._lend()
+        self.preemptible = {q.pool for q in site.queues.values() if q.preemptible}
+        self.pool_of_queue = {q.name: q.pool for q in site.queues.values()}
+        # The waiting jobs per pool, by (queue, cpus, gpus) asked, in the order they came.
+        self.buckets: dict[str, dict[tuple[str, int, int], dict[str, SimJob]]] = defaultdict(dict)
+        self.level: dict[str, int] = {}
+        self.seq: dict[str, int] = {}
+        self._seq = itertools.count()
+        self.admitted: set[str] = set()
+        self.held: dict[str, SimJob] = {}
+        self.usage: dict[tuple[str, str, str | None], Usage] = {}
+        # Fair share per queue and project: decayed use of ended runs as of a time, and the
+        # runs going on now.
+        self.spent: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+        self.going: dict[str, dict[str, UsageRun]] = defaultdict(dict)
+        self._fits_empty: dict[tuple, bool] = {}
+        for i, lease in enumerate(site.leases):
+            hour, minute = (int(x) for x in lease.start.split(":"))
+            offset = ((hour * 60 + minute - site.start_minute) % (24 * 60)) * 60
+            sim.at(float(offset), LEASE_OPEN, str(i))
+
+    # -- the loop's calls ---------------------------------------------------------------
+
+    def arrive(self, job: SimJob, now: float) -> None:
+        sim, queue = self.sim, self.sim.site.queues.get(job.queue)
+        if queue is None:
+            sim.refuse(job.key, f"no queue {job.queue!r} in the site")
+            return
+        shape = (job.queue, job.spec.resources)
+        if shape not in self._fits_empty:
+            self._fits_empty[shape] = (
+                place(job.spec, queue, self.pools.get(queue.pool, ())) is not None
+            )
+        if not self._fits_empty[shape]:
+            wj = WaitingJob(job.key, job.spec, queue)
+            sim.refuse(job.key, never_fits(wj, self.pools.get(queue.pool, ())))
+            return
+        # Whether the pool had room for it on arrival, whatever its quota says.
+        if sim.record_room:
+            sim.room[job.key] = place(job.spec, queue, sim.views(queue.pool), now=now) is not None
+        decision = admit(self._ask(job), self._rules(job), self.usage)
+        if isinstance(decision, Reject):
+            sim.refuse(job.key, f"refused: {decision.reason}")
+            return
+        if not isinstance(decision, Admit):
+            self.held[job.key] = job
+            return
+        self._admit(job)
+        self._ready(job, now)
+
+    def ended(self, job: SimJob, now: float) -> None:
+        self._stopped(job, now)
+        if job.key in self.admitted:
+            self.admitted.discard(job.key)
+            ask = self._ask(job)
+            for scope in self._scopes(job):
+                u = self.usage[scope]
+                self.usage[scope] = Usage(u.gpus - ask.gpus, u.cpus - ask.cpus, u.tasks - 1)
+            self._release_held(job, now)
+
+    def requeued(self, job: SimJob, now: float, why: str) -> None:
+        self._stopped(job, now)
+        self._ready(job, now)
+
+    def event(self, kind: int, key: str, now: float) -> None:
+        if kind == TICK:
+            job = self.sim.waiting.get(key)
+            if job is not None:
+                self.level[key] = self._level(job, now)
+                pool = self.sim.site.queues[job.queue].pool
+                if pool in self.preemptible:
+                    self.sim.dirty.add(pool)
+        elif kind == LEASE_OPEN:
+            self._open_lease(int(key), now)
+        elif kind == LEASE_END:
+            self._end_lease(key, now)
+
+    def schedule(self, now: float) -> None:
+        sim = self.sim
+        for _ in range(3):  # a preemption frees room: one more pass for what it left
+            pools, sim.dirty = sorted(sim.dirty), set()
+            for pool in pools:
+                if pool in self.pools:
+                    self._pass(pool, now)
+                    if pool in self.preemptible:
+                        self._preempt(pool, now)
+            if not sim.dirty:
+                return
+
+    # -- one pool's pass --------------------------------------------------------------------
+
+    def _pass(self, pool: str, now: float) -> None:
+        sim, site = self.sim, self.sim.site
+        buckets = self.buckets.get(pool)
+        if not buckets:
+            return
+        views = sim.views(pool)
+        names = [v.name for v in views]
+        rooms: dict[int, Room] = {}
+        minute = self._minute(now)
+        shares: dict[str, dict[str, float]] = {}
+        offered = []
+        # Waiting jobs by what they ask: a whole bucket above the pool's free room is skipped.
+        for (name, cpus, gpus), members in buckets.items():
+            queue = site.queues[name]
+            ratio = cpu_ratio(queue)
+            room = rooms.get(ratio) or rooms.setdefault(ratio, Room(views, ratio))
+            if cpus > room.cpus or gpus > room.gpus:
+                continue  # nothing this pass frees room, so none of them would start
+            if name not in shares:
+                shares[name] = self._shares(name, now)
+            weights = site.weights.get(name, ())
+            for job in members.values():
+                value = priority_value(
+                    level=self.level[job.key],
+                    weight=weight_at(weights, job.type, minute),
+                    share=shares[name].get(job.project, 1.0),
+                )
+                offered.append(WaitingJob(job.key, job.spec, queue, value, self.seq[job.key]))
+        if not offered:
+            return
+        nodes = [sim.nodes[name] for name in names]
+        decisions = schedule_pass(
+            offered,
+            pools={pool: nodes},
+            allocations=sim.allocations,
+            running=sim.per_queue,
+            drained=frozenset(sim.down),
+            now=now,
+        )
+        for d in decisions:
+            if isinstance(d, Start):
+                self._start(sim.waiting[d.key], d.placement, now)
+            elif isinstance(d, Fail):
+                self._unbucket(sim.waiting[d.key])
+                sim.refuse(d.key, d.reason)
+
+    def _preempt(self, pool: str, now: float) -> None:
+        sim, site = self.sim, self.sim.site
+        after = site.preempt_after_s
+        waiting = [
+            j
+            for j in sim.waiting.values()
+            if site.queues[j.queue].pool == pool and now - sim.ready[j.key] >= after
+        ]
+        if not waiting:
+            return
+        names = {name for name, p in sim.pool_of.items() if p == pool}
+        nodes = [sim.nodes[name] for name in names]
+        running = [
+            Running(key, o.type, self.level.get(key, 0), site.queues[sim.jobs[key].queue].preemptible,
+                    o.allocations, o.start)
+            for key, o in sim.running.items()
+            if any(a.node in names for a in o.allocations)
+        ]  # fmt: skip
+        minute = self._minute(now)
+
+        def order(job: SimJob) -> tuple:
+            weight = weight_at(site.weights.get(job.queue, ()), job.type, minute)
+            return order_key(level=self.level[job.key], weight=weight, share=1.0,
+                             ready_at=sim.ready[job.key], task_id=self.seq[job.key])  # fmt: skip
+
+        for job in sorted(waiting, key=order):
+            queue = site.queues[job.queue]
+            decision = whom_to_preempt(
+                job.spec, queue, self.level[job.key], nodes, running, now=now
+            )
+            if decision is None:
+                continue
+            for victim in decision.victims:
+                self.requeued(sim.stop(victim, now, "preempted"), now, "preempted")
+            running = [r for r in running if r.key not in decision.victims]
+            self._start(job, decision.placement, now)
+            running.append(Running(job.key, job.type, self.level[job.key], queue.preemptible,
+                                   decision.placement.allocations, now))  # fmt: skip
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _start(self, job: SimJob, placement, now: float) -> None:
+        self._unbucket(job)
+        self.sim.start(job, placement, now)
+        if self.sim.site.queues[job.queue].policy == "fairshare":
+            units = float(job.spec.resources.gpus or job.spec.resources.cpus)
+            self.going[job.queue][job.key] = UsageRun(units, now)
+
+    def _unbucket(self, job: SimJob) -> None:
+        r = job.spec.resources
+        buckets = self.buckets[self.pool_of_queue[job.queue]]
+        shape = (job.queue, r.cpus, r.gpus)
+        del buckets[shape][job.key]
+        if not buckets[shape]:
+            del buckets[shape]
+
+    def _stopped(self, job: SimJob, now: float) -> None:
+        run = self.going[job.queue].pop(job.key, None)
+        if run is None:
+            return
+        half = self.sim.site.half_life_s
+        spent, since = self.spent[job.queue].get(job.project, (0.0, now))
+        spent = spent * 2 ** (-(now - since) / half)
+        spent += decayed_usage([UsageRun(run.units, run.start, now)], now, half)
+        self.spent[job.queue][job.project] = (spent, now)
+
+    def _shares(self, queue: str, now: float) -> dict[str, float]:
+        if self.sim.site.queues[queue].policy != "fairshare":
+            return {}
+        half = self.sim.site.half_life_s
+        usage: dict[str, float] = {
+            project: spent * 2 ** (-(now - since) / half)
+            for project, (spent, since) in self.spent[queue].items()
+        }
+        for key, run in self.going[queue].items():
+            project = self.sim.jobs[key].project
+            usage[project] = usage.get(project, 0.0) + decayed_usage([run], now, half)
+        return share_factors(usage, self.sim.site.shares)
+
+    def _ready(self, job: SimJob, now: float) -> None:
+        sim = self.sim
+        sim.enqueue(job, now)
+        r = job.spec.resources
+        self.buckets[self.pool_of_queue[job.queue]].setdefault((job.queue, r.cpus, r.gpus), {})[
+            job.key
+        ] = job
+        self.seq[job.key] = next(self._seq)
+        self.level[job.key] = self._level(job, now)
+        pool = sim.site.queues[job.queue].pool
+        if pool in self.preemptible:
+            sim.at(now + sim.site.preempt_after_s, TICK, job.key)
+        sim.dirty.add(pool)
+
+    def _level(self, job: SimJob, now: float) -> int:
+        rule = rule_for(self.sim.site.level_rules, job.type, job.queue)
+        task = Waiting(job.type, job.queue, _clock(self.sim.ready[job.key]),
+                       cap=cap_of(job.spec.priority))  # fmt: skip
+        moves = next_change(task, rule, _clock(now))
+        if moves is not None:  # a millisecond late, so the level has surely moved
+            self.sim.at(now + moves + 0.001, TICK, job.key)
+        return level(task, rule, _clock(now)).level
+
+    def _minute(self, now: float) -> int:
+        return int(self.sim.site.start_minute + now // 60) % (24 * 60)
+
+    def _ask(self, job: SimJob) -> Ask:
+        r = job.spec.resources
+        return Ask(job.project, job.queue, job.user, gpus=r.gpus, cpus=r.cpus)
+
+    def _rules(self, job: SimJob) -> list[QuotaRule]:
+        rules = []
+        for q in self.sim.site.quotas:
+            if isinstance(q, QuotaRule):  # one project's own
+                if (q.project, q.queue) == (job.project, job.queue):
+                    rules.append(q)
+            elif q.queue == job.queue:  # every project's
+                rules.append(QuotaRule(job.project, q.queue, q.resource, q.limit, q.over_quota))
+        return rules
+
+    def _scopes(self, job: SimJob):
+        return ((job.project, job.queue, None), (job.project, job.queue, job.user))
+
+    def _admit(self, job: SimJob) -> None:
+        self.admitted.add(job.key)
+        ask = self._ask(job)
+        for scope in self._scopes(job):
+            self.usage[scope] = self.usage.get(scope, Usage()).plus(ask)
+
+    def _release_held(self, ended: SimJob, now: float) -> None:
+        for job in [
+            j for j in self.held.values() if (j.project, j.queue) == (ended.project, ended.queue)
+        ]:
+            decision = admit(self._ask(job), self._rules(job), self.usage)
+            if isinstance(decision, Admit):
+                del self.held[job.key]
+                self._admit(job)
+                self._ready(job, now)
+
+    # -- leases -----------------------------------------------------------------------------
+
+    def _lend(self) -> None:
+        sim = self.sim
+        for pool, nodes in lend(self.pools, self.loans).items():
+            for node in nodes:
+                was = sim.nodes[node.name]
+                if (
+                    sim.pool_of.get(node.name) != pool
+                    or was.available_until != node.available_until
+                ):
+                    sim.nodes[node.name] = dataclasses.replace(
+                        node, available=node.name not in sim.down
+                    )
+                    sim.move(node.name, pool)
+
+    def _open_lease(self, i: int, now: float) -> None:
+        sim, lease = self.sim, self.sim.site.leases[i]
+        sim.at(now + DAY_S, LEASE_OPEN, str(i))
+        borrower = sim.site.queues[lease.queue].pool
+        idle = sorted(
+            (sim.nodes[name] for name, p in sim.pool_of.items()
+             if p == lease.pool and name not in sim.down and not sim.allocations[name]
+             and name not in self.loans),
+            key=lambda n: (-n.gpus, n.name),
+        )  # fmt: skip
+        if len(idle) < lease.count:
+            sim.run.notes.append(
+                f"t={now:.0f}s: lease of {lease.count} {lease.pool} nodes not opened: "
+                f"{len(idle)} idle"
+            )
+            return
+        until = now + lease.duration_s
+        chosen = tuple(n.name for n in idle[: lease.count])
+        for name in chosen:
+            self.loans[name] = Loan(borrower, until)
+        key = f"{i}@{now:.0f}"
+        self.leases[key] = chosen
+        sim.run.leases.append((now, until, chosen))
+        sim.at(until, LEASE_END, key)
+        self._lend()
+
+    def _end_lease(self, key: str, now: float) -> None:
+        sim = self.sim
+        for name in self.leases.pop(key, ()):
+            for holder in sim.holders(name):
+                self.requeued(sim.stop(holder, now, "reclaimed"), now, "reclaimed")
+            self.loans.pop(name, None)
+        self._lend()
