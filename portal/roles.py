@@ -55,6 +55,11 @@ def administers_pool(user: AbstractBaseUser, pool_id: int) -> bool:
     return is_platform_admin(user) or pool_id in administered_pool_ids(user)
 
 
+def is_operator(user: AbstractBaseUser) -> bool:
+    """A platform admin or a queue admin: who sees the operator pages (the header's links)."""
+    return is_platform_admin(user) or bool(administered_queue_ids(user))
+
+
 def leads_project(user: AbstractBaseUser, project) -> bool:
     if is_platform_admin(user):
         return True

@@ -320,6 +320,15 @@ SWITCHYARD_SAMPLE_SECONDS = float(env_int("SWITCHYARD_SAMPLE_MS", 60_000)) / 100
 SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS", 30 * 24)
 SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS", 24)
 
+# --- What-if simulations (docs/simulation.md) ---------------------------------------------
+# Traces uploaded on the console's Simulations page, one folder per upload; the largest
+# accepted; how often a worker looks for runs no message announced (a broker that was down).
+SWITCHYARD_SIMULATION_DIR = Path(env_str("SWITCHYARD_SIMULATION_DIR", str(VAR_DIR / "simulations")))
+SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES = env_int(
+    "SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES", 20 * 1024 * 1024
+)
+SWITCHYARD_SIMULATION_SWEEP_SECONDS = env_int("SWITCHYARD_SIMULATION_SWEEP_SECONDS", 60)
+
 # Mail (priority-request decisions): the console in development, SMTP when EMAIL_HOST is set.
 EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
 EMAIL_BACKEND = (
@@ -380,6 +389,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduling.load_sample",
         "schedule": SWITCHYARD_SAMPLE_SECONDS,
         "options": {"expires": SWITCHYARD_SAMPLE_SECONDS * 2},
+    },
+    "simulations": {
+        "task": "scheduling.simulations",
+        "schedule": float(SWITCHYARD_SIMULATION_SWEEP_SECONDS),
+        "options": {"expires": SWITCHYARD_SIMULATION_SWEEP_SECONDS * 2},
     },
     "housekeeping": {
         "task": "scheduling.housekeeping",

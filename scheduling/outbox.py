@@ -25,6 +25,7 @@ CANCEL = "scheduling.cancel"
 NODES = "scheduling.nodes_apply"
 CAPACITY = "scheduling.capacity_pass"
 NOTIFY_END = "scheduling.notify_task_end"
+SIMULATIONS = "scheduling.simulations"
 
 
 def dispatch(task_id: int, *, countdown: float = 0) -> None:
@@ -60,6 +61,12 @@ def notify_end(task_id: int) -> None:
     """Mail the owner that the task ended, once the transaction commits (no sweep: a lost
     message is a lost mail, never a lost change)."""
     _on_commit(NOTIFY_END, (task_id,), what=f"mail about task {task_id}")
+
+
+def simulations() -> None:
+    """Wake a worker to run the queued what-if runs, once the transaction commits (the beat
+    sends the same message every minute: a lost one only delays a run)."""
+    _on_commit(SIMULATIONS, (), what="the queued simulations")
 
 
 def _on_commit(name: str, args: tuple[Any, ...], *, countdown: float = 0, what: str) -> None:

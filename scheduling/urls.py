@@ -1,6 +1,13 @@
 from django.urls import path
 
-from scheduling import views, views_canary, views_capacity, views_console, views_policy
+from scheduling import (
+    views,
+    views_canary,
+    views_capacity,
+    views_console,
+    views_policy,
+    views_simulation,
+)
 
 urlpatterns = [
     path("", views.task_list, name="task-list"),
@@ -40,5 +47,13 @@ urlpatterns = [
         "capacity/nodes/<int:pk>/<str:state>/",
         views_capacity.node_state,
         name="capacity-node",
+    ),
+    path("simulations/", views_simulation.simulation_list, name="simulation-list"),
+    path("simulations/compare/", views_simulation.simulation_compare, name="simulation-compare"),
+    path("simulations/<int:pk>/", views_simulation.simulation_detail, name="simulation-detail"),
+    path(
+        "simulations/<int:pk>/progress/",
+        views_simulation.simulation_progress,
+        name="simulation-progress",
     ),
 ]

@@ -63,6 +63,7 @@ def schedule_pass(
     drained: Mapping[str, str] | frozenset[str] = frozenset(),
     sandbox_missing: str | None = None,
     now: float | None = None,
+    rooms: Mapping[str, PoolRoom] | None = None,
 ) -> list[Decision]:
     """Decide every waiting job, in the order they are considered.
 
@@ -70,9 +71,11 @@ def schedule_pass(
     listed); `allocations` the live allocations by node name; `running` the jobs running per
     queue (for `max_concurrency`); `drained` the names of nodes taken out of service;
     `sandbox_missing` the reason a sandboxed job cannot start, when no sandbox is available;
-    `now` the time, for nodes lent until a time (docs/capacity.md).
+    `now` the time, for nodes lent until a time (docs/capacity.md); `rooms`, when the caller
+    keeps a pool's free views current (the simulator): its `PoolRoom`, which the pass then
+    places on and updates as it starts jobs.
     """
-    booked: dict[str, list[NodeAllocation]] = {n: list(a) for n, a in allocations.items()}
+    booked: dict[str, list[NodeAllocation]] = {}  # nodes this pass placed on: all they hold
     per_queue = Counter(running)
     decisions: list[Decision] = []
     # Per pool, once per pass: whether a request could ever fit (the pool emptied, every
@@ -80,7 +83,7 @@ def schedule_pass(
     ever: dict[str, dict[tuple, bool]] = {}
     ideal: dict[str, list[NodeView]] = {}
     base: dict[str, dict[str, NodeView]] = {}
-    room: dict[str, _Room] = {}
+    room: dict[str, PoolRoom] = {}
     reasons: dict[tuple, str] = {}
     for job in sorted(waiting, key=lambda j: (-j.priority, j.seq)):
         queue = job.queue
@@ -92,7 +95,9 @@ def schedule_pass(
         nodes = pools.get(pool, ())
         if pool not in ever:
             ideal[pool], ever[pool] = _ideal(nodes)
-        shape = (queue, job.spec.resources)
+        r = job.spec.resources
+        shape = (queue.name, queue.allocation, queue.cpu_oversubscription,
+                 r.cpus, r.gpus, r.memory_mib, r.nodes, r.gpu_type)  # fmt: skip
         fits = ever[pool].get(shape)
         if fits is None:
             fits = ever[pool][shape] = place(job.spec, queue, ideal[pool]) is not None
@@ -104,27 +109,37 @@ def schedule_pass(
             decisions.append(Wait(job.key, reason))
             continue
         if pool not in room:
-            base[pool] = {
-                n.name: dataclasses.replace(n, available=False) if n.name in drained else n
-                for n in nodes
-            }
-            room[pool] = _Room(
-                {name: free_view(n, booked.get(name, ())) for name, n in base[pool].items()}
-            )
+            if rooms is not None and pool in rooms:
+                room[pool] = rooms[pool]
+            else:
+                views = {
+                    n.name: free_view(
+                        dataclasses.replace(n, available=False) if n.name in drained else n,
+                        allocations.get(n.name, ()),
+                    )
+                    for n in nodes
+                }
+                room[pool] = PoolRoom(views)
         free = room[pool]
         placement = None
         if free.may_fit(job.spec, cpu_ratio(queue)):
             placement = place(job.spec, queue, list(free.views.values()), now=now)
         if placement is None:
-            why = (queue, job.spec.resources)  # the same words for the same request
-            if why not in reasons:
-                reasons[why] = waiting_reason(job, drained, nodes)
-            decisions.append(Wait(job.key, reasons[why]))
+            if shape not in reasons:  # the same words for the same request
+                reasons[shape] = waiting_reason(job, drained, nodes)
+            decisions.append(Wait(job.key, reasons[shape]))
             continue
         decisions.append(Start(job.key, placement))
         for a in placement.allocations:
-            booked.setdefault(a.node, []).append(a)
-            free.update(free_view(base[pool][a.node], booked[a.node]))
+            if a.node not in booked:
+                booked[a.node] = list(allocations.get(a.node, ()))
+            booked[a.node].append(a)
+            if pool not in base:
+                base[pool] = {n.name: n for n in nodes}
+            node = base[pool][a.node]
+            if node.name in drained:
+                node = dataclasses.replace(node, available=False)
+            free.update(free_view(node, booked[a.node]))
         per_queue[queue.name] += 1
     return decisions
 
@@ -132,9 +147,13 @@ def schedule_pass(
 # Pools' emptied views and what could ever fit on them, by the pool's nodes: a pass asks
 # this for every waiting job, and a pool's nodes rarely change. Bounded; a pure memo.
 _IDEAL: dict[tuple[NodeView, ...], tuple[list[NodeView], dict[tuple, bool]]] = {}
+_LAST_IDEAL: dict[int, tuple] = {}  # id → (the tuple itself, kept alive; its entry)
 
 
 def _ideal(nodes: Sequence[NodeView]) -> tuple[list[NodeView], dict[tuple, bool]]:
+    last = _LAST_IDEAL.get(id(nodes))
+    if last is not None and last[0] is nodes:  # the very same sequence as last time
+        return last[1]
     key = tuple(nodes)
     hit = _IDEAL.get(key)
     if hit is None:
@@ -145,12 +164,17 @@ def _ideal(nodes: Sequence[NodeView]) -> tuple[list[NodeView], dict[tuple, bool]
             for n in nodes
         ]
         hit = _IDEAL[key] = (empty, {})
+    if isinstance(nodes, tuple):  # immutable: safe to know again by identity
+        if len(_LAST_IDEAL) >= 32:
+            _LAST_IDEAL.clear()
+        _LAST_IDEAL[id(nodes)] = (nodes, hit)
     return hit
 
 
-class _Room:
+class PoolRoom:
     """A pool's free views, and their total free CPUs (per oversubscription ratio) and GPUs:
-    a request above a total cannot fit, and place() need not be asked."""
+    a request above a total cannot fit, and place() need not be asked. `update` a node's
+    view as work starts or ends on it; the totals follow."""
 
     def __init__(self, views: dict[str, NodeView]) -> None:
         self.views = views
@@ -158,13 +182,15 @@ class _Room:
         self._cpu_total: dict[int, int] = {}
         self.gpus = sum(len(v.free_gpus or ()) for v in views.values() if v.available)
 
-    def may_fit(self, spec: TaskSpec, ratio: int) -> bool:
-        if spec.resources.gpus > self.gpus:
-            return False
+    def cpus(self, ratio: int) -> int:
+        """Free CPUs in all, for a queue with oversubscription `ratio`."""
         if ratio not in self._cpus:
             per = {n: max(0, usable_cpus(v, ratio)) for n, v in self.views.items() if v.available}
             self._cpus[ratio], self._cpu_total[ratio] = per, sum(per.values())
-        return spec.resources.cpus <= self._cpu_total[ratio]
+        return self._cpu_total[ratio]
+
+    def may_fit(self, spec: TaskSpec, ratio: int) -> bool:
+        return spec.resources.gpus <= self.gpus and spec.resources.cpus <= self.cpus(ratio)
 
     def update(self, view: NodeView) -> None:
         old = self.views[view.name]

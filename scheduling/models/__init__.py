@@ -1,8 +1,10 @@
-"""The scheduling app's tables: the site (`site`), work (`tasks`), capacity (`capacity`)."""
+"""The scheduling app's tables: the site (`site`), work (`tasks`), capacity (`capacity`), and
+what-if runs of the simulator (`simulation`)."""
 
 from __future__ import annotations
 
 from scheduling.models.capacity import Alert, LeaseSchedule, LoadSample, NodeLease
+from scheduling.models.simulation import SimulationRun
 from scheduling.models.site import (
     Canary,
     ClassifierSettings,
@@ -46,6 +48,7 @@ __all__ = [
     "Pool",
     "Queue",
     "RoutingRule",
+    "SimulationRun",
     "Task",
     "TaskEvent",
     "TaskState",

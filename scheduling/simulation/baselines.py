@@ -4,6 +4,8 @@ submit order (FIFO), and the same queue with EASY backfill. Placement is the sit
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 
@@ -14,9 +16,6 @@ from scheduling.simulation.state import WHOLE_SITE, Sim
 from scheduling.spec import TaskSpec
 
 ONE_QUEUE = QueuePolicy(name=WHOLE_SITE, pool=WHOLE_SITE, task_types=())
-# How many waiting jobs EASY looks at past the head in one pass, as Slurm's backfill does
-# (bf_max_job_test, 500 by default there); the rest wait for a later pass.
-BACKFILL_DEPTH = 1000
 
 
 class Room:
@@ -57,7 +56,13 @@ class Baseline:
         # The one queue, in submit order: keys, and where the first still waiting may be.
         # Started keys stay until the list is compacted; `sim.waiting` says who still waits.
         self.queue: list[str] = []
-        self.head = self.dead = 0
+        self.head = 0
+        # The waiting jobs by request, each group in submit order (see _merged), the jobs
+        # that arrived since the last pass, and EASY's reservation then: (head, time, room).
+        self.groups: dict[tuple, dict[str, SimJob]] = {}
+        self.unsorted: set[tuple] = set()
+        self.fresh: list[SimJob] = []
+        self.held: tuple | None = None
 
     def arrive(self, job: SimJob, now: float) -> None:
         sim = self.sim
@@ -70,6 +75,8 @@ class Baseline:
             return
         sim.enqueue(job, now)
         self.queue.append(job.key)  # arrivals come in submit order
+        self._group(job)
+        self.fresh.append(job)
         if sim.record_room:
             sim.room[job.key] = place(job.spec, ONE_QUEUE, sim.views(WHOLE_SITE)) is not None
         if self.easy or not self.blocked:
@@ -84,72 +91,129 @@ class Baseline:
         # It keeps its place in the one queue: submit order.
         self.queue = sorted((k for k in self.queue if k in sim.waiting), key=sim.order.__getitem__)
         self.head = 0
+        self._group(job)
+        self.fresh.append(job)
 
     def event(self, kind: int, key: str, now: float) -> None:
         pass
 
     def schedule(self, now: float) -> None:
+        """FIFO: start from the head while it fits. EASY: then reserve the head's start and
+        backfill behind it. Waiting jobs are kept by request (`_shape`) in submit order, and
+        the backfill merges those groups in submit order, skipping a whole group once one of
+        its jobs does not fit now. Without room freed since the last pass, only the jobs that
+        arrived since are tried against the same reservation."""
         sim = self.sim
         sim.dirty.clear()
-        self.blocked = False
+        fresh, self.fresh = self.fresh, []
+        freed = WHOLE_SITE in sim.freed
+        sim.freed.discard(WHOLE_SITE)
         if not sim.waiting:
             return
         views = {v.name: v for v in sim.views(WHOLE_SITE)}
         room = Room(views.values())
-        shadow, spare, spare_cpus = None, {}, 0
-        for job in self._waiting():
-            if shadow is not None and room.cpus <= 0 and room.gpus <= 0:
-                break  # nothing left to backfill into
+        head = self._head()
+        if self.easy and not freed and self.held is not None and self.held[0] == head:
+            _, shadow, spare = self.held
+            arrived = ((sim.order[j.key], j) for j in fresh if j.key in sim.waiting)
+            self._backfill(arrived, now, views, room, shadow, spare)
+            return
+        self.blocked = False
+        while head is not None:
+            job = sim.waiting[head]
             placement = None
             if room.may_fit(job.spec):
                 placement = place(job.spec, ONE_QUEUE, list(views.values()))
-            if shadow is None:
-                if placement is not None:
-                    self._start(job, placement, now, views, room, spare)
-                    continue
-                if not self.easy:
-                    self.blocked = True
-                    return  # FIFO: the head blocks everyone behind it
-                shadow, spare = self._reservation(job, views, now)
-                # At most what is free both now and then (now only shrinks in this pass).
-                spare_cpus = sum(
-                    max(0, min(views[n].free_cpus, v.free_cpus)) for n, v in spare.items()
-                )
-                continue
             if placement is None:
+                break
+            self._start(job, placement, now, views, room, {})
+            head = self._head()
+        if head is None:
+            return
+        if not self.easy:
+            self.blocked = True  # FIFO: the head blocks everyone behind it
+            return
+        shadow, spare = self._reservation(sim.waiting[head], views, now)
+        self.held = (head, shadow, spare)
+        self._backfill(self._merged(room, head), now, views, room, shadow, spare)
+
+    def _backfill(self, jobs, now, views, room, shadow, spare) -> None:
+        """EASY behind a blocked head: a job starts if it fits now and ends (by its walltime)
+        before the head's reservation, or fits in room the head leaves free at its start."""
+        spare_cpus = sum(max(0, min(views[n].free_cpus, v.free_cpus)) for n, v in spare.items())
+        stuck: set[tuple] = set()
+        for _, job in jobs:
+            shape = _shape(job.spec)
+            if shape in stuck:
+                continue
+            if not room.may_fit(job.spec):
+                stuck.add(shape)
                 continue
             walltime = job.spec.walltime_s or job.runtime
-            if now + walltime <= shadow:
+            ends_first = now + walltime <= shadow
+            if not ends_first and job.spec.resources.cpus > spare_cpus:
+                continue  # it would delay the head, wherever it went
+            placement = place(job.spec, ONE_QUEUE, list(views.values()))
+            if placement is None:
+                stuck.add(shape)  # its group cannot start now either
+                continue
+            if ends_first:
                 self._start(job, placement, now, views, room, spare)
                 continue
             # Past the head's reservation: only in what the head leaves free at its start.
-            if job.spec.resources.cpus > spare_cpus:
-                continue
             both = [_common(views[name], v) for name, v in spare.items()]
             if (extra := place(job.spec, ONE_QUEUE, both)) is not None:
                 self._start(job, extra, now, views, room, spare)
+                spare_cpus -= job.spec.resources.cpus
 
-    def _waiting(self):
-        """The waiting jobs in submit order, at most `BACKFILL_DEPTH` of them past the head."""
+    def _merged(self, room: Room, head: str):
+        """The waiting jobs behind the head, in submit order, from the groups whose request
+        fits the free room at all (a snapshot: jobs started meanwhile are skipped)."""
+        sim, heap, tie = self.sim, [], itertools.count()
+        for shape, members in list(self.groups.items()):
+            if shape[0] > room.cpus or shape[1] > room.gpus:
+                continue
+            self._sort(shape)
+            _push(heap, iter(list(members.values())), tie, sim.order)
+        while heap:
+            order, _, job, stream = heapq.heappop(heap)
+            _push(heap, stream, tie, sim.order)
+            if job.key != head and job.key in sim.waiting:
+                yield order, job
+
+    def _head(self) -> str | None:
+        """The first waiting job in submit order."""
         waiting, queue = self.sim.waiting, self.queue
         while self.head < len(queue) and queue[self.head] not in waiting:
             self.head += 1
-        if self.dead > 4096:  # jobs backfilled from the middle: drop them from the list
+        if self.head > 4096 and self.head > len(queue) // 2:
+            del queue[: self.head]
+            self.head = 0
+        if len(queue) > 8192 and len(queue) > 2 * len(waiting):  # backfilled from the middle
             self.queue = queue = [k for k in queue[self.head :] if k in waiting]
-            self.head = self.dead = 0
-        taken = 0
-        for i in range(self.head, len(queue)):
-            key = queue[i]
-            if key not in waiting:
-                self.dead += 1
-                continue
-            yield waiting[key]
-            taken += 1
-            if taken > BACKFILL_DEPTH:
-                return
+            self.head = 0
+        return queue[self.head] if self.head < len(queue) else None
+
+    def _group(self, job: SimJob) -> None:
+        members = self.groups.setdefault(_shape(job.spec), {})
+        if members and self.sim.order[next(reversed(members))] > self.sim.order[job.key]:
+            self.unsorted.add(_shape(job.spec))  # requeued: back to its place by submit order
+        members[job.key] = job
+
+    def _sort(self, shape: tuple) -> None:
+        if shape in self.unsorted:
+            self.unsorted.discard(shape)
+            members = self.groups[shape]
+            ordered = sorted(members.values(), key=lambda j: self.sim.order[j.key])
+            members.clear()
+            members.update((j.key, j) for j in ordered)
 
     def _start(self, job, placement, now, views, room, spare) -> None:
         self.sim.start(job, placement, now)
+        members = self.groups[_shape(job.spec)]
+        del members[job.key]
+        if not members:
+            del self.groups[_shape(job.spec)]
         room.take(placement)
         for a in placement.allocations:
             views[a.node] = self.sim.view(a.node)
@@ -182,6 +246,12 @@ class Baseline:
 def _shape(spec: TaskSpec) -> tuple:
     r = spec.resources
     return (r.cpus, r.gpus, r.memory_mib, r.nodes, r.gpu_type)
+
+
+def _push(heap: list, stream, tie, order: dict[str, int]) -> None:
+    job = next(stream, None)
+    if job is not None:
+        heapq.heappush(heap, (order[job.key], next(tie), job, stream))
 
 
 def _plus(view: NodeView, a: NodeAllocation) -> NodeView:

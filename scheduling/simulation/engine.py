@@ -96,7 +96,6 @@ def _node_event(sim: Sim, rules, name: str, now: float, *, down: bool) -> None:
     else:
         sim.down.discard(name)
     node = sim.nodes[name]
-    sim.nodes[name] = NodeView(node.name, node.cpus, node.memory_mib, node.gpus,
-                               gpu_model=node.gpu_model, switch=node.switch, available=not down,
-                               available_until=node.available_until)  # fmt: skip
-    sim.touch(name)
+    sim.set_node(NodeView(node.name, node.cpus, node.memory_mib, node.gpus,
+                          gpu_model=node.gpu_model, switch=node.switch, available=not down,
+                          available_until=node.available_until))  # fmt: skip

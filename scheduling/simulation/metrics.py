@@ -62,7 +62,7 @@ def summary(
         "jobs": len(outcomes),
         "types": types,
         "makespan_s": end - start,
-        "mean_bsld": statistics.fmean(every) if every else float("nan"),
+        "mean_bsld": statistics.fmean(every) if every else None,  # None: nothing ran
         "utilisation": utilisation(run, pools, lo, hi),
         "window_s": [lo, hi],
         "never": len(run.never),

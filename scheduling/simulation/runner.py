@@ -105,8 +105,9 @@ def format_summary(result: dict) -> str:
         site = s["utilisation"]["site"]
         gpu = "-" if site["gpu"] is None else f"{100 * site['gpu']:.1f} %"
         preempted = sum(t["preempted"] for t in s["types"].values())
+        bsld = "-" if s["mean_bsld"] is None else f"{s['mean_bsld']:.2f}"
         lines.append(
-            f"| {policy} | {s['jobs']:,} | {mean:,.0f} s | {p95:,.0f} s | {s['mean_bsld']:.2f} | "
+            f"| {policy} | {s['jobs']:,} | {mean:,.0f} s | {p95:,.0f} s | {bsld} | "
             f"{s['makespan_s'] / 3600:,.1f} h | {100 * site['cpu']:.1f} % | {gpu} | {preempted} |"
         )
     return "\n".join(lines)

@@ -29,6 +29,7 @@ class Sim:
         self.nodes: dict[str, NodeView] = {n.name: n for n in site.nodes}  # as they are now
         self.pool_of: dict[str, str] = {}  # node → the pool it serves now (see move)
         self._members: dict[str, list[str]] = {}
+        self._pool_nodes: dict[str, tuple[NodeView, ...]] = {}
         self.down: set[str] = set()
         self.allocations: dict[str, list[NodeAllocation]] = {name: [] for name in self.nodes}
         self._views: dict[str, NodeView] = {}
@@ -40,7 +41,8 @@ class Sim:
         self.first_start: dict[str, float] = {}
         self.room: dict[str, bool] = {}  # with record_room: could its pool start it on arrival?
         self.record_room = False
-        self.dirty: set[str] = set()
+        self.dirty: set[str] = set()  # pools to pass over at this moment
+        self.freed: set[str] = set()  # … of which room may have grown since their last pass
         self.left = len(jobs)  # jobs not yet ended (or refused)
 
     # -- events -----------------------------------------------------------------------
@@ -58,8 +60,11 @@ class Sim:
         return view
 
     def touch(self, name: str) -> None:
+        """Room on node `name` changed: its pool needs a full pass."""
         self._views.pop(name, None)
-        self.dirty.add(self.pool_of.get(name, WHOLE_SITE))
+        pool = self.pool_of.get(name, WHOLE_SITE)
+        self.dirty.add(pool)
+        self.freed.add(pool)
 
     def views(self, pool: str) -> list[NodeView]:
         names = self._members.get(pool)
@@ -67,11 +72,26 @@ class Sim:
             names = self._members[pool] = [n for n, p in self.pool_of.items() if p == pool]
         return [self.view(name) for name in names]
 
+    def pool_nodes(self, pool: str) -> tuple[NodeView, ...]:
+        """The pool's nodes as they are now (one tuple until a node changes: passes know it)."""
+        nodes = self._pool_nodes.get(pool)
+        if nodes is None:
+            names = self._members.get(pool) or [n for n, p in self.pool_of.items() if p == pool]
+            nodes = self._pool_nodes[pool] = tuple(self.nodes[n] for n in names)
+        return nodes
+
     def move(self, name: str, pool: str) -> None:
         """Node `name` serves `pool` from now on (a lease, or its end)."""
         self.pool_of[name] = pool
         self._members.clear()
+        self._pool_nodes.clear()
         self.touch(name)
+
+    def set_node(self, node: NodeView) -> None:
+        """The node as it is from now on (down, up, lent until a time)."""
+        self.nodes[node.name] = node
+        self._pool_nodes.clear()
+        self.touch(node.name)
 
     def holders(self, name: str) -> list[str]:
         return [k for k, o in self.running.items() if any(a.node == name for a in o.allocations)]

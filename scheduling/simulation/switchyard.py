@@ -12,6 +12,7 @@ back at the lease's end). docs/simulation.md says what is simplified.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -29,13 +30,33 @@ from scheduling.decisions.order import (
 from scheduling.decisions.place import cpu_ratio, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
-from scheduling.decisions.schedule import Fail, Start, WaitingJob, never_fits, schedule_pass
-from scheduling.simulation.baselines import Room
+from scheduling.decisions.schedule import (
+    Fail,
+    PoolRoom,
+    Start,
+    WaitingJob,
+    never_fits,
+    schedule_pass,
+)
 from scheduling.simulation.model import SimJob
 from scheduling.simulation.state import LEASE_END, LEASE_OPEN, TICK, Sim
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
 DAY_S = 24 * 3600
+
+
+def _shape(job: SimJob) -> tuple:
+    """What a job asks: jobs of one shape fit, or not, alike (on nodes not lent: there the
+    walltime matters too, see `_pass`)."""
+    r = job.spec.resources
+    return (job.queue, r.cpus, r.gpus, r.memory_mib, r.nodes, r.gpu_type)
+
+
+def _push(heads: list, stream: tuple, tie, seq: dict[str, int]) -> None:
+    """The stream's next job onto the heap, in schedule_pass's order (priority, then seq)."""
+    job = next(stream[3], None)
+    if job is not None:
+        heapq.heappush(heads, (-stream[2], seq[job.key], next(tie), job, stream))
 
 
 def _clock(t: float) -> datetime:
@@ -52,8 +73,12 @@ class SitePolicy:
         self._lend()
         self.preemptible = {q.pool for q in site.queues.values() if q.preemptible}
         self.pool_of_queue = {q.name: q.pool for q in site.queues.values()}
-        # The waiting jobs per pool, by (queue, cpus, gpus) asked, in the order they came.
-        self.buckets: dict[str, dict[tuple[str, int, int], dict[str, SimJob]]] = defaultdict(dict)
+        # The waiting jobs per pool: by request (`_shape`), then by rank in the order (level,
+        # type, project), each group in submit order (`seq`); where each job is kept.
+        self.groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]] = defaultdict(dict)
+        self.where: dict[str, tuple[str, tuple, tuple]] = {}
+        self.unsorted: set[tuple] = set()
+        self.fresh: dict[str, dict[str, SimJob]] = defaultdict(dict)  # ready since the last pass
         self.level: dict[str, int] = {}
         self.seq: dict[str, int] = {}
         self._seq = itertools.count()
@@ -117,7 +142,11 @@ class SitePolicy:
         if kind == TICK:
             job = self.sim.waiting.get(key)
             if job is not None:
-                self.level[key] = self._level(job, now)
+                level = self._level(job, now)
+                if level != self.level[key]:
+                    self._unbucket(job)
+                    self.level[key] = level
+                    self._bucket(job)
                 pool = self.sim.site.queues[job.queue].pool
                 if pool in self.preemptible:
                     self.sim.dirty.add(pool)
@@ -141,50 +170,97 @@ class SitePolicy:
     # -- one pool's pass --------------------------------------------------------------------
 
     def _pass(self, pool: str, now: float) -> None:
+        """Offer the pool's waiting jobs to `schedule_pass`, in its own order, a batch at a
+        time, each batch on the room the last one left: the same decisions as one call over
+        every waiting job, without building the ones that could not start.
+
+        Waiting jobs are kept in groups of the same request and the same place in the order
+        (queue, level, type, project), each group in submit order: when a group's first job
+        must wait, so must the rest. Only room freed (an end, a node back, a lease) can start
+        a job that waited after the last pass; with none, only the jobs that became ready
+        since are offered.
+        """
         sim, site = self.sim, self.sim.site
-        buckets = self.buckets.get(pool)
-        if not buckets:
+        fresh = self.fresh.pop(pool, {})
+        groups = self.groups.get(pool)
+        if not groups:
             return
         views = sim.views(pool)
-        names = [v.name for v in views]
-        rooms: dict[int, Room] = {}
+        room = PoolRoom({v.name: v for v in views})
+        ratios = {name: cpu_ratio(q) for name, q in site.queues.items()}
         minute = self._minute(now)
         shares: dict[str, dict[str, float]] = {}
-        offered = []
-        # Waiting jobs by what they ask: a whole bucket above the pool's free room is skipped.
-        for (name, cpus, gpus), members in buckets.items():
-            queue = site.queues[name]
-            ratio = cpu_ratio(queue)
-            room = rooms.get(ratio) or rooms.setdefault(ratio, Room(views, ratio))
-            if cpus > room.cpus or gpus > room.gpus:
-                continue  # nothing this pass frees room, so none of them would start
-            if name not in shares:
-                shares[name] = self._shares(name, now)
-            weights = site.weights.get(name, ())
-            for job in members.values():
-                value = priority_value(
-                    level=self.level[job.key],
-                    weight=weight_at(weights, job.type, minute),
-                    share=shares[name].get(job.project, 1.0),
+        values: dict[tuple, int] = {}
+
+        def value(queue: str, rank: tuple) -> int:  # rank: (level, type, project)
+            if (queue, rank) not in values:
+                if queue not in shares:
+                    shares[queue] = self._shares(queue, now)
+                values[(queue, rank)] = priority_value(
+                    level=rank[0],
+                    weight=weight_at(site.weights.get(queue, ()), rank[1], minute),
+                    share=shares[queue].get(rank[2], 1.0),
                 )
-                offered.append(WaitingJob(job.key, job.spec, queue, value, self.seq[job.key]))
-        if not offered:
-            return
-        nodes = [sim.nodes[name] for name in names]
-        decisions = schedule_pass(
-            offered,
-            pools={pool: nodes},
-            allocations=sim.allocations,
-            running=sim.per_queue,
-            drained=frozenset(sim.down),
-            now=now,
-        )
-        for d in decisions:
-            if isinstance(d, Start):
-                self._start(sim.waiting[d.key], d.placement, now)
-            elif isinstance(d, Fail):
-                self._unbucket(sim.waiting[d.key])
-                sim.refuse(d.key, d.reason)
+            return values[(queue, rank)]
+
+        heads: list = []  # (-value, seq, tie, stream): the next job of each stream
+        tie = itertools.count()
+        if pool in sim.freed:
+            sim.freed.discard(pool)
+            free = {name: room.cpus(ratio) for name, ratio in ratios.items()}
+            for shape, ranks in groups.items():
+                if shape[2] > room.gpus or shape[1] > free[shape[0]]:
+                    continue  # nothing this pass frees room, so none of them would start
+                for rank, members in ranks.items():
+                    self._sort(pool, shape, rank)
+                    stream = (shape, rank, value(shape[0], rank), iter(members.values()))
+                    _push(heads, stream, tie, self.seq)
+        else:
+            for job in fresh.values():
+                if job.key in sim.waiting:
+                    shape, rank = self.where[job.key][1:]
+                    _push(heads, (shape, rank, value(shape[0], rank), iter((job,))), tie, self.seq)
+        nodes, size, done, stuck = sim.pool_nodes(pool), 8, [], set()
+        # On a lent node only work that ends before the lease does may start: there one job
+        # of a shape may wait while a shorter one starts.
+        lent = any(n.available_until is not None for n in nodes)
+        while heads:
+            batch = []
+            while heads and len(batch) < size:
+                _, _, _, job, stream = heapq.heappop(heads)
+                shape, rank, prio, _ = stream
+                if (shape, rank) in stuck:
+                    continue
+                if shape[2] > room.gpus or shape[1] > room.cpus(ratios[shape[0]]):
+                    stuck.add((shape, rank))
+                    continue
+                batch.append(WaitingJob(job.key, job.spec, site.queues[shape[0]], prio,
+                                        self.seq[job.key]))  # fmt: skip
+                _push(heads, stream, tie, self.seq)
+            size *= 2
+            if not batch:
+                break
+            decisions = schedule_pass(
+                batch,
+                pools={pool: nodes},
+                allocations=sim.allocations,
+                running=sim.per_queue,
+                drained=sim.down,
+                now=now,
+                rooms={pool: room},  # the pass updates it as it starts jobs
+            )
+            for d in decisions:
+                job = sim.waiting[d.key]
+                if isinstance(d, Start):
+                    self._start(job, d.placement, now)
+                    done.append(job)
+                elif isinstance(d, Fail):
+                    done.append(job)
+                    sim.refuse(d.key, d.reason)
+                elif not lent:  # the rest of its group would wait too
+                    stuck.add(self.where[d.key][1:])
+        for job in done:
+            self._unbucket(job)
 
     def _preempt(self, pool: str, now: float) -> None:
         sim, site = self.sim, self.sim.site
@@ -221,6 +297,7 @@ class SitePolicy:
             for victim in decision.victims:
                 self.requeued(sim.stop(victim, now, "preempted"), now, "preempted")
             running = [r for r in running if r.key not in decision.victims]
+            self._unbucket(job)
             self._start(job, decision.placement, now)
             running.append(Running(job.key, job.type, self.level[job.key], queue.preemptible,
                                    decision.placement.allocations, now))  # fmt: skip
@@ -228,19 +305,36 @@ class SitePolicy:
     # -- bookkeeping ------------------------------------------------------------------------
 
     def _start(self, job: SimJob, placement, now: float) -> None:
-        self._unbucket(job)
         self.sim.start(job, placement, now)
         if self.sim.site.queues[job.queue].policy == "fairshare":
             units = float(job.spec.resources.gpus or job.spec.resources.cpus)
             self.going[job.queue][job.key] = UsageRun(units, now)
 
+    def _bucket(self, job: SimJob) -> None:
+        pool = self.pool_of_queue[job.queue]
+        shape, rank = _shape(job), (self.level[job.key], job.type, job.project)
+        members = self.groups[pool].setdefault(shape, {}).setdefault(rank, {})
+        if members and self.seq[next(reversed(members))] > self.seq[job.key]:
+            self.unsorted.add((pool, shape, rank))  # moved here by a level change
+        members[job.key] = job
+        self.where[job.key] = (pool, shape, rank)
+
     def _unbucket(self, job: SimJob) -> None:
-        r = job.spec.resources
-        buckets = self.buckets[self.pool_of_queue[job.queue]]
-        shape = (job.queue, r.cpus, r.gpus)
-        del buckets[shape][job.key]
-        if not buckets[shape]:
-            del buckets[shape]
+        pool, shape, rank = self.where.pop(job.key)
+        ranks = self.groups[pool][shape]
+        del ranks[rank][job.key]
+        if not ranks[rank]:
+            del ranks[rank]
+            if not ranks:
+                del self.groups[pool][shape]
+
+    def _sort(self, pool: str, shape: tuple, rank: tuple) -> None:
+        if (pool, shape, rank) in self.unsorted:
+            self.unsorted.discard((pool, shape, rank))
+            members = self.groups[pool][shape][rank]
+            ordered = sorted(members.values(), key=lambda j: self.seq[j.key])
+            members.clear()
+            members.update((j.key, j) for j in ordered)
 
     def _stopped(self, job: SimJob, now: float) -> None:
         run = self.going[job.queue].pop(job.key, None)
@@ -268,12 +362,11 @@ class SitePolicy:
     def _ready(self, job: SimJob, now: float) -> None:
         sim = self.sim
         sim.enqueue(job, now)
-        r = job.spec.resources
-        self.buckets[self.pool_of_queue[job.queue]].setdefault((job.queue, r.cpus, r.gpus), {})[
-            job.key
-        ] = job
+        pool = self.pool_of_queue[job.queue]
+        self.fresh[pool][job.key] = job
         self.seq[job.key] = next(self._seq)
         self.level[job.key] = self._level(job, now)
+        self._bucket(job)
         pool = sim.site.queues[job.queue].pool
         if pool in self.preemptible:
             sim.at(now + sim.site.preempt_after_s, TICK, job.key)
@@ -335,9 +428,7 @@ class SitePolicy:
                     sim.pool_of.get(node.name) != pool
                     or was.available_until != node.available_until
                 ):
-                    sim.nodes[node.name] = dataclasses.replace(
-                        node, available=node.name not in sim.down
-                    )
+                    sim.set_node(dataclasses.replace(node, available=node.name not in sim.down))
                     sim.move(node.name, pool)
 
     def _open_lease(self, i: int, now: float) -> None:

@@ -53,26 +53,36 @@ def read_swf(path: str | Path, *, limit: int | None = None, repeat: int = 1) -> 
 
 
 def _swf_rows(path: Path, limit: int | None) -> list[tuple[int, float, float, int, float, int]]:
-    rows = []
-    with path.open() as lines:
-        for at, line in enumerate(lines, 1):
-            if not line.strip() or line.lstrip().startswith(";"):
-                continue
-            fields = line.split()
-            if len(fields) < 18:
-                raise TraceError(f"{path.name}:{at}: expected 18 columns, got {len(fields)}")
-            try:
-                number, submit, runtime = int(fields[0]), float(fields[1]), float(fields[3])
-                procs = int(fields[4]) if int(fields[4]) > 0 else int(fields[7])
-                asked, user = float(fields[8]), int(fields[11])
-            except ValueError as exc:
-                raise TraceError(f"{path.name}:{at}: expected numbers: {exc}") from None
-            if runtime <= 0 or procs <= 0:
-                continue
-            rows.append((number, submit, runtime, procs, asked if asked > 0 else runtime, user))
-            if limit is not None and len(rows) >= limit:
-                break
+    rows, at = [], 0
+    try:
+        with path.open() as lines:
+            for at, line in enumerate(lines, 1):  # noqa: B007 - `at` names the bad line below
+                if not line.strip() or line.lstrip().startswith(";"):
+                    continue
+                row = _swf_row(path, at, line.split())
+                if row is not None:
+                    rows.append(row)
+                    if limit is not None and len(rows) >= limit:
+                        break
+    except UnicodeDecodeError:
+        raise TraceError(
+            f"{path.name}:{at + 1}: expected text, got bytes that are not UTF-8"
+        ) from None
     return rows
+
+
+def _swf_row(path: Path, at: int, fields: list[str]) -> tuple | None:
+    if len(fields) < 18:
+        raise TraceError(f"{path.name}:{at}: expected 18 columns, got {len(fields)}")
+    try:
+        number, submit, runtime = int(fields[0]), float(fields[1]), float(fields[3])
+        procs = int(fields[4]) if int(fields[4]) > 0 else int(fields[7])
+        asked, user = float(fields[8]), int(fields[11])
+    except ValueError as exc:
+        raise TraceError(f"{path.name}:{at}: expected numbers: {exc}") from None
+    if runtime <= 0 or procs <= 0:
+        return None  # cancelled before it started
+    return (number, submit, runtime, procs, asked if asked > 0 else runtime, user)
 
 
 def swf_site(*, nodes: int = 32, cores: int = 8) -> Site:

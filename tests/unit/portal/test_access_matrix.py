@@ -19,7 +19,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.models import AuditEvent, ConfigVersion, Membership, PriorityRequest, Project, Quota
-from scheduling.models import Node, Queue, Task
+from scheduling.models import Node, Queue, SimulationRun, Task
 from scheduling.services.queues import queue_form_data
 from scheduling.services.quotas import quota_set
 from tests.conftest import descriptor, submit
@@ -50,6 +50,7 @@ class World:
     request_other: list[PriorityRequest] = field(default_factory=list)
     version_hpc: ConfigVersion | None = None
     version_training: ConfigVersion | None = None
+    simulation: SimulationRun | None = None
 
 
 def _task(user: User, project: str, kind: str, queue: str) -> Task:
@@ -85,6 +86,9 @@ def world(site) -> World:
         task_g=_task(bob, "genomics", "agent", "inference-agent"),
         node_hpc=Node.objects.filter(pool__name="cpu-hpc").order_by("name").first(),
         node_gpu=Node.objects.filter(pool__name="gpu-train").order_by("name").first(),
+    )
+    w.simulation = SimulationRun.objects.create(
+        workload="r14-burst", parameters={"policies": ["fifo"], "seed": 1}
     )
     w.request_hpc = [_request(w.task_m, alice) for _ in range(2)]
     w.request_other = [_request(w.task_g, bob) for _ in range(2)]
@@ -216,6 +220,16 @@ CASES = [
          data={"reason": "t"}, api=True),
     Case("canary page", ADMIN, "get", "/config/canary/"),
     Case("canaries (api)", ADMIN, "get", "/api/v1/canaries/", api=True),
+    # what-if simulations: operators (queue admins, platform admins) see and start them
+    Case("simulations page", OPERATES_HPC, "get", "/simulations/"),
+    Case("start a simulation", OPERATES_HPC, "post", "/simulations/",
+         data={"workload": "r14-burst", "policies": "fifo"},
+         effect=lambda w: SimulationRun.objects.count() == 2),
+    Case("simulation page", OPERATES_HPC, "get", lambda w: f"/simulations/{w.simulation.pk}/"),
+    Case("simulation progress fragment", OPERATES_HPC, "get",
+         lambda w: f"/simulations/{w.simulation.pk}/progress/", htmx=True),
+    Case("simulations compared", OPERATES_HPC, "get",
+         lambda w: f"/simulations/compare/?run={w.simulation.pk}&run={w.simulation.pk}"),
     # the pages everyone has (their contents are checked below)
     # dashboards: everyone their own; operators the site's (their queues')
     Case("dashboard", EVERYONE, "get", "/dashboard/"),
