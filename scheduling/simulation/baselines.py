@@ -63,6 +63,7 @@ class Baseline:
         self.unsorted: set[tuple] = set()
         self.fresh: list[SimJob] = []
         self.held: tuple | None = None
+        self.started: list[SimJob] = []
 
     def arrive(self, job: SimJob, now: float) -> None:
         sim = self.sim
@@ -98,6 +99,12 @@ class Baseline:
         pass
 
     def schedule(self, now: float) -> None:
+        try:
+            self._schedule(now)
+        finally:
+            self._leave()
+
+    def _schedule(self, now: float) -> None:
         """FIFO: start from the head while it fits. EASY: then reserve the head's start and
         backfill behind it. Waiting jobs are kept by request (`_shape`) in submit order, and
         the backfill merges those groups in submit order, skipping a whole group once one of
@@ -115,7 +122,9 @@ class Baseline:
         head = self._head()
         if self.easy and not freed and self.held is not None and self.held[0] == head:
             _, shadow, spare = self.held
-            arrived = ((sim.order[j.key], j) for j in fresh if j.key in sim.waiting)
+            arrived: list = []
+            for job in fresh:
+                _push(arrived, iter((job,)), itertools.count(len(arrived)), sim.order)
             self._backfill(arrived, now, views, room, shadow, spare)
             return
         self.blocked = False
@@ -139,24 +148,26 @@ class Baseline:
 
     def _backfill(self, jobs, now, views, room, shadow, spare) -> None:
         """EASY behind a blocked head: a job starts if it fits now and ends (by its walltime)
-        before the head's reservation, or fits in room the head leaves free at its start."""
+        before the head's reservation, or fits in room the head leaves free at its start.
+        `jobs`: a heap of (submit order, tie, job, the rest of its group)."""
         spare_cpus = sum(max(0, min(views[n].free_cpus, v.free_cpus)) for n, v in spare.items())
-        stuck: set[tuple] = set()
-        for _, job in jobs:
-            shape = _shape(job.spec)
-            if shape in stuck:
+        sim, tie = self.sim, itertools.count(len(jobs))
+        while jobs:
+            _, _, job, stream = heapq.heappop(jobs)
+            if job.key not in sim.waiting:
+                _push(jobs, stream, tie, sim.order)
                 continue
             if not room.may_fit(job.spec):
-                stuck.add(shape)
-                continue
+                continue  # the rest of its group cannot start now either: dropped
             walltime = job.spec.walltime_s or job.runtime
             ends_first = now + walltime <= shadow
             if not ends_first and job.spec.resources.cpus > spare_cpus:
+                _push(jobs, stream, tie, sim.order)
                 continue  # it would delay the head, wherever it went
             placement = place(job.spec, ONE_QUEUE, list(views.values()))
             if placement is None:
-                stuck.add(shape)  # its group cannot start now either
-                continue
+                continue  # nor can the rest of its group: dropped
+            _push(jobs, stream, tie, sim.order)
             if ends_first:
                 self._start(job, placement, now, views, room, spare)
                 continue
@@ -166,20 +177,17 @@ class Baseline:
                 self._start(job, extra, now, views, room, spare)
                 spare_cpus -= job.spec.resources.cpus
 
-    def _merged(self, room: Room, head: str):
-        """The waiting jobs behind the head, in submit order, from the groups whose request
-        fits the free room at all (a snapshot: jobs started meanwhile are skipped)."""
+    def _merged(self, room: Room, head: str) -> list:
+        """A heap of the waiting groups whose request fits the free room at all, each at its
+        first job, in submit order (the head left out; each group a snapshot)."""
         sim, heap, tie = self.sim, [], itertools.count()
         for shape, members in list(self.groups.items()):
             if shape[0] > room.cpus or shape[1] > room.gpus:
                 continue
             self._sort(shape)
-            _push(heap, iter(list(members.values())), tie, sim.order)
-        while heap:
-            order, _, job, stream = heapq.heappop(heap)
-            _push(heap, stream, tie, sim.order)
-            if job.key != head and job.key in sim.waiting:
-                yield order, job
+            # Not a copy: started jobs leave their group only after the pass (`_leave`).
+            _push(heap, (j for j in members.values() if j.key != head), tie, sim.order)
+        return heap
 
     def _head(self) -> str | None:
         """The first waiting job in submit order."""
@@ -208,12 +216,18 @@ class Baseline:
             members.clear()
             members.update((j.key, j) for j in ordered)
 
+    def _leave(self) -> None:
+        """Take the jobs started in this pass out of their groups."""
+        for job in self.started:
+            members = self.groups[_shape(job.spec)]
+            del members[job.key]
+            if not members:
+                del self.groups[_shape(job.spec)]
+        self.started.clear()
+
     def _start(self, job, placement, now, views, room, spare) -> None:
         self.sim.start(job, placement, now)
-        members = self.groups[_shape(job.spec)]
-        del members[job.key]
-        if not members:
-            del self.groups[_shape(job.spec)]
+        self.started.append(job)
         room.take(placement)
         for a in placement.allocations:
             views[a.node] = self.sim.view(a.node)
@@ -226,15 +240,24 @@ class Baseline:
         """When the head can start, by the running jobs' walltimes, and what it leaves free
         then (every node's view at that time with the head placed)."""
         sim = self.sim
-        later = dict(views)
-        room = Room(later.values())
+        cpus = {n: v.free_cpus for n, v in views.items()}
+        memory = {n: v.free_memory_mib for n, v in views.items()}
+        gpus: dict[str, set[int]] = {}
+        room = Room(views.values())
         for outcome in sorted(sim.running.values(), key=lambda o: (o.planned_end, o.key)):
-            for a in outcome.allocations:
-                later[a.node] = _plus(later[a.node], a)
+            for a in outcome.allocations:  # counted, not built: most steps place nothing
+                cpus[a.node] += a.cpus
+                memory[a.node] += a.memory_mib
+                gpus.setdefault(a.node, set(views[a.node].free_gpus or ())).update(a.gpu_indices)
                 room.cpus += a.cpus
                 room.gpus += len(a.gpu_indices)
             if not room.may_fit(head.spec):
                 continue
+            later = {
+                n: v if cpus[n] == v.free_cpus and n not in gpus
+                else _with(v, cpus[n], memory[n], tuple(sorted(gpus.get(n, v.free_gpus or ()))))
+                for n, v in views.items()
+            }  # fmt: skip
             placement = place(head.spec, ONE_QUEUE, list(later.values()))
             if placement is not None:
                 for a in placement.allocations:
@@ -252,11 +275,6 @@ def _push(heap: list, stream, tie, order: dict[str, int]) -> None:
     job = next(stream, None)
     if job is not None:
         heapq.heappush(heap, (order[job.key], next(tie), job, stream))
-
-
-def _plus(view: NodeView, a: NodeAllocation) -> NodeView:
-    gpus = tuple(sorted(set(view.free_gpus or ()) | set(a.gpu_indices)))
-    return _with(view, view.free_cpus + a.cpus, view.free_memory_mib + a.memory_mib, gpus)
 
 
 def _minus(view: NodeView, a: NodeAllocation) -> NodeView:

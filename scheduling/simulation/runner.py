@@ -63,6 +63,7 @@ def run_named(
     limit: int | None = None,
     repeat: int = 1,
     compress: float = 1.0,
+    node_share: float = 1.0,
     progress: Progress | None = None,
 ) -> dict:
     """`r14` (the criteria table), `r14-burst`, `swf` (a file), `alibaba` (pods and nodes)."""
@@ -81,8 +82,10 @@ def run_named(
         if compress < 1:
             raise WorkloadError("compress", f"expected a factor of at least 1, got {compress}")
         jobs, left_out = read_alibaba(pods, limit=limit, compress=compress)
-        result = compare(jobs, alibaba_site(nodes), policies, progress=progress)
-        result.update(left_out=left_out, compress=compress)
+        site = alibaba_site(nodes, share=node_share)
+        result = compare(jobs, site, policies, progress=progress)
+        result.update(left_out=left_out, compress=compress, node_share=node_share,
+                      nodes=sum(len(n) for n in site.pools.values()))  # fmt: skip
     else:
         raise WorkloadError(
             "workload", f"expected one of {', '.join(WORKLOADS[:-1])}, got {workload!r}"

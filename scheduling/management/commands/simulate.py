@@ -3,7 +3,7 @@
     manage.py simulate r14 [--seed N]                  the seed's criteria, pass/fail per row
     manage.py simulate r14-burst [--seed N]            the R14 mix alone, on the idle site
     manage.py simulate swf FILE [--limit N] [--repeat K]
-    manage.py simulate alibaba PODS.csv NODES.csv [--limit N] [--compress K]
+    manage.py simulate alibaba PODS.csv NODES.csv [--limit N] [--compress K] [--node-share F]
     manage.py simulate history [--days 7]              the portal's own tasks, replayed
 
 Each prints a table (Markdown) and, with `--json FILE` (`-` for stdout), the full result.
@@ -39,6 +39,8 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=float, default=7, help="history: how far back")
         parser.add_argument("--compress", type=float, default=1.0,
                             help="alibaba: arrivals this many times closer together")  # fmt: skip
+        parser.add_argument("--node-share", type=float, default=1.0,
+                            help="alibaba: run on this share of the cluster's nodes")  # fmt: skip
         parser.add_argument("--json", metavar="FILE", help="write the full result (- = stdout)")
 
     def handle(self, *args, workload: str, files: list[str], **opts):
@@ -59,6 +61,7 @@ class Command(BaseCommand):
                     pods=files[0] if workload == "alibaba" else None,
                     nodes=files[1] if workload == "alibaba" else None,
                     limit=opts["limit"], repeat=opts["repeat"], compress=opts["compress"],
+                    node_share=opts["node_share"],
                     progress=self._progress,
                 )  # fmt: skip
         except (WorkloadError, TraceError, OSError) as exc:
