@@ -195,12 +195,14 @@ class PoolRoom:
     def update(self, view: NodeView) -> None:
         old = self.views[view.name]
         self.views[view.name] = view
-        if view.available:
-            self.gpus += len(view.free_gpus or ()) - len(old.free_gpus or ())
-            for ratio, per in self._cpus.items():
-                new = max(0, usable_cpus(view, ratio))
-                self._cpu_total[ratio] += new - per.get(view.name, 0)
-                per[view.name] = new
+        # An unavailable node counts for nothing, before or after.
+        self.gpus += (len(view.free_gpus or ()) if view.available else 0) - (
+            len(old.free_gpus or ()) if old.available else 0
+        )
+        for ratio, per in self._cpus.items():
+            new = max(0, usable_cpus(view, ratio)) if view.available else 0
+            self._cpu_total[ratio] += new - per.get(view.name, 0)
+            per[view.name] = new
 
 
 def asked(job: WaitingJob) -> str:

@@ -64,6 +64,8 @@ class Baseline:
         self.fresh: list[SimJob] = []
         self.held: tuple | None = None
         self.started: list[SimJob] = []
+        self.starts = 0  # jobs started so far (a reservation is kept only while it holds)
+        self.held_until = math.inf  # the reservation _backfill works to
 
     def arrive(self, job: SimJob, now: float) -> None:
         sim = self.sim
@@ -90,7 +92,8 @@ class Baseline:
         sim = self.sim
         sim.enqueue(job, now)
         # It keeps its place in the one queue: submit order.
-        self.queue = sorted((k for k in self.queue if k in sim.waiting), key=sim.order.__getitem__)
+        keys = {k for k in self.queue if k in sim.waiting} | {job.key}
+        self.queue = sorted(keys, key=sim.order.__getitem__)
         self.head = 0
         self._group(job)
         self.fresh.append(job)
@@ -120,8 +123,10 @@ class Baseline:
         views = {v.name: v for v in sim.views(WHOLE_SITE)}
         room = Room(views.values())
         head = self._head()
-        if self.easy and not freed and self.held is not None and self.held[0] == head:
-            _, shadow, spare = self.held
+        # The last reservation holds while nothing was freed and nothing started since.
+        if self.easy and not freed and self.held is not None and self.held[0] == head \
+                and self.held[3] == self.starts:  # fmt: skip
+            _, shadow, spare, _ = self.held
             arrived: list = []
             for job in fresh:
                 _push(arrived, iter((job,)), itertools.count(len(arrived)), sim.order)
@@ -143,8 +148,8 @@ class Baseline:
             self.blocked = True  # FIFO: the head blocks everyone behind it
             return
         shadow, spare = self._reservation(sim.waiting[head], views, now)
-        self.held = (head, shadow, spare)
         self._backfill(self._merged(room, head), now, views, room, shadow, spare)
+        self.held = (head, shadow, spare, self.starts)
 
     def _backfill(self, jobs, now, views, room, shadow, spare) -> None:
         """EASY behind a blocked head: a job starts if it fits now and ends (by its walltime)
@@ -152,6 +157,7 @@ class Baseline:
         `jobs`: a heap of (submit order, tie, job, the rest of its group)."""
         spare_cpus = sum(max(0, min(views[n].free_cpus, v.free_cpus)) for n, v in spare.items())
         sim, tie = self.sim, itertools.count(len(jobs))
+        self.held_until = shadow
         while jobs:
             _, _, job, stream = heapq.heappop(jobs)
             if job.key not in sim.waiting:
@@ -228,10 +234,14 @@ class Baseline:
     def _start(self, job, placement, now, views, room, spare) -> None:
         self.sim.start(job, placement, now)
         self.started.append(job)
+        self.starts += 1
         room.take(placement)
+        # Work that ends (by its walltime) before the head's reservation leaves its room by
+        # then; only work past it takes from what the head leaves.
+        past = spare and now + (job.spec.walltime_s or job.runtime) > self.held_until
         for a in placement.allocations:
             views[a.node] = self.sim.view(a.node)
-            if a.node in spare:
+            if past and a.node in spare:
                 spare[a.node] = _minus(spare[a.node], a)
 
     def _reservation(

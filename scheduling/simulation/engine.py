@@ -32,6 +32,9 @@ from scheduling.simulation.switchyard import SitePolicy
 
 __all__ = ["POLICIES", "simulate"]
 
+# Nothing running, nothing to arrive, and nothing started for two days: the loop stops.
+IDLE_GIVE_UP_S = 2 * 24 * 3600.0
+
 
 def simulate(
     jobs: Iterable[SimJob],
@@ -60,14 +63,20 @@ def simulate(
         sim.at(failure.at + failure.down_s, REPAIR, failure.node)
     total, step = len(jobs), max(1, len(jobs) // 100)
     reported = 0
+    arrivals, last_change = len(jobs), 0.0
     while sim.events and sim.left > 0:
         now = sim.events[0][0]
+        if not sim.running and not arrivals and now - last_change > IDLE_GIVE_UP_S:
+            break  # what waits now waits for good: only daily leases would come round
+        if sim.running or sim.events[0][1] in (END, ARRIVE):
+            last_change = now
         while sim.events and sim.events[0][0] == now:
             _, kind, _, key, gen = heapq.heappop(sim.events)
             if kind == END:
                 if key in sim.running and gen == sim.attempt[key]:
                     rules.ended(sim.stop(key, now, "done"), now)
             elif kind == ARRIVE:
+                arrivals -= 1
                 rules.arrive(sim.jobs[key], now)
             elif kind in (FAIL, REPAIR):
                 _node_event(sim, rules, key, now, down=kind == FAIL)

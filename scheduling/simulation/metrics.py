@@ -27,6 +27,12 @@ def bounded_slowdown(wait: float, runtime: float) -> float:
     return max(1.0, (wait + runtime) / max(runtime, BSLD_FLOOR_S))
 
 
+def _bsld(o) -> float:
+    # From submit to the end of the run that completed, over that run's length: a job
+    # preempted or lost counts the lost run as delay.
+    return bounded_slowdown(o.end - o.submit - (o.end - o.start), o.end - o.start)
+
+
 def summary(
     run: Run,
     pools: Mapping[str, Sequence[NodeView]],
@@ -52,12 +58,12 @@ def summary(
             "mean_wait_s": statistics.fmean(waits),
             "p95_wait_s": percentile(waits, 95),
             "max_wait_s": max(waits),
-            "mean_bsld": statistics.fmean(bounded_slowdown(o.wait, o.end - o.start) for o in done),
+            "mean_bsld": statistics.fmean(_bsld(o) for o in done),
             "preempted": stopped[(kind, "preempted")],
             "reclaimed": stopped[(kind, "reclaimed")],
             "lost": stopped[(kind, "lost")],
         }
-    every = [bounded_slowdown(o.wait, o.end - o.start) for o in outcomes]
+    every = [_bsld(o) for o in outcomes]
     return {
         "jobs": len(outcomes),
         "types": types,
@@ -76,19 +82,28 @@ def utilisation(
     """Busy share of each pool's CPUs and GPUs (and the whole site's, as "site") between `lo`
     and `hi`, counting every attempt (work later preempted or lost kept the room busy too)."""
     node_pool = {n.name: pool for pool, nodes in pools.items() for n in nodes}
-    # Oversubscribed CPUs count as the node's cores at most: utilisation is of hardware.
     cores = {n.name: n.cpus for nodes in pools.values() for n in nodes}
     used: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    changes: dict[str, list[tuple[float, int]]] = defaultdict(list)  # node → (time, ±cpus)
     for span in run.spans:
-        seconds = max(0.0, min(span.end, hi) - max(span.start, lo))
-        if not seconds:
+        start, end = max(span.start, lo), min(span.end, hi)
+        if end <= start:
             continue
         for a in span.allocations:
             pool = node_pool.get(a.node)
             if pool is not None:
+                changes[a.node] += [(start, a.cpus), (end, -a.cpus)]
                 for key in (pool, "site"):
-                    used[key][0] += min(a.cpus, cores[a.node]) * seconds
-                    used[key][1] += len(a.gpu_indices) * seconds
+                    used[key][1] += len(a.gpu_indices) * (end - start)
+    # CPUs: at most the node's cores at any moment (oversubscribed work keeps a core busy once:
+    # utilisation is of the hardware).
+    for node, steps in changes.items():
+        busy, held, at = 0.0, 0, lo
+        for t, delta in sorted(steps):
+            busy += min(held, cores[node]) * (t - at)
+            held, at = held + delta, t
+        for key in (node_pool[node], "site"):
+            used[key][0] += busy
     result = {}
     every = [n for nodes in pools.values() for n in nodes]
     length = hi - lo

@@ -86,7 +86,8 @@ class Outcome:
 
     @property
     def wait(self) -> float:
-        return self.start - self.submit
+        """From submit to its first start (a run preempted or lost later is not waiting)."""
+        return (self.start if self.first_start is None else self.first_start) - self.submit
 
 
 @dataclass(frozen=True, slots=True)

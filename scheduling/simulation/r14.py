@@ -1,7 +1,9 @@
 """The seed's success criteria, measured on the R14 day under each policy (docs/simulation.md).
 
 Each criterion is measured the same way for every policy; pass/fail is Switchyard's value
-against the target (for the two "from ... to" criteria, against the FIFO run as the "before").
+against the target. The flow-time row's target is relative: at least 30 % shorter than the
+FIFO run (the "before"). The GPU row's "from < 40 %" is the seed's before; the FIFO column
+shows what the one-queue site reaches on the same day, which need not be under 40 %.
 """
 
 from __future__ import annotations
@@ -36,6 +38,21 @@ def _waits(run: Run, kind: str, *, room_only: bool = False) -> list[float]:
     ]
 
 
+def _training_with_room(run: Run, _: dict) -> float | None:
+    """The longest wait of a training its pool could have started on arrival; None (never
+    ran: the row fails) if a training never ran at all."""
+    if any(k.startswith(("train", "bg-ai-training")) for k in run.never):
+        return None
+    return max(_waits(run, "ai-training", room_only=True), default=0.0)
+
+
+def _hpc_preemptions(run: Run, s: dict) -> float:
+    """HPC runs preempted within the day's window."""
+    lo, hi = s["window_s"]
+    return float(sum(1 for x in run.spans
+                     if x.type == "hpc-simulation" and x.ended == "preempted" and lo <= x.end <= hi))  # fmt: skip
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -48,13 +65,11 @@ def _max_burst_training(run: Run, _: dict) -> float | None:
 CRITERIA = (
     Criterion("agent mean wait", "< 30 s", "s",
               lambda run, s: _mean(_waits(run, "agent")), lambda v, f: v < 30),
-    Criterion("training wait when its pool had room", "<= 5 min", "s",
-              lambda run, s: max(_waits(run, "ai-training", room_only=True), default=0.0),
+    Criterion("training wait when its pool had room", "<= 5 min", "s", _training_with_room,
               lambda v, f: v <= 300),
     Criterion("R14 trainings: longest wait", "<= 15 min", "s", _max_burst_training,
               lambda v, f: v <= 900),
-    Criterion("HPC preemptions in the day", "0 (< 1 a day)", "",
-              lambda run, s: float(s["types"].get("hpc-simulation", {}).get("preempted", 0)),
+    Criterion("HPC preemptions in the day", "0 (< 1 a day)", "", _hpc_preemptions,
               lambda v, f: v < 1),
     Criterion("site GPU utilisation, 08:00-18:00", "from < 40 % to > 60 %", "%",
               lambda run, s: 100 * (s["utilisation"]["site"]["gpu"] or 0.0),

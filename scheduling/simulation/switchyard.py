@@ -27,7 +27,7 @@ from scheduling.decisions.order import (
     share_factors,
     weight_at,
 )
-from scheduling.decisions.place import cpu_ratio, place
+from scheduling.decisions.place import cpu_ratio, free_view, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
 from scheduling.decisions.schedule import (
@@ -35,11 +35,11 @@ from scheduling.decisions.schedule import (
     PoolRoom,
     Start,
     WaitingJob,
-    never_fits,
     schedule_pass,
 )
 from scheduling.simulation.model import SimJob
 from scheduling.simulation.state import LEASE_END, LEASE_OPEN, TICK, Sim
+from scheduling.spec import Resources, TaskSpec
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
 DAY_S = 24 * 3600
@@ -89,7 +89,7 @@ class SitePolicy:
         # runs going on now.
         self.spent: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
         self.going: dict[str, dict[str, UsageRun]] = defaultdict(dict)
-        self._fits_empty: dict[tuple, bool] = {}
+        self._ever: dict[str, tuple] = {}  # pool → (its nodes, emptied, shape → never fits)
         for i, lease in enumerate(site.leases):
             hour, minute = (int(x) for x in lease.start.split(":"))
             offset = ((hour * 60 + minute - site.start_minute) % (24 * 60)) * 60
@@ -101,15 +101,6 @@ class SitePolicy:
         sim, queue = self.sim, self.sim.site.queues.get(job.queue)
         if queue is None:
             sim.refuse(job.key, f"no queue {job.queue!r} in the site")
-            return
-        shape = (job.queue, job.spec.resources)
-        if shape not in self._fits_empty:
-            self._fits_empty[shape] = (
-                place(job.spec, queue, self.pools.get(queue.pool, ())) is not None
-            )
-        if not self._fits_empty[shape]:
-            wj = WaitingJob(job.key, job.spec, queue)
-            sim.refuse(job.key, never_fits(wj, self.pools.get(queue.pool, ())))
             return
         # Whether the pool had room for it on arrival, whatever its quota says.
         if sim.record_room:
@@ -126,6 +117,10 @@ class SitePolicy:
 
     def ended(self, job: SimJob, now: float) -> None:
         self._stopped(job, now)
+        self._release(job, now)
+
+    def _release(self, job: SimJob, now: float) -> None:
+        """The job is done (ended, or failed): its quota use goes back; held work may start."""
         if job.key in self.admitted:
             self.admitted.discard(job.key)
             ask = self._ask(job)
@@ -203,13 +198,20 @@ class SitePolicy:
                 )
             return values[(queue, rank)]
 
+        nodes = sim.pool_nodes(pool)
+        never = self._never(pool, nodes)  # shape → True if it fits not even the emptied pool
+
+        def hopeless(shape: tuple) -> bool:  # too big for the room now, yet it could fit some day
+            if shape[2] <= room.gpus and shape[1] <= room.cpus(ratios[shape[0]]):
+                return False
+            return not never(shape, site.queues[shape[0]])  # else schedule_pass must fail it
+
         heads: list = []  # (-value, seq, tie, stream): the next job of each stream
         tie = itertools.count()
         if pool in sim.freed:
             sim.freed.discard(pool)
-            free = {name: room.cpus(ratio) for name, ratio in ratios.items()}
             for shape, ranks in groups.items():
-                if shape[2] > room.gpus or shape[1] > free[shape[0]]:
+                if hopeless(shape):
                     continue  # nothing this pass frees room, so none of them would start
                 for rank, members in ranks.items():
                     self._sort(pool, shape, rank)
@@ -220,7 +222,7 @@ class SitePolicy:
                 if job.key in sim.waiting:
                     shape, rank = self.where[job.key][1:]
                     _push(heads, (shape, rank, value(shape[0], rank), iter((job,))), tie, self.seq)
-        nodes, size, done, stuck = sim.pool_nodes(pool), 8, [], set()
+        size, done, stuck = 8, [], set()
         # On a lent node only work that ends before the lease does may start: there one job
         # of a shape may wait while a shorter one starts.
         lent = any(n.available_until is not None for n in nodes)
@@ -231,7 +233,7 @@ class SitePolicy:
                 shape, rank, prio, _ = stream
                 if (shape, rank) in stuck:
                     continue
-                if shape[2] > room.gpus or shape[1] > room.cpus(ratios[shape[0]]):
+                if hopeless(shape):
                     stuck.add((shape, rank))
                     continue
                 batch.append(WaitingJob(job.key, job.spec, site.queues[shape[0]], prio,
@@ -257,10 +259,33 @@ class SitePolicy:
                 elif isinstance(d, Fail):
                     done.append(job)
                     sim.refuse(d.key, d.reason)
+                    self._release(job, now)
                 elif not lent:  # the rest of its group would wait too
                     stuck.add(self.where[d.key][1:])
         for job in done:
             self._unbucket(job)
+
+    def _never(self, pool: str, nodes: tuple):
+        """Whether a request can never fit the pool as it is now (a lease may shrink it): as
+        schedule_pass judges it, on its nodes emptied and up; kept until the nodes change."""
+        cached = self._ever.get(pool)
+        if cached is None or cached[0] is not nodes:
+            emptied = [
+                free_view(dataclasses.replace(n, available=True, available_until=None), ())
+                for n in nodes
+            ]
+            cached = self._ever[pool] = (nodes, emptied, {})
+        _, emptied, known = cached
+
+        def never(shape: tuple, queue) -> bool:
+            if shape not in known:
+                spec = TaskSpec(name="shape", project="", resources=Resources(
+                    cpus=shape[1], gpus=shape[2], memory_mib=shape[3], nodes=shape[4],
+                    gpu_type=shape[5]))  # fmt: skip
+                known[shape] = place(spec, queue, emptied) is None
+            return known[shape]
+
+        return never
 
     def _preempt(self, pool: str, now: float) -> None:
         sim, site = self.sim, self.sim.site

@@ -1,0 +1,138 @@
+"""The simulator's fast pass decides exactly what one `schedule_pass` over every waiting job
+decides: random small sites (several pools and queues, oversubscription, whole nodes,
+max_concurrency, a preemptible pool, moving levels, quotas, a lease, a node failure) run
+under both, and every start, end, node and refusal must agree."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
+from scheduling.decisions.order import priority_value, weight_at
+from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
+from scheduling.decisions.types import NodeView, QueuePolicy
+from scheduling.simulation import engine
+from scheduling.simulation.engine import simulate
+from scheduling.simulation.model import Failure, SimJob, Site
+from scheduling.simulation.switchyard import SitePolicy
+from scheduling.sites.types import LeaseTemplate, QuotaTemplate
+from scheduling.spec import Resources, TaskSpec
+
+GIB = 1024
+
+
+class OneCall(SitePolicy):
+    """The reference: every waiting job of the pool to one schedule_pass call, every pass."""
+
+    def _pass(self, pool, now):
+        sim, site = self.sim, self.sim.site
+        self.fresh.pop(pool, None)
+        sim.freed.discard(pool)
+        minute, shares, offered = self._minute(now), {}, []
+        for job in list(sim.waiting.values()):
+            if self.pool_of_queue[job.queue] != pool:
+                continue
+            if job.queue not in shares:
+                shares[job.queue] = self._shares(job.queue, now)
+            value = priority_value(
+                level=self.level[job.key],
+                weight=weight_at(site.weights.get(job.queue, ()), job.type, minute),
+                share=shares[job.queue].get(job.project, 1.0),
+            )
+            offered.append(WaitingJob(job.key, job.spec, site.queues[job.queue], value,
+                                      self.seq[job.key]))  # fmt: skip
+        decisions = schedule_pass(offered, pools={pool: list(sim.pool_nodes(pool))},
+                                  allocations=sim.allocations, running=sim.per_queue,
+                                  drained=set(sim.down), now=now)  # fmt: skip
+        for d in decisions:
+            job = sim.waiting[d.key]
+            if isinstance(d, Start):
+                self._start(job, d.placement, now)
+            elif isinstance(d, Fail):
+                sim.refuse(d.key, d.reason)
+                self._release(job, now)
+            else:
+                continue
+            self._unbucket(job)
+
+
+def _site_and_jobs(seed: int):
+    rng = random.Random(seed)
+    cpu = tuple(NodeView(f"c{i}", cpus=rng.choice((4, 8, 16)), memory_mib=rng.choice((16, 32)) * GIB,
+                         switch=rng.choice(("s1", "s2"))) for i in range(rng.randint(2, 4)))  # fmt: skip
+    gpu = tuple(NodeView(f"g{i}", cpus=rng.choice((8, 16)), memory_mib=64 * GIB, gpus=rng.choice((2, 4)),
+                         gpu_model=rng.choice(("a", "b")), switch="s3") for i in range(rng.randint(2, 3)))  # fmt: skip
+    agents = tuple(
+        NodeView(f"a{i}", cpus=rng.choice((4, 8)), memory_mib=16 * GIB) for i in range(2)
+    )
+    queues = {
+        "hpc": QueuePolicy("hpc", "cpu", (), max_concurrency=rng.choice((None, 1, 3))),
+        "hpc2": QueuePolicy("hpc2", "cpu", (), cpu_oversubscription=rng.choice((1, 2, 4))),
+        "wn": QueuePolicy("wn", "gpu", (), allocation="whole-node", max_concurrency=rng.choice((None, 2))),
+        "tr": QueuePolicy("tr", "gpu", ()),
+        "ag": QueuePolicy("ag", "ag", (), preemptible=True, cpu_oversubscription=rng.choice((1, 4))),
+        "inf": QueuePolicy("inf", "ag", ()),
+    }  # fmt: skip
+    rules = (
+        LevelRule("agent", start=HIGH, step=-1, every_s=rng.choice((5, 20)), limit=LOW, repeat=True),
+        LevelRule("ai-inference", start=LOW, step=+1, every_s=rng.choice((7, 30)), limit=HIGH, repeat=True),
+        LevelRule("hpc-simulation", start=LOW, step=+1, every_s=40, limit=HIGH, repeat=True),
+        LevelRule("ai-training", start=MEDIUM, step=+1, every_s=25, limit=HIGH),
+    )  # fmt: skip
+    leases = ()
+    if rng.random() < 0.6:
+        leases = (LeaseTemplate(rng.choice(("gpu", "cpu")), rng.choice(("hpc", "tr")), 1,
+                                f"08:0{rng.randint(0, 4)}", rng.choice((60, 150, 400))),)  # fmt: skip
+    site = Site(pools={"cpu": cpu, "gpu": gpu, "ag": agents}, queues=queues, level_rules=rules,
+                quotas=(QuotaTemplate("tr", "gpus", rng.choice((2, 4))),) if rng.random() < 0.6 else (),
+                leases=leases, shares={"p1": 2.0, "p2": 1.0}, half_life_s=300,
+                preempt_after_s=rng.choice((3, 10)))  # fmt: skip
+    kinds = [("hpc-simulation", "hpc"), ("hpc-simulation", "hpc2"), ("ai-training", "wn"),
+             ("ai-training", "tr"), ("agent", "ag"), ("ai-inference", "inf")]  # fmt: skip
+    jobs = []
+    for i in range(rng.randint(15, 50)):
+        kind, queue = rng.choice(kinds)
+        if queue in ("hpc", "hpc2"):
+            res = Resources(cpus=rng.choice((1, 2, 4, 8, 12, 20)), memory_mib=rng.choice((1, 8)) * GIB,
+                            nodes=rng.choice((None, None, 1, 2)))  # fmt: skip
+        elif queue == "wn":
+            res = Resources(cpus=rng.choice((4, 8)), gpus=rng.choice((0, 1, 4)), memory_mib=8 * GIB,
+                            nodes=rng.choice((None, 1, 2)))  # fmt: skip
+        elif queue == "tr":
+            res = Resources(cpus=rng.choice((1, 2)), gpus=rng.choice((1, 2, 3)), memory_mib=4 * GIB,
+                            gpu_type=rng.choice((None, "a", "b")))  # fmt: skip
+        else:
+            res = Resources(cpus=rng.choice((1, 2, 4)), memory_mib=GIB)
+        runtime = rng.choice((5, 10, 30, 60, 120))
+        spec = TaskSpec(name=f"j{i}", project=rng.choice(("p1", "p2", "p3")), resources=res,
+                        walltime_s=rng.choice((runtime, 2 * runtime)),
+                        priority=rng.choice(("normal", "low")))  # fmt: skip
+        jobs.append(
+            SimJob(f"j{i:02d}", spec, kind, queue, float(rng.randint(0, 300)), float(runtime))
+        )
+    failures = []
+    if rng.random() < 0.5:
+        node = rng.choice([n.name for nodes in site.pools.values() for n in nodes])
+        failures.append(Failure(node, float(rng.randint(1, 200)), float(rng.randint(5, 100))))
+    return jobs, site, failures
+
+
+def _digest(run):
+    return (
+        {k: (o.start, o.end, o.allocations, o.attempts) for k, o in run.outcomes.items()},
+        dict(run.never),
+        [(s.key, s.start, s.end, s.ended, s.allocations) for s in run.spans],
+    )
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_the_fast_pass_decides_as_one_schedule_pass_over_every_waiting_job(block, monkeypatch):
+    for seed in range(block * 40, block * 40 + 40):
+        jobs, site, failures = _site_and_jobs(seed)
+        fast = _digest(simulate(jobs, site, "switchyard", failures=failures))
+        with monkeypatch.context() as m:
+            m.setattr(engine, "SitePolicy", OneCall)
+            reference = _digest(simulate(jobs, site, "switchyard", failures=failures))
+        assert fast == reference, f"seed {seed}"
