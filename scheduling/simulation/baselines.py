@@ -4,6 +4,7 @@ submit order (FIFO), and the same queue with EASY backfill. Placement is the sit
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -61,6 +62,7 @@ class Baseline:
         # that arrived since the last pass, and EASY's reservation then: (head, time, room).
         self.groups: dict[tuple, dict[str, SimJob]] = {}
         self.unsorted: set[tuple] = set()
+        self.shortest: dict[tuple, list[float]] = {}  # each group's walltimes, sorted
         self.fresh: list[SimJob] = []
         self.held: tuple | None = None
         self.started: list[SimJob] = []
@@ -158,6 +160,7 @@ class Baseline:
         spare_cpus = sum(max(0, min(views[n].free_cpus, v.free_cpus)) for n, v in spare.items())
         sim, tie = self.sim, itertools.count(len(jobs))
         self.held_until = shadow
+        no_spare: set[tuple] = set()  # requests that fit nowhere in the room the head leaves
         while jobs:
             _, _, job, stream = heapq.heappop(jobs)
             if job.key not in sim.waiting:
@@ -165,11 +168,14 @@ class Baseline:
                 continue
             if not room.may_fit(job.spec):
                 continue  # the rest of its group cannot start now either: dropped
-            walltime = job.spec.walltime_s or job.runtime
+            walltime = _walltime(job)
             ends_first = now + walltime <= shadow
-            if not ends_first and job.spec.resources.cpus > spare_cpus:
-                _push(jobs, stream, tie, sim.order)
-                continue  # it would delay the head, wherever it went
+            shape = _shape(job.spec)
+            if not ends_first and (shape in no_spare or job.spec.resources.cpus > spare_cpus):
+                no_spare.add(shape)  # it would delay the head, wherever it went
+                if self.shortest[shape][0] + now <= shadow:  # a shorter one of its group may not
+                    _push(jobs, stream, tie, sim.order)
+                continue
             placement = place(job.spec, ONE_QUEUE, list(views.values()))
             if placement is None:
                 continue  # nor can the rest of its group: dropped
@@ -182,6 +188,8 @@ class Baseline:
             if (extra := place(job.spec, ONE_QUEUE, both)) is not None:
                 self._start(job, extra, now, views, room, spare)
                 spare_cpus -= job.spec.resources.cpus
+            else:
+                no_spare.add(shape)  # the spare room only shrinks in a pass
 
     def _merged(self, room: Room, head: str) -> list:
         """A heap of the waiting groups whose request fits the free room at all, each at its
@@ -209,6 +217,7 @@ class Baseline:
         return queue[self.head] if self.head < len(queue) else None
 
     def _group(self, job: SimJob) -> None:
+        bisect.insort(self.shortest.setdefault(_shape(job.spec), []), _walltime(job))
         members = self.groups.setdefault(_shape(job.spec), {})
         if members and self.sim.order[next(reversed(members))] > self.sim.order[job.key]:
             self.unsorted.add(_shape(job.spec))  # requeued: back to its place by submit order
@@ -225,10 +234,13 @@ class Baseline:
     def _leave(self) -> None:
         """Take the jobs started in this pass out of their groups."""
         for job in self.started:
-            members = self.groups[_shape(job.spec)]
+            shape = _shape(job.spec)
+            members = self.groups[shape]
             del members[job.key]
+            walltimes = self.shortest[shape]
+            del walltimes[bisect.bisect_left(walltimes, _walltime(job))]
             if not members:
-                del self.groups[_shape(job.spec)]
+                del self.groups[shape], self.shortest[shape]
         self.started.clear()
 
     def _start(self, job, placement, now, views, room, spare) -> None:
@@ -274,6 +286,10 @@ class Baseline:
                     later[a.node] = _minus(later[a.node], a)
                 return max(now, outcome.planned_end), later
         return math.inf, {}
+
+
+def _walltime(job: SimJob) -> float:
+    return job.spec.walltime_s or job.runtime
 
 
 def _shape(spec: TaskSpec) -> tuple:

@@ -11,11 +11,14 @@ import pytest
 
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
 from scheduling.decisions.order import priority_value, weight_at
+from scheduling.decisions.place import place
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.simulation import engine
+from scheduling.simulation.baselines import ONE_QUEUE, Baseline, Room, _common
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.model import Failure, SimJob, Site
+from scheduling.simulation.state import WHOLE_SITE
 from scheduling.simulation.switchyard import SitePolicy
 from scheduling.sites.types import LeaseTemplate, QuotaTemplate
 from scheduling.spec import Resources, TaskSpec
@@ -136,3 +139,51 @@ def test_the_fast_pass_decides_as_one_schedule_pass_over_every_waiting_job(block
             m.setattr(engine, "SitePolicy", OneCall)
             reference = _digest(simulate(jobs, site, "switchyard", failures=failures))
         assert fast == reference, f"seed {seed}"
+
+
+class NaiveOneQueue(Baseline):
+    """The reference for FIFO and EASY: every pass from scratch, every waiting job in submit
+    order, the head's reservation computed anew."""
+
+    def arrive(self, job, now):
+        super().arrive(job, now)
+        self.sim.dirty.add(WHOLE_SITE)
+
+    def _schedule(self, now):
+        sim = self.sim
+        sim.dirty.clear()
+        sim.freed.discard(WHOLE_SITE)
+        views = {v.name: v for v in sim.views(WHOLE_SITE)}
+        room = Room(views.values())
+        queue = sorted(sim.waiting.values(), key=lambda j: sim.order[j.key])
+        for i, job in enumerate(queue):
+            placement = place(job.spec, ONE_QUEUE, list(views.values()))
+            if placement is not None:
+                self._start(job, placement, now, views, room, {})
+                continue
+            if not self.easy:
+                return
+            shadow, spare = self._reservation(job, views, now)
+            self.held_until = shadow
+            for other in queue[i + 1 :]:
+                placement = place(other.spec, ONE_QUEUE, list(views.values()))
+                if placement is None:
+                    continue
+                if now + (other.spec.walltime_s or other.runtime) <= shadow:
+                    self._start(other, placement, now, views, room, spare)
+                    continue
+                both = [_common(views[name], v) for name, v in spare.items()]
+                if (extra := place(other.spec, ONE_QUEUE, both)) is not None:
+                    self._start(other, extra, now, views, room, spare)
+            return
+
+
+@pytest.mark.parametrize("policy", ["fifo", "easy"])
+def test_fifo_and_easy_decide_as_a_pass_from_scratch_over_every_waiting_job(policy, monkeypatch):
+    for seed in range(120):
+        jobs, site, failures = _site_and_jobs(seed)
+        fast = _digest(simulate(jobs, site, policy, failures=failures))
+        with monkeypatch.context() as m:
+            m.setattr(engine, "Baseline", NaiveOneQueue)
+            reference = _digest(simulate(jobs, site, policy, failures=failures))
+        assert fast == reference, f"{policy}, seed {seed}"
