@@ -4,19 +4,12 @@ share, and each pool's utilisation."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Any
 
 import plotly.graph_objects as go
-from django.core.serializers.json import DjangoJSONEncoder
 
-_LAYOUT = {
-    "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
-    "height": 320,
-    "legend": {"orientation": "h", "y": -0.2},
-    "font": {"family": "system-ui, sans-serif", "size": 12},
-}
+from portal.charts import LAYOUT, figure_json
 
 
 def over_time(rows: list[dict[str, Any]], *, dimension: str | None, metric: str, unit: str) -> str:
@@ -34,7 +27,7 @@ def over_time(rows: list[dict[str, Any]], *, dimension: str | None, metric: str,
             for name, values in sorted(series.items())
         ]  # fmt: skip
     )
-    fig.update_layout(barmode="stack", title=f"{unit} over time", yaxis_title=unit, **_LAYOUT)
+    fig.update_layout(barmode="stack", title=f"{unit} over time", yaxis_title=unit, **LAYOUT)
     return fig.to_json()
 
 
@@ -44,7 +37,7 @@ def share(rows: list[dict[str, Any]], *, by: str, value: str, title: str) -> str
     for row in rows:
         totals[str(row.get(by, ""))] += float(row[value])
     fig = go.Figure([go.Pie(labels=list(totals), values=list(totals.values()), hole=0.4)])
-    fig.update_layout(title=title, **_LAYOUT)
+    fig.update_layout(title=title, **LAYOUT)
     return fig.to_json()
 
 
@@ -58,7 +51,7 @@ def utilisation(pools: list[dict[str, Any]]) -> str:
         ]
     )
     fig.update_layout(barmode="group", title="utilisation per pool (%)", yaxis_range=[0, 100],
-                      **_LAYOUT)  # fmt: skip
+                      **LAYOUT)  # fmt: skip
     return fig.to_json()
 
 
@@ -68,21 +61,6 @@ def utilisation(pools: list[dict[str, Any]]) -> str:
 # plotly.py's objects cost more than every query of the page together.
 
 
-def _figure(traces: list[dict], title: str, empty: str, **layout: Any) -> str:
-    figure: dict[str, Any] = {
-        "data": traces,
-        "layout": {**_LAYOUT, "title": {"text": title}, **layout},
-    }
-    if not traces:
-        figure["layout"].update(
-            annotations=[{"text": empty, "showarrow": False, "xref": "paper", "yref": "paper",
-                          "x": 0.5, "y": 0.5}],
-            xaxis={"visible": False},
-            yaxis={"visible": False},
-        )  # fmt: skip
-    return json.dumps(figure, cls=DjangoJSONEncoder)
-
-
 def waits(rows: list[dict[str, Any]]) -> str:
     """Mean and 95th percentile wait per type, in minutes."""
     kinds = [r["type"] for r in rows]
@@ -90,7 +68,7 @@ def waits(rows: list[dict[str, Any]]) -> str:
         {"type": "bar", "name": "mean", "x": kinds, "y": [r["mean_s"] / 60 for r in rows]},
         {"type": "bar", "name": "95th percentile", "x": kinds, "y": [r["p95_s"] / 60 for r in rows]},
     ] if rows else []  # fmt: skip
-    return _figure(
+    return figure_json(
         traces, "waits this week (minutes)", "nothing started this week", barmode="group"
     )
 
@@ -104,7 +82,7 @@ def queue_depth(samples: list[tuple], names: dict[int, str]) -> str:
         ys.append(waiting)
     traces = [{"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
               for name, (xs, ys) in sorted(series.items())]  # fmt: skip
-    return _figure(traces, "queue depth: waiting tasks, last 24 h",
+    return figure_json(traces, "queue depth: waiting tasks, last 24 h",
                    "no load samples yet: a worker takes one every minute")  # fmt: skip
 
 
@@ -129,7 +107,7 @@ def utilisation_over_time(
             "type": "scatter", "mode": "lines", "name": f"{pools[pool].name} {unit}",
             "x": moments, "y": [min(100.0, 100.0 * values[m] / total) for m in moments],
         })  # fmt: skip
-    return _figure(traces, "utilisation per pool (%), last 24 h",
+    return figure_json(traces, "utilisation per pool (%), last 24 h",
                    "no load samples yet: a worker takes one every minute",
                    yaxis={"range": [0, 100]})  # fmt: skip
 
@@ -137,7 +115,7 @@ def utilisation_over_time(
 def reasons(breakdown: list[tuple[str, int]]) -> str:
     traces = [{"type": "pie", "hole": 0.4, "labels": [r for r, _ in breakdown],
                "values": [n for _, n in breakdown]}] if breakdown else []  # fmt: skip
-    return _figure(traces, "why work waits, now", "nothing waits")
+    return figure_json(traces, "why work waits, now", "nothing waits")
 
 
 def preemptions(rows: list[tuple]) -> str:
@@ -148,7 +126,7 @@ def preemptions(rows: list[tuple]) -> str:
     days = sorted({d for values in series.values() for d in values})
     traces = [{"type": "bar", "name": kind, "x": days, "y": [values.get(d, 0) for d in days]}
               for kind, values in sorted(series.items())]  # fmt: skip
-    return _figure(traces, "preemptions per day, last 7 days", "no preemptions this week",
+    return figure_json(traces, "preemptions per day, last 7 days", "no preemptions this week",
                    barmode="stack")  # fmt: skip
 
 
@@ -163,4 +141,4 @@ def leases(rows: list, now) -> str:
             "x": [(end - lease.starts_at).total_seconds() * 1000],
             "base": [lease.starts_at.isoformat()],
         })  # fmt: skip
-    return _figure(traces, "leases, last 7 days", "no leases this week", xaxis={"type": "date"})
+    return figure_json(traces, "leases, last 7 days", "no leases this week", xaxis={"type": "date"})

@@ -7,20 +7,14 @@ figures out, so a result kept from an older run still reads.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from portal.charts import figure_json
 from scheduling.simulation.model import POLICIES
 from scheduling.simulation.r14 import format_value
 
 NAMES = {"switchyard": "Switchyard", "fifo": "FIFO", "easy": "EASY"}
 CRITERIA_ORDER = ("switchyard", "fifo", "easy")  # the table's columns, as `simulate r14` prints
-_LAYOUT = {
-    "margin": {"l": 50, "r": 10, "t": 40, "b": 40},
-    "height": 320,
-    "legend": {"orientation": "h", "y": -0.2},
-    "font": {"family": "system-ui, sans-serif", "size": 12},
-}
 
 
 def summaries(result: dict | None) -> dict[str, dict]:
@@ -105,11 +99,11 @@ def figures(result: dict | None) -> dict[str, str]:
          "y": [s.get("mean_bsld") for s in found.values()]}
     ] if found else []  # fmt: skip
     return {
-        "waits": _figure(waits, "mean wait per task type (minutes)", "no job ran",
+        "waits": figure_json(waits, "mean wait per task type (minutes)", "no job ran",
                          barmode="group"),
-        "utilisation": _figure(utilisation, "site utilisation (%)", "no job ran",
+        "utilisation": figure_json(utilisation, "site utilisation (%)", "no job ran",
                                barmode="group", yaxis={"range": [0, 100]}),
-        "bsld": _figure(bsld, "mean bounded slowdown", "no job ran"),
+        "bsld": figure_json(bsld, "mean bounded slowdown", "no job ran"),
     }  # fmt: skip
 
 
@@ -128,9 +122,9 @@ def compare_figures(runs: list[tuple[str, dict | None]]) -> dict[str, str]:
                            for p in policies]})  # fmt: skip
     empty = "neither run has a result"
     return {
-        "waits": _figure(waits if policies else [], "mean wait, every job (minutes)", empty,
+        "waits": figure_json(waits if policies else [], "mean wait, every job (minutes)", empty,
                          barmode="group"),
-        "bsld": _figure(bsld if policies else [], "mean bounded slowdown", empty,
+        "bsld": figure_json(bsld if policies else [], "mean bounded slowdown", empty,
                         barmode="group"),
     }  # fmt: skip
 
@@ -153,18 +147,3 @@ def _minutes(seconds: float | None) -> float | None:
 
 def _hundred(share: float | None) -> float | None:
     return None if share is None else 100 * share
-
-
-def _figure(traces: list[dict], title: str, empty: str, **layout: Any) -> str:
-    figure: dict[str, Any] = {
-        "data": traces,
-        "layout": {**_LAYOUT, "title": {"text": title}, **layout},
-    }
-    if not traces:
-        figure["layout"].update(
-            annotations=[{"text": empty, "showarrow": False, "xref": "paper", "yref": "paper",
-                          "x": 0.5, "y": 0.5}],
-            xaxis={"visible": False},
-            yaxis={"visible": False},
-        )  # fmt: skip
-    return json.dumps(figure)

@@ -91,6 +91,7 @@ def simulate(
             progress(done, total)
     for key in sim.waiting:
         sim.run.never.setdefault(key, "never started: nothing left that would free room")
+        sim.run.never_types[key] = sim.jobs[key].type
     if progress is not None:
         progress(total, total)
     return sim.run

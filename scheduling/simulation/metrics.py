@@ -72,6 +72,7 @@ def summary(
         "utilisation": utilisation(run, pools, lo, hi),
         "window_s": [lo, hi],
         "never": len(run.never),
+        "never_by_type": dict(Counter(run.never_types.values())),
         "passes": run.passes,
     }
 

@@ -107,6 +107,7 @@ class Run:
     policy: str
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     never: dict[str, str] = field(default_factory=dict)  # key → why it never ran
+    never_types: dict[str, str] = field(default_factory=dict)  # key → its type
     spans: list[Span] = field(default_factory=list)
     leases: list[tuple[float, float, tuple[str, ...]]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

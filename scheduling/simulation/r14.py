@@ -38,10 +38,10 @@ def _waits(run: Run, kind: str, *, room_only: bool = False) -> list[float]:
     ]
 
 
-def _training_with_room(run: Run, _: dict) -> float | None:
+def _training_with_room(run: Run, s: dict) -> float | None:
     """The longest wait of a training its pool could have started on arrival; None (never
     ran: the row fails) if a training never ran at all."""
-    if any(k.startswith(("train", "bg-ai-training")) for k in run.never):
+    if s["never_by_type"].get("ai-training"):
         return None
     return max(_waits(run, "ai-training", room_only=True), default=0.0)
 

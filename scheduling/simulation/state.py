@@ -134,4 +134,5 @@ class Sim:
     def refuse(self, key: str, reason: str) -> None:
         self.waiting.pop(key, None)
         self.run.never[key] = reason
+        self.run.never_types[key] = self.jobs[key].type
         self.left -= 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import summary
 from scheduling.simulation.model import Failure, SimJob, Site
+from scheduling.simulation.r14 import format_table, r14_report
 from scheduling.simulation.workloads import r14, site_model
 from scheduling.sites.default import default_site
 from scheduling.sites.types import LeaseTemplate, QuotaTemplate
@@ -201,3 +203,14 @@ def test_the_r14_mix_on_the_idle_default_site_starts_at_once_under_every_policy(
         # 40 nodes hold the whole mix: nothing waits (the R14 day adds the load).
         assert all(v["mean_wait_s"] == 0 for v in result["types"].values())
         assert result["utilisation"]["gpu-train"]["gpu"] > 0
+
+
+def test_a_training_that_never_ran_fails_its_r14_row_rather_than_drop_out():
+    site = site_model(default_site())
+    # Training nodes too small for any training of the day: each is refused, never runs.
+    small = tuple(dataclasses.replace(n, gpus=1) for n in site.pools["gpu-train"])
+    report = r14_report(1, site=dataclasses.replace(site, pools={**site.pools, "gpu-train": small}))
+    row = next(r for r in report["criteria"] if r["criterion"].startswith("training wait"))
+    assert row["values"]["switchyard"] is None and row["passed"] is False
+    assert report["summaries"]["switchyard"]["never_by_type"]["ai-training"] > 0
+    assert "| never ran |" in format_table(report)
