@@ -85,7 +85,10 @@ class _Free:
         self.cpus = free + node.cpus * (ratio - 1)  # usable_cpus, inlined: place() is hot
         self.memory = node.memory_mib if node.free_memory_mib is None else node.free_memory_mib
         gpus = node.free_gpus
-        self.gpus = tuple(range(node.gpus)) if gpus is None else tuple(sorted(gpus))
+        if gpus is None:
+            self.gpus = tuple(range(node.gpus))
+        else:
+            self.gpus = tuple(sorted(gpus)) if len(gpus) > 1 else tuple(gpus)
 
     def fits(self, cpus: int, gpus: int, memory: int) -> bool:
         return self.cpus >= cpus and len(self.gpus) >= gpus and self.memory >= memory
@@ -114,7 +117,7 @@ def place(
         for n in nodes
         if n.available
         and (res.gpu_type is None or n.gpu_model == res.gpu_type)
-        and fits_before(spec, n.available_until, now)
+        and (n.available_until is None or fits_before(spec, n.available_until, now))
     ]
     if queue.allocation == WHOLE_NODE:
         return _place_whole_nodes(spec, usable)

@@ -17,6 +17,7 @@ from scheduling.simulation.state import WHOLE_SITE, Sim
 from scheduling.spec import TaskSpec
 
 ONE_QUEUE = QueuePolicy(name=WHOLE_SITE, pool=WHOLE_SITE, task_types=())
+MADE_MAX = 100_000  # node views kept for reuse in one run (see _with)
 
 
 class Room:
@@ -28,9 +29,10 @@ class Room:
 
     __slots__ = ("cpus", "gpus", "ratio")
 
-    def __init__(self, views: Iterable[NodeView], ratio: int = 1) -> None:
-        self.ratio = ratio
-        self.cpus = self.gpus = 0
+    def __init__(
+        self, views: Iterable[NodeView], ratio: int = 1, cpus: int = 0, gpus: int = 0
+    ) -> None:
+        self.ratio, self.cpus, self.gpus = ratio, cpus, gpus
         for v in views:
             if v.available:
                 self.cpus += max(0, usable_cpus(v, ratio))
@@ -68,6 +70,7 @@ class Baseline:
         self.started: list[SimJob] = []
         self.starts = 0  # jobs started so far (a reservation is kept only while it holds)
         self.held_until = math.inf  # the reservation _backfill works to
+        self.made: dict[tuple, NodeView] = {}  # see _with
 
     def arrive(self, job: SimJob, now: float) -> None:
         sim = self.sim
@@ -122,24 +125,28 @@ class Baseline:
         sim.freed.discard(WHOLE_SITE)
         if not sim.waiting:
             return
-        views = {v.name: v for v in sim.views(WHOLE_SITE)}
-        room = Room(views.values())
+        views, cpus, gpus = {}, 0, 0
+        for v in sim.views(WHOLE_SITE):  # Room(views), inlined: one queue never oversubscribes
+            views[v.name] = v
+            if v.available:
+                cpus += max(0, v.free_cpus)
+                gpus += len(v.free_gpus or ())
+        room = Room((), 1, cpus, gpus)
         head = self._head()
         # The last reservation holds while nothing was freed and nothing started since.
         if self.easy and not freed and self.held is not None and self.held[0] == head \
                 and self.held[3] == self.starts:  # fmt: skip
-            _, shadow, spare, _ = self.held
             arrived: list = []
             for job in fresh:
                 _push(arrived, iter((job,)), itertools.count(len(arrived)), sim.order)
-            self._backfill(arrived, now, views, room, shadow, spare)
+            self.held = self._backfill(arrived, now, views, room, self.held)
             return
         self.blocked = False
         while head is not None:
             job = sim.waiting[head]
             placement = None
             if room.may_fit(job.spec):
-                placement = place(job.spec, ONE_QUEUE, list(views.values()))
+                placement = _place(job.spec, views.values())
             if placement is None:
                 break
             self._start(job, placement, now, views, room, {})
@@ -149,17 +156,18 @@ class Baseline:
         if not self.easy:
             self.blocked = True  # FIFO: the head blocks everyone behind it
             return
-        shadow, spare = self._reservation(sim.waiting[head], views, now)
-        self._backfill(self._merged(room, head), now, views, room, shadow, spare)
-        self.held = (head, shadow, spare, self.starts)
+        held = (head, None, None, self.starts)
+        self.held = self._backfill(self._merged(room, head), now, views, room, held)
 
-    def _backfill(self, jobs, now, views, room, shadow, spare) -> None:
+    def _backfill(self, jobs, now, views, room, held) -> tuple:
         """EASY behind a blocked head: a job starts if it fits now and ends (by its walltime)
         before the head's reservation, or fits in room the head leaves free at its start.
-        `jobs`: a heap of (submit order, tie, job, the rest of its group)."""
-        spare_cpus = sum(max(0, min(views[n].free_cpus, v.free_cpus)) for n, v in spare.items())
+        `jobs`: a heap of (submit order, tie, job, the rest of its group). `held`: (head,
+        its start, the room it leaves then, starts so far), the reservation computed when a
+        job first fits now (most passes have none that does); returned as it then stands."""
+        head, shadow, spare, _ = held
+        spare_cpus = None  # the CPUs free both now and at the head's start
         sim, tie = self.sim, itertools.count(len(jobs))
-        self.held_until = shadow
         no_spare: set[tuple] = set()  # requests that fit nowhere in the room the head leaves
         while jobs:
             _, _, job, stream = heapq.heappop(jobs)
@@ -168,15 +176,22 @@ class Baseline:
                 continue
             if not room.may_fit(job.spec):
                 continue  # the rest of its group cannot start now either: dropped
+            if shadow is None:  # the reservation only once some job may fit now
+                shadow, spare = self._reservation(sim.waiting[head], views, now, room)
+            self.held_until = shadow
             walltime = _walltime(job)
             ends_first = now + walltime <= shadow
             shape = _shape(job.spec)
+            if not ends_first and spare_cpus is None:
+                spare_cpus = sum(max(0, min(views[n].free_cpus, v.free_cpus))
+                                 for n, v in spare.items())  # fmt: skip
             if not ends_first and (shape in no_spare or job.spec.resources.cpus > spare_cpus):
                 no_spare.add(shape)  # it would delay the head, wherever it went
-                if self.shortest[shape][0] + now <= shadow:  # a shorter one of its group may not
-                    _push(jobs, stream, tie, sim.order)
+                if self.shortest[shape][0] + now <= shadow:  # a shorter one of its group may:
+                    short = (j for j in stream if now + _walltime(j) <= shadow)  # only those now
+                    _push(jobs, short, tie, sim.order)
                 continue
-            placement = place(job.spec, ONE_QUEUE, list(views.values()))
+            placement = _place(job.spec, views.values())
             if placement is None:
                 continue  # nor can the rest of its group: dropped
             _push(jobs, stream, tie, sim.order)
@@ -184,12 +199,13 @@ class Baseline:
                 self._start(job, placement, now, views, room, spare)
                 continue
             # Past the head's reservation: only in what the head leaves free at its start.
-            both = [_common(views[name], v) for name, v in spare.items()]
-            if (extra := place(job.spec, ONE_QUEUE, both)) is not None:
+            both = [_common(views[name], v, self.made) for name, v in spare.items()]
+            if (extra := _place(job.spec, both)) is not None:
                 self._start(job, extra, now, views, room, spare)
                 spare_cpus -= job.spec.resources.cpus
             else:
                 no_spare.add(shape)  # the spare room only shrinks in a pass
+        return head, shadow, spare, self.starts
 
     def _merged(self, room: Room, head: str) -> list:
         """A heap of the waiting groups whose request fits the free room at all, each at its
@@ -254,38 +270,56 @@ class Baseline:
         for a in placement.allocations:
             views[a.node] = self.sim.view(a.node)
             if past and a.node in spare:
-                spare[a.node] = _minus(spare[a.node], a)
+                spare[a.node] = _minus(spare[a.node], a, self.made)
 
     def _reservation(
-        self, head: SimJob, views: Mapping[str, NodeView], now: float
+        self, head: SimJob, views: Mapping[str, NodeView], now: float, room: Room
     ) -> tuple[float, dict[str, NodeView]]:
         """When the head can start, by the running jobs' walltimes, and what it leaves free
-        then (every node's view at that time with the head placed)."""
-        sim = self.sim
-        cpus = {n: v.free_cpus for n, v in views.items()}
-        memory = {n: v.free_memory_mib for n, v in views.items()}
+        then (every node's view at that time with the head placed). `room`: free now."""
+        later = dict(views)
+        room = Room((), room.ratio, room.cpus, room.gpus)
+        cpus: dict[str, int] = {}  # what the jobs ended so far free on each node: counted,
+        memory: dict[str, int] = {}  # and built into views only when the head may fit
         gpus: dict[str, set[int]] = {}
-        room = Room(views.values())
-        for outcome in sorted(sim.running.values(), key=lambda o: (o.planned_end, o.key)):
-            for a in outcome.allocations:  # counted, not built: most steps place nothing
-                cpus[a.node] += a.cpus
-                memory[a.node] += a.memory_mib
-                gpus.setdefault(a.node, set(views[a.node].free_gpus or ())).update(a.gpu_indices)
+        changed: set[str] = set()
+        ends = sorted(self.sim.running.values(), key=lambda o: (o.planned_end, o.key))
+        for at, outcome in enumerate(ends):
+            for a in outcome.allocations:
+                cpus[a.node] = cpus.get(a.node, 0) + a.cpus
+                memory[a.node] = memory.get(a.node, 0) + a.memory_mib
+                if a.gpu_indices:
+                    gpus.setdefault(a.node, set(views[a.node].free_gpus or ())).update(
+                        a.gpu_indices
+                    )
+                changed.add(a.node)
                 room.cpus += a.cpus
                 room.gpus += len(a.gpu_indices)
+            if at + 1 < len(ends) and ends[at + 1].planned_end == outcome.planned_end:
+                continue  # the others ending at the same moment free their room too
             if not room.may_fit(head.spec):
                 continue
-            later = {
-                n: v if cpus[n] == v.free_cpus and n not in gpus
-                else _with(v, cpus[n], memory[n], tuple(sorted(gpus.get(n, v.free_gpus or ()))))
-                for n, v in views.items()
-            }  # fmt: skip
-            placement = place(head.spec, ONE_QUEUE, list(later.values()))
+            for n in changed:
+                v = views[n]
+                free_gpus = tuple(sorted(gpus[n])) if n in gpus else v.free_gpus
+                later[n] = _with(v, v.free_cpus + cpus[n], v.free_memory_mib + memory[n], free_gpus,
+                                 self.made)  # fmt: skip
+            changed.clear()
+            placement = _place(head.spec, later.values())
             if placement is not None:
                 for a in placement.allocations:
-                    later[a.node] = _minus(later[a.node], a)
+                    later[a.node] = _minus(later[a.node], a, self.made)
                 return max(now, outcome.planned_end), later
         return math.inf, {}
+
+
+def _place(spec: TaskSpec, views: Iterable[NodeView]) -> Placement | None:
+    """`place()` in the one queue, shown only the nodes with a core free: a job asking at
+    least one CPU takes one on every node it uses (the one queue never oversubscribes), so
+    the answer is the same, and a full site has few such nodes."""
+    if spec.resources.cpus < 1:
+        return place(spec, ONE_QUEUE, list(views))
+    return place(spec, ONE_QUEUE, [v for v in views if v.free_cpus > 0])
 
 
 def _walltime(job: SimJob) -> float:
@@ -303,18 +337,33 @@ def _push(heap: list, stream, tie, order: dict[str, int]) -> None:
         heapq.heappush(heap, (order[job.key], next(tie), job, stream))
 
 
-def _minus(view: NodeView, a: NodeAllocation) -> NodeView:
-    gpus = tuple(i for i in view.free_gpus or () if i not in a.gpu_indices)
-    return _with(view, view.free_cpus - a.cpus, view.free_memory_mib - a.memory_mib, gpus)
+def _minus(view: NodeView, a: NodeAllocation, made: dict | None = None) -> NodeView:
+    gpus = view.free_gpus or ()
+    if a.gpu_indices:
+        gpus = tuple(i for i in gpus if i not in a.gpu_indices)
+    return _with(view, view.free_cpus - a.cpus, view.free_memory_mib - a.memory_mib, gpus, made)
 
 
-def _common(now: NodeView, later: NodeView) -> NodeView:
+def _common(now: NodeView, later: NodeView, made: dict | None = None) -> NodeView:
     """Room free both now and at the head's start: what a job may take without delaying it."""
     gpus = tuple(i for i in now.free_gpus or () if i in set(later.free_gpus or ()))
     return _with(now, min(now.free_cpus, later.free_cpus),
-                 min(now.free_memory_mib, later.free_memory_mib), gpus)  # fmt: skip
+                 min(now.free_memory_mib, later.free_memory_mib), gpus, made)  # fmt: skip
 
 
-def _with(view: NodeView, cpus: int, memory: int, gpus: tuple[int, ...]) -> NodeView:
-    return NodeView(view.name, view.cpus, view.memory_mib, view.gpus, cpus, memory, gpus,
-                    view.gpu_model, view.switch, view.available, view.available_until)  # fmt: skip
+def _with(
+    view: NodeView, cpus: int, memory: int, gpus: tuple[int, ...], made: dict | None = None
+) -> NodeView:
+    """`view` with other free room. `made`: views built before in this run, by what differs
+    between them (a node's capacity, model and switch stay; building one costs ~3 µs, and a
+    pass builds one per node)."""
+    key = (view.name, view.available, view.available_until, cpus, memory, gpus)
+    if made is not None and (hit := made.get(key)) is not None:
+        return hit
+    built = NodeView(view.name, view.cpus, view.memory_mib, view.gpus, cpus, memory, gpus,
+                     view.gpu_model, view.switch, view.available, view.available_until)  # fmt: skip
+    if made is not None:
+        if len(made) > MADE_MAX:
+            made.clear()
+        made[key] = built
+    return built

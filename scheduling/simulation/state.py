@@ -70,7 +70,8 @@ class Sim:
         names = self._members.get(pool)
         if names is None:
             names = self._members[pool] = [n for n, p in self.pool_of.items() if p == pool]
-        return [self.view(name) for name in names]
+        cached, view = self._views, self.view
+        return [cached.get(name) or view(name) for name in names]
 
     def pool_nodes(self, pool: str) -> tuple[NodeView, ...]:
         """The pool's nodes as they are now (one tuple until a node changes: passes know it)."""

@@ -163,7 +163,7 @@ class NaiveOneQueue(Baseline):
                 continue
             if not self.easy:
                 return
-            shadow, spare = self._reservation(job, views, now)
+            shadow, spare = self._reservation(job, views, now, room)
             self.held_until = shadow
             for other in queue[i + 1 :]:
                 placement = place(other.spec, ONE_QUEUE, list(views.values()))
