@@ -6,6 +6,7 @@ with their own SWITCHYARD_VAR_DIR), so one `run_all.py` process can run every be
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import math
@@ -31,7 +32,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from portal import workers  # noqa: E402 - the one worker command line
+from portal import serve, workers  # noqa: E402 - the one web and worker command lines
 
 PY = sys.executable
 MANAGE = str(ROOT / "manage.py")
@@ -92,9 +93,7 @@ def machine_info() -> dict[str, Any]:
         "djangorestframework": version("djangorestframework"),
         "celery": version("celery"),
         "sqlite": sqlite3.sqlite_version,
-        "wsgi_server": "gunicorn " + version("gunicorn")
-        if version("gunicorn") != "not installed"
-        else "none installed (Django runserver, and bench/_prefork_server.py)",
+        "wsgi_server": "gunicorn " + version("gunicorn"),
     }
 
 
@@ -281,14 +280,32 @@ def kill_processes_mentioning(marker: str) -> int:
 
 
 def runserver_argv(port: int) -> list[str]:
-    # Django's threaded development server: one process, one thread per connection,
-    # HTTP/1.1 keep-alive. (No production WSGI server is installed in this venv.)
+    # Django's development server (`manage.py up --dev`): one process, a thread per
+    # connection. Measured beside gunicorn to show what the production server changes.
     return [PY, MANAGE, "runserver", "--noreload", "--skip-checks", f"{HOST}:{port}"]
 
 
-def prefork_argv(port: int, workers: int, *, nodelay: bool = False) -> list[str]:
-    argv = [PY, str(ROOT / "bench" / "_prefork_server.py"), f"{HOST}:{port}", str(workers)]
-    return [*argv, "--nodelay"] if nodelay else argv
+def gunicorn_argv(port: int, workers: int | None = None) -> list[str]:
+    # What `manage.py up` serves with (portal/serve.py).
+    return serve.web_argv(f"{HOST}:{port}", workers=workers, python=PY)
+
+
+def dispatched_ids(var_dir: Path) -> list[int]:
+    """The task ids the dispatch messages in a var dir's broker folder name (a message names
+    one task, or a batch of them: scheduling/outbox.py)."""
+    ids: list[int] = []
+    for path in (var_dir / "broker" / "queue").iterdir():
+        if not path.name.endswith(".msg"):
+            continue
+        message = json.loads(path.read_bytes())
+        task = message["headers"]["task"]
+        body = json.loads(base64.b64decode(message["body"]))
+        args = body[0]
+        if task == "scheduling.dispatch":
+            ids.append(args[0])
+        elif task == "scheduling.dispatch_many":
+            ids.extend(args[0])
+    return ids
 
 
 def worker_argv(var_dir: Path) -> list[str]:

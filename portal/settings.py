@@ -79,6 +79,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files from the web server's own processes, compressed and cached (docs/deployment.md).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "portal.middleware.QueryStringGuard",
@@ -164,6 +166,9 @@ REST_KNOX = {
     "TOKEN_LIMIT_PER_USER": None,
 }
 
+# How long a web process keeps who a token is and who belongs to which project (portal/hot.py).
+SWITCHYARD_AUTH_CACHE_SECONDS = env_int("SWITCHYARD_AUTH_CACHE_SECONDS", 10)
+
 # The cache is where request-rate throttles count: shared by every web process.
 CACHES = {
     "default": (
@@ -192,6 +197,18 @@ STATICFILES_DIRS = [
     ("vendor/plotly", Path(importlib.util.find_spec("plotly").origin).parent / "package_data"),
 ]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise reads it at start; collectstatic fills it
+# `manage.py up` and the container image collect static files with content-hashed names (cached
+# for a year by browsers, portal/serve.py); elsewhere (tests, a bare checkout) plain names, so
+# nothing needs collecting first.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if env_bool("SWITCHYARD_STATIC_MANIFEST", default=False)
+        else "whitenoise.storage.CompressedStaticFilesStorage"
+    },
+}
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "task-list"
@@ -201,7 +218,7 @@ LOGOUT_REDIRECT_URL = "login"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: a refused token is then a 401 with WWW-Authenticate, not a 403.
-        "knox.auth.TokenAuthentication",
+        "portal.hot.CachedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -401,6 +418,10 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 1200},
     },
 }
+
+# A web process hands a stored task's dispatch to a thread of its own, which sends what has
+# gathered as one message (scheduling/outbox.py); off, each request publishes its own.
+SWITCHYARD_PUBLISH_IN_BACKGROUND = env_bool("SWITCHYARD_PUBLISH_IN_BACKGROUND", default=True)
 
 # --- Descriptors ----------------------------------------------------------------------------
 SWITCHYARD_DESCRIPTOR_MAX_BYTES = env_int("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 256 * 1024)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -21,6 +22,7 @@ from scheduling import engine, services
 from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA
 from scheduling.models import TaskState
 from scheduling.selectors import (
+    site_view,
     task_get_for_user,
     task_list_for_user,
     workflow_get_for_user,
@@ -31,6 +33,7 @@ from scheduling.serializers import (
     TaskSerializer,
     WorkflowDetailSerializer,
     WorkflowSerializer,
+    task_created_data,
 )
 from scheduling.spec import TASK_TYPES
 
@@ -201,7 +204,9 @@ class TaskListCreate(ListCreateAPIView):
         task = services.task_submit(user=request.user, text=body, fmt=fmt)
         # The summary, not the detail: a task just stored has one event and no attempt, and
         # building the detail was half the cost of accepting a task (docs/benchmarks.md).
-        data = TaskSerializer(task, context={"request": request}).data
+        queue = {pk: name for name, pk in site_view().queue_ids.items()}[task.queue_id]
+        url = request.build_absolute_uri(reverse("api-task-detail", args=[task.pk]))
+        data = task_created_data(task, queue=queue, url=url)
         return Response(data, status=status.HTTP_201_CREATED)
 
 

@@ -10,11 +10,15 @@ periodic sweep behind it that finds the rows it was about (docs/architecture.md)
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 
 log = logging.getLogger(__name__)
@@ -29,8 +33,16 @@ SIMULATIONS = "scheduling.simulations"
 
 
 def dispatch(task_id: int, *, countdown: float = 0) -> None:
-    """Dispatch the task (after `countdown` seconds) once the current transaction commits."""
-    _on_commit(DISPATCH, (task_id,), countdown=countdown, what=f"dispatch of task {task_id}")
+    """Dispatch the task (after `countdown` seconds) once the current transaction commits.
+
+    Without a countdown the message leaves from this process's publisher thread, with the
+    other dispatches committed meanwhile (see `Publisher`): the request that stored the task
+    does not wait on the broker.
+    """
+    if countdown or not _in_background():
+        _on_commit(DISPATCH, (task_id,), countdown=countdown, what=f"dispatch of task {task_id}")
+    else:
+        transaction.on_commit(lambda: PUBLISHER.add(task_id))
 
 
 def dispatch_many(task_ids: Sequence[int]) -> None:
@@ -71,3 +83,66 @@ def simulations() -> None:
 
 def _on_commit(name: str, args: tuple[Any, ...], *, countdown: float = 0, what: str) -> None:
     transaction.on_commit(lambda: send(name, args, countdown=countdown, what=what))
+
+
+def _in_background() -> bool:
+    # Eager Celery (tests) runs a task where it is sent: it must be sent in the caller's thread.
+    return settings.SWITCHYARD_PUBLISH_IN_BACKGROUND and not current_app.conf.task_always_eager
+
+
+class Publisher:
+    """Sends dispatch messages from a thread of this process.
+
+    A request hands the committed task's id over and answers; the thread sends what has
+    gathered since its last send as one message per `CHUNK` ids (`scheduling.dispatch_many`:
+    the worker dispatches them in one pass), or a single dispatch for one id. Under load the
+    ids gather while the last message is sent, so the broker sees fewer, larger messages;
+    when idle, an id leaves at once. A process that dies with ids not sent loses no task: the
+    pending sweep dispatches every task left pending (docs/architecture.md). At exit the
+    thread is given a moment to send what it holds.
+    """
+
+    CHUNK = 25  # ids a message: two worker processes still share a burst
+
+    def __init__(self) -> None:
+        self._ids: list[int] = []
+        self._busy = False
+        self._cond = threading.Condition()
+        self._pid: int | None = None
+
+    def add(self, task_id: int) -> None:
+        with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked child (no thread of ours)
+                self._pid = os.getpid()
+                self._ids, self._busy = [], False
+                threading.Thread(target=self._run, name="switchyard-publisher", daemon=True).start()
+            self._ids.append(task_id)
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every id handed over has been sent; whether they all were in time."""
+        with self._cond:
+            if self._pid != os.getpid():
+                return True  # no thread of this process holds anything
+            return self._cond.wait_for(lambda: not self._ids and not self._busy, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._ids)
+                ids, self._ids, self._busy = self._ids, [], True
+            try:
+                for at in range(0, len(ids), self.CHUNK):
+                    chunk = ids[at : at + self.CHUNK]
+                    if len(chunk) == 1:
+                        send(DISPATCH, (chunk[0],), what=f"dispatch of task {chunk[0]}")
+                    else:
+                        send(DISPATCH_MANY, (chunk,), what=f"dispatch of {len(chunk)} tasks")
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+
+PUBLISHER = Publisher()
+atexit.register(PUBLISHER.flush, 5.0)

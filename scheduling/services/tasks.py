@@ -16,7 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from portal import audit
+from portal import audit, hot
 from portal.errors import ApplicationError, ErrorItem
 from portal.models import Project
 from portal.selectors import project_get_for_member, project_get_for_user
@@ -140,7 +140,9 @@ _prefixed = prefixed
 
 
 def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
-    project = project_get_for_member(user, spec.project)
+    project = hot.member_project(user, spec.project)
+    if project is None:
+        project = project_get_for_member(user, spec.project)  # raises, naming the field
     decided = task_decide(spec, user=user)
     upstream = tasks_visible_by_ids(user, spec.depends_on_ids, field="depends_on")
     with transaction.atomic():

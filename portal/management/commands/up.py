@@ -1,6 +1,8 @@
 """Run the whole portal on this machine: web server, Celery worker and beat, seeded demo site.
 
 Ctrl-C stops everything. The embedded default needs no server: SQLite and a filesystem broker.
+The web server is gunicorn (portal/serve.py); `--dev` serves with Django's runserver instead,
+which reloads on code changes and is for development only (docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from portal.serve import STATIC_MANIFEST_ENV, web_argv
 from portal.workers import worker_argv
 
 
@@ -25,27 +28,47 @@ class Command(BaseCommand):
         parser.add_argument("--addr", default="127.0.0.1:8000")
         parser.add_argument("--no-seed", action="store_true")
         parser.add_argument("--backend", default="local", help="backend alias for the demo pools")
+        parser.add_argument(
+            "--web-workers",
+            type=int,
+            default=None,
+            help="web server processes (default: cores + 1)",
+        )
+        parser.add_argument(
+            "--dev",
+            action="store_true",
+            help="serve with Django's runserver (reloads on code changes; development only)",
+        )
 
-    def handle(self, *args, addr: str, no_seed: bool, backend: str, **options):
+    def handle(self, *args, addr: str, no_seed: bool, backend: str, dev: bool, **options):
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         for folder in ("queue", "processed"):
             (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
-        call_command("collectstatic", interactive=False, verbosity=0)
+        # Static files with hashed names, for the web server to cache (portal/serve.py).
+        web_env = {**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "0")}
+        if not dev:
+            web_env[STATIC_MANIFEST_ENV] = "1"
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        subprocess.run(
+            [*manage, "collectstatic", "--noinput", "--verbosity=0"],
+            cwd=settings.BASE_DIR,
+            env=web_env,
+            check=True,
+        )
         if not no_seed:
             call_command("seed_demo", backend=backend)
 
-        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        if dev:
+            web = [*manage, "runserver", addr]
+        else:
+            web = web_argv(addr, workers=options["web_workers"])
         procs = {
             "worker": subprocess.Popen(
                 worker_argv(beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),
                 cwd=settings.BASE_DIR,
             ),
-            "web": subprocess.Popen(
-                [*manage, "runserver", "--noreload", "--insecure", addr],
-                cwd=settings.BASE_DIR,
-                env={**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "0")},
-            ),
+            "web": subprocess.Popen(web, cwd=settings.BASE_DIR, env=web_env),
         }
         self.stdout.write(
             self.style.SUCCESS(

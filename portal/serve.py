@@ -1,0 +1,69 @@
+"""The one web server command line: `manage.py up`, the deployment in docker/ and the benches
+all serve the portal with it, so what is measured is what runs (docs/deployment.md).
+
+gunicorn with threaded workers: several processes (one GIL each) share the listening socket,
+each serving a few connections at once with keep-alive; gunicorn sets TCP_NODELAY, so a
+response never waits for the client's delayed ACK (Django's runserver did: ~40 ms a request).
+Static files are WhiteNoise's (portal/settings.py), compressed and cached, from the same
+processes. `manage.py up --dev` keeps Django's runserver for development (code reloads).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Static files with content hashes in their names (cached for a year) once collectstatic has
+# written them with this set; see STORAGES in portal/settings.py.
+STATIC_MANIFEST_ENV = "SWITCHYARD_STATIC_MANIFEST"
+
+
+def default_workers() -> int:
+    """Processes: one per core plus one, so one may wait on the database while the others
+    run (and the Celery worker beside them still gets a core's share on a small machine)."""
+    return (os.cpu_count() or 1) + 1
+
+
+def web_argv(
+    addr: str,
+    *,
+    workers: int | None = None,
+    threads: int = 4,
+    access_log: bool = False,
+    python: str = sys.executable,
+) -> list[str]:
+    """`gunicorn portal.wsgi` bound to `addr` (host:port)."""
+    argv = [
+        python,
+        "-m",
+        "gunicorn",
+        "portal.wsgi:application",
+        "--bind",
+        addr,
+        "--workers",
+        str(workers or default_workers()),
+        "--worker-class",
+        "gthread",
+        "--threads",
+        str(threads),
+        # Long requests (a 10,000-task batch, an export) are streamed or bounded elsewhere;
+        # a worker silent this long is stuck and is replaced.
+        "--timeout",
+        "120",
+        "--graceful-timeout",
+        "20",
+        "--keep-alive",
+        "5",
+        # Request-line and header limits: an oversized header is refused before Django.
+        "--limit-request-line",
+        "8190",
+        "--limit-request-fields",
+        "100",
+        "--forwarded-allow-ips",
+        os.environ.get("SWITCHYARD_FORWARDED_ALLOW_IPS", "127.0.0.1"),
+        "--error-logfile",
+        "-",
+    ]
+    if access_log:
+        argv += ["--access-logfile", "-"]
+    return argv
