@@ -20,6 +20,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
+from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication
 from knox.crypto import hash_token
 from knox.models import AuthToken
@@ -78,6 +79,12 @@ class CachedTokenAuthentication(TokenAuthentication):
         user, row = super().authenticate_credentials(token)
         TOKENS.put(digest, (copy.copy(user), row))
         return user, row
+
+
+class CachedTokenScheme(KnoxTokenScheme):
+    """The API schema names it as knox's own token scheme (`Authorization: Token …`)."""
+
+    target_class = CachedTokenAuthentication
 
 
 def member_project(user, slug: str):

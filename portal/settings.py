@@ -361,6 +361,8 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "switchyard@localhost")
 # The portal's address as users reach it, for links in mails.
 SWITCHYARD_PUBLIC_URL = env_str("SWITCHYARD_PUBLIC_URL", "http://127.0.0.1:8000")
 
+# One beat sends, however many run: the others wait on its lock (portal/beat.py).
+CELERY_BEAT_SCHEDULER = "portal.beat:SingleBeatScheduler"
 CELERY_BEAT_SCHEDULE = {
     "poll-backends": {
         "task": "scheduling.poll_backends",

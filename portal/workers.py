@@ -13,12 +13,15 @@ def worker_argv(
     loglevel: str = "WARNING",
     concurrency: int = 2,
     quiet: bool = False,
+    hostname: str | None = None,
     python: str = sys.executable,
 ) -> list[str]:
     """`celery -A portal worker` reading both queues; `beat_schedule` also runs beat in it.
 
     `quiet` turns off gossip, mingle and heartbeat: a test's worker is alone and starts
-    faster without them.
+    faster without them. `hostname` names the worker (`name@host`; Celery's default is
+    `celery@<this host>`): several workers, on one host or many, share the broker's queues
+    and the database (docs/deployment.md). Every beat but one waits (portal/beat.py).
     """
     argv = [
         python,
@@ -30,8 +33,19 @@ def worker_argv(
         f"--loglevel={loglevel}",
         f"--concurrency={concurrency}",
     ]
+    if hostname is not None:
+        argv += ["-n", hostname]
     if beat_schedule is not None:
         argv += ["-B", "-s", str(beat_schedule)]
     if quiet:
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
     return argv
+
+
+def beat_argv(
+    *, schedule: Path | str, loglevel: str = "WARNING", python: str = sys.executable
+) -> list[str]:
+    """`celery -A portal beat` on its own (a deployment's beat service): the periodic passes,
+    sent only while it holds the site's beat lock (portal/beat.py)."""
+    return [python, "-m", "celery", "-A", "portal", "beat", "-s", str(schedule),
+            f"--loglevel={loglevel}"]  # fmt: skip

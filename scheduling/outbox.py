@@ -30,6 +30,7 @@ NODES = "scheduling.nodes_apply"
 CAPACITY = "scheduling.capacity_pass"
 NOTIFY_END = "scheduling.notify_task_end"
 SIMULATIONS = "scheduling.simulations"
+MANY_CHUNK = 100  # task ids in one dispatch_many message
 
 
 def dispatch(task_id: int, *, countdown: float = 0) -> None:
@@ -46,8 +47,12 @@ def dispatch(task_id: int, *, countdown: float = 0) -> None:
 
 
 def dispatch_many(task_ids: Sequence[int]) -> None:
+    """Dispatch these tasks once the transaction commits: a message per `MANY_CHUNK` ids, so
+    several workers share a large batch."""
     ids = list(task_ids)
-    _on_commit(DISPATCH_MANY, (ids,), what=f"dispatch of {len(ids)} tasks")
+    for at in range(0, len(ids), MANY_CHUNK):
+        chunk = ids[at : at + MANY_CHUNK]
+        _on_commit(DISPATCH_MANY, (chunk,), what=f"dispatch of {len(chunk)} tasks")
 
 
 def cancel(task_ids: Sequence[int]) -> None:

@@ -12,7 +12,13 @@ Celery tasks (`scheduling/tasks.py`) call these.
 
 from __future__ import annotations
 
-from scheduling.engine.dispatch import DispatchRetry, sweep_pending, task_dispatch
+from scheduling.engine.dispatch import (
+    DispatchRetry,
+    claim_many,
+    dispatch_claimed,
+    sweep_pending,
+    task_dispatch,
+)
 from scheduling.engine.follow import (
     QUEUED_REASON,
     SCHEDULER_UNREACHABLE,
@@ -35,6 +41,8 @@ __all__ = [
     "SCHEDULER_UNREACHABLE",
     "CancelRetry",
     "DispatchRetry",
+    "claim_many",
+    "dispatch_claimed",
     "active_backends",
     "apply_job",
     "backend_poll",

@@ -9,6 +9,7 @@ was lost (docs/architecture.md).
 from __future__ import annotations
 
 import logging
+import secrets
 from datetime import timedelta
 
 from django.conf import settings
@@ -56,6 +57,34 @@ def _claim(task_id: int) -> bool:
     )
 
 
+def claim_many(task_ids: list[int]) -> list[int]:
+    """Take the dispatch lease on every free pending task of `task_ids` in one UPDATE; the
+    ids this dispatcher now holds, in the order given.
+
+    The lease's end is this claim's own (a random microsecond offset makes it unique), so
+    the rows just taken are found by it with one SELECT, whatever another dispatcher on
+    another host claims at the same moment; the UPDATE re-checks that each lease is free.
+    """
+    if not task_ids:
+        return []
+    now = timezone.now()
+    until = now + timedelta(
+        seconds=settings.SWITCHYARD_DISPATCH_LEASE_SECONDS,
+        microseconds=secrets.randbelow(1_000_000),
+    )
+    Task.objects.filter(pk__in=task_ids, state=S.PENDING).filter(
+        Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now)
+    ).filter(Q(not_before__isnull=True) | Q(not_before__lte=now)).update(
+        dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1
+    )
+    held = set(
+        Task.objects.filter(pk__in=task_ids, dispatch_lease_until=until).values_list(
+            "pk", flat=True
+        )
+    )
+    return [pk for pk in task_ids if pk in held]
+
+
 def _release(task_id: int, *, reason: str | None = None) -> None:
     values: dict = {"dispatch_lease_until": None}
     if reason is not None:
@@ -67,6 +96,11 @@ def task_dispatch(task_id: int) -> str:
     """Submit a pending task's next attempt to its backend, exactly once."""
     if not _claim(task_id):
         return "not-claimed"
+    return dispatch_claimed(task_id)
+
+
+def dispatch_claimed(task_id: int) -> str:
+    """Submit the next attempt of a task whose dispatch lease this dispatcher holds."""
     # One narrow query: building the full rows of task, queue, pool, project and user was
     # the costliest part of a dispatch after the submit itself.
     task = (

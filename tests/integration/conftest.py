@@ -21,6 +21,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from portal.workers import worker_argv
+from scheduling.outbox import PUBLISHER
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import ROOT, no_lease_schedules
 
@@ -70,6 +71,9 @@ def purge_broker():
     from portal.celery import app
 
     def purge() -> None:
+        # What this process committed is published by its publisher thread: sent first, so
+        # the purge takes it too (scheduling/outbox.py).
+        assert PUBLISHER.flush(10), "the publisher thread did not send in time"
         with app.connection_for_write() as conn:
             conn.default_channel.queue_purge(app.conf.task_default_queue)
 
@@ -83,7 +87,11 @@ def start_worker(local_root, tmp_path, purge_broker) -> Iterator[Callable[..., s
     procs: list[subprocess.Popen] = []
 
     def start(
-        *, sweep_seconds: int = 15, grace_seconds: int = 10, extra_env: dict[str, str] | None = None
+        *,
+        sweep_seconds: int = 15,
+        grace_seconds: int = 10,
+        extra_env: dict[str, str] | None = None,
+        hostname: str | None = None,
     ) -> subprocess.Popen:
         env = {
             **os.environ,
@@ -97,7 +105,12 @@ def start_worker(local_root, tmp_path, purge_broker) -> Iterator[Callable[..., s
         }
         log = open(tmp_path / f"worker-{len(procs)}.log", "w")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
-            worker_argv(beat_schedule=tmp_path / f"beat-{len(procs)}", loglevel="INFO", quiet=True),
+            worker_argv(
+                beat_schedule=tmp_path / f"beat-{len(procs)}",
+                loglevel="INFO",
+                quiet=True,
+                hostname=hostname,
+            ),
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -1,0 +1,126 @@
+"""One beat for the whole site, however many are started (docs/deployment.md, "Scale out").
+
+Celery beat sends the periodic passes (polls, policy, capacity, metering…). Two beats would
+send each twice; the passes are safe to repeat (their own locks, scheduling/engine/locks.py)
+but the load doubles and nothing says which beat is the real one. So a beat sends only while
+it holds the site's beat lock:
+
+- with Redis (`REDIS_URL`: several hosts), a Redis lock (redis-py's `Lock`) with a time to
+  live of `LEASE_SECONDS`, extended on every tick; a beat that dies frees it within that time
+  and a standby beat takes over;
+- on the embedded default (one machine), a file lock beside the database, held for the
+  process's life.
+
+A beat without the lock is a standby: it ticks every few seconds, trying to take the lock, and
+sends nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import redis
+from celery.beat import PersistentScheduler
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+LEASE_SECONDS = 30  # a killed beat's lock frees after this long (a stopped one frees it at once)
+STANDBY_SECONDS = 5  # how often a standby beat tries to take the lock
+LOCK_NAME = "switchyard:beat"
+
+
+class RedisBeatLock:
+    def __init__(self, url: str, name: str) -> None:
+        self._lock = redis.Redis.from_url(url).lock(
+            name, timeout=LEASE_SECONDS, blocking=False, thread_local=False
+        )
+        self.held = False
+
+    def hold(self) -> bool:
+        """Take or keep the lock; whether this beat holds it now."""
+        try:
+            if self.held and self._lock.reacquire():  # extend: still ours
+                return True
+            self.held = bool(self._lock.acquire(blocking=False))
+        except Exception:  # noqa: BLE001 - Redis down or the lock lost: not the beat now
+            log.warning("beat lock: Redis unreachable or the lock was lost", exc_info=True)
+            self.held = False
+        return self.held
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            try:
+                self._lock.release()
+            except Exception:  # noqa: BLE001 - expired or Redis gone: nothing to free
+                log.info("beat lock: nothing to release", exc_info=True)
+
+
+class FileBeatLock:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def hold(self) -> bool:
+        if self._fd is not None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # frees the lock
+            self._fd = None
+
+
+def beat_lock() -> RedisBeatLock | FileBeatLock:
+    """The lock of this site: one per database (a test database is a site of its own)."""
+    database = Path(str(settings.DATABASES["default"]["NAME"])).name
+    if settings.REDIS_URL:
+        return RedisBeatLock(settings.REDIS_URL, f"{LOCK_NAME}:{database}")
+    return FileBeatLock(Path(settings.VAR_DIR) / f".beat-{database}.lock")
+
+
+class SingleBeatScheduler(PersistentScheduler):
+    """Celery's persistent scheduler, sending only while this beat holds the site's lock."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.lock = beat_lock()
+        self.was_holding: bool | None = None
+        super().__init__(*args, **kwargs)
+        # A beat inside a worker (`-B`) is stopped with SIGTERM and would die holding the
+        # lock until it expires; leave through close() instead (beat's own loop calls it).
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.lock.release()
+
+    def tick(self, *args, **kwargs) -> float:
+        holding = self.lock.hold()
+        if holding != self.was_holding:
+            log.warning(
+                "beat on %s: %s", socket.gethostname(),
+                "sending the periodic passes" if holding else "standby (another beat holds the lock)",
+            )  # fmt: skip
+            self.was_holding = holding
+        if not holding:
+            return STANDBY_SECONDS
+        return min(super().tick(*args, **kwargs), LEASE_SECONDS / 3)

@@ -1,0 +1,140 @@
+"""The deployment in docker/ (docs/deployment.md). No container engine runs here, so the test
+runs what the containers would: each service's command, through the image's entrypoint
+(`manage.py serve <role>`), on this machine; and checks that the image can be built from what
+the repository holds."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from portal.serve import web_argv
+from portal.workers import beat_argv, worker_argv
+
+ROOT = Path(__file__).resolve().parents[3]
+COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
+DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
+PORTAL_SERVICES = ("migrate", "web", "worker", "beat")
+
+
+def _entrypoint() -> list[str]:
+    line = next(x for x in DOCKERFILE.splitlines() if x.startswith("ENTRYPOINT"))
+    return json.loads(line.removeprefix("ENTRYPOINT"))
+
+
+def _command(service: str) -> list[str]:
+    """What the container runs: the entrypoint, then the service's command (its role)."""
+    entry = _entrypoint()
+    assert entry[:2] == ["python", "manage.py"], entry
+    return [
+        sys.executable,
+        str(ROOT / "manage.py"),
+        *entry[2:],
+        *COMPOSE["services"][service]["command"],
+    ]
+
+
+def test_every_portal_service_is_the_one_image_with_a_role():
+    for name in PORTAL_SERVICES:
+        service = COMPOSE["services"][name]
+        assert service["image"] == "switchyard:latest", name
+        assert service["build"]["dockerfile"] == "docker/Dockerfile"
+        assert service["environment"]["DATABASE_URL"].startswith("postgres://")
+        assert service["environment"]["REDIS_URL"].startswith("redis://")
+    assert {"db", "redis"} <= set(COMPOSE["services"])
+    assert "noeviction" in COMPOSE["services"]["redis"]["command"]
+
+
+def test_the_image_copies_only_what_the_repository_holds():
+    context = ROOT / COMPOSE["services"]["web"]["build"]["context"].replace("..", ".")
+    for line in DOCKERFILE.splitlines():
+        if line.startswith("COPY "):
+            *sources, _ = shlex.split(line.removeprefix("COPY "))
+            for source in sources:
+                assert (context / source).exists(), f"{line}: {source} is missing"
+
+
+def _print(service: str, env: dict[str, str]) -> list[str]:
+    out = subprocess.run([*_command(service), "--print"], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True)  # fmt: skip
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def var_env(tmp_path):
+    var = tmp_path / "var"
+    var.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    return env | {"SWITCHYARD_VAR_DIR": str(var), "DJANGO_SECRET_KEY": "deploy-test-" + "k" * 40}
+
+
+def test_the_services_run_the_command_lines_make_run_starts(var_env):
+    web = _print("web", var_env)
+    addr = COMPOSE["services"]["web"]["command"][-1]
+    assert web == web_argv(addr, access_log=True)
+    worker = _print("worker", var_env)
+    assert worker == worker_argv(beat_schedule=None, loglevel="INFO", concurrency=2)
+    beat = _print("beat", var_env)
+    assert beat == beat_argv(schedule=Path(var_env["SWITCHYARD_VAR_DIR"]) / "celerybeat-schedule",
+                             loglevel="INFO")  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _until(proc: subprocess.Popen, log: Path, pattern: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, log.read_text()):
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {pattern!r} in:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+def test_each_role_starts_from_its_container_command(var_env, tmp_path):
+    """migrate, then web, worker and beat as the containers start them (SQLite and the
+    filesystem broker stand in for the compose file's PostgreSQL and Redis here)."""
+    subprocess.run(_command("migrate"), env=var_env, cwd=ROOT, check=True, capture_output=True)
+    assert (Path(var_env["SWITCHYARD_VAR_DIR"]) / "staticfiles" / "staticfiles.json").exists()
+    port = _free_port()
+    procs = []
+    try:
+        for role, extra, ready in (
+            ("web", ["--addr", f"127.0.0.1:{port}", "--workers", "1"], r"Booting worker"),
+            ("worker", ["--hostname", "deploy-test@host-a"], r"ready\."),
+            ("beat", [], r"sending the periodic passes"),
+        ):
+            argv = [*_command(role)[:3], role, *extra]  # the service's role, on a free port
+            log = tmp_path / f"{role}.log"
+            with log.open("w") as out:
+                proc = subprocess.Popen(argv, env=var_env, cwd=ROOT, stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            procs.append(proc)
+            _until(proc, log, ready)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10) as response:
+            assert response.status == 200
+    finally:
+        for proc in procs:  # as a container stops: SIGTERM to the main process, then KILL
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=15)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
