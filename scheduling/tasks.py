@@ -39,12 +39,11 @@ def dispatch_many(task_ids: list[int]) -> int:
     them claimed or dispatched and does nothing (docs/deployment.md, "Scale out")."""
     done = 0
     for at in range(0, len(task_ids), CLAIM_AT_ONCE):  # each lease well within its time
-        for task_id in engine.claim_many(task_ids[at : at + CLAIM_AT_ONCE]):
-            try:
-                engine.dispatch_claimed(task_id)
-                done += 1
-            except engine.DispatchRetry:
-                dispatch.apply_async((task_id,), countdown=2)  # that one backs off alone
+        claimed = engine.claim_many(task_ids[at : at + CLAIM_AT_ONCE])
+        submitted, retry = engine.dispatch_claimed_many(claimed)
+        done += submitted
+        for task_id in retry:  # their backend was unreachable: each backs off alone
+            dispatch.apply_async((task_id,), countdown=2)
     return done
 
 

@@ -13,6 +13,7 @@ from scheduling.backends.base import (
     NodeHealth,
     Run,
     SubmitRequest,
+    submit_all,
 )
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "NodeHealth",
     "Run",
     "SubmitRequest",
+    "submit_all",
 ]

@@ -155,6 +155,27 @@ class Backend(Protocol):
     def end_lease(self, lease: LeaseView) -> None: ...
 
 
+def submit_all(backend: Backend, requests: list[SubmitRequest]) -> list[Job | BackendError]:
+    """Submit many jobs: each request's job, or the error that refused it, in order.
+
+    A backend that can take many at once has `submit_many` with this contract (the local
+    backend places them all in one scheduling pass); for the others each is submitted in turn.
+    Once the backend is unreachable the rest are not tried: each gets that error.
+    """
+    many = getattr(backend, "submit_many", None)
+    if many is not None:
+        return many(requests)
+    out: list[Job | BackendError] = []
+    for at, request in enumerate(requests):
+        try:
+            out.append(backend.submit(request))
+        except BackendUnavailable as exc:
+            return out + [exc] * (len(requests) - at)
+        except BackendError as exc:
+            out.append(exc)
+    return out
+
+
 def decode_log(data: bytes) -> str:
     """A chunk of a job's log as text. A character cut at the chunk's end is left for the next
     read (the byte offsets a reader adds up then stay whole characters); invalid bytes inside

@@ -16,6 +16,7 @@ from scheduling.engine.dispatch import (
     DispatchRetry,
     claim_many,
     dispatch_claimed,
+    dispatch_claimed_many,
     sweep_pending,
     task_dispatch,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "DispatchRetry",
     "claim_many",
     "dispatch_claimed",
+    "dispatch_claimed_many",
     "active_backends",
     "apply_job",
     "backend_poll",

@@ -8,6 +8,7 @@ was lost (docs/architecture.md).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 from datetime import timedelta
@@ -18,7 +19,14 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import ClusterAccount
-from scheduling.backends import BackendError, BackendUnavailable, JobState, SubmitRequest
+from scheduling.backends import (
+    BackendError,
+    BackendUnavailable,
+    Job,
+    JobState,
+    SubmitRequest,
+    submit_all,
+)
 from scheduling.decisions.quota import Hold, Reject
 from scheduling.engine import admission
 from scheduling.engine.capacity import lease_partitions
@@ -99,8 +107,68 @@ def task_dispatch(task_id: int) -> str:
     return dispatch_claimed(task_id)
 
 
+@dataclasses.dataclass(slots=True)
+class _Ready:
+    """A claimed task admitted for dispatch, and the request for its next attempt."""
+
+    task: Task
+    number: int
+    key: str
+    request: SubmitRequest
+
+
 def dispatch_claimed(task_id: int) -> str:
     """Submit the next attempt of a task whose dispatch lease this dispatcher holds."""
+    ready = _prepare(task_id)
+    if isinstance(ready, str):
+        return ready
+    backend = get_backend(ready.task.backend)
+    try:
+        # A job under this key can exist only if an earlier dispatcher claimed this attempt
+        # and got as far as submitting; the first claimant skips the look-up.
+        job = _found(backend, ready) or backend.submit(ready.request)
+    except BackendError as exc:
+        return _not_submitted(ready, exc)
+    return _submitted(ready, job)
+
+
+def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
+    """Dispatch claimed tasks together: one `submit_all` per backend (the local backend
+    places them all in one scheduling pass). Returns how many were submitted and the ids
+    whose backend was unreachable (released, to be tried again later)."""
+    ready = [r for r in map(_prepare, task_ids) if not isinstance(r, str)]
+    by_backend: dict[str, list[_Ready]] = {}
+    for r in ready:
+        by_backend.setdefault(r.task.backend, []).append(r)
+    submitted, retry = 0, []
+    for alias, group in by_backend.items():
+        backend = get_backend(alias)
+        results: list[Job | BackendError] = []
+        fresh: list[_Ready] = []
+        for r in group:
+            try:
+                job = _found(backend, r)
+            except BackendError as exc:
+                job = exc
+            if job is None:
+                fresh.append(r)
+            else:
+                results.append(job)
+        group = [r for r in group if r not in fresh] + fresh
+        results += submit_all(backend, [r.request for r in fresh])
+        for r, outcome in zip(group, results, strict=True):
+            try:
+                if isinstance(outcome, BackendError):
+                    _not_submitted(r, outcome)
+                else:
+                    submitted += _submitted(r, outcome) == "submitted"
+            except DispatchRetry:
+                retry.append(r.task.pk)
+    return submitted, retry
+
+
+def _prepare(task_id: int) -> _Ready | str:
+    """The claimed task with its admission decided: ready to submit, or what became of it."""
     # One narrow query: building the full rows of task, queue, pool, project and user was
     # the costliest part of a dispatch after the submit itself.
     task = (
@@ -123,7 +191,6 @@ def dispatch_claimed(task_id: int) -> str:
         return "refused"
     number = task.attempts + 1
     key = attempt_key(task.pk, number, task.key_salt)
-    backend = get_backend(task.backend)
     site = site_view()
     queue = site.queues.get(task.queue.name)
     if queue is None:  # deleted meanwhile; the fresh view will know
@@ -142,18 +209,26 @@ def dispatch_claimed(task_id: int) -> str:
         },
         priority=task.priority_value,
     )
-    try:
-        # A job under this key can exist only if an earlier dispatcher claimed this attempt
-        # and got as far as submitting; the first claimant skips the look-up.
-        job = (backend.find(key) if task.dispatch_claims > 1 else None) or backend.submit(request)
-    except BackendUnavailable as exc:
-        _release(task_id, reason=f"{SCHEDULER_UNREACHABLE}: {exc}")
-        raise DispatchRetry(str(exc)) from exc
-    except BackendError as exc:
-        _release(task_id)
-        task_set_state(task=task, to=S.FAILED, reason=f"the backend refused the job: {exc}")
-        return "refused"
+    return _Ready(task, number, key, request)
 
+
+def _found(backend, ready: _Ready) -> Job | None:
+    return backend.find(ready.key) if ready.task.dispatch_claims > 1 else None
+
+
+def _not_submitted(ready: _Ready, exc: BackendError) -> str:
+    """Unreachable: released, DispatchRetry raised. Refused: the task fails."""
+    if isinstance(exc, BackendUnavailable):
+        _release(ready.task.pk, reason=f"{SCHEDULER_UNREACHABLE}: {exc}")
+        raise DispatchRetry(str(exc)) from exc
+    _release(ready.task.pk)
+    task_set_state(task=ready.task, to=S.FAILED, reason=f"the backend refused the job: {exc}")
+    return "refused"
+
+
+def _submitted(ready: _Ready, job: Job) -> str:
+    task, number, key = ready.task, ready.number, ready.key
+    backend = get_backend(task.backend)
     with transaction.atomic():
         moved = task_set_state(
             task=task,

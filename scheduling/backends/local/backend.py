@@ -120,6 +120,28 @@ class LocalBackend:
             self._schedule_locked()
         return self.store.job(request.key)
 
+    def submit_many(self, requests: list[SubmitRequest]) -> list[Job | BackendError]:
+        """Many jobs in one scheduling pass, under one lock (see `submit_all`)."""
+        out: list[Job | BackendError | None] = [None] * len(requests)
+        fresh = []
+        for at, request in enumerate(requests):
+            try:
+                _validate(request)
+            except BackendError as exc:
+                out[at] = exc
+                continue
+            out[at] = self.find(request.key)
+            if out[at] is None:
+                fresh.append(at)
+        if fresh:
+            with self.store.locked():
+                for at in fresh:
+                    self.store.create(requests[at])
+                self._schedule_locked()
+            for at in fresh:
+                out[at] = self.store.job(requests[at].key)
+        return out  # type: ignore[return-value] - every slot is filled above
+
     def find(self, key: str) -> Job | None:
         if not KEY_RE.match(key):
             return None

@@ -217,3 +217,33 @@ def test_each_backend_with_active_jobs_is_polled_once_per_cycle(api):
     for i in range(3):
         engine.task_dispatch(_submit(api, name=f"t{i}").pk)
     assert engine.active_backends() == ["fake"]
+
+
+def test_a_batch_is_claimed_at_once_and_dispatched_each_once(api):
+    tasks = [_submit(api, name=f"b{i}") for i in range(5)]
+    ids = [t.pk for t in tasks]
+    first = dispatch.claim_many(ids[:3])
+    assert first == ids[:3]
+    assert dispatch.claim_many(ids) == ids[3:]  # the first three are leased already
+    submitted, retry = engine.dispatch_claimed_many(ids)
+    assert (submitted, retry) == (5, [])
+    assert len(FakeBackend.jobs_for("fake")) == 5
+    assert dispatch.claim_many(ids) == []  # nothing left pending: a redelivery does nothing
+    assert set(Task.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"queued"}
+
+
+def test_a_batch_whose_backend_is_unreachable_is_released_for_a_retry(api, monkeypatch):
+    from scheduling.backends import BackendUnavailable
+
+    tasks = [_submit(api, name=f"u{i}") for i in range(3)]
+    ids = dispatch.claim_many([t.pk for t in tasks])
+    backend = get_backend("fake")
+
+    def down(request):
+        raise BackendUnavailable("the scheduler does not answer")
+
+    monkeypatch.setattr(backend, "submit", down)
+    assert engine.dispatch_claimed_many(ids) == (0, ids)
+    rows = Task.objects.filter(pk__in=ids)
+    assert {(t.state, t.dispatch_lease_until) for t in rows} == {("pending", None)}
+    assert all("does not answer" in t.reason for t in rows)

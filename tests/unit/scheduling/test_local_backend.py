@@ -6,6 +6,7 @@ test's jobs are cancelled at teardown, so nothing outlives the test.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -20,7 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.backends.base import Backend, BackendError, Job, JobState, SubmitRequest
+from scheduling.backends.base import (
+    Backend,
+    BackendError,
+    Job,
+    JobState,
+    SubmitRequest,
+    submit_all,
+)
 from scheduling.backends.local import BWRAP_MISSING, SUPERVISOR_DIED, LocalBackend
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.decisions.types import NodeView, QueuePolicy
@@ -673,3 +681,21 @@ def test_a_log_chunk_never_cuts_a_character():
         shown = decode_log(text[:end])
         assert "\ufffd" not in shown and text.startswith(shown.encode())
     assert decode_log(b"ab\xffcd") == "ab\ufffdcd"  # invalid bytes inside are replaced
+
+
+def test_many_jobs_are_placed_in_one_scheduling_pass(make, monkeypatch):
+    backend = make()
+    passes = []
+    real = backend._schedule_locked
+    monkeypatch.setattr(backend, "_schedule_locked", lambda: passes.append(1) or real())
+    already = backend.submit(request("many-0", ["true"]))
+    passes.clear()
+    bad = request("many-bad", ["true"])
+    bad = dataclasses.replace(bad, key="Not A Key")
+    results = submit_all(backend, [request(f"many-{i}", ["true"]) for i in range(4)] + [bad])
+    assert passes == [1]  # one pass for the four new jobs
+    assert results[0].backend_id == already.backend_id == "many-0"  # found, not made again
+    assert [r.backend_id for r in results[1:4]] == ["many-1", "many-2", "many-3"]
+    assert isinstance(results[4], BackendError) and "key" in str(results[4])
+    for i in range(4):
+        assert finished(backend, f"many-{i}").state is JobState.SUCCEEDED
