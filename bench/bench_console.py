@@ -32,6 +32,8 @@ from bench import _common as c  # noqa: E402
 N_TASKS = 100_000
 TARGET_MS = 300
 LIST_TARGET_MS = 150
+WF_PAGE_TARGET_MS = 300  # a 1,000-task workflow's page
+WF_LIVE_TARGET_BYTES = 50_000  # its live update when one task changed
 COMMAND = ".venv/bin/python bench/bench_console.py (and with DATABASE_URL=postgres://…)"
 PAGES = [
     ("researcher dashboard", "alice", "/dashboard/", False),
@@ -107,7 +109,46 @@ def _fill(n: int) -> dict[str, Any]:
                     project=projects[i % len(projects)].slug) for i in range(20_000)],
         batch_size=5000,
     )  # fmt: skip
+    _workflow(queues["inference-agent"], now)
     return {"tasks": Task.objects.count(), "fill_s": round(time.perf_counter() - started, 1)}
+
+
+WF_TASKS, WF_LAYER, WF_FAN_IN = 1000, 50, 20  # 20 layers of 50; each task after the first
+WF_NAME = "bench-1000"  # layer depends on 20 of the layer before: 19,000 edges
+
+
+def _workflow(queue, now) -> None:
+    """A running 1,000-task workflow of alice's (issue 14's page: 2.8 s and 4.2 MB before)."""
+    from datetime import timedelta
+
+    from django.contrib.auth.models import User
+
+    from portal.models import Project
+    from scheduling.models import Task, Workflow
+
+    alice = User.objects.get(username="alice")
+    project = Project.objects.get(slug="materials")
+    wf = Workflow.objects.create(project=project, owner=alice, name=WF_NAME, descriptor="{}",
+                                 descriptor_format="json", state="running")  # fmt: skip
+    done = WF_TASKS // 3
+    Task.objects.bulk_create(
+        [Task(project=project, owner=alice, workflow=wf, name=f"step-{i:04d}", descriptor="{}",
+              spec={"name": f"step-{i:04d}"}, type="agent", queue=queue, backend="local",
+              state="succeeded" if i < done else "running" if i < done + 50 else "waiting",
+              reason="" if i < done + 50 else "waiting for its dependencies", cpus=1,
+              attempts=1 if i < done + 50 else 0, submitted_at=now)
+         for i in range(WF_TASKS)],
+        batch_size=2000,
+    )  # fmt: skip
+    ids = list(wf.tasks.order_by("id").values_list("pk", flat=True))
+    edge = Task.depends_on.through
+    edges = [
+        edge(from_task_id=ids[i], to_task_id=ids[(i // WF_LAYER - 1) * WF_LAYER + (i + k) % WF_LAYER])
+        for i in range(WF_LAYER, WF_TASKS) for k in range(WF_FAN_IN)
+    ]  # fmt: skip
+    edge.objects.bulk_create(edges, batch_size=5000)
+    # Changed long ago: the live update then sends only what the measurement changes.
+    wf.tasks.update(updated_at=now - timedelta(hours=1))
 
 
 def _measure() -> dict[str, Any]:
@@ -144,7 +185,50 @@ def _measure() -> dict[str, Any]:
             "queries": len(queries),
             "bytes": len(response.content),
         }
+    out.update(_measure_workflow())
     return out
+
+
+def _measure_workflow() -> dict[str, Any]:
+    """The 1,000-task workflow's page, and its live update after one task changed."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.utils import timezone
+
+    from scheduling.models import Task, Workflow
+
+    wf = Workflow.objects.get(name=WF_NAME)
+    client = Client()
+    client.force_login(User.objects.get(username="alice"))
+    path = f"/workflows/{wf.pk}/"
+    times = []
+    for _ in range(4):
+        t0 = time.perf_counter()
+        page = client.get(path)
+        times.append(time.perf_counter() - t0)
+        assert page.status_code == 200
+    since = float(page.content.decode().split('data-since="', 1)[1].split('"', 1)[0])
+    one = wf.tasks.filter(state="running").order_by("id").first()
+    Task.objects.filter(pk=one.pk).update(state="succeeded", updated_at=timezone.now())
+    live = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        update = client.get(f"/workflows/{wf.pk}/changes/?since={since}")
+        live.append(time.perf_counter() - t0)
+        assert update.status_code == 200 and len(update.json()["tasks"]) == 1
+    edges = Task.depends_on.through.objects.filter(from_task__workflow=wf).count()
+    return {
+        f"workflow page, {WF_TASKS:,} tasks and {edges:,} edges": {
+            "path": path, "cold_ms": round(times[0] * 1000, 1),
+            "median_ms": round(statistics.median(times[1:]) * 1000, 1), "queries": 0,
+            "bytes": len(page.content), "target_ms": WF_PAGE_TARGET_MS,
+        },
+        "workflow live update, one task changed": {
+            "path": f"/workflows/{wf.pk}/changes/", "cold_ms": round(live[0] * 1000, 1),
+            "median_ms": round(statistics.median(live[1:]) * 1000, 1), "queries": 0,
+            "bytes": len(update.content), "target_bytes": WF_LIVE_TARGET_BYTES,
+        },
+    }  # fmt: skip
 
 
 def _child(env: dict[str, str], *args: str) -> dict[str, Any]:

@@ -169,7 +169,16 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
     if con:
         for database in ("sqlite", "postgresql"):
             for name, page in con.get(database, {}).get("pages", {}).items():
-                target = con["list_target_ms"] if name.startswith("task list") else con["target_ms"]
+                if "target_bytes" in page:  # a live update: judged by what it sends
+                    rows.append(
+                        f"| {name}, {database} | {_fmt(page['bytes'])} bytes "
+                        f"({page['median_ms']} ms) | ≤ {_fmt(page['target_bytes'])} bytes "
+                        f"| {_met(page['bytes'] <= page['target_bytes'])} |"
+                    )
+                    continue
+                target = page.get("target_ms") or (
+                    con["list_target_ms"] if name.startswith("task list") else con["target_ms"]
+                )
                 rows.append(
                     f"| {name}, {_fmt(con[database]['tasks'])} tasks, {database} (first render "
                     f"{page['cold_ms']} ms) | {page['median_ms']} ms | ≤ {target} ms "

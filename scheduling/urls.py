@@ -17,6 +17,7 @@ urlpatterns = [
     path("workflows/", views.workflow_list, name="workflow-list"),
     path("workflows/<int:pk>/", views.workflow_detail, name="workflow-detail"),
     path("workflows/<int:pk>/cancel/", views.workflow_cancel, name="workflow-cancel"),
+    path("workflows/<int:pk>/changes/", views.workflow_changes, name="workflow-changes"),
     path(
         "tasks/<int:pk>/priority/",
         views_policy.task_priority_request,

@@ -104,7 +104,9 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
             elif isinstance(decision, Reject):
                 task_set_state(task=task, to=S.FAILED, reason=f"refused: {decision.reason}")
             elif decision.reason != task.reason:
-                Task.objects.filter(pk=task.pk, state=S.WAITING).update(reason=decision.reason)
+                Task.objects.filter(pk=task.pk, state=S.WAITING).update(
+                    reason=decision.reason, updated_at=timezone.now()
+                )
     return released
 
 

@@ -51,7 +51,8 @@ def backend_poll(alias: str) -> int:
     except BackendUnavailable as exc:
         reason = f"{SCHEDULER_UNREACHABLE}: {exc}"
         Task.objects.filter(pk__in=[t.pk for t in tasks]).exclude(reason=reason).update(
-            reason=reason
+            reason=reason,
+            updated_at=timezone.now(),  # the workflow page sends what changed
         )
         return 0
     changed = 0
@@ -73,7 +74,9 @@ def apply_job(task: Task, job: Job) -> bool:
         # away at the first poll that reaches the backend again.
         reason = job.reason or (QUEUED_REASON if target == S.QUEUED else "")
         if reason != task.reason:
-            Task.objects.filter(pk=task.pk, state=task.state).update(reason=reason)
+            Task.objects.filter(pk=task.pk, state=task.state).update(
+                reason=reason, updated_at=timezone.now()
+            )
             task.reason = reason
             return True
         return False

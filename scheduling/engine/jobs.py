@@ -65,13 +65,15 @@ def _cancel_one(task_id: int) -> int:
                 get_backend(task.backend).cancel(task.backend_id)
             except BackendUnavailable as exc:
                 Task.objects.filter(pk=task.pk, state=task.state).update(
-                    reason=f"cancelling: {SCHEDULER_UNREACHABLE} ({exc}); retrying"
+                    reason=f"cancelling: {SCHEDULER_UNREACHABLE} ({exc}); retrying",
+                    updated_at=timezone.now(),
                 )
                 raise
             except BackendError as exc:
                 # Refused, not unreachable: say so; the sweep asks again later.
                 Task.objects.filter(pk=task.pk, state=task.state).update(
-                    reason=f"cancelling: the backend refused the cancel ({exc}); retrying"
+                    reason=f"cancelling: the backend refused the cancel ({exc}); retrying",
+                    updated_at=timezone.now(),
                 )
                 log.warning("cancel of %s refused: %s", task.backend_id, exc)
                 return 0

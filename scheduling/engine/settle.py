@@ -104,7 +104,9 @@ def settle_waiting(task_ids: Iterable[int]) -> None:
 
 def _set_reason(task: Task, reason: str) -> None:
     if task.reason != reason:
-        Task.objects.filter(pk=task.pk, state=S.WAITING).update(reason=reason)
+        Task.objects.filter(pk=task.pk, state=S.WAITING).update(
+            reason=reason, updated_at=timezone.now()
+        )
 
 
 def workflow_refresh(workflow_id: int) -> None:

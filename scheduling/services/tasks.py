@@ -289,7 +289,9 @@ def task_request_cancel(*, tasks: list[Task], who: str) -> list[int]:
             reason = f"cancelling: asked by {who}"
             if Task.objects.filter(
                 pk=task.pk, state__in=ACTIVE_STATES, cancel_requested_at=None
-            ).update(cancel_requested_at=now, cancel_requested_by=who, reason=reason):
+            ).update(
+                cancel_requested_at=now, cancel_requested_by=who, reason=reason, updated_at=now
+            ):
                 TaskEvent.objects.create(
                     task=task, at=now, from_state=task.state, to_state=task.state, message=reason
                 )
