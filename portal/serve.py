@@ -30,9 +30,13 @@ def web_argv(
     workers: int | None = None,
     threads: int = 4,
     access_log: bool = False,
+    control_socket: str | None = None,
     python: str = sys.executable,
 ) -> list[str]:
-    """`gunicorn portal.wsgi` bound to `addr` (host:port)."""
+    """`gunicorn portal.wsgi` bound to `addr` (host:port). `control_socket`: where gunicorn's
+    control interface listens (`gunicornc -s PATH`: worker status, more or fewer workers, a
+    graceful reload); without it there is none (gunicorn's default path is one per user,
+    which two portals on one machine would share)."""
     argv = [
         python,
         "-m",
@@ -66,4 +70,8 @@ def web_argv(
     ]
     if access_log:
         argv += ["--access-logfile", "-"]
+    if control_socket:
+        argv += ["--control-socket", control_socket]
+    else:
+        argv += ["--no-control-socket"]
     return argv

@@ -54,7 +54,12 @@ class Command(BaseCommand):
             )  # fmt: skip
             return
         if role == "web":
-            argv = web_argv(o["addr"], workers=o["workers"], access_log=True)
+            argv = web_argv(
+                o["addr"],
+                workers=o["workers"],
+                access_log=True,
+                control_socket=str(settings.VAR_DIR / "gunicorn.ctl"),
+            )
         elif role == "worker":
             argv = worker_argv(
                 beat_schedule=None,

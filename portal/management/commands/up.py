@@ -62,7 +62,11 @@ class Command(BaseCommand):
         if dev:
             web = [*manage, "runserver", addr]
         else:
-            web = web_argv(addr, workers=options["web_workers"])
+            web = web_argv(
+                addr,
+                workers=options["web_workers"],
+                control_socket=str(settings.VAR_DIR / "gunicorn.ctl"),
+            )
         procs = {
             "worker": subprocess.Popen(
                 worker_argv(beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),

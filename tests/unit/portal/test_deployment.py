@@ -84,7 +84,8 @@ def var_env(tmp_path):
 def test_the_services_run_the_command_lines_make_run_starts(var_env):
     web = _print("web", var_env)
     addr = COMPOSE["services"]["web"]["command"][-1]
-    assert web == web_argv(addr, access_log=True)
+    control = str(Path(var_env["SWITCHYARD_VAR_DIR"]) / "gunicorn.ctl")
+    assert web == web_argv(addr, access_log=True, control_socket=control)
     worker = _print("worker", var_env)
     assert worker == worker_argv(beat_schedule=None, loglevel="INFO", concurrency=2)
     beat = _print("beat", var_env)
