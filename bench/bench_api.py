@@ -137,7 +137,6 @@ def _batch_child(n: int) -> dict[str, Any]:
         "seconds": time.perf_counter() - start,
         "statuses": statuses,
         "latencies": latencies,
-        "messages_expected": len(bodies),
     }
 
 

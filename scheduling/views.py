@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -182,7 +184,7 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "picture": picture,
         "edges_svg": edges_svg(picture.edges),
         "boxes_svg": boxes_svg(picture, reverse("task-detail", args=[0])),
-        "counts": _counts(task.state for task in tasks),
+        "counts": _counts(Counter(task.state for task in tasks)),
         # Live while a task can still move: a failed (aborted) workflow may still have
         # tasks running on other branches.
         "live": any(task.state not in TERMINAL_STATES for task in tasks),
@@ -241,15 +243,8 @@ def _task_change(task: Task) -> dict[str, Any]:
     }
 
 
-def _counts(states) -> list[tuple[str, int]]:
-    """(state, number of tasks) in the order states are listed; `states` is an iterable of
-    states or a mapping of state to count."""
-    counts: dict[str, int] = {}
-    if isinstance(states, dict):
-        counts = dict(states)
-    else:
-        for state in states:
-            counts[state] = counts.get(state, 0) + 1
+def _counts(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    """(state, number of tasks) in the order states are listed."""
     return sorted(counts.items(), key=lambda kv: _STATE_ORDER.index(kv[0]))
 
 

@@ -143,7 +143,7 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
     submitted, retry = 0, []
     for alias, group in by_backend.items():
         backend = get_backend(alias)
-        results: list[Job | BackendError] = []
+        outcomes: list[tuple[_Ready, Job | BackendError]] = []  # found by an earlier claimant
         fresh: list[_Ready] = []
         for r in group:
             try:
@@ -153,10 +153,9 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
             if job is None:
                 fresh.append(r)
             else:
-                results.append(job)
-        group = [r for r in group if r not in fresh] + fresh
-        results += submit_all(backend, [r.request for r in fresh])
-        for r, outcome in zip(group, results, strict=True):
+                outcomes.append((r, job))
+        outcomes += zip(fresh, submit_all(backend, [r.request for r in fresh]), strict=True)
+        for r, outcome in outcomes:
             try:
                 if isinstance(outcome, BackendError):
                     _not_submitted(r, outcome)
