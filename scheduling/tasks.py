@@ -26,8 +26,17 @@ from scheduling.services.simulation import simulation_fail_orphans, simulation_r
     retry_backoff_max=60,
     retry_jitter=True,
 )
-def dispatch(self, task_id: int) -> str:
-    return engine.task_dispatch(task_id)
+def dispatch(self, task_id: int) -> int:
+    """The task, and with it the backlog of other free pending tasks (docs/deployment.md,
+    "Dispatch"). Its own unreachable backend retries this message with backoff; another
+    task's gets a message of its own."""
+    submitted, retry = engine.dispatch_along(task_id, at_most=CLAIM_AT_ONCE)
+    for other in retry:
+        if other != task_id:
+            dispatch.apply_async((other,), countdown=2)
+    if task_id in retry:
+        raise engine.DispatchRetry(f"task {task_id}: its backend was unreachable")
+    return submitted
 
 
 CLAIM_AT_ONCE = 50

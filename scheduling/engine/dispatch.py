@@ -53,15 +53,23 @@ class DispatchRetry(Exception):
     """The backend was unreachable; the dispatch should be tried again later."""
 
 
+def _free(now) -> Q:
+    """Pending tasks no dispatcher holds and no backoff keeps back."""
+    return (
+        Q(state=S.PENDING)
+        & (Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
+        & (Q(not_before__isnull=True) | Q(not_before__lte=now))
+    )
+
+
 def _claim(task_id: int) -> bool:
     """Take the dispatch lease on a pending task; only one dispatcher holds it at a time."""
     now = timezone.now()
     until = now + timedelta(seconds=settings.SWITCHYARD_DISPATCH_LEASE_SECONDS)
     return bool(
-        Task.objects.filter(pk=task_id, state=S.PENDING)
-        .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
-        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-        .update(dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1)
+        Task.objects.filter(_free(now), pk=task_id).update(
+            dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1
+        )
     )
 
 
@@ -80,9 +88,7 @@ def claim_many(task_ids: list[int]) -> list[int]:
         seconds=settings.SWITCHYARD_DISPATCH_LEASE_SECONDS,
         microseconds=secrets.randbelow(1_000_000),
     )
-    Task.objects.filter(pk__in=task_ids, state=S.PENDING).filter(
-        Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now)
-    ).filter(Q(not_before__isnull=True) | Q(not_before__lte=now)).update(
+    Task.objects.filter(_free(now), pk__in=task_ids).update(
         dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1
     )
     held = set(
@@ -105,6 +111,27 @@ def task_dispatch(task_id: int) -> str:
     if not _claim(task_id):
         return "not-claimed"
     return dispatch_claimed(task_id)
+
+
+def dispatch_along(task_id: int, *, at_most: int) -> tuple[int, list[int]]:
+    """Dispatch a task together with the other pending tasks free now, oldest first, up to
+    `at_most` in all: under load their own messages wait behind this one, and one backend
+    pass for all of them (the local backend's single scheduling pass) costs about what one
+    task's does; their messages then find nothing to claim. Tasks whose backend was last
+    found unreachable are left to their own backed-off retries.
+
+    Returns how many were submitted and the ids to try again later (as
+    `dispatch_claimed_many`).
+    """
+    now = timezone.now()
+    others = (
+        Task.objects.filter(_free(now))
+        .exclude(pk=task_id)
+        .exclude(reason__startswith=SCHEDULER_UNREACHABLE)
+        .order_by("pk")
+        .values_list("pk", flat=True)[: at_most - 1]
+    )
+    return dispatch_claimed_many(claim_many([task_id, *others]))
 
 
 @dataclasses.dataclass(slots=True)
@@ -293,8 +320,5 @@ def sweep_pending() -> list[int]:
     now = timezone.now()
     stale = now - timedelta(seconds=settings.SWITCHYARD_PENDING_GRACE_SECONDS)
     return list(
-        Task.objects.filter(state=S.PENDING, updated_at__lt=stale)
-        .filter(Q(dispatch_lease_until__isnull=True) | Q(dispatch_lease_until__lt=now))
-        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-        .values_list("pk", flat=True)[:1000]
+        Task.objects.filter(_free(now), updated_at__lt=stale).values_list("pk", flat=True)[:1000]
     )

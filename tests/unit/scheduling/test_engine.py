@@ -247,3 +247,29 @@ def test_a_batch_whose_backend_is_unreachable_is_released_for_a_retry(api, monke
     rows = Task.objects.filter(pk__in=ids)
     assert {(t.state, t.dispatch_lease_until) for t in rows} == {("pending", None)}
     assert all("does not answer" in t.reason for t in rows)
+
+
+def test_one_dispatch_message_takes_the_free_backlog_with_it(api):
+    from scheduling import tasks as celery_tasks
+
+    own, *backlog = [_submit(api, name=f"q{i}") for i in range(6)]
+    leased, backed_off, unreachable, *free = backlog
+    dispatch.claim_many([leased.pk])  # another dispatcher holds it
+    later = timezone.now() + timedelta(minutes=5)
+    Task.objects.filter(pk=backed_off.pk).update(not_before=later)
+    Task.objects.filter(pk=unreachable.pk).update(reason="scheduler unreachable: down")
+
+    assert celery_tasks.dispatch(own.pk) == 1 + len(free)
+    queued = set(Task.objects.filter(state="queued").values_list("pk", flat=True))
+    assert queued == {own.pk, *(t.pk for t in free)}
+    assert len(FakeBackend.jobs_for("fake")) == 3
+    # The backlog's own messages, arriving later, find nothing to claim.
+    assert celery_tasks.dispatch(free[0].pk) == 0
+    assert len(FakeBackend.jobs_for("fake")) == 3
+
+
+def test_the_backlog_taken_along_is_bounded_oldest_first(api):
+    tasks = [_submit(api, name=f"o{i}") for i in range(6)]
+    assert engine.dispatch_along(tasks[-1].pk, at_most=3) == (3, [])
+    queued = set(Task.objects.filter(state="queued").values_list("pk", flat=True))
+    assert queued == {tasks[-1].pk, tasks[0].pk, tasks[1].pk}
