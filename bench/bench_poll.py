@@ -154,3 +154,44 @@ if __name__ == "__main__":
         print(json.dumps(_child(int(sys.argv[2]))))
     else:
         print(json.dumps(run()))
+
+
+def summary_rows(result: dict[str, Any]) -> list[str]:
+    """The rows of docs/benchmarks.md's summary (bench/run_all.py)."""
+    rows = []
+    target = result["target_s"]
+    for database in ("sqlite", "postgresql"):
+        if database in result:
+            r = result[database]
+            rows.append(
+                f"| one poll cycle, {r['jobs']:,} active jobs on the local backend, nothing "
+                f"changed, {database} | {r['steady_cycle_s']} s | ≤ {target} s "
+                f"| {'**yes**' if r['steady_cycle_s'] <= target else '**no**'} |"
+            )
+            rows.append(
+                f"| one poll cycle, {r['jobs']:,} active jobs, {r['changed']} of them ended, "
+                f"{database} | {r['cycle_with_changes_s']} s | ≤ {target} s "
+                f"| {'**yes**' if r['cycle_with_changes_s'] <= target else '**no**'} |"
+            )
+    return rows
+
+
+def section(result: dict[str, Any]) -> list[str]:
+    """The section of docs/benchmarks.md (bench/run_all.py)."""
+    out = [
+        "## Polling 10,000 active jobs",
+        "",
+        f"`{COMMAND}`: {__doc__.split(chr(10), 4)[4].strip()}".replace("\n", " "),
+        "",
+        f"| database | jobs | dispatched (jobs/s) | steady cycles | cycle with {N_CHANGED} ended |",
+        "|---|---|---|---|---|",
+    ]
+    for database in ("sqlite", "postgresql"):
+        if database in result:
+            r = result[database]
+            cycles = ", ".join(f"{s} s" for s in r["steady_cycles_s"])
+            out.append(
+                f"| {database} | {r['jobs']:,} | {r['dispatch_per_s']} | {cycles} "
+                f"| {r['cycle_with_changes_s']} s |"
+            )
+    return out

@@ -28,6 +28,7 @@ from bench import (  # noqa: E402
     bench_decisions,
     bench_latency,
     bench_policy,
+    bench_poll,
     bench_simulator,
     bench_slurm,
 )
@@ -60,6 +61,7 @@ BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("preempt", bench_capacity.run, bench_capacity.COMMAND),
     ("api", bench_api.run, bench_api.COMMAND),
     ("latency", bench_latency.run, bench_latency.COMMAND),
+    ("poll", bench_poll.run, bench_poll.COMMAND),
     ("slurm", bench_slurm.run, ".venv/bin/python bench/bench_slurm.py"),
     ("accounting", bench_accounting.run, bench_accounting.COMMAND),
     ("console", bench_console.run, bench_console.COMMAND),
@@ -137,6 +139,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
                     f"| agent submit → running p50, {label} ({what}) "
                     f"| {_fmt(p50)} ms | ≤ {target} ms | {_met(p50 <= target)} |"
                 )
+    if results.get("poll"):
+        rows += bench_poll.summary_rows(results["poll"])
     sl = results.get("slurm")
     if sl:
         rows.append(
@@ -422,6 +426,8 @@ def write_doc(
             *_latency_section(lat),
             "",
         ]
+    if results.get("poll"):
+        out += [*bench_poll.section(results["poll"]), ""]
     acc = results.get("accounting")
     if acc and "report" in acc:
         out += [

@@ -15,8 +15,8 @@ from __future__ import annotations
 from scheduling.engine.dispatch import (
     DispatchRetry,
     claim_many,
-    dispatch_claimed,
     dispatch_along,
+    dispatch_claimed,
     dispatch_claimed_many,
     sweep_pending,
     task_dispatch,

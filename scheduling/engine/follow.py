@@ -41,26 +41,53 @@ _RETRIABLE = frozenset({JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, J
 
 
 def backend_poll(alias: str) -> int:
-    """Follow every active job of one backend with one batched poll call. Returns changes."""
-    tasks = list(Task.objects.filter(backend=alias, state__in=ACTIVE_STATES).exclude(backend_id=""))
-    if not tasks:
+    """Follow every active job of one backend with one batched poll call. Returns changes.
+
+    The active tasks are read as a few columns each; only those whose job says something
+    new are loaded whole (10,000 running jobs, nothing changed: no model is built).
+    """
+    active = list(
+        Task.objects.filter(backend=alias, state__in=ACTIVE_STATES)
+        .exclude(backend_id="")
+        .values_list("pk", "backend_id", "state", "reason", "cancel_requested_at")
+    )
+    if not active:
         return 0
     backend = get_backend(alias)
     try:
-        jobs = backend.poll([t.backend_id for t in tasks])
+        jobs = backend.poll([backend_id for _, backend_id, *_ in active])
     except BackendUnavailable as exc:
         reason = f"{SCHEDULER_UNREACHABLE}: {exc}"
-        Task.objects.filter(pk__in=[t.pk for t in tasks]).exclude(reason=reason).update(
+        Task.objects.filter(pk__in=[pk for pk, *_ in active]).exclude(reason=reason).update(
             reason=reason,
             updated_at=timezone.now(),  # the workflow page sends what changed
         )
         return 0
+    news = {}
+    for pk, backend_id, state, reason, cancel_requested_at in active:
+        job = jobs.get(backend_id)
+        if job is not None and not _same(job, state, reason, cancel_requested_at):
+            news[pk] = job
     changed = 0
-    for task in tasks:
-        job = jobs.get(task.backend_id)
-        if job is not None and apply_job(task, job):
-            changed += 1
+    ids = sorted(news)
+    for at in range(0, len(ids), 1000):  # within every database's limit of parameters
+        for task in Task.objects.filter(pk__in=ids[at : at + 1000]).order_by("pk"):
+            job = news[task.pk]
+            if task.backend_id == job.backend_id and apply_job(task, job):
+                changed += 1
     return changed
+
+
+def _same(job: Job, state: str, reason: str, cancel_requested_at) -> bool:
+    """Whether `apply_job` would leave a task in this state and with this reason alone."""
+    target = _JOB_TO_TASK[job.state]
+    if target == S.QUEUED and state == S.RUNNING:
+        return True  # a running job never goes back to pending here
+    if target != state:
+        return False
+    if cancel_requested_at is not None:
+        return True
+    return (job.reason or (QUEUED_REASON if target == S.QUEUED else "")) == reason
 
 
 def apply_job(task: Task, job: Job) -> bool:

@@ -170,10 +170,12 @@ class LocalBackend:
     def poll(self, backend_ids: list[str]) -> dict[str, Job]:
         # Freed capacity is reused here, and dead supervisors are found here.
         with self.store.locked():
-            self._schedule_locked()
+            known = self._schedule_locked()
         result: dict[str, Job] = {}
         for backend_id in backend_ids:
-            state = self.store.read_state(backend_id) if KEY_RE.match(backend_id) else None
+            state = known.get(backend_id)
+            if state is None and KEY_RE.match(backend_id):
+                state = self.store.read_state(backend_id)
             if state is None:
                 result[backend_id] = Job(
                     backend_id, JobState.UNKNOWN, reason="the local backend has no such job"
@@ -277,11 +279,15 @@ class LocalBackend:
 
     # -- scheduling pass ---------------------------------------------------------------
 
-    def _schedule_locked(self) -> None:
-        """Run the pass over the pending jobs and carry its decisions out (under the lock)."""
-        allocations, per_queue, waiting = self._live_allocations()
+    def _schedule_locked(self) -> dict[str, dict]:
+        """Run the pass over the pending jobs and carry its decisions out (under the lock).
+
+        Returns the states it read, as it left them, of the jobs it did not start or fail
+        (a poll of 10,000 jobs reads each file once, not three times)."""
+        allocations, per_queue, states = self._live_allocations()
+        waiting = {key: state for key, state in states.items() if state["state"] == "pending"}
         if not waiting:
-            return
+            return states
         jobs = []
         for key, state in waiting.items():
             request = self.store.request(key)
@@ -307,30 +313,36 @@ class LocalBackend:
         )
         for decision in decisions:
             if isinstance(decision, Start):
+                del states[decision.key]
                 self._start(decision.key, self.store.request(decision.key), decision.placement)
             elif isinstance(decision, Fail):
+                del states[decision.key]
                 self._fail_unstarted(decision.key, decision.reason)
             else:
-                self._set_waiting(decision.key, decision.reason)
+                self._set_waiting(decision.key, decision.reason, states[decision.key])
+        return states
 
     def _live_allocations(
         self,
     ) -> tuple[dict[str, list[NodeAllocation]], Counter[str], dict[str, dict]]:
         """Allocations of starting/running jobs by node, running jobs per queue, and the
-        states of pending jobs; retires what has finished and fails dead supervisors."""
+        state of every job it read; retires what has finished and fails dead supervisors."""
         for key, child in list(self._children.items()):
             if child.poll() is not None:  # reaps it
                 del self._children[key]
         allocations: dict[str, list[NodeAllocation]] = defaultdict(list)
         per_queue: Counter[str] = Counter()
-        waiting: dict[str, dict] = {}
+        states: dict[str, dict] = {}
         for key in self.store.active_keys():
             state = self.store.read_state(key)
-            if state is None or state["state"] in FINAL:
+            if state is None:
+                self.store.retire(key)
+                continue
+            states[key] = state
+            if state["state"] in FINAL:
                 self.store.retire(key)
                 continue
             if state["state"] == "pending":
-                waiting[key] = state
                 continue
             if not launch.supervisor_alive(self.store, key, state):
                 # Re-read: it may have written its final state just before exiting.
@@ -343,12 +355,13 @@ class LocalBackend:
                         ended_at=now_iso(),
                     )
                     self.store.write_state(key, state)
+                states[key] = state
                 self.store.retire(key)
                 continue
             for a in self.store.read_alloc(key).allocations:
                 allocations[a.node].append(a)
             per_queue[state.get("queue", "")] += 1
-        return allocations, per_queue, waiting
+        return allocations, per_queue, states
 
     def _lent(self, pools: dict[str, tuple[NodeView, ...]]) -> dict[str, tuple[NodeView, ...]]:
         """The inventory with the nodes of the leases this backend was told about moved."""
@@ -462,8 +475,8 @@ class LocalBackend:
         self.store.write_state(key, state)
         self.store.retire(key)
 
-    def _set_waiting(self, key: str, reason: str) -> None:
-        state = self.store.read_state(key) or {}
+    def _set_waiting(self, key: str, reason: str, state: dict) -> None:
+        """`state` is the job's state as this pass read it (under the lock: still current)."""
         if state.get("reason") != reason:  # no write per pass when nothing changed
             state["reason"] = reason
             self.store.write_state(key, state)

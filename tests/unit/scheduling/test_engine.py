@@ -273,3 +273,19 @@ def test_the_backlog_taken_along_is_bounded_oldest_first(api):
     assert engine.dispatch_along(tasks[-1].pk, at_most=3) == (3, [])
     queued = set(Task.objects.filter(state="queued").values_list("pk", flat=True))
     assert queued == {tasks[-1].pk, tasks[0].pk, tasks[1].pk}
+
+
+def test_a_poll_that_finds_nothing_new_reads_the_active_tasks_once(api, django_assert_num_queries):
+    tasks = [_submit(api, name=f"p{i}") for i in range(3)]
+    for task in tasks:
+        engine.task_dispatch(task.pk)
+    with django_assert_num_queries(1):  # a few columns each; no task is loaded whole
+        assert engine.backend_poll("fake") == 0
+    tasks[1].refresh_from_db()
+    get_backend("fake").finish(tasks[1].backend_id, JobState.SUCCEEDED, exit_code=0)
+    assert engine.backend_poll("fake") == 1
+    assert [t.state for t in Task.objects.filter(pk__in=[t.pk for t in tasks]).order_by("pk")] == [
+        "queued",
+        "succeeded",
+        "queued",
+    ]
