@@ -1,11 +1,18 @@
-"""500 tasks dispatched through Switchyard to Slurm versus 500 raw sbatch calls, in one run.
+"""1,000 tasks dispatched through Switchyard to Slurm versus 1,000 raw sbatch calls, in one run
+(target: ≤ 1.1 × the raw time).
 
 Needs the localhost cluster (`make slurm-up`). The raw side runs exactly the sbatch command
-and script the Slurm backend generates for each task (built beforehand, not timed), so the
-ratio is the portal's own cost per dispatch: the lease, the look-up skipped on a first
-claim, the state change with its event and attempt rows. The two sides alternate in one
-process (one raw sbatch, then one dispatch, each timed alone) so both meet the controller
-equally loaded; jobs are `true` and are cancelled right after, so the cluster is left idle.
+and script the Slurm backend generates for each task (built beforehand, not timed), one call
+after another, as a script looping over sbatch would. The Switchyard side is what a worker
+does with a batch of pending tasks (`dispatch_many`, or a `dispatch` taking its backlog): one
+claim of 50 tasks, then `dispatch_claimed_many` — admission, the state change with its event
+and attempt rows, and the backend's `submit_many`, which runs `submit_concurrency` (4)
+sbatch calls at once. The two sides alternate in blocks of 50 (raw first in even blocks, the
+portal first in odd ones) so both meet the controller equally loaded. Beside it, 100 more
+tasks dispatched one at a time (`task_dispatch`, interleaved with as many raw calls): the
+portal's own cost per task when nothing is batched. The partition is down while both sides
+submit, so the jobs (`true`) queue and none starts: job start-ups on this 2-core machine load
+neither side; they are cancelled right after and the partition is brought back up.
 
 Run: `.venv/bin/python bench/bench_slurm.py` (prints one JSON line).
 """
@@ -24,8 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _common as c  # noqa: E402
 
-N = 500
-TARGET_RATIO = 1.2
+N = 1000
+N_SINGLE = 100
+BLOCK = 50  # a worker's claim (scheduling/tasks.py CLAIM_AT_ONCE)
+TARGET_RATIO = 1.1
+COMMAND = ".venv/bin/python bench/bench_slurm.py"
 SLURM_DIR = Path(os.environ.get("SWITCHYARD_SLURM_DIR", "/var/tmp/switchyard-slurm"))
 
 
@@ -63,7 +73,7 @@ def _inner(n: int) -> dict[str, Any]:
     backend.ensure_association("materials", backend.service_account)
 
     tasks = []
-    for i in range(n):
+    for i in range(n + N_SINGLE):
         doc["name"] = f"sw{i}"
         tasks.append(services.task_submit(user=alice, text=json.dumps(doc), fmt="json"))
 
@@ -81,26 +91,52 @@ def _inner(n: int) -> dict[str, Any]:
         for t in tasks
     ]
     commands = [backend.sbatch_command(r) for r in requests]
-    # Interleaved, one raw sbatch then one dispatch, each timed on its own: both sides see
-    # the same controller, equally loaded by the jobs already queued.
-    raw_ids = []
-    raw_s = switchyard_s = 0.0
-    for (argv, script), task in zip(commands, tasks, strict=True):
+    raw_ids: list[str] = []
+
+    def raw(block) -> float:
         t0 = time.perf_counter()
-        raw_ids.append(backend.run(argv, stdin=script).strip().split(";")[0])
-        t1 = time.perf_counter()
-        engine.task_dispatch(task.pk)
-        t2 = time.perf_counter()
-        raw_s += t1 - t0
-        switchyard_s += t2 - t1
+        for argv, script in block:
+            raw_ids.append(backend.run(argv, stdin=script).strip().split(";")[0])
+        return time.perf_counter() - t0
+
+    def ours(block) -> float:
+        t0 = time.perf_counter()
+        submitted, retry = engine.dispatch_claimed_many(engine.claim_many([t.pk for t in block]))
+        assert (submitted, retry) == (len(block), []), (submitted, retry)
+        return time.perf_counter() - t0
+
+    # The partition is down while both sides submit: jobs queue and none starts, so job
+    # start-ups on this small machine load neither side.
+    partition = tasks[0].queue.name
+    _partition_state(partition, "DOWN")
+    try:
+        raw_s = switchyard_s = 0.0
+        for b, at in enumerate(range(0, n, BLOCK)):
+            block = (commands[at : at + BLOCK], tasks[at : at + BLOCK])
+            if b % 2 == 0:
+                raw_s += raw(block[0])
+                switchyard_s += ours(block[1])
+            else:
+                switchyard_s += ours(block[1])
+                raw_s += raw(block[0])
+
+        # One at a time, interleaved call by call: the portal's own cost per task.
+        single_raw_s = single_s = 0.0
+        for command, task in zip(commands[n:], tasks[n:], strict=True):
+            single_raw_s += raw([command])
+            t0 = time.perf_counter()
+            engine.task_dispatch(task.pk)
+            single_s += time.perf_counter() - t0
+    finally:
+        _partition_state(partition, "UP")
 
     queued = Task.objects.filter(
         pk__in=[t.pk for t in tasks], state__in=["queued", "running", "succeeded"]
     ).count()
-    ours = list(
+    ours_ids = list(
         Task.objects.filter(pk__in=[t.pk for t in tasks]).values_list("backend_id", flat=True)
     )
-    job_ids = raw_ids + [b.partition(":")[0] for b in ours if b]
+    job_ids = raw_ids + [b.partition(":")[0] for b in ours_ids if b]
     for i in range(0, len(job_ids), 200):
         subprocess.run(
             ["scancel", *job_ids[i : i + 200]],
@@ -110,14 +146,60 @@ def _inner(n: int) -> dict[str, Any]:
     return {
         "bench": "slurm_dispatch",
         "n": n,
+        "block": BLOCK,
+        "submit_concurrency": backend.submit_concurrency,
         "raw_sbatch_s": round(raw_s, 3),
         "switchyard_s": round(switchyard_s, 3),
         "raw_per_job_ms": round(1000 * raw_s / n, 1),
         "switchyard_per_task_ms": round(1000 * switchyard_s / n, 1),
         "ratio": round(switchyard_s / raw_s, 3),
         "target_ratio": TARGET_RATIO,
+        "single_n": N_SINGLE,
+        "single_raw_per_job_ms": round(1000 * single_raw_s / N_SINGLE, 1),
+        "single_per_task_ms": round(1000 * single_s / N_SINGLE, 1),
+        "single_ratio": round(single_s / single_raw_s, 3),
         "dispatched": queued,
     }
+
+
+def _partition_state(partition: str, state: str) -> None:
+    subprocess.run(
+        ["scontrol", "update", f"PartitionName={partition}", f"State={state}"],
+        env={"PATH": "/usr/bin:/bin", "SLURM_CONF": os.environ["SLURM_CONF"]},
+        check=True,
+    )
+
+
+def summary_rows(r: dict[str, Any]) -> list[str]:
+    """The rows of docs/benchmarks.md's summary (bench/run_all.py)."""
+    met = "**yes**" if r["ratio"] <= r["target_ratio"] else "**no**"
+    return [
+        f"| {r['n']:,} tasks dispatched to Slurm in claims of {r['block']} vs {r['n']:,} raw "
+        f"sbatch, interleaved ({r['switchyard_per_task_ms']} vs {r['raw_per_job_ms']} ms each) "
+        f"| {r['ratio']}× | ≤ {r['target_ratio']}× | {met} |",
+        f"| {r['single_n']} tasks dispatched to Slurm one at a time vs as many raw sbatch "
+        f"({r['single_per_task_ms']} vs {r['single_raw_per_job_ms']} ms each) "
+        f"| {r['single_ratio']}× | — (the portal's own cost per task) | — |",
+    ]
+
+
+def section(r: dict[str, Any]) -> list[str]:
+    """The section of docs/benchmarks.md (bench/run_all.py)."""
+    return [
+        "## Dispatch to Slurm",
+        "",
+        f"`{COMMAND}`: {__doc__.split(chr(10), 3)[3].split('Run:')[0].strip()}".replace("\n", " "),
+        "",
+        "| side | tasks | total | each |",
+        "|---|---|---|---|",
+        f"| raw sbatch, one after another | {r['n']:,} | {r['raw_sbatch_s']} s "
+        f"| {r['raw_per_job_ms']} ms |",
+        f"| Switchyard, claims of {r['block']}, {r['submit_concurrency']} sbatch at once "
+        f"| {r['n']:,} | {r['switchyard_s']} s | {r['switchyard_per_task_ms']} ms |",
+        f"| raw sbatch (the one-at-a-time comparison) | {r['single_n']} | — "
+        f"| {r['single_raw_per_job_ms']} ms |",
+        f"| Switchyard, one task a dispatch | {r['single_n']} | — | {r['single_per_task_ms']} ms |",
+    ]
 
 
 def run(n: int = N) -> dict[str, Any]:

@@ -62,7 +62,7 @@ BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("api", bench_api.run, bench_api.COMMAND),
     ("latency", bench_latency.run, bench_latency.COMMAND),
     ("poll", bench_poll.run, bench_poll.COMMAND),
-    ("slurm", bench_slurm.run, ".venv/bin/python bench/bench_slurm.py"),
+    ("slurm", bench_slurm.run, bench_slurm.COMMAND),
     ("accounting", bench_accounting.run, bench_accounting.COMMAND),
     ("console", bench_console.run, bench_console.COMMAND),
     ("simulator", bench_simulator.run, bench_simulator.COMMAND),
@@ -141,13 +141,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
                 )
     if results.get("poll"):
         rows += bench_poll.summary_rows(results["poll"])
-    sl = results.get("slurm")
-    if sl:
-        rows.append(
-            f"| {sl['n']} tasks dispatched to Slurm vs {sl['n']} raw sbatch "
-            f"({sl['switchyard_per_task_ms']} vs {sl['raw_per_job_ms']} ms each) "
-            f"| {sl['ratio']}× | ≤ {sl['target_ratio']}× | {_met(sl['ratio'] <= sl['target_ratio'])} |"
-        )
+    if results.get("slurm"):
+        rows += bench_slurm.summary_rows(results["slurm"])
     acc = results.get("accounting")
     if acc and "report" in acc:
         for name, r in acc["report"].items():
@@ -428,6 +423,8 @@ def write_doc(
         ]
     if results.get("poll"):
         out += [*bench_poll.section(results["poll"]), ""]
+    if results.get("slurm"):
+        out += [*bench_slurm.section(results["slurm"]), ""]
     acc = results.get("accounting")
     if acc and "report" in acc:
         out += [

@@ -471,6 +471,8 @@ COMPUTE_BACKENDS["slurm"] = {
         "service_account": env_str("SWITCHYARD_SLURM_SERVICE_ACCOUNT") or SWITCHYARD_JOB_ACCOUNT,
         "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,
         "max_file_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
+        # sbatch calls a dispatch batch runs at once (docs/slurm.md)
+        "submit_concurrency": env_int("SWITCHYARD_SLURM_SUBMIT_CONCURRENCY", 4),
     },
 }
 SWITCHYARD_DEFAULT_BACKEND = env_str("SWITCHYARD_DEFAULT_BACKEND", "local")

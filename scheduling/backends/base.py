@@ -8,6 +8,8 @@ interchangeable behind it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -174,6 +176,32 @@ def submit_all(backend: Backend, requests: list[SubmitRequest]) -> list[Job | Ba
         except BackendError as exc:
             out.append(exc)
     return out
+
+
+def submit_concurrently(
+    submit: Callable[[SubmitRequest], Job], requests: list[SubmitRequest], *, workers: int
+) -> list[Job | BackendError]:
+    """`submit_all`'s contract for a backend whose submissions are independent commands
+    (Slurm: one sbatch each, which the controller serves in parallel): up to `workers` run at
+    once. Once one finds the backend unreachable, those not started yet are not tried."""
+    results: list[Job | BackendError] = [BackendError("not submitted")] * len(requests)
+    down: list[BackendUnavailable] = []
+
+    def one(at: int) -> None:
+        if down:
+            results[at] = down[0]
+            return
+        try:
+            results[at] = submit(requests[at])
+        except BackendUnavailable as exc:
+            down.append(exc)
+            results[at] = exc
+        except BackendError as exc:
+            results[at] = exc
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(one, range(len(requests))))  # re-raises what is not a BackendError
+    return results
 
 
 def decode_log(data: bytes) -> str:

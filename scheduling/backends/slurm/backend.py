@@ -36,17 +36,12 @@ from scheduling.backends.base import (
     JobState,
     SubmitRequest,
     decode_log,
+    submit_concurrently,
 )
 from scheduling.backends.sandbox import sandbox_argv
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
-from scheduling.backends.slurm.parse import (
-    PENDING_REASONS,
-    SlurmJob,
-    gres_gpus,
-    scalar,
-    slurm_json,
-)
+from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
 from scheduling.backends.slurm.usage import SlurmUsage
 from scheduling.backends.slurm.watch import prepare_usage_file, watched
 from scheduling.decisions.types import NodeView
@@ -86,6 +81,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
         max_processes: int = 512,
         max_file_bytes: int = 10 << 30,
         switch_wait_s: int = 600,
+        submit_concurrency: int = 4,
     ) -> None:
         self.alias = alias
         self.cluster = cluster
@@ -99,6 +95,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
         self.max_file_bytes = max_file_bytes
         self.switch_wait_s = switch_wait_s
         self.sacct_window_days = sacct_window_days
+        self.submit_concurrency = submit_concurrency
         self.run = runner or CommandRunner(
             slurm_conf=slurm_conf, timeout_s=command_timeout_s, bin_dir=bin_dir
         )
@@ -127,6 +124,10 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             state=JobState.PENDING,
             reason=PENDING_REASONS["None"],
         )
+
+    def submit_many(self, requests: list[SubmitRequest]) -> list[Job | BackendError]:
+        """Each its own sbatch, `submit_concurrency` at once (docs/slurm.md)."""
+        return submit_concurrently(self.submit, requests, workers=self.submit_concurrency)
 
     def sbatch_command(self, request: SubmitRequest) -> tuple[list[str], str]:
         """The sbatch argv and the script it reads on stdin."""

@@ -450,3 +450,21 @@ def test_project_shares_are_synced_to_the_slurm_accounts_fairshare(site, slurm_e
     ).stdout
     account_rows = [line for line in out.splitlines() if line.startswith("materials||")]
     assert account_rows and account_rows[0].endswith("|5"), out
+
+
+def test_a_claimed_batch_reaches_slurm_concurrently_once_each(site, api, slurm_env):
+    ids = [
+        submit_task(api, name=f"batch{i}", type="agent", walltime="5m", command=["true"])
+        for i in range(12)
+    ]
+    backend = get_backend("slurm")
+    assert backend.submit_concurrency > 1
+    claimed = engine.claim_many(ids)
+    assert claimed == ids
+    assert engine.dispatch_claimed_many(claimed) == (12, [])
+    assert engine.claim_many(ids) == []  # a redelivered message finds nothing to take
+    tasks = drive(ids, timeout=180)
+    assert {t.state for t in tasks} == {"succeeded"}
+    assert len({t.backend_id for t in tasks}) == 12
+    for task in tasks:
+        assert len(sacct_runs(task.key, slurm_env)) == 1, task.key
