@@ -59,7 +59,7 @@ BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("decisions", decisions, ".venv/bin/python bench/bench_decisions.py"),
     ("policy", bench_policy.run, bench_policy.COMMAND),
     ("preempt", bench_capacity.run, bench_capacity.COMMAND),
-    ("api", bench_api.run, bench_api.COMMAND),
+    ("api", lambda: bench_api.run(repeats=3), bench_api.COMMAND),
     ("latency", bench_latency.run, bench_latency.COMMAND),
     ("poll", bench_poll.run, bench_poll.COMMAND),
     ("slurm", bench_slurm.run, bench_slurm.COMMAND),

@@ -14,6 +14,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,6 +109,9 @@ class Publisher:
     """
 
     CHUNK = 25  # ids a message: two worker processes still share a burst
+    # Under load (the last send was moments ago) a send waits this long for more ids; an id
+    # arriving after a quiet spell leaves at once.
+    LINGER_S = 0.005
 
     def __init__(self) -> None:
         self._ids: list[int] = []
@@ -132,10 +136,15 @@ class Publisher:
             return self._cond.wait_for(lambda: not self._ids and not self._busy, timeout)
 
     def _run(self) -> None:
+        last_send = 0.0
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._ids)
+                if time.monotonic() - last_send < 2 * self.LINGER_S:
+                    # Busy: ids keep coming, so let a few more gather into this message.
+                    self._cond.wait_for(lambda: len(self._ids) >= self.CHUNK, self.LINGER_S)
                 ids, self._ids, self._busy = self._ids, [], True
+                last_send = time.monotonic()
             try:
                 for at in range(0, len(ids), self.CHUNK):
                     chunk = ids[at : at + self.CHUNK]

@@ -289,3 +289,22 @@ def test_a_poll_that_finds_nothing_new_reads_the_active_tasks_once(api, django_a
         "succeeded",
         "queued",
     ]
+
+
+def test_an_expired_site_view_is_reloaded_by_one_thread_while_the_others_use_it(
+    db, django_assert_num_queries
+):
+    from scheduling.selectors import site as site_selectors
+
+    view = site_selectors.site_view(fresh=True)
+    with site_selectors._site_lock:
+        site_selectors._site_cache["site"] = (0.0, view)  # long expired
+        site_selectors._reloading.add("site")  # another thread is reloading it
+    try:
+        with django_assert_num_queries(0):
+            assert site_selectors.site_view() is view
+    finally:
+        site_selectors._reloading.discard("site")
+    fresh = site_selectors.site_view()  # nobody reloads it now: this call does
+    assert fresh is not view and fresh.queues.keys() == view.queues.keys()
+    assert site_selectors.site_view() is fresh
