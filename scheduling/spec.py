@@ -9,7 +9,7 @@ order, whose `depends_on` names refer to each other (the DAG is checked by the p
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 TASK_TYPES = ("hpc-simulation", "ai-training", "ai-inference", "agent", "sandbox")
@@ -56,7 +56,10 @@ class TaskSpec:
         return dict(self.env)
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Field by field: dataclasses.asdict deep-copies recursively, a tenth of the cost of
+        # storing a batch of tasks. A test holds the two equal.
+        data = {name: getattr(self, name) for name in _TASK_FIELDS}
+        data["resources"] = {name: getattr(self.resources, name) for name in _RESOURCE_FIELDS}
         data["command"] = list(self.command) if self.command is not None else None
         data["env"] = dict(self.env)
         data["depends_on"] = list(self.depends_on)
@@ -80,6 +83,10 @@ class TaskSpec:
         data["depends_on"] = tuple(depends_on)
         data["depends_on_ids"] = tuple(data.get("depends_on_ids") or ())
         return cls(**data)
+
+
+_TASK_FIELDS = tuple(f.name for f in fields(TaskSpec))
+_RESOURCE_FIELDS = tuple(f.name for f in fields(Resources))
 
 
 def _legacy_id(ref: Any) -> bool:

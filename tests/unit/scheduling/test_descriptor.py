@@ -124,6 +124,20 @@ def test_the_spec_survives_a_round_trip_through_as_dict():
     assert json.loads(json.dumps(FULL_SPEC.as_dict())) == FULL_SPEC.as_dict()
 
 
+def test_as_dict_is_what_dataclasses_asdict_gives_with_lists_for_sequences():
+    import dataclasses
+
+    expected = dataclasses.asdict(FULL_SPEC)
+    expected.update(
+        command=list(FULL_SPEC.command),
+        env=dict(FULL_SPEC.env),
+        depends_on=list(FULL_SPEC.depends_on),
+        depends_on_ids=list(FULL_SPEC.depends_on_ids),
+    )
+    assert FULL_SPEC.as_dict() == expected
+    assert FULL_SPEC.as_dict()["resources"] is not FULL_SPEC.as_dict()["resources"]
+
+
 def test_a_minimal_descriptor_gets_the_defaults():
     spec = parse_task(doc())
     assert spec == TaskSpec(name="train-1", project="ml", command=("python", "train.py"))
