@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from html import escape  # Django's adds a lazy-string wrapper per call
 
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from scheduling.engine.settle import verdict
