@@ -134,6 +134,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
                 what = f"{p['n_tasks']} tasks at {_fmt(rate)}/s"
                 if name == "main":
                     what += ", the issue's scenario"
+                elif ", " in name:
+                    what += f", {name.split(', ', 1)[1]}"
                 target = bench_latency.TARGET_P50_MS.get(rate, 200)
                 rows.append(
                     f"| agent submit → running p50, {label} ({what}) "

@@ -146,7 +146,7 @@ class _Ready:
 
 def dispatch_claimed(task_id: int) -> str:
     """Submit the next attempt of a task whose dispatch lease this dispatcher holds."""
-    ready = _prepare(task_id)
+    ready = _prepare(_claimed_tasks([task_id])[task_id])
     if isinstance(ready, str):
         return ready
     backend = get_backend(ready.task.backend)
@@ -163,7 +163,8 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
     """Dispatch claimed tasks together: one `submit_all` per backend (the local backend
     places them all in one scheduling pass). Returns how many were submitted and the ids
     whose backend was unreachable (released, to be tried again later)."""
-    ready = [r for r in map(_prepare, task_ids) if not isinstance(r, str)]
+    tasks = _claimed_tasks(task_ids)
+    ready = [r for r in (_prepare(tasks[pk]) for pk in task_ids) if not isinstance(r, str)]
     by_backend: dict[str, list[_Ready]] = {}
     for r in ready:
         by_backend.setdefault(r.task.backend, []).append(r)
@@ -193,15 +194,18 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
     return submitted, retry
 
 
-def _prepare(task_id: int) -> _Ready | str:
-    """The claimed task with its admission decided: ready to submit, or what became of it."""
-    # One narrow query: building the full rows of task, queue, pool, project and user was
-    # the costliest part of a dispatch after the submit itself.
-    task = (
+def _claimed_tasks(task_ids: list[int]) -> dict[int, Task]:
+    """The claimed tasks by id, in one narrow query: building the full rows of task, queue,
+    pool, project and user was the costliest part of a dispatch after the submit itself."""
+    return (
         Task.objects.select_related("queue", "project", "owner__cluster_account")
         .only(*_DISPATCH_FIELDS)
-        .get(pk=task_id)
+        .in_bulk(task_ids)
     )
+
+
+def _prepare(task: Task) -> _Ready | str:
+    """The claimed task with its admission decided: ready to submit, or what became of it."""
     project, queue_name, user = task.project.slug, task.queue.name, task.owner.get_username()
     decision = admission.admit_for_dispatch(task, project=project, queue=queue_name, user=user)
     if isinstance(decision, Hold):
