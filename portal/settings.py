@@ -288,6 +288,10 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 SWITCHYARD_POLL_SECONDS = float(env_int("SWITCHYARD_POLL_MS", 1000)) / 1000
+# A poll message not run within this long is dropped. Generous on purpose: under load polls
+# wait behind dispatches, and one dropped after twice the interval (as before) meant a busy
+# worker stopped polling at all; the extra ones are skipped cheaply (scheduling/tasks.py).
+SWITCHYARD_POLL_EXPIRES_SECONDS = max(SWITCHYARD_POLL_SECONDS * 2, 10.0)
 SWITCHYARD_SWEEP_SECONDS = env_int("SWITCHYARD_SWEEP_SECONDS", 15)
 # A task still `pending` this long after its last change is dispatched again by the sweep.
 SWITCHYARD_PENDING_GRACE_SECONDS = env_int("SWITCHYARD_PENDING_GRACE_SECONDS", 10)
@@ -366,7 +370,7 @@ CELERY_BEAT_SCHEDULE = {
     "poll-backends": {
         "task": "scheduling.poll_backends",
         "schedule": SWITCHYARD_POLL_SECONDS,
-        "options": {"expires": SWITCHYARD_POLL_SECONDS * 2},
+        "options": {"expires": SWITCHYARD_POLL_EXPIRES_SECONDS},
     },
     "timers": {
         "task": "scheduling.timers",

@@ -6,8 +6,10 @@ Services and the engine publish these by name (`scheduling/outbox.py`).
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from celery import shared_task
+from django.conf import settings
 
 from scheduling import engine, notifications, outbox
 from scheduling.engine import capacity, health, levels, samples, settle
@@ -66,9 +68,21 @@ def cancel(self, task_ids: list[int]) -> int:
         raise self.retry(args=(exc.task_ids,), countdown=countdown, exc=exc) from exc
 
 
+_last_poll_end = [float("-inf")]  # this process's, by time.monotonic()
+
+
 @shared_task(name="scheduling.poll_backends", acks_late=True)
-def poll_backends() -> int:
-    return sum(engine.backend_poll(alias) for alias in engine.active_backends())
+def poll_backends() -> int | None:
+    """One poll of every backend with active jobs. Under load several poll messages may wait
+    in the queue (they expire only after SWITCHYARD_POLL_EXPIRES_SECONDS, so that a busy
+    worker still polls at all); one arriving within half a poll interval of this process's
+    last poll is skipped (None)."""
+    if time.monotonic() - _last_poll_end[0] < settings.SWITCHYARD_POLL_SECONDS / 2:
+        return None
+    try:
+        return sum(engine.backend_poll(alias) for alias in engine.active_backends())
+    finally:
+        _last_poll_end[0] = time.monotonic()
 
 
 @shared_task(name="scheduling.sweep_pending", acks_late=True)

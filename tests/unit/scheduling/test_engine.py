@@ -308,3 +308,17 @@ def test_an_expired_site_view_is_reloaded_by_one_thread_while_the_others_use_it(
     fresh = site_selectors.site_view()  # nobody reloads it now: this call does
     assert fresh is not view and fresh.queues.keys() == view.queues.keys()
     assert site_selectors.site_view() is fresh
+
+
+def test_a_poll_message_right_after_a_poll_of_the_same_process_is_skipped(api, monkeypatch):
+    from scheduling import tasks as celery_tasks
+
+    engine.task_dispatch(_submit(api, name="polled").pk)
+    backend = get_backend("fake")
+    monkeypatch.setattr(celery_tasks, "_last_poll_end", [float("-inf")])
+    assert celery_tasks.poll_backends() == 0
+    assert celery_tasks.poll_backends() is None  # queued behind the first: nothing to add
+    assert [c[0] for c in backend.calls].count("poll") == 1
+    celery_tasks._last_poll_end[0] -= 3600  # half an interval later
+    assert celery_tasks.poll_backends() == 0
+    assert [c[0] for c in backend.calls].count("poll") == 2
