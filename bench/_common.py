@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from http.client import HTTPConnection
 from importlib import metadata
 from pathlib import Path
@@ -197,6 +197,31 @@ def fresh_postgres_database(url: str, *, template: str | None = None) -> Iterato
 
 def remove_var_dir(var_dir: Path) -> None:
     shutil.rmtree(var_dir, ignore_errors=True)
+
+
+def per_database(tag: str, measure: Callable[[dict[str, str]], Any]) -> dict[str, Any]:
+    """`measure(env)` on a fresh portal's environment (its own var dir): SQLite, and a fresh
+    PostgreSQL database as well when DATABASE_URL is set. {"sqlite": …, "postgresql": …}."""
+    out = {}
+    for database in ["sqlite"] + (["postgresql"] if os.environ.get("DATABASE_URL") else []):
+        var_dir = fresh_var_dir(f"{tag}-{database}")
+        try:
+            if database == "postgresql":
+                with fresh_postgres_database(os.environ["DATABASE_URL"]) as url:
+                    out[database] = measure(django_env(var_dir, database_url=url))
+            else:
+                out[database] = measure(django_env(var_dir))
+        finally:
+            remove_var_dir(var_dir)
+    return out
+
+
+def run_child(argv: list[str], env: dict[str, str], *, timeout: float, what: str) -> Any:
+    """Run a bench's child process in `env`; the JSON of the last line it printed."""
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # -- processes -------------------------------------------------------------------------------

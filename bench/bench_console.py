@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -238,13 +237,9 @@ def _measure_workflow() -> dict[str, Any]:
 
 
 def _child(env: dict[str, str], *args: str) -> dict[str, Any]:
-    done = subprocess.run([c.PY, __file__, "--child", *args], cwd=c.ROOT, env=env,
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"console bench {args} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
-        )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return c.run_child(
+        [c.PY, __file__, "--child", *args], env, timeout=1800, what=f"console bench {args}"
+    )
 
 
 def _one(database_url: str | None) -> dict[str, Any]:

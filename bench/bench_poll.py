@@ -17,9 +17,7 @@ tasks end, with their events, attempts and end-of-task hooks). The dispatch rate
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -117,36 +115,14 @@ def _child(n: int) -> dict[str, Any]:
     }
 
 
-def _run_once(database: str) -> dict[str, Any]:
-    var_dir = c.fresh_var_dir(f"poll-{database}")
-    try:
-        if database == "postgresql":
-            with c.fresh_postgres_database(os.environ["DATABASE_URL"]) as url:
-                return _measure(c.django_env(var_dir, database_url=url))
-        return _measure(c.django_env(var_dir))
-    finally:
-        c.remove_var_dir(var_dir)
-
-
 def _measure(env: dict[str, str]) -> dict[str, Any]:
     c.prepare_site(env)
-    out = subprocess.run(
-        [c.PY, __file__, "--child", str(N_JOBS)],
-        cwd=c.ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"poll bench failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    argv = [c.PY, __file__, "--child", str(N_JOBS)]
+    return c.run_child(argv, env, timeout=900, what="poll bench")
 
 
 def run() -> dict[str, Any]:
-    databases = ["sqlite"] + (["postgresql"] if os.environ.get("DATABASE_URL") else [])
-    results = {database: _run_once(database) for database in databases}
-    return {"bench": "poll", "target_s": TARGET_S, **results}
+    return {"bench": "poll", "target_s": TARGET_S, **c.per_database("poll", _measure)}
 
 
 if __name__ == "__main__":

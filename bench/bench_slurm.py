@@ -209,17 +209,9 @@ def run(n: int = N) -> dict[str, Any]:
         env = c.django_env(var_dir, **cluster, SWITCHYARD_SLURM_WORKDIR=str(var_dir / "jobs"))
         c.manage(env, "migrate", "--noinput", "-v", "0")
         c.manage(env, "seed_demo", "--quiet", "--backend", "slurm")
-        out = subprocess.run(
-            [c.PY, __file__, "--inner", str(n)],
-            cwd=c.ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
+        return c.run_child(
+            [c.PY, __file__, "--inner", str(n)], env, timeout=900, what="slurm bench"
         )
-        if out.returncode != 0:
-            raise RuntimeError(f"slurm bench failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
-        return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         c.remove_var_dir(var_dir)
 

@@ -79,36 +79,37 @@ def backend_poll(alias: str) -> int:
 
 
 def _same(job: Job, state: str, reason: str, cancel_requested_at) -> bool:
-    """Whether `apply_job` would leave a task in this state and with this reason alone."""
+    """Whether the job says nothing new about a task in this state with this reason: the
+    poll's test before it loads a task, and `apply_job`'s first."""
     target = _JOB_TO_TASK[job.state]
     if target == S.QUEUED and state == S.RUNNING:
         return True  # a running job never goes back to pending here
     if target != state:
         return False
     if cancel_requested_at is not None:
-        return True
-    return (job.reason or (QUEUED_REASON if target == S.QUEUED else "")) == reason
+        return True  # "cancelling" stays until the cancel is carried out
+    return _job_reason(job, target) == reason
+
+
+def _job_reason(job: Job, target: str) -> str:
+    return job.reason or (QUEUED_REASON if target == S.QUEUED else "")
 
 
 def apply_job(task: Task, job: Job) -> bool:
     """Bring a task in line with what its backend job is doing. Returns True if it changed."""
+    if _same(job, task.state, task.reason, task.cancel_requested_at):
+        return False
     target = _JOB_TO_TASK[job.state]
     now = timezone.now()
     if target == task.state:
-        if task.cancel_requested_at is not None:
-            return False  # "cancelling" stays until the cancel is carried out
         # The backend's word replaces ours, so a reason such as "scheduler unreachable" goes
         # away at the first poll that reaches the backend again.
-        reason = job.reason or (QUEUED_REASON if target == S.QUEUED else "")
-        if reason != task.reason:
-            Task.objects.filter(pk=task.pk, state=task.state).update(
-                reason=reason, updated_at=timezone.now()
-            )
-            task.reason = reason
-            return True
-        return False
-    if target == S.QUEUED:
-        return False  # a running job never goes back to pending here
+        reason = _job_reason(job, target)
+        Task.objects.filter(pk=task.pk, state=task.state).update(
+            reason=reason, updated_at=timezone.now()
+        )
+        task.reason = reason
+        return True
     if target == S.RUNNING:
         started = job.started_at or now
         moved = task_set_state(
