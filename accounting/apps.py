@@ -11,5 +11,5 @@ class AccountingConfig(AppConfig):
         from accounting import tasks as _celery_tasks  # noqa: F401 - registers them
         from scheduling import hooks
 
-        hooks.on_attempt_end(meter.after_attempt_end)
+        hooks.on_attempt_end(meter.after_attempts_end)
         hooks.provide_budget_reader(budget.used_hours)

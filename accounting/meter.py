@@ -36,12 +36,17 @@ METER_TASK = "accounting.meter"  # accounting/tasks.py
 AFTER_END_S = 3
 
 
-def after_attempt_end(attempt: Attempt) -> None:
-    """The attempt-end hook: meter it shortly after this transaction commits."""
-    pk = attempt.pk
-    transaction.on_commit(
-        lambda: outbox.send(METER_TASK, ([pk],), countdown=AFTER_END_S, what=f"metering of {pk}")
-    )
+def after_attempts_end(attempts: list[Attempt]) -> None:
+    """The attempt-end hook: meter them shortly after this transaction commits, in messages
+    of at most BATCH attempts."""
+    pks = [attempt.pk for attempt in attempts]
+    for at in range(0, len(pks), BATCH):
+        chunk = pks[at : at + BATCH]
+        transaction.on_commit(
+            lambda chunk=chunk: outbox.send(
+                METER_TASK, (chunk,), countdown=AFTER_END_S, what=f"metering of {chunk}"
+            )
+        )
 
 
 def meter(attempt_ids: Iterable[int]) -> int:

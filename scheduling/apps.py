@@ -15,9 +15,9 @@ class SchedulingConfig(AppConfig):
         from scheduling.engine import admission, settle
         from scheduling.selectors import site_view_invalidate
 
-        hooks.on_task_end(settle.after_end)
-        hooks.on_task_end(admission.after_end)  # what it held is free: held tasks may start
-        hooks.on_task_end(notifications.on_task_end)
+        hooks.on_task_end(settle.after_ends)
+        hooks.on_task_end(admission.after_ends)  # what it held is free: held tasks may start
+        hooks.on_task_end(notifications.on_tasks_end)
         history.config_changed.connect(
             lambda **_: site_view_invalidate(), dispatch_uid="switchyard-site-view"
         )

@@ -5,48 +5,95 @@ reacts (workflow settling in the engine, usage metering in accounting). Each app
 its hook in its `AppConfig.ready()`, so data flows one way and adding a reaction never means
 editing the state service.
 
+A hook takes a list: the tasks (or attempts) that ended. Outside `gathered()` it is called at
+once with the one that ended; inside, the ends are collected and each hook is called once
+with all of them when the block exits — a poll in which a hundred jobs ended releases each
+queue's held tasks once and sends one metering message, not a hundred of each.
+
 Hooks run in the process that made the change, after the change is stored, in the order
-they were registered. An exception propagates to the caller (a Celery task then fails and
-is redelivered, a request answers 500): the change itself is already stored.
+they were registered (attempt hooks before task hooks). An exception propagates to the
+caller (a Celery task then fails and is redelivered, a request answers 500): the change
+itself is already stored. A gathered block calls its hooks even when it exits on an
+exception, so no stored end misses them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scheduling.models import Attempt, Task
 
-TaskEndHook = Callable[["Task"], Any]
-AttemptEndHook = Callable[["Attempt"], Any]
+TaskEndHook = Callable[[list["Task"]], Any]
+AttemptEndHook = Callable[[list["Attempt"]], Any]
 
 _task_end: list[TaskEndHook] = []
 _attempt_end: list[AttemptEndHook] = []
+# The ends collected by the innermost open `gathered()` block of this thread, if any.
+_gathering: ContextVar[tuple[list[Attempt], list[Task]] | None] = ContextVar(
+    "switchyard_hooks_gathering", default=None
+)
 
 
 def on_task_end(hook: TaskEndHook) -> TaskEndHook:
-    """Call `hook(task)` whenever a task reaches a terminal state. Registering twice is a no-op."""
+    """Call `hook(tasks)` with tasks that reached a terminal state. Registering twice is a
+    no-op."""
     if hook not in _task_end:
         _task_end.append(hook)
     return hook
 
 
 def on_attempt_end(hook: AttemptEndHook) -> AttemptEndHook:
-    """Call `hook(attempt)` whenever a backend job of a task ends (retried ones included)."""
+    """Call `hook(attempts)` with backend jobs of tasks that ended (retried ones included)."""
     if hook not in _attempt_end:
         _attempt_end.append(hook)
     return hook
 
 
 def task_ended(task: Task) -> None:
+    gathering = _gathering.get()
+    if gathering is not None:
+        gathering[1].append(task)
+        return
     for hook in list(_task_end):
-        hook(task)
+        hook([task])
 
 
 def attempt_ended(attempt: Attempt) -> None:
+    gathering = _gathering.get()
+    if gathering is not None:
+        gathering[0].append(attempt)
+        return
     for hook in list(_attempt_end):
-        hook(attempt)
+        hook([attempt])
+
+
+@contextlib.contextmanager
+def gathered() -> Iterator[None]:
+    """Call the end hooks once, with every end stored inside the block, when it exits.
+
+    Nested blocks gather into the outermost one. The hooks run outside the block: an end they
+    cause themselves (a held task refused, say) reaches the hooks at once.
+    """
+    if _gathering.get() is not None:
+        yield
+        return
+    attempts: list[Attempt] = []
+    tasks: list[Task] = []
+    token = _gathering.set((attempts, tasks))
+    try:
+        yield
+    finally:
+        _gathering.reset(token)
+        if attempts:
+            for hook in list(_attempt_end):
+                hook(attempts)
+        if tasks:
+            for hook in list(_task_end):
+                hook(tasks)
 
 
 # -- budgets ------------------------------------------------------------------------------

@@ -12,16 +12,28 @@ from scheduling import outbox
 from scheduling.models import Task
 
 
-def wants_mail(task: Task) -> bool:
-    choice = (task.spec or {}).get("notify")
-    if choice is not None:
-        return choice == "end"
-    return UserSettings.objects.filter(user_id=task.owner_id, email_on_task_end=True).exists()
+def wants_mail(tasks: list[Task]) -> list[Task]:
+    """The tasks whose owners are to be mailed: each descriptor's `notify`, else the owner's
+    setting (one query for all the owners left)."""
+    choice = {task.pk: (task.spec or {}).get("notify") for task in tasks}
+    owners = {task.owner_id for task in tasks if choice[task.pk] is None}
+    mailed = set(
+        UserSettings.objects.filter(user_id__in=owners, email_on_task_end=True).values_list(
+            "user_id", flat=True
+        )
+        if owners
+        else ()
+    )
+    return [
+        task
+        for task in tasks
+        if (task.owner_id in mailed if choice[task.pk] is None else choice[task.pk] == "end")
+    ]
 
 
-def on_task_end(task: Task) -> None:
-    """The task-end hook: publish the mail on commit when the owner wants it."""
-    if wants_mail(task):
+def on_tasks_end(tasks: list[Task]) -> None:
+    """The task-end hook: publish the mails on commit where the owners want them."""
+    for task in wants_mail(tasks):
         outbox.notify_end(task.pk)
 
 

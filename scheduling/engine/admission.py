@@ -110,7 +110,9 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
     return released
 
 
-def after_end(task: Task) -> None:
-    """An admitted task ended: what it held is free, so its queue's held tasks may start."""
-    if task.admitted:
-        release_held([task.queue_id])
+def after_ends(tasks: list[Task]) -> None:
+    """The task-end hook: what admitted tasks held is free, so their queues' held tasks may
+    start (each queue reconsidered once, however many of its tasks ended)."""
+    queue_ids = sorted({task.queue_id for task in tasks if task.admitted})
+    if queue_ids:
+        release_held(queue_ids)

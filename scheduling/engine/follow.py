@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from scheduling import outbox
+from scheduling import hooks, outbox
 from scheduling.backends import BackendUnavailable, Job, JobState
 from scheduling.decisions import lifecycle
 from scheduling.engine.admission import release_held
@@ -70,11 +70,12 @@ def backend_poll(alias: str) -> int:
             news[pk] = job
     changed = 0
     ids = sorted(news)
-    for at in range(0, len(ids), 1000):  # within every database's limit of parameters
-        for task in Task.objects.filter(pk__in=ids[at : at + 1000]).order_by("pk"):
-            job = news[task.pk]
-            if task.backend_id == job.backend_id and apply_job(task, job):
-                changed += 1
+    with hooks.gathered():  # the end hooks once for all the jobs that ended
+        for at in range(0, len(ids), 1000):  # within every database's limit of parameters
+            for task in Task.objects.filter(pk__in=ids[at : at + 1000]).order_by("pk"):
+                job = news[task.pk]
+                if task.backend_id == job.backend_id and apply_job(task, job):
+                    changed += 1
     return changed
 
 

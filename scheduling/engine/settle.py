@@ -1,7 +1,7 @@
 """What happens when a task ends: its dependants are settled, and its workflow follows.
 
 A task with dependencies (or a trigger) waits in state `waiting`, holding nothing in any
-backend. When a task ends, `after_end` (registered as a task-end hook at app start) settles
+backend. When a task ends, `after_ends` (registered as a task-end hook at app start) settles
 its dependants at once: a dependant whose dependencies all succeeded (or were skipped) is
 released to `pending` and dispatched; one whose dependency ended badly with `fail_action:
 abort` is cancelled, and so on down the DAG. Every move is a compare-and-set through
@@ -40,15 +40,18 @@ def verdict(dep: Task) -> bool | None:
     return dependency_verdict(dep, upstream)
 
 
-def after_end(task: Task) -> None:
-    """A task has just reached a terminal state: settle its dependants and its workflow."""
-    if task.workflow_id and task.state in BAD_ENDS and task.fail_action == "abort":
-        Workflow.objects.filter(pk=task.workflow_id, state=W.RUNNING).update(
-            state=W.FAILED, reason=f"task {task.name} ended {task.state}: {task.reason}"
-        )
-    settle_waiting(task.dependants.filter(state=S.WAITING).values_list("pk", flat=True))
-    if task.workflow_id:
-        workflow_refresh(task.workflow_id)
+def after_ends(tasks: list[Task]) -> None:
+    """The task-end hook: settle the dependants and the workflows of tasks that just ended."""
+    for task in tasks:
+        if task.workflow_id and task.state in BAD_ENDS and task.fail_action == "abort":
+            Workflow.objects.filter(pk=task.workflow_id, state=W.RUNNING).update(
+                state=W.FAILED, reason=f"task {task.name} ended {task.state}: {task.reason}"
+            )
+    # One query for all of them: a poll's hundred ended agent tasks usually have none.
+    waiting = Task.objects.filter(depends_on__in=[t.pk for t in tasks], state=S.WAITING)
+    settle_waiting(sorted(set(waiting.values_list("pk", flat=True))))
+    for workflow_id in sorted({t.workflow_id for t in tasks if t.workflow_id}):
+        workflow_refresh(workflow_id)
 
 
 def settle_waiting(task_ids: Iterable[int]) -> None:

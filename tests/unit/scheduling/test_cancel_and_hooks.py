@@ -34,7 +34,7 @@ def _running(api, **overrides) -> Task:
 def ended_attempts(monkeypatch):
     seen = []
     monkeypatch.setattr(hooks, "_attempt_end", [])
-    hooks.on_attempt_end(lambda attempt: seen.append((attempt.task_id, attempt.number)))
+    hooks.on_attempt_end(lambda attempts: seen.extend((a.task_id, a.number) for a in attempts))
     return seen
 
 
@@ -45,6 +45,35 @@ def test_an_attempt_end_reaches_the_hooks_once_however_often_it_is_polled(api, e
     engine.apply_job(task, FakeBackend.jobs_for("fake")[task.backend_id])  # a replayed poll
     engine.backend_poll("fake")
     assert ended_attempts == [(task.pk, 1)]
+
+
+def test_the_jobs_that_end_in_one_poll_reach_each_hook_once_together(api, monkeypatch):
+    calls: list[tuple[str, list[int]]] = []
+    monkeypatch.setattr(hooks, "_attempt_end", [])
+    monkeypatch.setattr(hooks, "_task_end", [])
+    hooks.on_attempt_end(lambda attempts: calls.append(("attempts", [a.task_id for a in attempts])))
+    hooks.on_task_end(lambda tasks: calls.append(("tasks", [t.pk for t in tasks])))
+    tasks = [_running(api) for _ in range(3)]
+    for task in tasks:
+        get_backend("fake").finish(task.backend_id, JobState.SUCCEEDED, exit_code=0)
+    assert engine.backend_poll("fake") == 3
+    ids = sorted(t.pk for t in tasks)
+    assert calls == [("attempts", ids), ("tasks", ids)]
+
+
+def test_a_gathered_block_calls_the_hooks_even_when_it_fails(api, monkeypatch):
+    seen: list[int] = []
+    monkeypatch.setattr(hooks, "_task_end", [])
+    hooks.on_task_end(lambda tasks: seen.extend(t.pk for t in tasks))
+    task = _running(api)
+    with pytest.raises(RuntimeError), hooks.gathered():
+        services.task_cancel(user=task.owner, task=task)
+        engine.cancel_requested([task.pk])
+        assert seen == [], "inside the block the end is only collected"
+        raise RuntimeError("the poll failed after the end was stored")
+    assert seen == [task.pk]
+    hooks.task_ended(task)  # outside a block: at once
+    assert seen == [task.pk, task.pk]
 
 
 def test_a_retried_attempt_and_the_last_one_each_reach_the_hooks(api, ended_attempts, settings):

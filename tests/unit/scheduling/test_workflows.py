@@ -566,7 +566,7 @@ def postgres_only():
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("entry", ["settle_waiting", "after_end"])
+@pytest.mark.parametrize("entry", ["settle_waiting", "after_ends"])
 def test_two_workers_releasing_the_same_dependant_dispatch_it_once(
     postgres_only, api, monkeypatch, entry
 ):
@@ -598,7 +598,7 @@ def test_two_workers_releasing_the_same_dependant_dispatch_it_once(
             if entry == "settle_waiting":
                 settle.settle_waiting([b.pk])
             else:
-                settle.after_end(Task.objects.get(pk=a.pk))
+                settle.after_ends([Task.objects.get(pk=a.pk)])
         except BaseException as exc:  # noqa: BLE001 - reported by the test thread
             errors.append(exc)
         finally:
