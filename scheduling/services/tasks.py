@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal import audit, hot
+from portal.bulk import bulk_insert
 from portal.errors import ApplicationError, ErrorItem
 from portal.models import Project
 from portal.selectors import project_get_for_member, project_get_for_user
@@ -361,7 +362,7 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
     now = timezone.now()
     who = user.get_username()
     with transaction.atomic():
-        tasks = Task.objects.bulk_create(
+        tasks = bulk_insert(
             [
                 Task(
                     **policy_fields(site, d, now=now, ready=True),
@@ -386,9 +387,8 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
                 )
                 for d, doc in zip(decided, docs, strict=True)
             ],
-            batch_size=500,
         )
-        TaskEvent.objects.bulk_create(
+        bulk_insert(
             [
                 TaskEvent(
                     task=task,
@@ -400,7 +400,6 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
                 )
                 for task, d in zip(tasks, decided, strict=True)
             ],
-            batch_size=500,
         )
         ids = [task.pk for task in tasks]
         for task, d in zip(tasks, decided, strict=True):

@@ -1,0 +1,64 @@
+"""bulk_insert: COPY on PostgreSQL (CI), bulk_create elsewhere; the same rows either way."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from portal.bulk import bulk_insert
+from scheduling.models import Task, TaskEvent
+from tests.conftest import descriptor, submit
+
+pytestmark = pytest.mark.django_db
+
+AWKWARD = 'tab\there, newline\nthere, back\\slash, "quotes", \\N, ü 漢字, \r end'
+
+
+def test_rows_come_back_with_their_ids_and_exactly_the_values_given(api):
+    response = submit(api, descriptor(name="template"))
+    assert response.status_code == 201, response.json()
+    template = Task.objects.get(pk=response.json()["id"])
+    skip = {"id", "submitted_at", "updated_at"}
+    values = {
+        f.attname: getattr(template, f.attname)
+        for f in Task._meta.concrete_fields
+        if f.attname not in skip
+    }
+    spec = {**template.spec, "env": [["X", AWKWARD]], "none": None, "nested": {"a": [1, 2.5]}}
+    new = [
+        Task(**{**values, "name": f"bulk-{i}", "descriptor": AWKWARD, "spec": spec})
+        for i in range(3)
+    ]
+    with transaction.atomic():
+        stored = bulk_insert(new, batch_size=2)  # two chunks
+    assert [t.pk for t in stored] == [t.pk for t in new] and all(t.pk for t in new)
+    assert len({t.pk for t in new}) == 3 and min(t.pk for t in new) > template.pk
+    assert not new[0]._state.adding
+    for task in new:
+        row = Task.objects.get(pk=task.pk)
+        assert row.name == task.name and row.descriptor == AWKWARD and row.spec == spec
+        assert row.exit_code is None and row.submitted_at == task.submitted_at
+    now = timezone.now()
+    events = bulk_insert(
+        [TaskEvent(task=t, at=now, from_state="", to_state="pending", message=AWKWARD) for t in new]
+    )
+    assert [e.task_id for e in events] == [t.pk for t in new]
+    assert TaskEvent.objects.get(pk=events[1].pk).message == AWKWARD
+    # The next ordinary insert takes an id after them: the sequence moved on.
+    after = Task.objects.create(**{**values, "name": "after"})
+    assert after.pk > max(t.pk for t in new)
+
+
+def test_it_copies_on_postgresql_and_creates_in_bulk_elsewhere(api):
+    response = submit(api, descriptor(name="template"))
+    template = Task.objects.get(pk=response.json()["id"])
+    events = [TaskEvent(task=template, at=timezone.now(), to_state="pending") for _ in range(5)]
+    with CaptureQueriesContext(connection) as queries, transaction.atomic(savepoint=False):
+        bulk_insert(events)
+    # PostgreSQL: one query draws the ids, and the rows go by COPY (not a query Django
+    # sees); SQLite: one INSERT of them all.
+    first = {"postgresql": "SELECT nextval(", "sqlite": "INSERT INTO"}[connection.vendor]
+    assert [q["sql"][: len(first)] for q in queries.captured_queries] == [first]
+    assert TaskEvent.objects.filter(pk__in=[e.pk for e in events]).count() == 5
