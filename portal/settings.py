@@ -292,6 +292,9 @@ SWITCHYARD_POLL_SECONDS = float(env_int("SWITCHYARD_POLL_MS", 1000)) / 1000
 # wait behind dispatches, and one dropped after twice the interval (as before) meant a busy
 # worker stopped polling at all; the extra ones are skipped cheaply (scheduling/tasks.py).
 SWITCHYARD_POLL_EXPIRES_SECONDS = max(SWITCHYARD_POLL_SECONDS * 2, 10.0)
+# How long a dispatch waits for the jobs it just submitted to start, so that a local job
+# shows `running` at once rather than at the next poll (scheduling/engine/dispatch.py); 0: never.
+SWITCHYARD_START_WAIT_SECONDS = env_int("SWITCHYARD_START_WAIT_MS", 50) / 1000
 SWITCHYARD_SWEEP_SECONDS = env_int("SWITCHYARD_SWEEP_SECONDS", 15)
 # A task still `pending` this long after its last change is dispatched again by the sweep.
 SWITCHYARD_PENDING_GRACE_SECONDS = env_int("SWITCHYARD_PENDING_GRACE_SECONDS", 10)

@@ -19,6 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import ClusterAccount
+from scheduling import hooks
 from scheduling.backends import (
     BackendError,
     BackendUnavailable,
@@ -156,7 +157,10 @@ def dispatch_claimed(task_id: int) -> str:
         job = _found(backend, ready) or backend.submit(ready.request)
     except BackendError as exc:
         return _not_submitted(ready, exc)
-    return _submitted(ready, job)
+    outcome = _submitted(ready, job)
+    if outcome == "submitted" and job.state is JobState.PENDING:
+        _show_starts(backend, [ready])
+    return outcome
 
 
 def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
@@ -183,15 +187,44 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
             else:
                 outcomes.append((r, job))
         outcomes += zip(fresh, submit_all(backend, [r.request for r in fresh]), strict=True)
+        queued: list[_Ready] = []
         for r, outcome in outcomes:
             try:
                 if isinstance(outcome, BackendError):
                     _not_submitted(r, outcome)
-                else:
-                    submitted += _submitted(r, outcome) == "submitted"
+                elif _submitted(r, outcome) == "submitted":
+                    submitted += 1
+                    if outcome.state is JobState.PENDING:
+                        queued.append(r)
             except DispatchRetry:
                 retry.append(r.task.pk)
+        _show_starts(backend, queued)
     return submitted, retry
+
+
+def _show_starts(backend, queued: list[_Ready]) -> None:
+    """Show as running at once the jobs that start a moment after their submission.
+
+    A job the local backend placed on a node starts some 20 ms after it was submitted;
+    without this its task would show `queued` until the next poll (a second by default). A
+    backend that starts jobs later (Slurm's scheduler runs every few seconds) has no
+    `started`, and its jobs are left to the poll, as are the ones that take longer than
+    SWITCHYARD_START_WAIT_MS.
+    """
+    within = settings.SWITCHYARD_START_WAIT_SECONDS
+    wait = getattr(backend, "started", None)
+    if wait is None or within <= 0 or not queued:
+        return
+    task_ids = {r.task.backend_id: r.task.pk for r in queued}
+    jobs = wait(list(task_ids), within_s=within)
+    if not jobs:
+        return
+    tasks = Task.objects.in_bulk([task_ids[backend_id] for backend_id in jobs])
+    with hooks.gathered():  # a job that already ended: the end hooks once for all
+        for backend_id, job in jobs.items():
+            task = tasks.get(task_ids[backend_id])
+            if task is not None and task.backend_id == backend_id:
+                apply_job(task, job)
 
 
 def _claimed_tasks(task_ids: list[int]) -> dict[int, Task]:

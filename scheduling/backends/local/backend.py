@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import signal
 import stat
@@ -53,7 +52,6 @@ from scheduling.decisions.types import NodeAllocation, NodeView, Placement
 # extra["kill_grace_s"].
 KILL_GRACE_S = DEFAULT_GRACE_S
 SUPERVISOR_DIED = "the local supervisor died"
-_ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 NodeSource = Callable[[str], "Sequence[NodeView] | Mapping[str, Sequence[NodeView]]"]
 
@@ -111,7 +109,7 @@ class LocalBackend:
     # -- protocol ----------------------------------------------------------------------
 
     def submit(self, request: SubmitRequest) -> Job:
-        _validate(request)
+        launch.validate(request)
         existing = self.find(request.key)
         if existing is not None:
             return existing
@@ -126,7 +124,7 @@ class LocalBackend:
         fresh = []
         for at, request in enumerate(requests):
             try:
-                _validate(request)
+                launch.validate(request)
             except BackendError as exc:
                 out[at] = exc
                 continue
@@ -147,6 +145,12 @@ class LocalBackend:
             return None
         state = self.store.read_state(key)
         return None if state is None else job_from(key, state)
+
+    def started(self, backend_ids: list[str], *, within_s: float) -> dict[str, Job]:
+        """Those of these jobs, just submitted, that start (or end) within `within_s`."""
+        keys = [key for key in backend_ids if KEY_RE.match(key)]
+        found = self.store.wait_started(keys, within_s=within_s)
+        return {key: job_from(key, state) for key, state in found.items()}
 
     def cancel(self, backend_id: str) -> None:
         if not KEY_RE.match(backend_id):
@@ -480,21 +484,3 @@ class LocalBackend:
         if state.get("reason") != reason:  # no write per pass when nothing changed
             state["reason"] = reason
             self.store.write_state(key, state)
-
-
-def _validate(request: SubmitRequest) -> None:
-    """Refuse what cannot be run safely; the descriptor parser should have caught it."""
-    if not KEY_RE.match(request.key):
-        raise BackendError(f"key: must match [a-z0-9][a-z0-9-]*, got {request.key!r}")
-    spec = request.spec
-    if (spec.command is None) == (spec.script is None):
-        raise BackendError("exactly one of command and script is required")
-    if spec.command is not None and (not spec.command or any("\0" in a for a in spec.command)):
-        raise BackendError("command: must be a non-empty list of strings without NUL")
-    if spec.script is not None and "\0" in spec.script:
-        raise BackendError("script: must not contain NUL")
-    for name, value in spec.env:
-        if not _ENV_NAME_RE.match(name):
-            raise BackendError(f"env: name {name!r} must match ^[A-Z_][A-Z0-9_]*$")
-        if "\0" in value:
-            raise BackendError(f"env.{name}: must not contain NUL")

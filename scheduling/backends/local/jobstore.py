@@ -40,6 +40,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -176,6 +177,29 @@ class JobStore:
 
     def write_state(self, key: str, state: dict[str, Any]) -> None:
         write_json_atomic(self.path(key, "state.json"), state)
+
+    def wait_started(self, keys: list[str], *, within_s: float) -> dict[str, dict[str, Any]]:
+        """The states of those jobs that start (or end) within `within_s`, read every 2 ms.
+
+        Only jobs placed on a node ("starting": their supervisor is spawned) are waited for;
+        one still pending behind others will not start in a moment and is left to the poll.
+        """
+        deadline = time.monotonic() + within_s
+        found: dict[str, dict[str, Any]] = {}
+        while True:
+            starting = []
+            for key in keys:
+                state = self.read_state(key)
+                if state is None or state["state"] == "pending":
+                    continue
+                if state["state"] == "starting":
+                    starting.append(key)
+                else:
+                    found[key] = state
+            if not starting or time.monotonic() >= deadline:
+                return found
+            keys = starting
+            time.sleep(0.002)
 
     def job(self, key: str) -> Job:
         state = self.read_state(key)

@@ -13,14 +13,15 @@ import contextlib
 import marshal
 import os
 import pwd
+import re
 import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduling.backends.base import SubmitRequest
-from scheduling.backends.local.jobstore import JobStore
+from scheduling.backends.base import BackendError, SubmitRequest
+from scheduling.backends.local.jobstore import KEY_RE, JobStore
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import sandbox_argv
 from scheduling.decisions.types import Placement
@@ -30,6 +31,25 @@ SHIM_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim.py")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Set by the backend from the allocation; a descriptor's env may not override them.
 RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES")
+_ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def validate(request: SubmitRequest) -> None:
+    """Refuse what cannot be run safely; the descriptor parser should have caught it."""
+    if not KEY_RE.match(request.key):
+        raise BackendError(f"key: must match [a-z0-9][a-z0-9-]*, got {request.key!r}")
+    spec = request.spec
+    if (spec.command is None) == (spec.script is None):
+        raise BackendError("exactly one of command and script is required")
+    if spec.command is not None and (not spec.command or any("\0" in a for a in spec.command)):
+        raise BackendError("command: must be a non-empty list of strings without NUL")
+    if spec.script is not None and "\0" in spec.script:
+        raise BackendError("script: must not contain NUL")
+    for name, value in spec.env:
+        if not _ENV_NAME_RE.match(name):
+            raise BackendError(f"env: name {name!r} must match ^[A-Z_][A-Z0-9_]*$")
+        if "\0" in value:
+            raise BackendError(f"env.{name}: must not contain NUL")
 
 
 def job_account(run_as: str | None, service_account: str) -> tuple[int, int] | None:

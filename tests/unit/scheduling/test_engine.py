@@ -11,7 +11,8 @@ from scheduling import engine, services
 from scheduling.backends import JobState
 from scheduling.backends.fake import FakeBackend
 from scheduling.engine import dispatch, get_backend
-from scheduling.models import Task
+from scheduling.models import Attempt, Pool, Task
+from scheduling.selectors import site_view_invalidate
 from tests.conftest import descriptor, submit
 
 pytestmark = pytest.mark.django_db
@@ -167,7 +168,7 @@ def test_cancel_of_a_queued_task_cancels_the_backend_job(
     assert FakeBackend.jobs_for("fake")[task.backend_id].state is JobState.CANCELLED
     task.refresh_from_db()
     assert task.state == "cancelled" and task.reason == "cancelled by alice"
-    assert task.attempt_set.get().state == "cancelled"
+    assert Attempt.objects.get(task=task).state == "cancelled"
     assert engine.cancel_requested([task.pk]) == 0  # a redelivered message changes nothing
 
 
@@ -322,3 +323,23 @@ def test_a_poll_message_right_after_a_poll_of_the_same_process_is_skipped(api, m
     celery_tasks._last_poll_end[0] -= 3600  # half an interval later
     assert celery_tasks.poll_backends() == 0
     assert [c[0] for c in backend.calls].count("poll") == 2
+
+
+def test_a_local_job_that_starts_at_once_shows_running_after_its_dispatch(api, settings):
+    Pool.objects.update(backend="local")  # real processes, in the sandbox
+    site_view_invalidate()
+    settings.SWITCHYARD_START_WAIT_SECONDS = 10  # returns as soon as the job started
+    task = _submit(api, command=["sleep", "30"])
+    assert engine.task_dispatch(task.pk) == "submitted"
+    task.refresh_from_db()
+    try:
+        assert task.state == "running" and task.started_at is not None
+        assert _states(task) == ["pending", "queued", "running"]
+        assert Attempt.objects.get(task=task).state == "running"
+    finally:
+        get_backend("local").cancel(task.backend_id)
+    settings.SWITCHYARD_START_WAIT_SECONDS = 0  # off: the poll shows it
+    later = _submit(api, command=["true"])
+    engine.task_dispatch(later.pk)
+    later.refresh_from_db()
+    assert later.state == "queued"

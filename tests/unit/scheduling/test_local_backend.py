@@ -398,6 +398,19 @@ def test_whole_node_jobs_wait_for_the_node_then_start_on_poll(make):
     assert finished(backend, "whole-b").state is JobState.SUCCEEDED
 
 
+def test_started_waits_for_placed_jobs_only_and_returns_once_they_started(make):
+    backend = make([NodeView("n1", cpus=4, memory_mib=16384)])
+    backend.submit(request("start-a", ["sleep", "30"], queue=WHOLE))
+    backend.submit(request("start-b", ["true"], queue=WHOLE))  # waits for the node
+    began = time.monotonic()
+    found = backend.started(["start-a", "start-b", "no-such-job"], within_s=20)
+    assert time.monotonic() - began < 10, "it returned when start-a started, not at the end"
+    assert list(found) == ["start-a"] and found["start-a"].state is JobState.RUNNING
+    assert backend.started(["start-b"], within_s=20) == {}  # pending: not waited for
+    backend.cancel("start-a")
+    assert finished(backend, "start-b").state is JobState.SUCCEEDED
+
+
 def test_packing_respects_cpus_and_gpus(make):
     backend = make()  # 4 cpus, 2 GPUs
     for key in ("pack-a", "pack-b"):
