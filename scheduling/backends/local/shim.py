@@ -1,4 +1,4 @@
-"""The supervisor of one local job: `python -I -S shim.py <jobdir>`.
+"""The supervisor of one local job, started as `python -I -S -c 'import shim …' <jobdir>`.
 
 The local backend spawns one of these per started job, detached (its own session, no
 inherited descriptors, an almost empty environment). It runs as the worker's user (root on a
@@ -13,8 +13,9 @@ So this file imports nothing from the project, and until the child runs it uses 
 `sys`, `_signal` and the built-in `marshal`: the backend hands over the launch plan as
 `launch.marshal`, the child is started with a bare fork/exec, and `state.json` is written by
 the small JSON writer below. The modules the wait loop needs are imported once the child is
-running. The backend runs this file by path; `python -m scheduling.backends.local.shim
-<jobdir>` works too, only slower.
+running. The backend imports this file as the module `shim` (launch.py: cached bytecode);
+`python -I -S shim.py <jobdir>` and `python -m scheduling.backends.local.shim <jobdir>` work
+too, only slower.
 
 The child's environment is exactly `plan["env"]`, built by the backend from nothing: this
 process's own environment never reaches it.
@@ -263,18 +264,17 @@ class Shim:
     def wait(self, pid: int, out_r: int, jobwatch) -> None:
         # Only now the heavier modules: the child already runs.
         import select
-        import signal
 
         plan = self.plan
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
+        _signal.set_wakeup_fd(wake_w)
 
         def on_signal(signo: int, _frame: object) -> None:
             self.terminated_by = signo  # the wakeup fd interrupts the select
 
-        for signo in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signo, on_signal)
+        for signo in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+            _signal.signal(signo, on_signal)
 
         walltime = plan.get("walltime_s")
         grace = float(plan.get("grace_s", DEFAULT_GRACE_S))
@@ -307,13 +307,13 @@ class Shim:
                     why = "limit"
                 if why == "limit":  # no grace: the limit is already broken
                     self.kill_sandbox()
-                    signal_group(pid, signal.SIGKILL)
+                    signal_group(pid, _signal.SIGKILL)
                 elif why is not None:
-                    self.term_job(pid, jobwatch, signal.SIGTERM)
+                    self.term_job(pid, jobwatch, _signal.SIGTERM)
                     kill_at = now + grace
             elif kill_at is not None and now >= kill_at:
                 self.kill_sandbox()
-                signal_group(pid, signal.SIGKILL)
+                signal_group(pid, _signal.SIGKILL)
                 kill_at = None
             timeouts = [MARKER_POLL_S if pidfd is not None else 0.05]
             if why is None:
@@ -339,7 +339,7 @@ class Shim:
 
         # Whatever is left of the job's process group (background children) goes with it:
         # a finished job leaves no processes behind.
-        signal_group(pid, signal.SIGKILL)
+        signal_group(pid, _signal.SIGKILL)
         self.kill_sandbox()
         # The writers are gone: what is left in the pipe is the end of the output.
         end = time.monotonic() + 2
@@ -358,7 +358,7 @@ class Shim:
         elif why == "limit":
             self.finish("failed", broken, exit_code=code)
         elif why == "terminated":
-            name = signal.Signals(self.terminated_by).name  # type: ignore[arg-type]
+            name = signal_name(self.terminated_by)  # type: ignore[arg-type]
             self.finish(
                 "failed", f"the local supervisor was stopped by {name}: job killed", exit_code=code
             )
@@ -371,7 +371,7 @@ class Shim:
         elif code == 1 and self.log.last_line().startswith("bwrap: "):
             message = self.log.last_line().removeprefix("bwrap: ")
             self.finish("failed", f"the sandbox could not be set up: {message}", exit_code=1)
-        elif code == 128 + signal.SIGXFSZ:
+        elif code == 128 + _signal.SIGXFSZ:
             cap = (plan.get("limits") or {}).get("disk_bytes") or 0
             self.finish(
                 "failed",
@@ -382,10 +382,7 @@ class Shim:
         elif rc < 0 or 128 < code < 128 + 65:
             # The sandbox reports its command's death by signal N as exit code 128 + N.
             signo = code - 128
-            try:
-                name = signal.Signals(signo).name
-            except ValueError:
-                name = f"signal {signo}"
+            name = signal_name(signo)
             self.finish("failed", f"killed by signal {name} ({signo})", exit_code=code)
         else:
             self.finish("failed", f"exit code {rc}", exit_code=code)
@@ -432,6 +429,16 @@ def _read_all(fd: int) -> bytes:
         data += chunk
     os.close(fd)
     return data
+
+
+def signal_name(signo: int) -> str:
+    """SIGKILL for 9: imports `signal` (and enum, ~6 ms) only for a job that ended so."""
+    import signal
+
+    try:
+        return signal.Signals(signo).name
+    except ValueError:
+        return f"signal {signo}"
 
 
 def signal_group(pgid: int, signo: int) -> None:
