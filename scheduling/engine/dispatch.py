@@ -19,7 +19,6 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import ClusterAccount
-from scheduling import hooks
 from scheduling.backends import (
     BackendError,
     BackendUnavailable,
@@ -33,6 +32,7 @@ from scheduling.engine import admission
 from scheduling.engine.capacity import lease_partitions
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_job
 from scheduling.engine.registry import get_backend
+from scheduling.engine.starts import watch_starts
 from scheduling.models import Attempt, Task, TaskState, attempt_key
 from scheduling.selectors import site_view
 from scheduling.spec import TaskSpec
@@ -159,7 +159,7 @@ def dispatch_claimed(task_id: int) -> str:
         return _not_submitted(ready, exc)
     outcome = _submitted(ready, job)
     if outcome == "submitted" and job.state is JobState.PENDING:
-        _show_starts(backend, [ready])
+        watch_starts(backend, {job.backend_id: ready.task.pk})
     return outcome
 
 
@@ -198,33 +198,8 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
                         queued.append(r)
             except DispatchRetry:
                 retry.append(r.task.pk)
-        _show_starts(backend, queued)
+        watch_starts(backend, {r.task.backend_id: r.task.pk for r in queued})
     return submitted, retry
-
-
-def _show_starts(backend, queued: list[_Ready]) -> None:
-    """Show as running at once the jobs that start a moment after their submission.
-
-    A job the local backend placed on a node starts some 20 ms after it was submitted;
-    without this its task would show `queued` until the next poll (a second by default). A
-    backend that starts jobs later (Slurm's scheduler runs every few seconds) has no
-    `started`, and its jobs are left to the poll, as are the ones that take longer than
-    SWITCHYARD_START_WAIT_MS.
-    """
-    within = settings.SWITCHYARD_START_WAIT_SECONDS
-    wait = getattr(backend, "started", None)
-    if wait is None or within <= 0 or not queued:
-        return
-    task_ids = {r.task.backend_id: r.task.pk for r in queued}
-    jobs = wait(list(task_ids), within_s=within)
-    if not jobs:
-        return
-    tasks = Task.objects.in_bulk([task_ids[backend_id] for backend_id in jobs])
-    with hooks.gathered():  # a job that already ended: the end hooks once for all
-        for backend_id, job in jobs.items():
-            task = tasks.get(task_ids[backend_id])
-            if task is not None and task.backend_id == backend_id:
-                apply_job(task, job)
 
 
 def _claimed_tasks(task_ids: list[int]) -> dict[int, Task]:

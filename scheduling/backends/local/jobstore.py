@@ -130,7 +130,7 @@ class JobStore:
         # Nobody sees this dir before it is renamed into place: plain writes suffice.
         os.chmod(jobdir, 0o711)  # the job's account passes through to its work and home
         with open(os.path.join(jobdir, "request.json"), "w", encoding="utf-8") as f:
-            json.dump(request_as_dict(request), f)
+            f.write(json.dumps(request_as_dict(request)))
         if request.priority:
             with open(os.path.join(jobdir, "priority"), "w", encoding="ascii") as f:
                 f.write(str(int(request.priority)))
@@ -150,7 +150,7 @@ class JobStore:
                 "started_at": None,
                 "ended_at": None,
             }
-            json.dump(state, f)
+            f.write(json.dumps(state))
 
     def _next_seq(self) -> int:
         # Called under the lock: a plain read-increment-write is safe.
@@ -240,7 +240,9 @@ class JobStore:
 
     def write_alloc(self, key: str, placement: Placement) -> None:
         with open(self.path(key, "alloc.json"), "w", encoding="utf-8") as f:
-            json.dump({"allocations": [dataclasses.asdict(a) for a in placement.allocations]}, f)
+            f.write(
+                json.dumps({"allocations": [dataclasses.asdict(a) for a in placement.allocations]})
+            )
         self._allocs[key] = placement
 
     def read_alloc(self, key: str) -> Placement:
@@ -387,7 +389,7 @@ def write_json_atomic(path: str, data: Any) -> None:
     # tmp + os.replace: a reader in another process sees the old file or the new, never half.
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
+        f.write(json.dumps(data))  # C-encoded at once: json.dump writes piece by piece
     os.replace(tmp, path)
 
 

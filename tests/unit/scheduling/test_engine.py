@@ -10,7 +10,7 @@ from django.utils import timezone
 from scheduling import engine, services
 from scheduling.backends import JobState
 from scheduling.backends.fake import FakeBackend
-from scheduling.engine import dispatch, get_backend
+from scheduling.engine import dispatch, get_backend, starts
 from scheduling.models import Attempt, Pool, Task
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import descriptor, submit
@@ -343,3 +343,23 @@ def test_a_local_job_that_starts_at_once_shows_running_after_its_dispatch(api, s
     engine.task_dispatch(later.pk)
     later.refresh_from_db()
     assert later.state == "queued"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_a_worker_the_start_is_watched_by_a_thread_while_the_dispatch_goes_on(api, settings):
+    Pool.objects.update(backend="local")
+    site_view_invalidate()
+    settings.SWITCHYARD_START_WAIT_SECONDS = 0  # the dispatch itself shows nothing
+    task = _submit(api, command=["sleep", "30"])
+    engine.task_dispatch(task.pk)
+    task.refresh_from_db()
+    assert task.state == "queued"
+    try:
+        starts.WATCHER.watch("local", {task.backend_id: task.pk}, within_s=20)
+        assert starts.WATCHER.idle(timeout=20), "the thread never saw the job start"
+        task.refresh_from_db()
+        assert task.state == "running" and _states(task) == ["pending", "queued", "running"]
+        starts.WATCHER.watch("local", {"no-such-job": task.pk}, within_s=0.2)
+        assert starts.WATCHER.idle(timeout=5), "a job that never starts is dropped in time"
+    finally:
+        get_backend("local").cancel(task.backend_id)
