@@ -76,9 +76,33 @@ def record(
     detail: dict | None = None,
 ) -> AuditEvent:
     """Append one row. `actor=None` says the portal itself acted (a schedule, a sweep)."""
+    row = entry(
+        action,
+        target=target,
+        actor=actor,
+        actor_name=actor_name,
+        project=project,
+        queue=queue,
+        detail=detail,
+    )
+    row.save(force_insert=True)
+    return row
+
+
+def entry(
+    action: str,
+    *,
+    target: str,
+    actor: AbstractBaseUser | None | Any = ACTOR_FROM_REQUEST,
+    actor_name: str = "",
+    project: str = "",
+    queue: str = "",
+    detail: dict | None = None,
+) -> AuditEvent:
+    """The row `record` appends, not yet saved (for a caller that writes it with others)."""
     if actor is ACTOR_FROM_REQUEST:
         actor = current_user()
-    return AuditEvent.objects.create(
+    return AuditEvent(
         actor_id=actor.pk if actor is not None else None,
         actor=actor.get_username() if actor is not None else actor_name,
         action=action,

@@ -1,4 +1,7 @@
-"""Bulk inserts: `COPY` on PostgreSQL, `bulk_create` elsewhere.
+"""Inserting many rows, or several rows at once: `COPY` and multi-statement queries on
+PostgreSQL.
+
+`bulk_insert`: `COPY` on PostgreSQL, `bulk_create` elsewhere.
 
 Django's `bulk_create` on PostgreSQL sends a batch as one `INSERT … SELECT * FROM UNNEST(…)`
 whose arrays psycopg quotes in Python, character by character: for rows full of JSON (a
@@ -9,6 +12,10 @@ the objects come back with their ids set, as `bulk_create` leaves them on Postgr
 
 Like `bulk_create`, no `save()` runs and no model signal is sent; unlike it, there is no
 `ignore_conflicts` or `update_conflicts`.
+
+`insert_together`: a few rows of different tables (a task, its first event, its audit row)
+in one round trip instead of one per row plus BEGIN and COMMIT (`next_id` draws an id that
+the others refer to, beforehand).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from django.db import connections, models, router
+from django.db.models.sql import InsertQuery
 
 M = TypeVar("M", bound=models.Model)
 
@@ -61,3 +69,51 @@ def bulk_insert(objs: Sequence[M], *, batch_size: int = 1000) -> list[M]:
                 obj._state.adding = False
                 obj._state.db = db
     return objs
+
+
+def next_id(model: type[models.Model]) -> int:
+    """A primary key drawn from the model's sequence (PostgreSQL), for a row not yet written."""
+    meta = model._meta
+    connection = connections[router.db_for_write(model)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s))", [meta.db_table, meta.pk.column]
+        )
+        return cursor.fetchone()[0]
+
+
+def insert_together(objs: Sequence[models.Model]) -> None:
+    """Insert new objects (PostgreSQL), their primary keys set where they must be known, in
+    one round trip: the INSERTs go as one query of several statements, which the server runs
+    as one transaction (inside the caller's, if one is open).
+
+    The values are written as they are on the objects: a date field with `auto_now(_add)` is
+    stamped only where it is still empty (so a task's `submitted_at` set by its caller stays
+    the one its first event was given). A primary key left None is the database's to choose,
+    and stays None on the object. Like `bulk_create`, no `save()` runs and no model signal is
+    sent.
+    """
+    connection = connections[router.db_for_write(type(objs[0]))]
+    if connection.vendor != "postgresql":
+        raise NotImplementedError("insert_together needs PostgreSQL's multi-statement queries")
+    sqls, params = [], []
+    for obj in objs:
+        fields = [
+            f
+            for f in obj._meta.concrete_fields
+            if not f.generated and not (f.primary_key and getattr(obj, f.attname) is None)
+        ]
+        for f in fields:
+            stamped = getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+            if stamped and getattr(obj, f.attname) is None:
+                f.pre_save(obj, add=True)
+        query = InsertQuery(type(obj))
+        query.insert_values(fields, [obj], raw=True)  # raw: no second pre_save
+        [(sql, values)] = query.get_compiler(connection=connection).as_sql()
+        sqls.append(sql)
+        params.extend(values)
+    with connection.cursor() as cursor:
+        cursor.execute(";\n".join(sqls), params)
+    for obj in objs:
+        obj._state.adding = False
+        obj._state.db = connection.alias

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from portal.bulk import bulk_insert
+from portal.bulk import bulk_insert, insert_together, next_id
+from portal.models import AuditEvent
 from scheduling.models import Task, TaskEvent
-from tests.conftest import descriptor, submit
+from tests.conftest import descriptor, in_ci, submit
 
 pytestmark = pytest.mark.django_db
 
+QUOTED = 'back\\slash, "quotes", \\N, ü 漢字 and a tab\t'
 AWKWARD = 'tab\there, newline\nthere, back\\slash, "quotes", \\N, ü 漢字, \r end'
 
 
@@ -62,3 +64,35 @@ def test_it_copies_on_postgresql_and_creates_in_bulk_elsewhere(api):
     first = {"postgresql": "SELECT nextval(", "sqlite": "INSERT INTO"}[connection.vendor]
     assert [q["sql"][: len(first)] for q in queries.captured_queries] == [first]
     assert TaskEvent.objects.filter(pk__in=[e.pk for e in events]).count() == 5
+
+
+@pytest.fixture
+def postgres_only():
+    if connection.vendor == "postgresql":
+        return
+    if in_ci():
+        pytest.fail(f"CI must run this on PostgreSQL, not {connection.vendor}")
+    pytest.skip("multi-statement inserts are PostgreSQL's (CI runs this)")
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as a request runs
+def test_a_submission_on_postgresql_is_one_id_and_one_query_all_or_nothing(api, postgres_only):
+    assert submit(api, descriptor(name="first")).status_code == 201  # the site read once
+    with CaptureQueriesContext(connection) as queries:
+        response = submit(api, descriptor(name="fast", env={"NOTE": QUOTED}))
+    assert response.status_code == 201, response.json()
+    writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
+    assert [w.count("INSERT INTO") for w in writes] == [3], writes  # one query, three rows
+    task = Task.objects.get(pk=response.json()["id"])
+    event = TaskEvent.objects.get(task=task)
+    assert event.at == task.submitted_at and event.to_state == "pending"
+    assert task.updated_at is not None and task.spec["env"] == {"NOTE": QUOTED}
+    row = AuditEvent.objects.get(target=f"task #{task.pk}")
+    assert row.action == "task.submit" and row.actor == "alice" and row.at is not None
+    # The statements are one transaction: a failing one leaves none of the rows.
+    doomed = Task(**{f.attname: getattr(task, f.attname) for f in Task._meta.concrete_fields})
+    doomed.pk = next_id(Task)
+    clash = TaskEvent(pk=event.pk, task=doomed, at=event.at, to_state="pending")
+    with pytest.raises(IntegrityError):
+        insert_together([doomed, clash])
+    assert not Task.objects.filter(pk=doomed.pk).exists()
