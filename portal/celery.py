@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 from portal import broker
 
@@ -13,3 +13,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 app = Celery("switchyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+# Database connections in workers live as long as in web processes (CONN_MAX_AGE, closed at
+# once when an error left them unusable). Celery's Django fix-up closes every connection
+# before and after every task unless CELERY_DB_REUSE_MAX is set: on PostgreSQL that was a new
+# server process per task, most of a dispatch's time. settings.py sets it high, so the
+# fix-up closes only now and then, and Django's own rule decides in between.
+@signals.task_prerun.connect(weak=False)
+@signals.task_postrun.connect(weak=False)
+def _close_old_connections(**_kwargs) -> None:
+    from django.db import close_old_connections
+
+    close_old_connections()
