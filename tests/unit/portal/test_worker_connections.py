@@ -39,3 +39,14 @@ def test_a_usable_connection_is_kept_and_a_broken_one_replaced():
         del connection.is_usable
     connection.ensure_connection()
     assert connection.connection is not raw
+
+
+@pytest.mark.django_db
+def test_an_eager_task_leaves_the_callers_connection_alone():
+    # Eager Celery runs a task where it is sent, maybe inside the caller's transaction.
+    connection.ensure_connection()
+    raw = connection.connection
+    eager = type("EagerTask", (), {"request": SimpleNamespace(is_eager=True)})  # hashable
+    signals.task_prerun.send(sender=eager)
+    signals.task_postrun.send(sender=eager)
+    assert connection.connection is raw and not connection.closed_in_transaction
