@@ -32,7 +32,7 @@ AttemptEndHook = Callable[[list["Attempt"]], Any]
 
 _task_end: list[TaskEndHook] = []
 _attempt_end: list[AttemptEndHook] = []
-# The ends collected by the innermost open `gathered()` block of this thread, if any.
+# The ends collected by the open `gathered()` block of this thread (context), if any.
 _gathering: ContextVar[tuple[list[Attempt], list[Task]] | None] = ContextVar(
     "switchyard_hooks_gathering", default=None
 )
