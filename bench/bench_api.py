@@ -208,6 +208,13 @@ def _run_http(
             conn.close()
         if errors:
             raise RuntimeError(f"client error: {errors[0]!r}\n{c.log_tail(proc)}")
+        # The answers are out; the publisher threads may still hold the last few ids. Give
+        # them a moment before the server is stopped (a stopped process's ids are the sweep's
+        # in production; here every dispatch must be counted).
+        expected = len(bodies) * each
+        until = time.monotonic() + 10
+        while len(set(c.dispatched_ids(var_dir))) < expected and time.monotonic() < until:
+            time.sleep(0.05)
     finally:
         c.stop(proc)
     flat = [r for rs in results for r in rs]
@@ -233,7 +240,7 @@ def _finish(raw: dict, env: dict[str, str], var_dir: Path) -> dict[str, Any]:
     assert tasks == n, f"the database holds {tasks} tasks, expected exactly {n}"
     assert len(ids) == len(set(ids)) == n, (
         f"the broker's messages name {len(ids)} dispatches of {len(set(ids))} tasks, "
-        f"not each of {n} once"
+        f"not each of {n} once; the server said: {_publish_warnings(var_dir)}"
     )
     return {
         "tasks": n,
@@ -244,6 +251,12 @@ def _finish(raw: dict, env: dict[str, str], var_dir: Path) -> dict[str, Any]:
             1 for p in (var_dir / "broker" / "queue").iterdir() if p.name.endswith(".msg")
         ),  # fmt: skip
     }
+
+
+def _publish_warnings(var_dir: Path) -> list[str]:
+    log = var_dir / "web.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return [line for line in lines if "could not enqueue" in line][:5] or ["nothing"]
 
 
 # -- portals to run against ------------------------------------------------------------------
