@@ -65,26 +65,10 @@ def _address() -> str | None:
     return request.META.get("REMOTE_ADDR") or None if request is not None else None
 
 
-def record(
-    action: str,
-    *,
-    target: str,
-    actor: AbstractBaseUser | None | Any = ACTOR_FROM_REQUEST,
-    actor_name: str = "",
-    project: str = "",
-    queue: str = "",
-    detail: dict | None = None,
-) -> AuditEvent:
-    """Append one row. `actor=None` says the portal itself acted (a schedule, a sweep)."""
-    row = entry(
-        action,
-        target=target,
-        actor=actor,
-        actor_name=actor_name,
-        project=project,
-        queue=queue,
-        detail=detail,
-    )
+def record(action: str, **fields: Any) -> AuditEvent:
+    """Append one row (`entry`'s arguments). `actor=None` says the portal itself acted (a
+    schedule, a sweep)."""
+    row = entry(action, **fields)
     row.save(force_insert=True)
     return row
 
@@ -99,7 +83,8 @@ def entry(
     queue: str = "",
     detail: dict | None = None,
 ) -> AuditEvent:
-    """The row `record` appends, not yet saved (for a caller that writes it with others)."""
+    """The row `record` appends, not yet saved (for a caller that writes it with others).
+    `actor=None` says the portal itself acted; by default the request's user acted."""
     if actor is ACTOR_FROM_REQUEST:
         actor = current_user()
     return AuditEvent(

@@ -20,6 +20,19 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.fixture
+def postgres_only():
+    """For what only PostgreSQL does (real row locks between connections, multi-statement
+    queries, COPY): skipped on another database here, a failure in CI, which runs it."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        return
+    if in_ci():
+        pytest.fail(f"CI must run this on PostgreSQL, not {connection.vendor}")
+    pytest.skip(f"needs PostgreSQL, not {connection.vendor} (CI runs it)")
+
+
 def make_job_root() -> Path:
     """A fresh local-backend root that the jobs' own accounts can pass through.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -186,29 +187,15 @@ def _submit_entry(task: Task, user: AbstractBaseUser, project: Project, decided:
 
 
 def task_create(
-    *,
-    user: AbstractBaseUser,
-    project: Project,
-    decided: Decided,
-    descriptor: str,
-    fmt: str,
-    workflow=None,
-    upstream: list[Task] = (),
+    *, user: AbstractBaseUser, decided: Decided, upstream: list[Task] = (), **fields: Any
 ) -> Task:
     """Store one decided task and its first event; schedule what comes next on commit.
 
-    A task with dependencies or a trigger starts `waiting` (the engine settles it once the
+    `fields` are `new_task`'s other arguments (project, descriptor, fmt, workflow). A task
+    with dependencies or a trigger starts `waiting` (the engine settles it once the
     transaction commits); the others are dispatched. Call inside a transaction.
     """
-    task = new_task(
-        user=user,
-        project=project,
-        decided=decided,
-        descriptor=descriptor,
-        fmt=fmt,
-        workflow=workflow,
-        upstream=upstream,
-    )
+    task = new_task(user=user, decided=decided, upstream=upstream, **fields)
     task.save(force_insert=True)
     if upstream:
         task.depends_on.add(*upstream)

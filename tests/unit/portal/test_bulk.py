@@ -10,7 +10,7 @@ from django.utils import timezone
 from portal.bulk import bulk_insert, insert_together, next_id
 from portal.models import AuditEvent
 from scheduling.models import Task, TaskEvent
-from tests.conftest import descriptor, in_ci, submit
+from tests.conftest import descriptor, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -64,15 +64,6 @@ def test_it_copies_on_postgresql_and_creates_in_bulk_elsewhere(api):
     first = {"postgresql": "SELECT nextval(", "sqlite": "INSERT INTO"}[connection.vendor]
     assert [q["sql"][: len(first)] for q in queries.captured_queries] == [first]
     assert TaskEvent.objects.filter(pk__in=[e.pk for e in events]).count() == 5
-
-
-@pytest.fixture
-def postgres_only():
-    if connection.vendor == "postgresql":
-        return
-    if in_ci():
-        pytest.fail(f"CI must run this on PostgreSQL, not {connection.vendor}")
-    pytest.skip("multi-statement inserts are PostgreSQL's (CI runs this)")
 
 
 @pytest.mark.django_db(transaction=True)  # autocommit, as a request runs

@@ -24,7 +24,7 @@ from scheduling.backends import JobState
 from scheduling.backends.fake import FakeBackend
 from scheduling.engine import get_backend, settle
 from scheduling.models import Task, TaskEvent, Workflow
-from tests.conftest import descriptor, in_ci
+from tests.conftest import descriptor
 
 pytestmark = pytest.mark.django_db
 
@@ -554,15 +554,8 @@ def test_an_outsider_gets_404_on_the_workflow_and_its_cancel(flow, outsider_api)
 # --- the release race -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def postgres_only():
-    """Two connections really race only on PostgreSQL: SQLite runs one writer at a time."""
-    if connection.vendor == "postgresql":
-        return
-    if in_ci():
-        pytest.fail(f"CI must run this on PostgreSQL, not {connection.vendor}")
-    if connection.vendor == "sqlite":
-        pytest.skip("the release race needs PostgreSQL (CI runs it)")
+# Two connections really race only on PostgreSQL: SQLite runs one writer at a time
+# (the `postgres_only` fixture, tests/conftest.py).
 
 
 @pytest.mark.django_db(transaction=True)
