@@ -294,6 +294,14 @@ def processes_mentioning(marker: str) -> list[int]:
     return found
 
 
+def launcher_pid(root: str) -> int | None:
+    """The pid of the local backend's launcher under `root`, if it wrote one."""
+    try:
+        return int((Path(root) / "run" / "launcher.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def kill_processes_mentioning(marker: str) -> int:
     """SIGKILL every process whose command line names `marker` (a path unique to one bench
     run: its job supervisors and sandboxes). Returns how many were found."""

@@ -283,7 +283,9 @@ def _run_stack(
         client.close()
         # Every supervisor exits once its job has ended: none may be left now.
         time.sleep(0.5)
-        left = len(c.processes_mentioning(job_marker))
+        # The launcher that forks supervisors stays a while (it is not a job's process).
+        launcher = c.launcher_pid(job_marker)
+        left = len([p for p in c.processes_mentioning(job_marker) if p != launcher])
         ok = True
     finally:
         for proc in reversed(procs):

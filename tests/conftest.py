@@ -53,7 +53,11 @@ def make_job_root() -> Path:
 
 def remove_job_root(root: Path) -> None:
     from scheduling.backends.local.jobstore import remove_tree
+    from scheduling.backends.local.launch import stop_launcher
 
+    # A launcher would leave by itself once its socket is gone, but only seconds later.
+    for run in (root / "run", *root.glob("*/run")):
+        stop_launcher(str(run.parent))
     remove_tree(str(root))
 
 

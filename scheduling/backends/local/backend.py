@@ -70,6 +70,7 @@ class LocalBackend:
         bwrap: str = "bwrap",
         node_source: NodeSource | None = None,
         python: str = sys.executable,
+        launcher: bool = True,
         kill_grace_s: float = KILL_GRACE_S,
         inventory_ttl_s: float = 0.0,
         job_account: str = "switchyard-job",
@@ -86,6 +87,9 @@ class LocalBackend:
         self.root = self.store.root
         self.bwrap = bwrap
         self.python = python
+        # Supervisors are forked by the root's resident launcher (launcher.py); off, each
+        # is an interpreter of its own (slower to start; what the launcher falls back to).
+        self.launcher = launcher
         self.kill_grace_s = kill_grace_s
         # Jobs of researchers without a cluster account of their own run as this account.
         self.job_account = job_account
@@ -315,15 +319,24 @@ class LocalBackend:
             sandbox_missing=missing,
             now=time.time(),
         )
+        starting = []
         for decision in decisions:
             if isinstance(decision, Start):
                 del states[decision.key]
-                self._start(decision.key, self.store.request(decision.key), decision.placement)
+                if self._prepare_start(
+                    decision.key, self.store.request(decision.key), decision.placement
+                ):
+                    starting.append(decision.key)
             elif isinstance(decision, Fail):
                 del states[decision.key]
                 self._fail_unstarted(decision.key, decision.reason)
             else:
                 self._set_waiting(decision.key, decision.reason, states[decision.key])
+        failed = launch.start_supervisors(
+            self.store, starting, self.python, launcher=self.launcher, children=self._children
+        )
+        for key, reason in failed.items():
+            self._fail_unstarted(key, reason)
         return states
 
     def _live_allocations(
@@ -397,7 +410,8 @@ class LocalBackend:
 
     # -- starting a job ----------------------------------------------------------------
 
-    def _start(self, key: str, request: SubmitRequest, placement: Placement) -> bool:
+    def _prepare_start(self, key: str, request: SubmitRequest, placement: Placement) -> bool:
+        """Write what the job's supervisor needs and mark it starting; False if it failed."""
         bwrap = shutil.which(self.bwrap)
         if bwrap is None:
             # Never fall back to running a task without its sandbox.
@@ -446,11 +460,6 @@ class LocalBackend:
         plan["state"] = state  # the supervisor continues from this state
         launch.write_plan(self.store, key, plan)
         self.store.write_state(key, state)
-        try:
-            self._children[key] = launch.spawn_supervisor(self.store, key, self.python)
-        except OSError as exc:
-            self._fail_unstarted(key, f"could not start the local supervisor: {exc}")
-            return False
         return True
 
     def _unreachable_by_others(self) -> str | None:

@@ -8,6 +8,7 @@
     root/ended/<key>        one empty file per finished job still in jobs/ (its mtime: when)
     root/logs/<key>.log     the output of a job whose folder retention removed, and
     root/logs/<key>.json    its final state
+    root/run/               the launcher's socket, lock and pid (launcher.py), 0700
     root/jobs/<key>/        one job; its key is its backend id
         request.json        the SubmitRequest (spec via TaskSpec.as_dict())
         state.json          pending | starting | running | final state (atomic tmp+replace)

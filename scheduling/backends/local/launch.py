@@ -3,29 +3,38 @@
 The plan is everything the supervisor (`shim.py`) needs to run the command: argv (the
 sandbox in front of the command, for every type of task), an environment built from
 nothing, the working directory, the account (never root), the walltime and the limits. It is
-written as `launch.marshal` beside the job's state; the supervisor is spawned detached, so it
-outlives the worker that started it. docs/security.md says what a job can see and do.
+written as `launch.marshal` beside the job's state. The supervisor is forked by the root's
+launcher (`launcher.py`, one resident process), or else spawned as an interpreter of its
+own; either way in a session of its own, so it outlives the worker that started it.
+docs/security.md says what a job can see and do.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import marshal
 import os
 import pwd
 import re
 import signal
+import socket
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from scheduling.backends.base import BackendError, SubmitRequest
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
+from scheduling.backends.local.launcher import pid_path as launcher_pid_path
+from scheduling.backends.local.launcher import socket_path as launcher_socket_path
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import sandbox_argv
 from scheduling.decisions.types import Placement
 from scheduling.spec import SANDBOXED_TYPES
+
+log = logging.getLogger(__name__)
 
 SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
 # The supervisor is imported, not run as a script: a script is compiled at every start (3 ms
@@ -34,6 +43,11 @@ SHIM_DIR = os.path.dirname(os.path.abspath(__file__))
 _RUN_SHIM = (
     f"import sys; sys.path.insert(0, {SHIM_DIR!r}); import shim; sys.exit(shim.main(sys.argv))"
 )
+_RUN_LAUNCHER = (
+    f"import sys; sys.path.insert(0, {SHIM_DIR!r}); import launcher; "
+    "sys.exit(launcher.main(sys.argv))"
+)
+LAUNCHER_TIMEOUT_S = 10.0
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Set by the backend from the allocation; a descriptor's env may not override them.
 RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES")
@@ -182,6 +196,111 @@ def write_plan(store: JobStore, key: str, plan: dict[str, Any]) -> None:
     # the supervisor ~30 ms of start-up here. Read it with marshal.load().
     with open(store.path(key, "launch.marshal"), "wb") as f:
         marshal.dump(plan, f, 4)
+
+
+def start_supervisors(
+    store: JobStore,
+    keys: list[str],
+    python: str,
+    *,
+    launcher: bool = True,
+    children: dict[str, subprocess.Popen[bytes]],
+) -> dict[str, str]:
+    """Start the supervisors of `keys` (their plans written); returns {key: why not} for
+    those that could not start.
+
+    Through the root's launcher (launcher.py, started here if none serves the root): one
+    request for all of them, a fork each. Should the launcher fail, or with `launcher`
+    off, each supervisor is spawned as an interpreter of its own (`spawn_supervisor`;
+    the Popen goes into `children`, to be reaped).
+    """
+    if not keys:
+        return {}
+    if launcher:
+        try:
+            replies = _ask_launcher(store.root, keys, python)
+        except OSError as exc:
+            log.warning(
+                "the local launcher of %s failed (%s): spawning supervisors", store.root, exc
+            )
+        else:
+            return {
+                key: reply.removeprefix("error ")
+                for key, reply in zip(keys, replies, strict=True)
+                if not reply.startswith("ok ")
+            }
+    failed = {}
+    for key in keys:
+        try:
+            children[key] = spawn_supervisor(store, key, python)
+        except OSError as exc:
+            failed[key] = f"could not start the local supervisor: {exc}"
+    return failed
+
+
+def _ask_launcher(root: str, keys: list[str], python: str) -> list[str]:
+    """Send the keys to the root's launcher (starting it if need be); one answer per key."""
+    path = launcher_socket_path(root)
+    request = "".join(f"{key}\n" for key in keys).encode("ascii")
+    for attempt in range(5):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.settimeout(LAUNCHER_TIMEOUT_S)
+            try:
+                conn.connect(path)
+            except (FileNotFoundError, ConnectionRefusedError):
+                # None serves the root (or a dead one's socket is left): start one. Another
+                # worker may be starting one too: the root's lock lets one of them serve.
+                _start_launcher(root, python)
+                if attempt:
+                    time.sleep(0.01 * attempt)
+                continue
+            conn.sendall(request)
+            conn.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+        finally:
+            conn.close()
+        replies = data.decode("ascii", "replace").splitlines()
+        if replies == ["stale"]:
+            continue  # its code was upgraded: it has gone, the next attempt starts the new
+        if len(replies) != len(keys):
+            raise OSError(f"the launcher answered {len(replies)} lines for {len(keys)} jobs")
+        return replies
+    raise OSError(f"no launcher answers at {path}")
+
+
+def _start_launcher(root: str, python: str) -> None:
+    """Run `python -I -S -c 'import launcher …' <root>`; it returns once it listens (its
+    server goes on detached), or at once if another launcher holds the root."""
+    subprocess.run(
+        [python, "-I", "-S", "-c", _RUN_LAUNCHER, root],
+        cwd=root,
+        env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},  # never the portal's environment
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+        start_new_session=True,
+        timeout=LAUNCHER_TIMEOUT_S,
+        check=False,
+    )
+
+
+def stop_launcher(root: str) -> bool:
+    """SIGTERM the root's launcher, if one runs (its supervisors go on); True if one did."""
+    try:
+        with open(launcher_pid_path(root), encoding="ascii") as f:
+            pid_s, start_s = f.read().split()
+    except (OSError, ValueError):
+        return False
+    pid = int(pid_s)
+    if proc_start_time(pid) != int(start_s):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    return True
 
 
 def spawn_supervisor(store: JobStore, key: str, python: str) -> subprocess.Popen[bytes]:

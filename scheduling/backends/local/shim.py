@@ -1,8 +1,9 @@
-"""The supervisor of one local job, started as `python -I -S -c 'import shim …' <jobdir>`.
+"""The supervisor of one local job: `main([_, jobdir])`.
 
-The local backend spawns one of these per started job, detached (its own session, no
-inherited descriptors, an almost empty environment). It runs as the worker's user (root on a
-shared machine) and starts the job's command in the sandbox as the job's own account, with
+The local backend starts one of these per job, detached (its own session, no inherited
+descriptors, an almost empty environment): forked by the root's launcher (`launcher.py`),
+which has this module imported already, or else as `python -I -S -c 'import shim …'
+<jobdir>`. It runs as the worker's user (root on a shared machine) and starts the job's command in the sandbox as the job's own account, with
 its groups, gid and uid dropped before exec; it enforces the walltime, honours the cancel
 marker, watches the job's memory, processes and folder (`jobwatch.py`), copies its output
 into output.log up to the cap, and writes the job's state to `<jobdir>/state.json`.

@@ -1,0 +1,257 @@
+"""The local backend's launcher: one resident process per root forks every supervisor.
+
+Real launchers, real supervisors, real sandboxes (launcher.py says what it does and why).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from scheduling.backends.base import JobState
+from scheduling.backends.local import LocalBackend, launch, launcher
+from scheduling.backends.local.shim import proc_start_time
+from tests.conftest import in_ci
+from tests.unit.scheduling.test_local_backend import (
+    SMALL,
+    alive,
+    finished,
+    request,
+    running,
+    state_file,
+)
+
+
+@pytest.fixture
+def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
+    made: list[LocalBackend] = []
+
+    def _make(**options) -> LocalBackend:
+        options.setdefault("kill_grace_s", 0.5)
+        backend = LocalBackend(
+            "local-test", root=str(job_root / "root"), node_source=lambda _: [SMALL], **options
+        )
+        made.append(backend)
+        return backend
+
+    yield _make
+    for backend in made:
+        jobs = Path(backend.root) / "jobs"
+        for key in [p.name for p in jobs.iterdir()] if jobs.exists() else []:
+            backend.cancel(key)
+            finished(backend, key)
+
+
+def launcher_pid(root: str) -> int:
+    pid, start = map(int, Path(launcher.pid_path(root)).read_text().split())
+    assert proc_start_time(pid) == start
+    return pid
+
+
+def parent_of(pid: int) -> int:
+    data = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(data[data.rfind(b")") + 2 :].split()[1])
+
+
+def gone(pid: int, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def mentioning(text: str) -> list[int]:
+    """Living processes whose command line contains `text`."""
+    found = []
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            if text.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() and alive(pid):
+                found.append(pid)
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def ask(root: str, payload: bytes) -> list[str]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(launcher.socket_path(root))
+        conn.sendall(payload)
+        conn.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    return data.decode().splitlines()
+
+
+def test_jobs_of_every_backend_on_a_root_start_through_its_one_launcher(make):
+    first, second = make(), make()  # two worker processes sharing the root
+    first.submit(request("one-1", ["sleep", "30"]))
+    second.submit(request("two-1", ["sleep", "30"]))
+    running(first, "one-1")
+    running(second, "two-1")
+    pid = launcher_pid(first.root)
+    for key in ("one-1", "two-1"):
+        supervisor = state_file(first, key)["shim_pid"]
+        assert parent_of(supervisor) == pid
+        # A session of its own, as a directly spawned supervisor has.
+        assert os.getsid(supervisor) == supervisor
+    run = Path(launcher.run_dir(first.root))
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+    assert stat.S_IMODE(Path(launcher.socket_path(first.root)).stat().st_mode) == 0o600
+    assert not first._children and not second._children  # nothing spawned directly
+
+
+def test_a_supervisor_keeps_nothing_of_the_launcher(make):
+    backend = make()
+    backend.submit(request("bare-1", ["sleep", "30"]))
+    running(backend, "bare-1")
+    supervisor = state_file(backend, "bare-1")["shim_pid"]
+    environ = Path(f"/proc/{supervisor}/environ").read_bytes().split(b"\0")
+    assert sorted(e.split(b"=", 1)[0] for e in environ if e) == [b"LANG", b"PATH"]
+    targets = [
+        os.readlink(f"/proc/{supervisor}/fd/{fd}") for fd in os.listdir(f"/proc/{supervisor}/fd")
+    ]
+    assert not [t for t in targets if t.startswith("socket:")]  # not the launcher's socket
+    assert not [t for t in targets if t.endswith("launcher.lock")]
+    assert Path(f"/proc/{supervisor}/cwd").resolve() == Path(backend.root) / "jobs" / "bare-1"
+
+
+def test_supervisors_outlive_their_launcher_and_a_new_one_takes_over(make):
+    backend = make()
+    backend.submit(request("long-1", ["sleep", "30"]))
+    running(backend, "long-1")
+    old = launcher_pid(backend.root)
+    assert launch.stop_launcher(backend.root)
+    assert gone(old)
+    assert not Path(launcher.socket_path(backend.root)).exists()
+    assert backend.poll(["long-1"])["long-1"].state is JobState.RUNNING
+
+    backend.submit(request("next-1", ["true"]))
+    assert finished(backend, "next-1").state is JobState.SUCCEEDED
+    assert launcher_pid(backend.root) != old
+    backend.cancel("long-1")
+    assert finished(backend, "long-1").state is JobState.CANCELLED
+
+
+def test_a_launcher_of_older_code_makes_way_for_the_new(make, tmp_path):
+    backend = make()
+    # An "old" launcher: the same code, from a copy whose files then change on disk.
+    old_code = tmp_path / "old"
+    old_code.mkdir()
+    for name in launcher.CODE_FILES:
+        shutil.copy(Path(launch.SHIM_DIR) / name, old_code / name)
+    subprocess.run(
+        [sys.executable, "-I", "-S", str(old_code / "launcher.py"), backend.root], check=True
+    )
+    old = launcher_pid(backend.root)
+    os.utime(old_code / "shim.py", ns=(time.time_ns(), time.time_ns() + 10**9))
+
+    backend.submit(request("upgraded-1", ["true"]))
+    assert finished(backend, "upgraded-1").state is JobState.SUCCEEDED
+    assert gone(old)
+    new = launcher_pid(backend.root)
+    assert new != old
+    assert str(old_code) not in Path(f"/proc/{new}/cmdline").read_text()
+
+
+def test_the_launcher_refuses_what_is_not_a_job(make):
+    backend = make()
+    backend.submit(request("real-1", ["true"]))
+    finished(backend, "real-1")
+    replies = ask(backend.root, b"../../etc\n-x\nNotAKey\nno-such-job\n")
+    assert replies == [
+        "error not a job key",
+        "error not a job key",
+        "error not a job key",
+        "error the job has no launch plan",
+    ]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 and not in_ci(), reason="needs root to act as another user")
+def test_only_the_launchers_own_user_may_start_jobs(make):
+    backend = make()
+    backend.submit(request("mine-1", ["true"]))
+    finished(backend, "mine-1")
+    # Even with its folder opened up, another account's request is refused.
+    run = Path(launcher.run_dir(backend.root))
+    run.chmod(0o755)
+    Path(launcher.socket_path(backend.root)).chmod(0o666)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the other account
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, "\n".join(ask(backend.root, b"mine-1\n")).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        answer = f.read()
+    os.waitpid(pid, 0)
+    run.chmod(0o700)
+    assert answer == "error only the launcher's own user may start jobs"
+
+
+def test_without_a_launcher_supervisors_are_spawned_directly(make, tmp_path):
+    # An interpreter that will not run the launcher: the backend falls back, and says so.
+    python = tmp_path / "no-launcher-python"
+    python.write_text(
+        f'#!/bin/sh\ncase "$*" in *"import launcher"*) exit 3;; esac\nexec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    backend = make(python=str(python))
+    warnings: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("scheduling.backends.local.launch")
+    logger.addHandler(handler)
+    try:
+        backend.submit(request("direct-1", ["true"]))
+    finally:
+        logger.removeHandler(handler)
+    assert finished(backend, "direct-1").state is JobState.SUCCEEDED
+    assert [w for w in warnings if "spawning supervisors" in w]
+    assert not Path(launcher.pid_path(backend.root)).exists()
+
+
+def test_a_launcher_leaves_when_idle_and_when_its_root_is_gone(job_root):
+    root = str(job_root / "idle")
+    os.makedirs(root)
+    code = launch._RUN_LAUNCHER
+    subprocess.run([sys.executable, "-I", "-S", "-c", code, root, "0.3"], check=True)
+    assert gone(launcher_pid(root), timeout=5)
+    assert not Path(launcher.socket_path(root)).exists()
+
+    subprocess.run([sys.executable, "-I", "-S", "-c", code, root, "600"], check=True)
+    pid = launcher_pid(root)
+    os.unlink(launcher.socket_path(root))
+    assert gone(pid, timeout=launcher.CHECK_S + 5)
+
+
+def test_two_launchers_started_at_once_leave_one_serving(job_root):
+    root = str(job_root / "race")
+    os.makedirs(root)
+    starts = [
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", launch._RUN_LAUNCHER, root])
+        for _ in range(4)
+    ]
+    assert [p.wait(timeout=10) for p in starts] == [0, 0, 0, 0]
+    pid = launcher_pid(root)
+    assert mentioning(root) == [pid]
+    launch.stop_launcher(root)
