@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import zoneinfo
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -51,7 +52,12 @@ def after_attempts_end(attempts: list[Attempt]) -> None:
 
 def meter(attempt_ids: Iterable[int]) -> int:
     """Meter these attempts where they have ended and their backend has accounted them.
-    Returns how many records were written."""
+    Returns how many records were written.
+
+    All of them in one transaction, the rates read once (a poll's ends come in one message);
+    should one have been metered meanwhile (a replay, another worker), each is written in a
+    transaction of its own instead, so that the others are still written once.
+    """
     attempts = list(
         Attempt.objects.filter(pk__in=list(attempt_ids), ended_at__isnull=False, metered=None)
         .select_related("task__project", "task__owner", "task__queue__pool")
@@ -60,12 +66,21 @@ def meter(attempt_ids: Iterable[int]) -> int:
     if not attempts:
         return 0
     runs = usage.runs_of(attempts)
-    written = 0
-    for attempt in attempts:
-        found = runs.get(attempt.pk)
-        if found is not None:
-            written += write(attempt, found)
-    return written
+    ready = [(a, found) for a in attempts if (found := runs.get(a.pk)) is not None]
+    if not ready:
+        return 0
+    rates = RateBook()
+    built = [_build(attempt, found, rates) for attempt, found in ready]
+    try:
+        with transaction.atomic():
+            Metered.objects.bulk_create([b.metered for b in built])
+            measured = [b.attempt for b in built if b.measured]
+            if measured:
+                Attempt.objects.bulk_update(measured, ["cpu_ms", "cpu_elapsed_ms"])
+            insert([r for b in built for r in b.records])
+    except IntegrityError:
+        return sum(_write_one(b) for b in built)
+    return sum(len(b.records) for b in built)
 
 
 def meter_pass(now: datetime | None = None) -> dict[str, int]:
@@ -87,6 +102,19 @@ def meter_pass(now: datetime | None = None) -> dict[str, int]:
 def write(attempt: Attempt, runs: list[Run]) -> int:
     """Write the attempt's records; 0 if it was metered already (by a replay or another
     worker)."""
+    return _write_one(_build(attempt, runs, RateBook()))
+
+
+@dataclass(slots=True)
+class _Built:
+    metered: Metered
+    attempt: Attempt
+    measured: bool  # cpu_ms / cpu_elapsed_ms set on `attempt` from what the job really used
+    records: list[UsageRecord]
+
+
+def _build(attempt: Attempt, runs: list[Run], rates: RateBook) -> _Built:
+    """The rows that meter one attempt, not yet written."""
     task = attempt.task
     amounts = metrics.quantities(
         task.type,
@@ -98,43 +126,55 @@ def write(attempt: Attempt, runs: list[Run]) -> int:
     job_id = ",".join(sorted({r.job_id for r in runs}))[:64]
     source = _source(task.backend)
     measured = [r for r in runs if r.cpu_ms is not None]
+    if measured:  # what it really used, for the over-request advice
+        attempt.cpu_ms = sum(r.cpu_ms for r in measured)
+        attempt.cpu_elapsed_ms = sum(r.elapsed_ms for r in measured)
+    records = []
+    for metric, quantity in sorted(amounts.items()):
+        rate = rates.valid(task.queue_id, metric, ended)
+        records.append(
+            UsageRecord(
+                key=f"{attempt.key}:{metric}",
+                metric=metric,
+                quantity=quantity,
+                charge=metrics.charge_micros(quantity, metric, rate.price) if rate else 0,
+                rate=rate,
+                project=task.project,
+                user=task.owner,
+                queue=task.queue.name,
+                pool=task.queue.pool.name,
+                task_type=task.type,
+                task=task,
+                attempt=attempt,
+                backend=task.backend,
+                job_id=job_id,
+                source=source,
+                started_at=started,
+                ended_at=ended,
+                day=site_day(ended),
+            )
+        )
+    return _Built(
+        Metered(attempt=attempt, runs=len(runs), records=len(amounts)),
+        attempt,
+        bool(measured),
+        records,
+    )
+
+
+def _write_one(built: _Built) -> int:
+    """One attempt in a transaction of its own; 0 if it was metered already."""
     try:
         with transaction.atomic():
-            Metered.objects.create(attempt=attempt, runs=len(runs), records=len(amounts))
-            if measured:  # what it really used, for the over-request advice
-                Attempt.objects.filter(pk=attempt.pk).update(
-                    cpu_ms=sum(r.cpu_ms for r in measured),
-                    cpu_elapsed_ms=sum(r.elapsed_ms for r in measured),
+            built.metered.save(force_insert=True)
+            if built.measured:
+                Attempt.objects.filter(pk=built.attempt.pk).update(
+                    cpu_ms=built.attempt.cpu_ms, cpu_elapsed_ms=built.attempt.cpu_elapsed_ms
                 )
-            records = []
-            for metric, quantity in sorted(amounts.items()):
-                rate = rate_for(task.queue_id, metric, ended)
-                records.append(
-                    UsageRecord(
-                        key=f"{attempt.key}:{metric}",
-                        metric=metric,
-                        quantity=quantity,
-                        charge=metrics.charge_micros(quantity, metric, rate.price) if rate else 0,
-                        rate=rate,
-                        project=task.project,
-                        user=task.owner,
-                        queue=task.queue.name,
-                        pool=task.queue.pool.name,
-                        task_type=task.type,
-                        task=task,
-                        attempt=attempt,
-                        backend=task.backend,
-                        job_id=job_id,
-                        source=source,
-                        started_at=started,
-                        ended_at=ended,
-                        day=site_day(ended),
-                    )
-                )
-            insert(records)
+            insert(built.records)
     except IntegrityError:
         return 0  # metered meanwhile: nothing written twice
-    return len(amounts)
+    return len(built.records)
 
 
 def insert(records: list[UsageRecord]) -> None:
@@ -176,6 +216,29 @@ def rate_for(queue_id: int | None, metric: str, at: datetime) -> Rate | None:
     )
     own = valid.filter(queue_id=queue_id).order_by("-valid_from").first() if queue_id else None
     return own or valid.filter(queue__isnull=True).order_by("-valid_from").first()
+
+
+class RateBook:
+    """`rate_for` over rates read once (the table is a price list: small), for a batch."""
+
+    def __init__(self) -> None:
+        self._rates: list[Rate] | None = None
+
+    def valid(self, queue_id: int | None, metric: str, at: datetime) -> Rate | None:
+        if self._rates is None:
+            self._rates = list(Rate.objects.order_by("-valid_from", "-pk"))
+        candidates = [
+            r
+            for r in self._rates
+            if r.metric == metric
+            and r.valid_from <= at
+            and (r.valid_until is None or r.valid_until > at)
+        ]
+        if queue_id:
+            for rate in candidates:  # the latest first
+                if rate.queue_id == queue_id:
+                    return rate
+        return next((r for r in candidates if r.queue_id is None), None)
 
 
 def site_day(moment: datetime):

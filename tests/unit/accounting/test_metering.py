@@ -97,6 +97,66 @@ def test_agents_are_metered_in_instance_minutes_and_gpus_in_gpu_hours(api):
     assert UsageRecord.objects.get(task=agent, metric="instance").charge == 60_000  # 3 × 0.02
 
 
+def test_a_batch_is_metered_in_one_go_and_each_attempt_once_when_another_worker_races(
+    api, monkeypatch, django_assert_max_num_queries
+):
+    tasks = [
+        _run(api, minutes=10 + i, name=f"t{i}", type="hpc-simulation", resources={"cpus": 1})
+        for i in range(6)
+    ]
+    attempts = [Attempt.objects.get(task=t).pk for t in tasks]
+    # One batch: the same few queries for three attempts as for one.
+    with django_assert_max_num_queries(12):
+        assert meter(attempts[:3]) == 6  # cpu and memory each
+    # Another worker meters attempts[4] between this one's read and its write: the batch
+    # fails on it and each attempt is then written alone, that one not twice.
+    from accounting import meter as meter_module
+
+    real_runs_of = meter_module.usage.runs_of
+
+    def racing_runs_of(found):
+        runs = real_runs_of(found)
+        other = next(a for a in found if a.pk == attempts[4])
+        assert write(Attempt.objects.get(pk=other.pk), runs[other.pk]) == 2
+        return runs
+
+    monkeypatch.setattr(meter_module.usage, "runs_of", racing_runs_of)
+    assert meter(attempts) == 4  # attempts[3] and [5]; [0..2] were done, [4] by the other
+    assert UsageRecord.objects.count() == 12
+    assert Metered.objects.count() == 6
+    daily = UsageDaily.objects.get(metric="cpu")
+    assert (daily.quantity, daily.records) == (sum(10 + i for i in range(6)) * 60_000, 6)
+
+
+def test_the_batchs_rates_are_rate_for_over_one_read(site):
+    from accounting.meter import RateBook, rate_for
+
+    hpc = Queue.objects.get(name="hpc")
+    own = Rate.objects.filter(queue=hpc, metric="cpu").first()
+    assert own is not None
+    Rate.objects.filter(pk=own.pk).update(valid_until=T0 + timedelta(hours=1))
+    Rate.objects.create(
+        queue=hpc, metric="cpu", price=Decimal("0.10"), valid_from=T0 + timedelta(hours=1)
+    )
+    Rate.objects.create(
+        queue=None, metric="gpu", price=Decimal("9"), valid_from=T0 + timedelta(days=1)
+    )
+    book = RateBook()
+    for queue in Queue.objects.all():
+        for metric in metrics.METRICS:
+            for at in (
+                T0 - timedelta(days=3650),
+                T0,
+                T0 + timedelta(hours=2),
+                T0 + timedelta(days=2),
+            ):
+                assert book.valid(queue.pk, metric, at) == rate_for(queue.pk, metric, at), (
+                    queue.name, metric, at)  # fmt: skip
+    assert book.valid(None, "gpu", T0 + timedelta(days=2)) == rate_for(
+        None, "gpu", T0 + timedelta(days=2)
+    )
+
+
 def test_a_job_still_running_is_not_metered_until_it_ends(api):
     response = submit(api, descriptor(name="long"))
     task = Task.objects.get(pk=response.json()["id"])
