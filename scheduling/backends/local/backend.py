@@ -178,7 +178,7 @@ class LocalBackend:
     def poll(self, backend_ids: list[str]) -> dict[str, Job]:
         # Freed capacity is reused here, and dead supervisors are found here.
         with self.store.locked():
-            known = self._schedule_locked()
+            known = self._schedule_locked(find_dead=True)
         result: dict[str, Job] = {}
         for backend_id in backend_ids:
             state = known.get(backend_id)
@@ -277,7 +277,8 @@ class LocalBackend:
         """
         cutoff = (time.time() if now is None else now) - self.retention_s
         with self.store.locked():
-            self._live_allocations()  # retires the jobs that ended since the last pass
+            # Retires the jobs that ended since the last pass.
+            self._live_allocations(find_dead=True)
         removed = 0
         for key in self.store.expired(older_than=cutoff):
             if KEY_RE.match(key):
@@ -287,12 +288,14 @@ class LocalBackend:
 
     # -- scheduling pass ---------------------------------------------------------------
 
-    def _schedule_locked(self) -> dict[str, dict]:
+    def _schedule_locked(self, *, find_dead: bool = False) -> dict[str, dict]:
         """Run the pass over the pending jobs and carry its decisions out (under the lock).
 
         Returns the states it read, as it left them, of the jobs it did not start or fail
-        (a poll of 10,000 jobs reads each file once, not three times)."""
-        allocations, per_queue, states = self._live_allocations()
+        (a poll of 10,000 jobs reads each file once, not three times). With `find_dead`
+        (the poll's passes), jobs whose supervisor died are failed too; the other passes
+        leave that to the next poll rather than look at every supervisor each time."""
+        allocations, per_queue, states = self._live_allocations(find_dead=find_dead)
         waiting = {key: state for key, state in states.items() if state["state"] == "pending"}
         if not waiting:
             return states
@@ -322,10 +325,9 @@ class LocalBackend:
         starting = []
         for decision in decisions:
             if isinstance(decision, Start):
-                del states[decision.key]
-                if self._prepare_start(
-                    decision.key, self.store.request(decision.key), decision.placement
-                ):
+                state = states.pop(decision.key)
+                request = self.store.request(decision.key)
+                if self._prepare_start(decision.key, request, decision.placement, state):
                     starting.append(decision.key)
             elif isinstance(decision, Fail):
                 del states[decision.key]
@@ -340,10 +342,11 @@ class LocalBackend:
         return states
 
     def _live_allocations(
-        self,
+        self, *, find_dead: bool = False
     ) -> tuple[dict[str, list[NodeAllocation]], Counter[str], dict[str, dict]]:
         """Allocations of starting/running jobs by node, running jobs per queue, and the
-        state of every job it read; retires what has finished and fails dead supervisors."""
+        state of every job it read; retires what has finished and, with `find_dead`, fails
+        the jobs whose supervisor died."""
         for key, child in list(self._children.items()):
             if child.poll() is not None:  # reaps it
                 del self._children[key]
@@ -361,7 +364,7 @@ class LocalBackend:
                 continue
             if state["state"] == "pending":
                 continue
-            if not launch.supervisor_alive(self.store, key, state):
+            if find_dead and not launch.supervisor_alive(self.store, key, state):
                 # Re-read: it may have written its final state just before exiting.
                 state = self.store.read_state(key) or state
                 if state["state"] not in FINAL:
@@ -375,7 +378,7 @@ class LocalBackend:
                 states[key] = state
                 self.store.retire(key)
                 continue
-            for a in self.store.read_alloc(key).allocations:
+            for a in self.store.read_alloc(key, state).allocations:
                 allocations[a.node].append(a)
             per_queue[state.get("queue", "")] += 1
         return allocations, per_queue, states
@@ -410,8 +413,11 @@ class LocalBackend:
 
     # -- starting a job ----------------------------------------------------------------
 
-    def _prepare_start(self, key: str, request: SubmitRequest, placement: Placement) -> bool:
-        """Write what the job's supervisor needs and mark it starting; False if it failed."""
+    def _prepare_start(
+        self, key: str, request: SubmitRequest, placement: Placement, state: dict
+    ) -> bool:
+        """Write what the job's supervisor needs and mark it starting; False if it failed.
+        `state` is the job's pending state as this pass read it (under the lock)."""
         bwrap = shutil.which(self.bwrap)
         if bwrap is None:
             # Never fall back to running a task without its sandbox.
@@ -425,16 +431,14 @@ class LocalBackend:
         if account and (blocked := self._unreachable_by_others()):
             self._fail_unstarted(key, blocked)
             return False
-        # alloc.json and launch.marshal are read only once state.json says "starting", which
-        # is written after them (under the lock): plain writes suffice.
-        self.store.write_alloc(key, placement)
-        state = self.store.read_state(key) or {}
         state.update(
             state="starting",
             reason=f"starting on {', '.join(placement.nodes)}",
             nodes=list(placement.nodes),
             queue=request.queue.name,
             note=placement.note,  # e.g. placed across switches: the running job's reason
+            # Where it runs: the capacity a pass books for it while it lives.
+            allocations=self.store.remember_alloc(key, placement),
             # What it holds, kept with the final state for accounting (usage()).
             alloc={
                 "cpus": sum(a.cpus for a in placement.allocations),
@@ -458,6 +462,7 @@ class LocalBackend:
             limits=self.limits,
         )
         plan["state"] = state  # the supervisor continues from this state
+        # Read only by the supervisor, started after this returns: a plain write suffices.
         launch.write_plan(self.store, key, plan)
         self.store.write_state(key, state)
         return True

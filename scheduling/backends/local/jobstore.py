@@ -11,9 +11,9 @@
     root/run/               the launcher's socket, lock and pid (launcher.py), 0700
     root/jobs/<key>/        one job; its key is its backend id
         request.json        the SubmitRequest (spec via TaskSpec.as_dict())
-        state.json          pending | starting | running | final state (atomic tmp+replace)
+        state.json          pending | starting | running | final state (atomic tmp+replace);
+                            from "starting" on it holds the placement (`allocations`)
         priority            set_priority's number (higher starts first)
-        alloc.json          the Placement, once started
         launch.marshal      argv / env / cwd / limits the supervisor runs with (marshal: see
                             shim.py; read it with `marshal.load(open(path, "rb"))`)
         script.sh           a `script:` body, mode 0700, run as `/bin/bash script.sh`
@@ -154,14 +154,17 @@ class JobStore:
             f.write(json.dumps(state))
 
     def _next_seq(self) -> int:
-        # Called under the lock: a plain read-increment-write is safe.
+        # Called under the lock. Read and rewritten in place, at a fixed width: truncating
+        # the file to rewrite it cost ~1 ms a job on ext4 here, this costs microseconds.
+        fd = os.open(self._seq_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            with open(self._seq_path, encoding="ascii") as f:
-                seq = int(f.read().strip() or 0) + 1
-        except (FileNotFoundError, ValueError):
-            seq = 1
-        with open(self._seq_path, "w", encoding="ascii") as f:
-            f.write(str(seq))
+            try:
+                seq = int(os.pread(fd, 64, 0).strip() or 0) + 1
+            except ValueError:
+                seq = 1
+            os.pwrite(fd, b"%020d" % seq, 0)
+        finally:
+            os.close(fd)
         return seq
 
     # -- reading and writing a job's files ----------------------------------------------
@@ -239,20 +242,22 @@ class JobStore:
             f.write(str(int(value)))
         os.replace(tmp, path)
 
-    def write_alloc(self, key: str, placement: Placement) -> None:
-        with open(self.path(key, "alloc.json"), "w", encoding="utf-8") as f:
-            f.write(
-                json.dumps({"allocations": [dataclasses.asdict(a) for a in placement.allocations]})
-            )
+    def remember_alloc(self, key: str, placement: Placement) -> list[dict[str, Any]]:
+        """The placement as the job's state keeps it (`allocations`), cached here."""
         self._allocs[key] = placement
+        return [dataclasses.asdict(a) for a in placement.allocations]
 
-    def read_alloc(self, key: str) -> Placement:
+    def read_alloc(self, key: str, state: Mapping[str, Any]) -> Placement:
+        """The job's placement, from its state (or alloc.json, where jobs started before
+        the state held it kept it)."""
         if key in self._allocs:
             return self._allocs[key]
-        try:
-            data = read_json(self.path(key, "alloc.json"))
-        except FileNotFoundError:
-            return Placement()
+        allocations = state.get("allocations")
+        if allocations is None:
+            try:
+                allocations = read_json(self.path(key, "alloc.json"))["allocations"]
+            except FileNotFoundError:
+                return Placement()
         self._allocs[key] = placement = Placement(
             tuple(
                 NodeAllocation(
@@ -262,7 +267,7 @@ class JobStore:
                     gpu_indices=tuple(a.get("gpu_indices") or ()),
                     whole_node=bool(a.get("whole_node")),
                 )
-                for a in data["allocations"]
+                for a in allocations
             )
         )
         return placement

@@ -206,7 +206,10 @@ class Launcher:
         if pid == 0:
             self._become_supervisor(jobdir)  # never returns
         start = self.shim.proc_start_time(pid) or 0
-        _write(os.path.join(jobdir, "shim.pid"), f"{pid} {start}")
+        # A plain write: the backend reads it only under its lock, which the backend that
+        # asked for this job holds until this answer has reached it.
+        with open(os.path.join(jobdir, "shim.pid"), "w", encoding="ascii") as f:
+            f.write(f"{pid} {start}")
         return f"ok {pid} {start}"
 
     def _become_supervisor(self, jobdir: str) -> None:

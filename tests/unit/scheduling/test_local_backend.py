@@ -429,6 +429,35 @@ def test_packing_respects_cpus_and_gpus(make):
     assert backend.poll(["pack-b"])["pack-b"].state is JobState.RUNNING
 
 
+def test_a_jobs_placement_is_kept_in_its_state_and_an_older_alloc_file_still_counts(make):
+    backend = make()  # 4 cpus, 2 GPUs
+    backend.submit(request("placed-a", ["sleep", "30"], cpus=2, gpus=1))
+    running(backend, "placed-a")
+    jobdir = Path(backend.root) / "jobs" / "placed-a"
+    assert not (jobdir / "alloc.json").exists()
+    [allocation] = state_file(backend, "placed-a")["allocations"]
+    assert (allocation["node"], allocation["cpus"], len(allocation["gpu_indices"])) == ("n1", 2, 1)
+
+    # A job started by an older version: its placement in alloc.json, not in its state.
+    path = jobdir / "state.json"
+    state = json.loads(path.read_text())
+    (jobdir / "alloc.json").write_text(json.dumps({"allocations": state.pop("allocations")}))
+    path.write_text(json.dumps(state))
+    fresh = make()  # another process: nothing cached
+    [node] = fresh.nodes()
+    assert (node.free_cpus, len(node.free_gpus)) == (2, 1)
+    backend.cancel("placed-a")
+
+
+def test_jobs_are_numbered_in_submission_order_after_an_older_counter(make):
+    backend = make()
+    (Path(backend.root) / "seq").write_text("41")  # as an older version wrote it
+    for key in ("order-a", "order-b"):
+        backend.submit(request(key, ["true"]))
+    assert [state_file(backend, k)["seq"] for k in ("order-a", "order-b")] == [42, 43]
+    assert (Path(backend.root) / "seq").read_text() == "00000000000000000043"
+
+
 def test_cpu_oversubscription_of_the_queue_is_honoured(make):
     agents = QueuePolicy(name="agents", pool="p", task_types=(), cpu_oversubscription=4)
     backend = make([NodeView("n1", cpus=1, memory_mib=16384)])
@@ -701,7 +730,7 @@ def test_many_jobs_are_placed_in_one_scheduling_pass(make, monkeypatch):
     backend = make()
     passes = []
     real = backend._schedule_locked
-    monkeypatch.setattr(backend, "_schedule_locked", lambda: passes.append(1) or real())
+    monkeypatch.setattr(backend, "_schedule_locked", lambda **kw: passes.append(1) or real(**kw))
     already = backend.submit(request("many-0", ["true"]))
     passes.clear()
     bad = request("many-bad", ["true"])
