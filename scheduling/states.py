@@ -8,10 +8,14 @@ hooks registered for an end (`scheduling/hooks.py`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Case, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from scheduling import hooks
@@ -42,27 +46,111 @@ def task_set_state(
     and its workflow); `settle=False` is for the settling loop itself, which works through
     the DAG without recursion.
     """
-    frm = task.state
-    if not lifecycle.can_move(frm, to):
-        raise TransitionError(f"task {task.pk}: {frm} → {to} is not allowed")
+    move = Move(task, to, message=message, reason=reason, fields=fields)
+    return tasks_set_state([move], settle=settle)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One task's move for `tasks_set_state` (the arguments of `task_set_state`)."""
+
+    task: Task
+    to: str
+    message: str = ""
+    reason: str | None = None
+    fields: dict[str, Any] | None = None
+
+
+def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]:
+    """`task_set_state` for many tasks in one transaction: a compare-and-set each, their
+    events in one insert. Returns, per move, whether it happened."""
+    for move in moves:
+        if not lifecycle.can_move(move.task.state, move.to):
+            raise TransitionError(
+                f"task {move.task.pk}: {move.task.state} → {move.to} is not allowed"
+            )
     now = timezone.now()
-    values: dict[str, Any] = {"state": to, "updated_at": now, **(fields or {})}
-    if reason is not None:
-        values["reason"] = reason
-    if to in TERMINAL_STATES and "ended_at" not in values:
-        values["ended_at"] = now
+    planned = []
+    for move in moves:
+        values: dict[str, Any] = {"state": move.to, "updated_at": now, **(move.fields or {})}
+        if move.reason is not None:
+            values["reason"] = move.reason
+        if move.to in TERMINAL_STATES and "ended_at" not in values:
+            values["ended_at"] = now
+        planned.append((move, move.task.state, values))
+    groups: dict[tuple[str, frozenset[str]], list[tuple[Move, dict[str, Any]]]] = {}
+    for move, frm, values in planned:
+        groups.setdefault((frm, frozenset(values)), []).append((move, values))
+    moved_ids: set[int] = set()
     with transaction.atomic():
-        moved = Task.objects.filter(pk=task.pk, state=frm).update(**values)
-        if not moved:
-            return False
-        TaskEvent.objects.create(
-            task=task, at=now, from_state=frm, to_state=to, message=message or (reason or "")
+        for (frm, _), group in groups.items():
+            moved_ids |= _compare_and_set(frm, group)
+        done = [move.task.pk in moved_ids for move, _, _ in planned]
+        events = [
+            TaskEvent(
+                task=move.task,
+                at=now,
+                from_state=frm,
+                to_state=move.to,
+                message=move.message or (move.reason or ""),
+            )
+            for (move, frm, _), moved in zip(planned, done, strict=True)
+            if moved
+        ]
+        if len(events) == 1:
+            events[0].save(force_insert=True)
+        elif events:
+            TaskEvent.objects.bulk_create(events)
+    ended = []
+    for (move, _, values), moved in zip(planned, done, strict=True):
+        if moved:
+            for name, value in values.items():
+                setattr(move.task, name, value)
+            if move.to in TERMINAL_STATES:
+                ended.append(move.task)
+    if settle and ended:
+        with hooks.gathered():
+            for task in ended:
+                hooks.task_ended(task)
+    return done
+
+
+def _compare_and_set(frm: str, group: list[tuple[Move, dict[str, Any]]]) -> set[int]:
+    """Write each move's values to its task if it is still in state `frm` (inside the
+    caller's transaction); the ids of those moved. Many tasks take two queries: their rows
+    locked, then one UPDATE whose values differ per task where they must (CASE ... WHEN)."""
+    if len(group) == 1:
+        [(move, values)] = group
+        moved = Task.objects.filter(pk=move.task.pk, state=frm).update(**values)
+        return {move.task.pk} if moved else set()
+    ids = sorted(move.task.pk for move, _ in group)
+    # Locked in id order (no deadlock between two batches); SQLite's transactions here take
+    # the write lock at BEGIN (settings: IMMEDIATE), so the rows cannot move meanwhile.
+    locked = set(
+        Task.objects.select_for_update()
+        .filter(pk__in=ids, state=frm)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if not locked:
+        return locked
+    rows = [(move.task.pk, values) for move, values in group if move.task.pk in locked]
+    update: dict[str, Any] = {}
+    for name in rows[0][1]:
+        first = rows[0][1][name]
+        if all(values[name] == first for _, values in rows):
+            update[name] = first
+            continue
+        field = Task._meta.get_field(name)
+        case: Any = Case(
+            *(When(pk=pk, then=Value(values[name], output_field=field)) for pk, values in rows),
+            output_field=field,
         )
-    for name, value in values.items():
-        setattr(task, name, value)
-    if settle and to in TERMINAL_STATES:
-        hooks.task_ended(task)
-    return True
+        if connection.features.requires_casted_case_in_updates:
+            case = Cast(case, output_field=field)
+        update[name] = case
+    Task.objects.filter(pk__in=locked).update(**update)
+    return locked
 
 
 def attempt_end(

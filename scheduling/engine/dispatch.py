@@ -19,6 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import ClusterAccount
+from scheduling import hooks
 from scheduling.backends import (
     BackendError,
     BackendUnavailable,
@@ -30,13 +31,13 @@ from scheduling.backends import (
 from scheduling.decisions.quota import Hold, Reject
 from scheduling.engine import admission
 from scheduling.engine.capacity import lease_partitions
-from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_job
+from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.engine.starts import watch_starts
 from scheduling.models import Attempt, Task, TaskState, attempt_key
 from scheduling.selectors import site_view
 from scheduling.spec import TaskSpec
-from scheduling.states import task_set_state
+from scheduling.states import Move, task_set_state, tasks_set_state
 
 log = logging.getLogger(__name__)
 S = TaskState
@@ -47,6 +48,8 @@ _DISPATCH_FIELDS = (
     "fail_action", "key_salt", "dispatch_claims", "started_at", "exit_code", "workflow_id",
     "name", "queue__name", "project__slug", "owner__username",
     "owner__cluster_account__unix_username", "gpus", "cpus", "admitted", "priority_value",
+    # what applying a job that started or ended at once reads (apply_jobs)
+    "cancel_requested_at", "preemptions",
 )  # fmt: skip
 
 
@@ -187,18 +190,22 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
             else:
                 outcomes.append((r, job))
         outcomes += zip(fresh, submit_all(backend, [r.request for r in fresh]), strict=True)
-        queued: list[_Ready] = []
+        taken: list[tuple[_Ready, Job]] = []
         for r, outcome in outcomes:
-            try:
-                if isinstance(outcome, BackendError):
+            if isinstance(outcome, BackendError):
+                try:
                     _not_submitted(r, outcome)
-                elif _submitted(r, outcome) == "submitted":
-                    submitted += 1
-                    if outcome.state is JobState.PENDING:
-                        queued.append(r)
-            except DispatchRetry:
-                retry.append(r.task.pk)
-        watch_starts(backend, {r.task.backend_id: r.task.pk for r in queued})
+                except DispatchRetry:
+                    retry.append(r.task.pk)
+            else:
+                taken.append((r, outcome))
+        queued = {}
+        for (r, job), result in zip(taken, _submitted_many(backend, taken), strict=True):
+            if result == "submitted":
+                submitted += 1
+                if job.state is JobState.PENDING:
+                    queued[job.backend_id] = r.task.pk
+        watch_starts(backend, queued)
     return submitted, retry
 
 
@@ -265,35 +272,56 @@ def _not_submitted(ready: _Ready, exc: BackendError) -> str:
 
 
 def _submitted(ready: _Ready, job: Job) -> str:
-    task, number, key = ready.task, ready.number, ready.key
-    backend = get_backend(task.backend)
-    with transaction.atomic():
-        moved = task_set_state(
-            task=task,
+    return _submitted_many(get_backend(ready.task.backend), [(ready, job)])[0]
+
+
+def _submitted_many(backend, items: list[tuple[_Ready, Job]]) -> list[str]:
+    """Record the jobs a backend took: each task queued with its attempt, in one
+    transaction for all. Per item "submitted", or "lost-race" for a task moved meanwhile
+    (cancelled while we were submitting: its job is taken back)."""
+    if not items:
+        return []
+    moves = [
+        Move(
+            task=r.task,
             to=S.QUEUED,
             reason=job.reason or QUEUED_REASON,
-            message=f"attempt {number} submitted to {task.backend} as {job.backend_id}",
+            message=f"attempt {r.number} submitted to {r.task.backend} as {job.backend_id}",
             fields={
-                "attempts": number,
+                "attempts": r.number,
                 "backend_id": job.backend_id,
                 "dispatch_lease_until": None,
                 "dispatch_claims": 0,
                 "admitted": True,  # it holds its quotas until it ends
             },
         )
-        if moved:
-            Attempt.objects.create(
-                task=task, number=number, key=key, backend_id=job.backend_id, state=S.QUEUED
-            )
-    if not moved:
-        # Cancelled (or otherwise moved) while we were submitting: take the job back.
-        task.refresh_from_db()
-        if task.is_terminal:
-            _cancel_quietly(backend, job.backend_id)
-        return "lost-race"
-    if job.state is not JobState.PENDING:
-        apply_job(task, job)
-    return "submitted"
+        for r, job in items
+    ]
+    with transaction.atomic():
+        moved = tasks_set_state(moves)
+        Attempt.objects.bulk_create(
+            Attempt(
+                task=r.task, number=r.number, key=r.key, backend_id=job.backend_id, state=S.QUEUED
+            )  # fmt: skip
+            for (r, job), ok in zip(items, moved, strict=True)
+            if ok
+        )
+    outcomes = []
+    for (r, job), ok in zip(items, moved, strict=True):
+        if not ok:
+            r.task.refresh_from_db()
+            if r.task.is_terminal:
+                _cancel_quietly(backend, job.backend_id)
+        outcomes.append("submitted" if ok else "lost-race")
+    with hooks.gathered():  # jobs that ended already: the end hooks once for all
+        apply_jobs(
+            [
+                (r.task, job)
+                for (r, job), ok in zip(items, moved, strict=True)
+                if ok and job.state is not JobState.PENDING
+            ]
+        )
+    return outcomes
 
 
 def _run_as(user) -> dict[str, str]:

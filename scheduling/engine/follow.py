@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from scheduling import hooks, outbox
@@ -18,7 +19,7 @@ from scheduling.decisions import lifecycle
 from scheduling.engine.admission import release_held
 from scheduling.engine.registry import get_backend
 from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState
-from scheduling.states import attempt_end, task_set_state
+from scheduling.states import Move, attempt_end, task_set_state, tasks_set_state
 
 S = TaskState
 
@@ -72,10 +73,10 @@ def backend_poll(alias: str) -> int:
     ids = sorted(news)
     with hooks.gathered():  # the end hooks once for all the jobs that ended
         for at in range(0, len(ids), 1000):  # within every database's limit of parameters
-            for task in Task.objects.filter(pk__in=ids[at : at + 1000]).order_by("pk"):
-                job = news[task.pk]
-                if task.backend_id == job.backend_id and apply_job(task, job):
-                    changed += 1
+            tasks = Task.objects.filter(pk__in=ids[at : at + 1000]).order_by("pk")
+            changed += apply_jobs(
+                [(t, news[t.pk]) for t in tasks if t.backend_id == news[t.pk].backend_id]
+            )
     return changed
 
 
@@ -96,6 +97,60 @@ def _job_reason(job: Job, target: str) -> str:
     return job.reason or (QUEUED_REASON if target == S.QUEUED else "")
 
 
+def apply_jobs(pairs: list[tuple[Task, Job]]) -> int:
+    """`apply_job` for many: the tasks whose job started move to running together (one
+    transaction, their attempts in one update); the others one by one. Returns how many
+    changed."""
+    starting, rest = [], []
+    for task, job in pairs:
+        if _same(job, task.state, task.reason, task.cancel_requested_at):
+            continue
+        if _JOB_TO_TASK[job.state] == S.RUNNING and task.state != S.RUNNING:
+            starting.append((task, job))
+        else:
+            rest.append((task, job))
+    changed = 0
+    if len(starting) == 1:
+        rest += starting
+    elif starting:
+        changed += _start_running(starting)
+    for task, job in rest:
+        changed += apply_job(task, job)
+    return changed
+
+
+def _running_move(task: Task, job: Job, now) -> Move:
+    return Move(
+        task=task,
+        to=S.RUNNING,
+        reason=task.reason if task.cancel_requested_at else job.reason,
+        # e.g. "placed across 2 switches: …" when the placement could not keep to one
+        message=f"running on {', '.join(job.nodes) or 'its node'}"
+        + (f"; {job.reason}" if job.reason else ""),
+        fields={"started_at": task.started_at or job.started_at or now},
+    )
+
+
+def _start_running(pairs: list[tuple[Task, Job]]) -> int:
+    now = timezone.now()
+    with transaction.atomic():
+        moved = tasks_set_state([_running_move(task, job, now) for task, job in pairs])
+        started = [(task, job) for (task, job), ok in zip(pairs, moved, strict=True) if ok]
+        if started:
+            by_task = {task.pk: (task.attempts, job) for task, job in started}
+            attempts = list(
+                Attempt.objects.filter(task_id__in=by_task).only("pk", "task_id", "number")
+            )
+            current = [a for a in attempts if a.number == by_task[a.task_id][0]]
+            for attempt in current:
+                job = by_task[attempt.task_id][1]
+                attempt.state = S.RUNNING
+                attempt.started_at = job.started_at or now
+                attempt.nodes = list(job.nodes)
+            Attempt.objects.bulk_update(current, ["state", "started_at", "nodes"])
+    return len(started)
+
+
 def apply_job(task: Task, job: Job) -> bool:
     """Bring a task in line with what its backend job is doing. Returns True if it changed."""
     if _same(job, task.state, task.reason, task.cancel_requested_at):
@@ -113,15 +168,7 @@ def apply_job(task: Task, job: Job) -> bool:
         return True
     if target == S.RUNNING:
         started = job.started_at or now
-        moved = task_set_state(
-            task=task,
-            to=S.RUNNING,
-            reason=task.reason if task.cancel_requested_at else job.reason,
-            # e.g. "placed across 2 switches: …" when the placement could not keep to one
-            message=f"running on {', '.join(job.nodes) or 'its node'}"
-            + (f"; {job.reason}" if job.reason else ""),
-            fields={"started_at": task.started_at or started},
-        )
+        moved = tasks_set_state([_running_move(task, job, now)])[0]
         if moved:
             Attempt.objects.filter(task=task, number=task.attempts).update(
                 state=S.RUNNING, started_at=started, nodes=list(job.nodes)

@@ -25,7 +25,7 @@ from django.db import close_old_connections, connections
 
 from scheduling import hooks
 from scheduling.backends import Job
-from scheduling.engine.follow import apply_job
+from scheduling.engine.follow import apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.models import Task
 
@@ -49,11 +49,13 @@ def show_started(task_ids: dict[str, int], started: dict[str, Job]) -> None:
     if not started:
         return
     tasks = Task.objects.in_bulk([task_ids[backend_id] for backend_id in started])
+    pairs = []
+    for backend_id, job in started.items():
+        task = tasks.get(task_ids[backend_id])
+        if task is not None and task.backend_id == backend_id:
+            pairs.append((task, job))
     with hooks.gathered():  # a job that already ended: the end hooks once for all
-        for backend_id, job in started.items():
-            task = tasks.get(task_ids[backend_id])
-            if task is not None and task.backend_id == backend_id:
-                apply_job(task, job)
+        apply_jobs(pairs)
 
 
 class StartWatcher:

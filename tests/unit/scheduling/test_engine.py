@@ -269,6 +269,75 @@ def test_one_dispatch_message_takes_the_free_backlog_with_it(api):
     assert len(FakeBackend.jobs_for("fake")) == 3
 
 
+def test_a_batch_is_recorded_with_each_tasks_own_values_in_a_fixed_number_of_queries(api):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def dispatch_queries(n: int) -> int:
+        ids = dispatch.claim_many([_submit(api, name=f"n{n}-{i}").pk for i in range(n)])
+        with CaptureQueriesContext(connection) as queries:
+            assert engine.dispatch_claimed_many(ids) == (n, [])
+        return len(queries)
+
+    assert dispatch_queries(8) == dispatch_queries(2)  # not a query more per task
+    for task in Task.objects.filter(state="queued"):
+        attempt = Attempt.objects.get(task=task)
+        # Each task got its own job, reason and event, though written together.
+        assert task.backend_id == attempt.backend_id == attempt.key
+        assert (task.attempts, attempt.number, attempt.state) == (1, 1, "queued")
+        assert _states(task) == ["pending", "queued"]
+        assert f"as {task.backend_id}" in task.events.get(to_state="queued").message
+
+
+def test_a_task_moved_meanwhile_is_left_out_of_a_batchs_move(api):
+    from scheduling.states import Move, tasks_set_state
+
+    tasks = [_submit(api, name=f"m{i}") for i in range(3)]
+    Task.objects.filter(pk=tasks[1].pk).update(state="cancelled")  # by someone else
+    moved = tasks_set_state(
+        [
+            Move(t, "failed", reason=f"stop {i}", fields={"exit_code": i})
+            for i, t in enumerate(tasks)
+        ]
+    )
+    assert moved == [True, False, True]
+    rows = {t.pk: t for t in Task.objects.filter(pk__in=[t.pk for t in tasks])}
+    assert [(rows[t.pk].state, rows[t.pk].reason, rows[t.pk].exit_code) for t in tasks] == [
+        ("failed", "stop 0", 0),
+        ("cancelled", tasks[1].reason, None),
+        ("failed", "stop 2", 2),
+    ]
+    assert [_states(rows[t.pk]) for t in tasks] == [
+        ["pending", "failed"],
+        ["pending"],
+        ["pending", "failed"],
+    ]
+
+
+def test_jobs_that_started_together_move_to_running_together_each_with_its_own_start(api):
+    from scheduling.backends import Job
+    from scheduling.engine.follow import apply_jobs
+
+    tasks = [_submit(api, name=f"r{i}") for i in range(4)]
+    for task in tasks:
+        engine.task_dispatch(task.pk)
+    tasks = list(Task.objects.filter(pk__in=[t.pk for t in tasks]).order_by("pk"))
+    t0 = timezone.now() - timedelta(minutes=10)
+    jobs = [
+        Job(t.backend_id, JobState.RUNNING, nodes=(f"n{i}",), started_at=t0 + timedelta(seconds=i))
+        for i, t in enumerate(tasks)
+    ]
+    assert apply_jobs(list(zip(tasks, jobs, strict=True))) == 4
+    for i, task in enumerate(tasks):
+        task.refresh_from_db()
+        attempt = Attempt.objects.get(task=task)
+        assert task.state == attempt.state == "running"
+        assert task.started_at == attempt.started_at == t0 + timedelta(seconds=i)
+        assert attempt.nodes == [f"n{i}"]
+        assert task.events.get(to_state="running").message == f"running on n{i}"
+    assert apply_jobs(list(zip(tasks, jobs, strict=True))) == 0  # nothing new
+
+
 def test_the_backlog_taken_along_is_bounded_oldest_first(api):
     tasks = [_submit(api, name=f"o{i}") for i in range(6)]
     assert engine.dispatch_along(tasks[-1].pk, at_most=3) == (3, [])
