@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from accounting import metrics
 from accounting.models import Metered, Rate, UsageDaily, UsageRecord
+from portal.bulk import update_rows
 from scheduling import outbox
 from scheduling.engine import usage
 from scheduling.engine.usage import Run
@@ -74,9 +75,17 @@ def meter(attempt_ids: Iterable[int]) -> int:
     try:
         with transaction.atomic():
             Metered.objects.bulk_create([b.metered for b in built])
-            measured = [b.attempt for b in built if b.measured]
-            if measured:
-                Attempt.objects.bulk_update(measured, ["cpu_ms", "cpu_elapsed_ms"])
+            update_rows(
+                Attempt,
+                [
+                    (
+                        b.attempt.pk,
+                        {"cpu_ms": b.attempt.cpu_ms, "cpu_elapsed_ms": b.attempt.cpu_elapsed_ms},
+                    )
+                    for b in built
+                    if b.measured
+                ],
+            )
             insert([r for b in built for r in b.records])
     except IntegrityError:
         return sum(_write_one(b) for b in built)

@@ -13,6 +13,11 @@ the objects come back with their ids set, as `bulk_create` leaves them on Postgr
 Like `bulk_create`, no `save()` runs and no model signal is sent; unlike it, there is no
 `ignore_conflicts` or `update_conflicts`.
 
+`update_rows`: many rows of one table, each with values of its own, in one UPDATE whose
+SQL is written here (`CASE <pk> WHEN … THEN …`): Django's `bulk_update` and `Case(When(…))`
+build an expression object per row and value and resolve each, which cost more than the
+round trips they save.
+
 `insert_together`: a few rows of different tables (a task, its first event, its audit row)
 in one round trip instead of one per row plus BEGIN and COMMIT (`next_id` draws an id that
 the others refer to, beforehand).
@@ -117,3 +122,42 @@ def insert_together(objs: Sequence[models.Model]) -> None:
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
+
+
+def update_rows(model: type[models.Model], rows: Sequence[tuple[object, dict[str, object]]]) -> int:
+    """Set each row's own values, `rows` being (primary key, {field name: value}) with the
+    same field names in every row, in one UPDATE; a value the rows share is set once.
+    Returns the number of rows updated. Call inside a transaction where the rows' values
+    must hold together."""
+    if not rows:
+        return 0
+    db = router.db_for_write(model)
+    connection = connections[db]
+    quote = connection.ops.quote_name
+    meta = model._meta
+    pk_column = quote(meta.pk.column)
+    postgres = connection.vendor == "postgresql"
+    sets: list[str] = []
+    params: list[object] = []
+    for name in rows[0][1]:
+        field = meta.get_field(name)
+        values = [field.get_db_prep_save(values[name], connection) for _, values in rows]
+        # PostgreSQL types a CASE of parameters as text: cast each to the column's type.
+        cast = f"::{field.db_type(connection)}" if postgres else ""
+        raw = [values[name] for _, values in rows]
+        if all(v == raw[0] for v in raw):
+            sets.append(f"{quote(field.column)} = %s{cast}")
+            params.append(values[0])
+            continue
+        whens = " ".join(f"WHEN %s THEN %s{cast}" for _ in rows)
+        sets.append(f"{quote(field.column)} = CASE {pk_column} {whens} END")
+        for (key, _), value in zip(rows, values, strict=True):
+            params += [key, value]
+    keys = [key for key, _ in rows]
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} "
+        f"WHERE {pk_column} IN ({', '.join(['%s'] * len(keys))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *keys])
+        return cursor.rowcount

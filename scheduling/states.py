@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Case, Value, When
-from django.db.models.functions import Cast
+from django.db import transaction
 from django.utils import timezone
 
+from portal.bulk import update_rows
 from scheduling import hooks
 from scheduling.decisions import lifecycle
 from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent
@@ -134,22 +133,7 @@ def _compare_and_set(frm: str, group: list[tuple[Move, dict[str, Any]]]) -> set[
     )
     if not locked:
         return locked
-    rows = [(move.task.pk, values) for move, values in group if move.task.pk in locked]
-    update: dict[str, Any] = {}
-    for name in rows[0][1]:
-        first = rows[0][1][name]
-        if all(values[name] == first for _, values in rows):
-            update[name] = first
-            continue
-        field = Task._meta.get_field(name)
-        case: Any = Case(
-            *(When(pk=pk, then=Value(values[name], output_field=field)) for pk, values in rows),
-            output_field=field,
-        )
-        if connection.features.requires_casted_case_in_updates:
-            case = Cast(case, output_field=field)
-        update[name] = case
-    Task.objects.filter(pk__in=locked).update(**update)
+    update_rows(Task, [(move.task.pk, values) for move, values in group if move.task.pk in locked])
     return locked
 
 
@@ -183,3 +167,46 @@ def attempt_end(
     attempt = Attempt.objects.get(task=task, number=number)
     hooks.attempt_ended(attempt)
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """One attempt's end for `attempts_end` (the arguments of `attempt_end`)."""
+
+    task: Task
+    number: int
+    state: str
+    reason: str
+    exit_code: int | None = None
+    ended_at: datetime | None = None
+    nodes: list[str] | None = None
+
+
+def attempts_end(ends: Sequence[AttemptEnd]) -> list[bool]:
+    """`attempt_end` for many, in one transaction: the live attempts locked and read at
+    once, their ends written by one update, the hooks called once each. Returns, per end,
+    whether it was recorded now."""
+    finished = [*TERMINAL_STATES, AttemptState.PREEMPTED]
+    wanted = {(end.task.pk, end.number): end for end in ends}
+    now = timezone.now()
+    with transaction.atomic():
+        live = [
+            attempt
+            for attempt in Attempt.objects.select_for_update()
+            .filter(task_id__in={task_id for task_id, _ in wanted})
+            .exclude(state__in=finished)
+            .order_by("pk")
+            if (attempt.task_id, attempt.number) in wanted
+        ]
+        for attempt in live:
+            end = wanted[attempt.task_id, attempt.number]
+            attempt.state, attempt.reason, attempt.exit_code = end.state, end.reason, end.exit_code
+            attempt.ended_at = end.ended_at or now
+            if end.nodes is not None:
+                attempt.nodes = list(end.nodes)
+        fields = ("state", "reason", "exit_code", "ended_at", "nodes")
+        update_rows(Attempt, [(a.pk, {f: getattr(a, f) for f in fields}) for a in live])
+    for attempt in live:
+        hooks.attempt_ended(attempt)
+    recorded = {(attempt.task_id, attempt.number) for attempt in live}
+    return [(end.task.pk, end.number) in recorded for end in ends]

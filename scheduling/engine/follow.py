@@ -13,13 +13,21 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from portal.bulk import update_rows
 from scheduling import hooks, outbox
 from scheduling.backends import BackendUnavailable, Job, JobState
 from scheduling.decisions import lifecycle
 from scheduling.engine.admission import release_held
 from scheduling.engine.registry import get_backend
 from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState
-from scheduling.states import Move, attempt_end, task_set_state, tasks_set_state
+from scheduling.states import (
+    AttemptEnd,
+    Move,
+    attempt_end,
+    attempts_end,
+    task_set_state,
+    tasks_set_state,
+)
 
 S = TaskState
 
@@ -99,8 +107,8 @@ def _job_reason(job: Job, target: str) -> str:
 
 def apply_jobs(pairs: list[tuple[Task, Job]]) -> int:
     """`apply_job` for many: the tasks whose job started move to running together (one
-    transaction, their attempts in one update); the others one by one. Returns how many
-    changed."""
+    transaction, their attempts in one update), those whose job ended likewise; a new
+    reason, or a task that is retried, one by one. Returns how many changed."""
     starting, rest = [], []
     for task, job in pairs:
         if _same(job, task.state, task.reason, task.cancel_requested_at):
@@ -114,9 +122,19 @@ def apply_jobs(pairs: list[tuple[Task, Job]]) -> int:
         rest += starting
     elif starting:
         changed += _start_running(starting)
+    ending = [(t, j) for t, j in rest if _ends(t, j)]
+    if len(ending) > 1:
+        rest = [(t, j) for t, j in rest if not _ends(t, j)]
+        changed += _finish_attempts(ending)
     for task, job in rest:
         changed += apply_job(task, job)
     return changed
+
+
+def _ends(task: Task, job: Job) -> bool:
+    """Whether the job's end ends the task's attempt (not just a new reason for it)."""
+    target = _JOB_TO_TASK[job.state]
+    return target not in (S.QUEUED, S.RUNNING) and target != task.state
 
 
 def _running_move(task: Task, job: Job, now) -> Move:
@@ -142,12 +160,20 @@ def _start_running(pairs: list[tuple[Task, Job]]) -> int:
                 Attempt.objects.filter(task_id__in=by_task).only("pk", "task_id", "number")
             )
             current = [a for a in attempts if a.number == by_task[a.task_id][0]]
-            for attempt in current:
-                job = by_task[attempt.task_id][1]
-                attempt.state = S.RUNNING
-                attempt.started_at = job.started_at or now
-                attempt.nodes = list(job.nodes)
-            Attempt.objects.bulk_update(current, ["state", "started_at", "nodes"])
+            update_rows(
+                Attempt,
+                [
+                    (
+                        a.pk,
+                        {
+                            "state": S.RUNNING,
+                            "started_at": by_task[a.task_id][1].started_at or now,
+                            "nodes": list(by_task[a.task_id][1].nodes),
+                        },
+                    )
+                    for a in current
+                ],
+            )
     return len(started)
 
 
@@ -189,7 +215,14 @@ def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
         ended_at=ended,
         nodes=list(job.nodes),
     )
-    outcome = lifecycle.attempt_outcome(
+    outcome = _outcome(task, job, target, reason)
+    if isinstance(outcome, lifecycle.Retry):
+        return _retry(task, job, outcome, now)
+    return tasks_set_state([_end_move(task, job, outcome, ended)])[0]
+
+
+def _outcome(task: Task, job: Job, target: str, reason: str) -> lifecycle.Retry | lifecycle.End:
+    return lifecycle.attempt_outcome(
         ended=target,
         retriable=job.state in _RETRIABLE and task.cancel_requested_at is None,
         reason=reason,
@@ -200,25 +233,30 @@ def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
         backoff_base_s=settings.SWITCHYARD_RETRY_BACKOFF_SECONDS,
         backoff_cap_s=settings.SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS,
     )
-    if isinstance(outcome, lifecycle.Retry):
-        moved = task_set_state(
-            task=task,
-            to=S.PENDING,
-            reason=outcome.reason,
-            message=outcome.message,
-            fields={
-                "backend_id": "",
-                "exit_code": job.exit_code,
-                "not_before": now + timedelta(seconds=outcome.backoff_s),
-                # The next attempt is admitted again: what this one held is free meanwhile.
-                "admitted": False,
-            },
-        )
-        if moved:
-            outbox.dispatch(task.pk, countdown=outcome.backoff_s)
-            release_held([task.queue_id])
-        return moved
-    return task_set_state(
+
+
+def _retry(task: Task, job: Job, outcome: lifecycle.Retry, now) -> bool:
+    moved = task_set_state(
+        task=task,
+        to=S.PENDING,
+        reason=outcome.reason,
+        message=outcome.message,
+        fields={
+            "backend_id": "",
+            "exit_code": job.exit_code,
+            "not_before": now + timedelta(seconds=outcome.backoff_s),
+            # The next attempt is admitted again: what this one held is free meanwhile.
+            "admitted": False,
+        },
+    )
+    if moved:
+        outbox.dispatch(task.pk, countdown=outcome.backoff_s)
+        release_held([task.queue_id])
+    return moved
+
+
+def _end_move(task: Task, job: Job, outcome: lifecycle.End, ended) -> Move:
+    return Move(
         task=task,
         to=outcome.state,
         reason=outcome.reason,
@@ -228,6 +266,36 @@ def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
             "started_at": task.started_at or job.started_at,
         },
     )
+
+
+def _finish_attempts(pairs: list[tuple[Task, Job]]) -> int:
+    """`_finish_attempt` for many ended jobs: their attempts ended in one transaction and
+    the tasks that end moved together; a task that is retried goes back one by one."""
+    now = timezone.now()
+    targets = [_JOB_TO_TASK[job.state] for _, job in pairs]
+    reasons = [job.reason or _default_reason(job) for _, job in pairs]
+    attempts_end(
+        [
+            AttemptEnd(
+                task,
+                task.attempts,
+                target,
+                reason,
+                job.exit_code,
+                job.ended_at or now,
+                list(job.nodes),
+            )  # fmt: skip
+            for (task, job), target, reason in zip(pairs, targets, reasons, strict=True)
+        ]
+    )
+    moves, changed = [], 0
+    for (task, job), target, reason in zip(pairs, targets, reasons, strict=True):
+        outcome = _outcome(task, job, target, reason)
+        if isinstance(outcome, lifecycle.Retry):
+            changed += _retry(task, job, outcome, now)
+        else:
+            moves.append(_end_move(task, job, outcome, job.ended_at or now))
+    return changed + sum(tasks_set_state(moves))
 
 
 def retry_backoff_seconds(attempt: int) -> float:

@@ -322,20 +322,21 @@ class LocalBackend:
             sandbox_missing=missing,
             now=time.time(),
         )
-        starting = []
+        plans = {}
         for decision in decisions:
             if isinstance(decision, Start):
                 state = states.pop(decision.key)
                 request = self.store.request(decision.key)
-                if self._prepare_start(decision.key, request, decision.placement, state):
-                    starting.append(decision.key)
+                plan = self._prepare_start(decision.key, request, decision.placement, state)
+                if plan is not None:
+                    plans[decision.key] = plan
             elif isinstance(decision, Fail):
                 del states[decision.key]
                 self._fail_unstarted(decision.key, decision.reason)
             else:
                 self._set_waiting(decision.key, decision.reason, states[decision.key])
         failed = launch.start_supervisors(
-            self.store, starting, self.python, launcher=self.launcher, children=self._children
+            self.store, plans, self.python, launcher=self.launcher, children=self._children
         )
         for key, reason in failed.items():
             self._fail_unstarted(key, reason)
@@ -415,22 +416,22 @@ class LocalBackend:
 
     def _prepare_start(
         self, key: str, request: SubmitRequest, placement: Placement, state: dict
-    ) -> bool:
-        """Write what the job's supervisor needs and mark it starting; False if it failed.
+    ) -> dict | None:
+        """Mark the job starting; its supervisor's launch plan, or None if it failed.
         `state` is the job's pending state as this pass read it (under the lock)."""
         bwrap = shutil.which(self.bwrap)
         if bwrap is None:
             # Never fall back to running a task without its sandbox.
             self._fail_unstarted(key, BWRAP_MISSING)
-            return False
+            return None
         try:
             account = launch.job_account(request.extra.get("run_as"), self.job_account)
         except launch.JobAccountError as exc:
             self._fail_unstarted(key, str(exc))
-            return False
+            return None
         if account and (blocked := self._unreachable_by_others()):
             self._fail_unstarted(key, blocked)
-            return False
+            return None
         state.update(
             state="starting",
             reason=f"starting on {', '.join(placement.nodes)}",
@@ -462,10 +463,8 @@ class LocalBackend:
             limits=self.limits,
         )
         plan["state"] = state  # the supervisor continues from this state
-        # Read only by the supervisor, started after this returns: a plain write suffices.
-        launch.write_plan(self.store, key, plan)
         self.store.write_state(key, state)
-        return True
+        return plan
 
     def _unreachable_by_others(self) -> str | None:
         """Why another account could not reach its job's folder under the root, if it cannot.

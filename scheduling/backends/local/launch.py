@@ -3,9 +3,10 @@
 The plan is everything the supervisor (`shim.py`) needs to run the command: argv (the
 sandbox in front of the command, for every type of task), an environment built from
 nothing, the working directory, the account (never root), the walltime and the limits. It is
-written as `launch.marshal` beside the job's state. The supervisor is forked by the root's
-launcher (`launcher.py`, one resident process), or else spawned as an interpreter of its
-own; either way in a session of its own, so it outlives the worker that started it.
+sent to the root's launcher (`launcher.py`, one resident process), which forks the
+supervisor with it; or else written as `launch.marshal` beside the job, and the supervisor
+spawned as an interpreter of its own. Either way the supervisor has a session of its own,
+so it outlives the worker that started it.
 docs/security.md says what a job can see and do.
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 from scheduling.backends.base import BackendError, SubmitRequest
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
+from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import sandbox_argv
@@ -192,33 +194,35 @@ def launch_plan(
 
 
 def write_plan(store: JobStore, key: str, plan: dict[str, Any]) -> None:
-    # marshal, not JSON: it is built into the interpreter, while importing json would cost
-    # the supervisor ~30 ms of start-up here. Read it with marshal.load().
+    # For a supervisor spawned directly (the launcher is sent the plan instead). marshal,
+    # not JSON: it is built into the interpreter, while importing json would cost the
+    # supervisor ~30 ms of start-up here. Read it with marshal.load().
     with open(store.path(key, "launch.marshal"), "wb") as f:
         marshal.dump(plan, f, 4)
 
 
 def start_supervisors(
     store: JobStore,
-    keys: list[str],
+    plans: dict[str, dict[str, Any]],
     python: str,
     *,
     launcher: bool = True,
     children: dict[str, subprocess.Popen[bytes]],
 ) -> dict[str, str]:
-    """Start the supervisors of `keys` (their plans written); returns {key: why not} for
+    """Start the supervisors of these jobs (key -> launch plan); returns {key: why not} for
     those that could not start.
 
     Through the root's launcher (launcher.py, started here if none serves the root): one
-    request for all of them, a fork each. Should the launcher fail, or with `launcher`
-    off, each supervisor is spawned as an interpreter of its own (`spawn_supervisor`;
-    the Popen goes into `children`, to be reaped).
+    request for all of them, the plans with it, a fork each. Should the launcher fail, or
+    with `launcher` off, each plan is written beside its job and each supervisor spawned as
+    an interpreter of its own (`spawn_supervisor`; the Popen goes into `children`, to be
+    reaped).
     """
-    if not keys:
+    if not plans:
         return {}
     if launcher:
         try:
-            replies = _ask_launcher(store.root, keys, python)
+            replies = _ask_launcher(store.root, plans, python)
         except OSError as exc:
             log.warning(
                 "the local launcher of %s failed (%s): spawning supervisors", store.root, exc
@@ -226,22 +230,23 @@ def start_supervisors(
         else:
             return {
                 key: reply.removeprefix("error ")
-                for key, reply in zip(keys, replies, strict=True)
+                for key, reply in zip(plans, replies, strict=True)
                 if not reply.startswith("ok ")
             }
     failed = {}
-    for key in keys:
+    for key, plan in plans.items():
         try:
+            write_plan(store, key, plan)
             children[key] = spawn_supervisor(store, key, python)
         except OSError as exc:
             failed[key] = f"could not start the local supervisor: {exc}"
     return failed
 
 
-def _ask_launcher(root: str, keys: list[str], python: str) -> list[str]:
-    """Send the keys to the root's launcher (starting it if need be); one answer per key."""
+def _ask_launcher(root: str, plans: dict[str, dict[str, Any]], python: str) -> list[str]:
+    """Send the jobs to the root's launcher (starting it if need be); one answer per job."""
     path = launcher_socket_path(root)
-    request = "".join(f"{key}\n" for key in keys).encode("ascii")
+    request = launcher_request({key: marshal.dumps(plan, 4) for key, plan in plans.items()})
     for attempt in range(5):
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -265,8 +270,8 @@ def _ask_launcher(root: str, keys: list[str], python: str) -> list[str]:
         replies = data.decode("ascii", "replace").splitlines()
         if replies == ["stale"]:
             continue  # its code was upgraded: it has gone, the next attempt starts the new
-        if len(replies) != len(keys):
-            raise OSError(f"the launcher answered {len(replies)} lines for {len(keys)} jobs")
+        if len(replies) != len(plans):
+            raise OSError(f"the launcher answered {replies[:3]} for {len(plans)} jobs")
         return replies
     raise OSError(f"no launcher answers at {path}")
 

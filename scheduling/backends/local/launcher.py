@@ -12,9 +12,11 @@ environment a supervisor gets (PATH and LANG only).
         launcher.lock       flock'ed by the one launcher of this root while it serves
         launcher.pid        "<pid> <start time>" of that launcher
 
-Protocol: the backend connects, writes one job key per line and closes its writing side;
-the launcher answers one line per key, in order: `ok <pid> <start time>` once that job's
-supervisor is forked and its shim.pid written, or `error <reason>`. A launcher whose code
+Protocol: the backend connects, writes for each job a line `<key> <n>` followed by the `n`
+bytes of its launch plan (marshal), and closes its writing side; the launcher answers one
+line per job, in order: `ok <pid> <start time>` once that job's supervisor is forked with
+that plan and its shim.pid written, or `error <reason>` (a request it cannot read: one
+`error` line). A launcher whose code
 changed on disk since it started (an upgrade) answers `stale` and exits; the backend then
 starts a new one. Only the launcher's own user may connect (the folder is 0700 and the
 peer's uid is checked). It exits after `IDLE_S` seconds without a job, on SIGTERM, or when
@@ -54,6 +56,29 @@ def pid_path(root: str) -> str:
 def valid_key(key: str) -> bool:
     """The job store's key syntax (jobstore.KEY_RE), without importing `re`."""
     return 0 < len(key) <= 200 and key[0] != "-" and _KEY_CHARS.issuperset(key)
+
+
+def request_bytes(jobs: dict[str, bytes]) -> bytes:
+    """The request that starts these jobs: key -> its launch plan, marshalled."""
+    return b"".join(
+        b"%s %d\n%s" % (key.encode("ascii"), len(plan), plan) for key, plan in jobs.items()
+    )
+
+
+def parse_request(data: bytes) -> list[tuple[str, bytes]]:
+    """(key, plan bytes) of each job in a request; ValueError if it is not one."""
+    jobs, at = [], 0
+    while at < len(data):
+        end = data.find(b"\n", at)
+        head = data[at:end].split(b" ") if end >= 0 else []
+        if len(head) != 2 or not head[1].isdigit():
+            raise ValueError("not a launcher request")
+        size = int(head[1])
+        if end + 1 + size > len(data):
+            raise ValueError("a launch plan is cut short")
+        jobs.append((head[0].decode("ascii", "replace"), data[end + 1 : end + 1 + size]))
+        at = end + 1 + size
+    return jobs
 
 
 def code_stamp(here: str) -> tuple[int, ...]:
@@ -192,19 +217,32 @@ class Launcher:
             return True
         if code_stamp(self.here) != stamp:
             return False
-        lines = [self.launch(key) for key in data.decode("ascii", "replace").split()]
+        try:
+            jobs = parse_request(data)
+        except ValueError as exc:
+            conn.sendall(f"error {exc}\n".encode())
+            return True
+        lines = [self.launch(key, plan) for key, plan in jobs]
         conn.sendall("".join(f"{line}\n" for line in lines).encode())
         return True
 
-    def launch(self, key: str) -> str:
+    def launch(self, key: str, plan_bytes: bytes) -> str:
+        import marshal
+
         if not valid_key(key):
             return "error not a job key"
         jobdir = os.path.join(self.root, "jobs", key)
-        if not os.path.isfile(os.path.join(jobdir, "launch.marshal")):
-            return "error the job has no launch plan"
+        if not os.path.isdir(jobdir):
+            return "error no such job"
+        try:
+            plan = marshal.loads(plan_bytes)
+        except (EOFError, ValueError, TypeError):
+            plan = None
+        if not isinstance(plan, dict) or not isinstance(plan.get("argv"), list):
+            return "error not a launch plan"
         pid = os.fork()
         if pid == 0:
-            self._become_supervisor(jobdir)  # never returns
+            self._become_supervisor(jobdir, plan)  # never returns
         start = self.shim.proc_start_time(pid) or 0
         # A plain write: the backend reads it only under its lock, which the backend that
         # asked for this job holds until this answer has reached it.
@@ -212,7 +250,7 @@ class Launcher:
             f.write(f"{pid} {start}")
         return f"ok {pid} {start}"
 
-    def _become_supervisor(self, jobdir: str) -> None:
+    def _become_supervisor(self, jobdir: str, plan: dict) -> None:
         """In the forked child: shed the launcher, then run the job's supervisor."""
         import _signal
 
@@ -229,7 +267,7 @@ class Launcher:
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
             os.setsid()  # a session of its own, as when it was spawned directly
             os.chdir(jobdir)
-            code = self.shim.main(["shim", jobdir])
+            code = self.shim.main(["shim", jobdir], plan)
         finally:
             os._exit(code)  # never back into the launcher's loop, nor its clean-up
 

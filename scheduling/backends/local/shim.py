@@ -11,8 +11,8 @@ into output.log up to the cap, and writes the job's state to `<jobdir>/state.jso
 Start-up speed is the scheduling latency users see (submit -> running), and on this machine
 every stdlib import counts (`json` alone pulls in `re` and `enum`: ~30 ms; Django ~200 ms).
 So this file imports nothing from the project, and until the child runs it uses only `os`,
-`sys`, `_signal` and the built-in `marshal`: the backend hands over the launch plan as
-`launch.marshal`, the child is started with a bare fork/exec, and `state.json` is written by
+`sys`, `_signal` and the built-in `marshal`: the launch plan comes from the launcher (or,
+spawned directly, as `launch.marshal` beside the job), the child is started with a bare fork/exec, and `state.json` is written by
 the small JSON writer below. The modules the wait loop needs are imported once the child is
 running. The backend imports this file as the module `shim` (launch.py: cached bytecode);
 `python -I -S shim.py <jobdir>` and `python -m scheduling.backends.local.shim <jobdir>` work
@@ -91,12 +91,14 @@ def write_state(path: str, state: dict[str, object]) -> None:
 
 
 class Shim:
-    def __init__(self, jobdir: str) -> None:
+    def __init__(self, jobdir: str, plan: dict | None = None) -> None:
         self.jobdir = jobdir
         self.state_path = os.path.join(jobdir, "state.json")
         self.marker_path = os.path.join(jobdir, "cancel")
-        with open(os.path.join(jobdir, "launch.marshal"), "rb") as f:
-            self.plan = marshal.load(f)
+        if plan is None:  # spawned directly: the backend wrote it beside the job
+            with open(os.path.join(jobdir, "launch.marshal"), "rb") as f:
+                plan = marshal.load(f)
+        self.plan = plan
         # While this supervisor lives it is the only writer of state.json, so it starts from
         # the state the backend wrote when it spawned us instead of re-reading (and parsing).
         self.state = dict(self.plan["state"])
@@ -451,14 +453,15 @@ def signal_group(pgid: int, signo: int) -> None:
         pass
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], plan: dict | None = None) -> int:
+    """Supervise the job of `argv[1]` (its folder) with `plan`, or the plan in its folder."""
     if len(argv) != 2:
         print("usage: shim.py <jobdir>", file=sys.stderr)
         return 2
     jobdir = os.path.abspath(argv[1])
     shim: Shim | None = None
     try:
-        shim = Shim(jobdir)
+        shim = Shim(jobdir, plan)
         shim.run()
     except BaseException as exc:
         import traceback

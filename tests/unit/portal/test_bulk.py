@@ -1,4 +1,5 @@
-"""bulk_insert: COPY on PostgreSQL (CI), bulk_create elsewhere; the same rows either way."""
+"""bulk_insert: COPY on PostgreSQL (CI), bulk_create elsewhere; the same rows either way.
+update_rows: each row its own values, in one UPDATE."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from portal.bulk import bulk_insert, insert_together, next_id
+from portal.bulk import bulk_insert, insert_together, next_id, update_rows
 from portal.models import AuditEvent
 from scheduling.models import Task, TaskEvent
 from tests.conftest import descriptor, submit
@@ -87,3 +88,29 @@ def test_a_submission_on_postgresql_is_one_id_and_one_query_all_or_nothing(api, 
     with pytest.raises(IntegrityError):
         insert_together([doomed, clash])
     assert not Task.objects.filter(pk=doomed.pk).exists()
+
+
+def test_each_row_gets_its_own_values_in_one_update(api):
+    ids = []
+    for i in range(3):
+        response = submit(api, descriptor(name=f"upd-{i}"))
+        assert response.status_code == 201, response.json()
+        ids.append(response.json()["id"])
+    untouched = submit(api, descriptor(name="upd-other")).json()["id"]
+    when = timezone.now()
+    rows = [
+        (ids[0], {"reason": AWKWARD, "exit_code": 0, "started_at": when, "admitted": True,
+                  "spec": {"env": [["X", QUOTED]]}, "state": "queued"}),
+        (ids[1], {"reason": "", "exit_code": None, "started_at": None, "admitted": False,
+                  "spec": {}, "state": "queued"}),
+        (ids[2], {"reason": "plain", "exit_code": 137, "started_at": when, "admitted": True,
+                  "spec": {"n": [1, 2.5, None]}, "state": "queued"}),
+    ]  # fmt: skip
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        assert update_rows(Task, rows) == 3
+    assert len([q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]) == 1
+    for key, values in rows:
+        row = Task.objects.get(pk=key)
+        assert {name: getattr(row, name) for name in values} == values
+    assert Task.objects.get(pk=untouched).state == "pending"
+    assert update_rows(Task, []) == 0

@@ -122,6 +122,88 @@ def test_a_failed_attempt_with_retries_left_goes_back_to_pending_then_fails(api)
     assert task.state == "failed"
 
 
+def test_jobs_that_end_in_one_poll_are_recorded_together_each_as_its_end_says(api):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling import hooks
+
+    ok, failed, skipped, retried, cancelled = (
+        _submit(api, name="ok"),
+        _submit(api, name="failed"),
+        _submit(api, name="skipped", fail_action="skip"),
+        _submit(api, name="retried", retry_count=1),
+        _submit(api, name="cancelled"),
+    )
+    tasks = [ok, failed, skipped, retried, cancelled]
+    for task in tasks:
+        engine.task_dispatch(task.pk)
+        task.refresh_from_db()
+    backend = get_backend("fake")
+    ends = [
+        (JobState.SUCCEEDED, 0),
+        (JobState.FAILED, 3),
+        (JobState.FAILED, 4),
+        (JobState.FAILED, 5),
+        (JobState.CANCELLED, None),
+    ]
+    for task, (state, code) in zip(tasks, ends, strict=True):
+        backend.finish(task.backend_id, state, exit_code=code)
+    seen: list[list[int]] = []
+    hook = hooks.on_task_end(lambda ended: seen.append(sorted(t.pk for t in ended)))
+    try:
+        assert engine.backend_poll("fake") == 5
+    finally:
+        hooks._task_end.remove(hook)
+    rows = {t.pk: t for t in Task.objects.filter(pk__in=[t.pk for t in tasks])}
+    assert [(rows[t.pk].state, rows[t.pk].exit_code) for t in tasks] == [
+        ("succeeded", 0),
+        ("failed", 3),
+        ("skipped", 4),
+        ("pending", 5),  # its retry
+        ("cancelled", None),
+    ]
+    assert "attempt 1 failed" in rows[retried.pk].reason
+    attempts = {a.task_id: a for a in Attempt.objects.filter(task__in=tasks)}
+    assert [(attempts[t.pk].state, attempts[t.pk].exit_code) for t in tasks] == [
+        ("succeeded", 0),
+        ("failed", 3),
+        ("failed", 4),
+        ("failed", 5),
+        ("cancelled", None),
+    ]
+    assert all(a.ended_at is not None for a in attempts.values())
+    # The task-end hooks once, with the four that ended (not the retried one).
+    assert seen == [sorted(t.pk for t in (ok, failed, skipped, cancelled))]
+    assert [_states(rows[t.pk])[-1] for t in tasks] == [
+        "succeeded",
+        "failed",
+        "skipped",
+        "pending",
+        "cancelled",
+    ]
+    with CaptureQueriesContext(connection) as replay:
+        assert engine.backend_poll("fake") == 0  # nothing new: nothing written twice
+    assert not [q for q in replay.captured_queries if q["sql"].startswith(("UPDATE", "INSERT"))]
+
+
+def test_ending_many_jobs_takes_the_queries_ending_two_does(api):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def ending(n: int) -> int:
+        tasks = [_submit(api, name=f"e{n}-{i}") for i in range(n)]
+        for task in tasks:
+            engine.task_dispatch(task.pk)
+            task.refresh_from_db()
+            get_backend("fake").finish(task.backend_id, JobState.SUCCEEDED, exit_code=0)
+        with CaptureQueriesContext(connection) as queries:
+            assert engine.backend_poll("fake") == n
+        return len(queries)
+
+    assert ending(8) == ending(2)
+
+
 def test_every_transition_writes_an_event(api):
     task = _submit(api)
     engine.task_dispatch(task.pk)

@@ -449,6 +449,22 @@ def test_a_jobs_placement_is_kept_in_its_state_and_an_older_alloc_file_still_cou
     backend.cancel("placed-a")
 
 
+def test_a_stored_job_is_pending_from_its_request_alone(make):
+    backend = make()
+    store = backend.store
+    with store.locked():
+        assert store.create(dataclasses.replace(request("stored-1", ["true"]), priority=7))
+    jobdir = Path(backend.root) / "jobs" / "stored-1"
+    assert sorted(p.name for p in jobdir.iterdir()) == ["request.json"]  # one file
+    state = store.read_state("stored-1")
+    assert (state["state"], state["seq"]) == ("pending", 1) and state["submitted_at"]
+    assert backend.find("stored-1").state is JobState.PENDING
+    assert store.priority("stored-1") == 7  # the request's, until set_priority
+    backend.set_priority("stored-1", 9)
+    assert store.priority("stored-1") == 9
+    assert finished(backend, "stored-1").state is JobState.SUCCEEDED  # the next pass runs it
+
+
 def test_jobs_are_numbered_in_submission_order_after_an_older_counter(make):
     backend = make()
     (Path(backend.root) / "seq").write_text("41")  # as an older version wrote it

@@ -6,6 +6,7 @@ Real launchers, real supervisors, real sandboxes (launcher.py says what it does 
 from __future__ import annotations
 
 import logging
+import marshal
 import os
 import shutil
 import socket
@@ -127,6 +128,8 @@ def test_a_supervisor_keeps_nothing_of_the_launcher(make):
     assert not [t for t in targets if t.startswith("socket:")]  # not the launcher's socket
     assert not [t for t in targets if t.endswith("launcher.lock")]
     assert Path(f"/proc/{supervisor}/cwd").resolve() == Path(backend.root) / "jobs" / "bare-1"
+    # Its plan came over the socket: none is left beside the job.
+    assert not (Path(backend.root) / "jobs" / "bare-1" / "launch.marshal").exists()
 
 
 def test_supervisors_outlive_their_launcher_and_a_new_one_takes_over(make):
@@ -171,13 +174,19 @@ def test_the_launcher_refuses_what_is_not_a_job(make):
     backend = make()
     backend.submit(request("real-1", ["true"]))
     finished(backend, "real-1")
-    replies = ask(backend.root, b"../../etc\n-x\nNotAKey\nno-such-job\n")
-    assert replies == [
+    plan = marshal.dumps({"argv": ["true"]})
+    payload = launcher.request_bytes(
+        {"../../etc": plan, "-x": plan, "NotAKey": plan, "no-such-job": plan, "real-1": b"junk"}
+    )
+    assert ask(backend.root, payload) == [
         "error not a job key",
         "error not a job key",
         "error not a job key",
-        "error the job has no launch plan",
+        "error no such job",
+        "error not a launch plan",
     ]
+    assert ask(backend.root, b"real-1\n") == ["error not a launcher request"]
+    assert ask(backend.root, b"real-1 99\nshort") == ["error a launch plan is cut short"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 and not in_ci(), reason="needs root to act as another user")
@@ -197,7 +206,8 @@ def test_only_the_launchers_own_user_may_start_jobs(make):
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            os.write(write, "\n".join(ask(backend.root, b"mine-1\n")).encode())
+            payload = launcher.request_bytes({"mine-1": marshal.dumps({"argv": ["true"]})})
+            os.write(write, "\n".join(ask(backend.root, payload)).encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -227,6 +237,7 @@ def test_without_a_launcher_supervisors_are_spawned_directly(make, tmp_path):
         logger.removeHandler(handler)
     assert finished(backend, "direct-1").state is JobState.SUCCEEDED
     assert [w for w in warnings if "spawning supervisors" in w]
+    assert (Path(backend.root) / "jobs" / "direct-1" / "launch.marshal").exists()
     assert not Path(launcher.pid_path(backend.root)).exists()
 
 
