@@ -50,6 +50,7 @@ _RUN_LAUNCHER = (
     "sys.exit(launcher.main(sys.argv))"
 )
 LAUNCHER_TIMEOUT_S = 10.0
+LAUNCHER_BATCH = 100  # jobs a request: their plans well within the launcher's 1 MiB
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Set by the backend from the allocation; a descriptor's env may not override them.
 RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES")
@@ -212,29 +213,32 @@ def start_supervisors(
     """Start the supervisors of these jobs (key -> launch plan); returns {key: why not} for
     those that could not start.
 
-    Through the root's launcher (launcher.py, started here if none serves the root): one
-    request for all of them, the plans with it, a fork each. Should the launcher fail, or
+    Through the root's launcher (launcher.py, started here if none serves the root): a
+    request for each LAUNCHER_BATCH of them, the plans with it, a fork each. Should the launcher fail, or
     with `launcher` off, each plan is written beside its job and each supervisor spawned as
     an interpreter of its own (`spawn_supervisor`; the Popen goes into `children`, to be
     reaped).
     """
     if not plans:
         return {}
+    failed: dict[str, str] = {}
+    left = dict(plans)
     if launcher:
+        keys = list(plans)
         try:
-            replies = _ask_launcher(store.root, plans, python)
+            # A pass that starts many jobs asks in parts (a request's size is bounded).
+            for at in range(0, len(keys), LAUNCHER_BATCH):
+                part = {key: plans[key] for key in keys[at : at + LAUNCHER_BATCH]}
+                replies = _ask_launcher(store.root, part, python)
+                for key, reply in zip(part, replies, strict=True):
+                    del left[key]
+                    if not reply.startswith("ok "):
+                        failed[key] = reply.removeprefix("error ")
         except OSError as exc:
             log.warning(
                 "the local launcher of %s failed (%s): spawning supervisors", store.root, exc
             )
-        else:
-            return {
-                key: reply.removeprefix("error ")
-                for key, reply in zip(plans, replies, strict=True)
-                if not reply.startswith("ok ")
-            }
-    failed = {}
-    for key, plan in plans.items():
+    for key, plan in left.items():
         try:
             write_plan(store, key, plan)
             children[key] = spawn_supervisor(store, key, python)

@@ -115,6 +115,24 @@ def test_jobs_of_every_backend_on_a_root_start_through_its_one_launcher(make):
     assert not first._children and not second._children  # nothing spawned directly
 
 
+def test_a_pass_that_starts_many_jobs_asks_the_launcher_in_parts(make, monkeypatch):
+    monkeypatch.setattr(launch, "LAUNCHER_BATCH", 3)
+    asked: list[int] = []
+    real = launch._ask_launcher
+    monkeypatch.setattr(
+        launch,
+        "_ask_launcher",
+        lambda root, plans, python: asked.append(len(plans)) or real(root, plans, python),
+    )
+    backend = make()
+    # Four fit the node's four cpus at once: one pass starts them all.
+    results = backend.submit_many([request(f"part-{i}", ["true"]) for i in range(4)])
+    assert [r.backend_id for r in results] == [f"part-{i}" for i in range(4)]
+    assert asked == [3, 1]
+    for i in range(4):
+        assert finished(backend, f"part-{i}").state is JobState.SUCCEEDED
+
+
 def test_a_supervisor_keeps_nothing_of_the_launcher(make):
     backend = make()
     backend.submit(request("bare-1", ["sleep", "30"]))
