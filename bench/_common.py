@@ -302,6 +302,18 @@ def launcher_pid(root: str) -> int | None:
         return None
 
 
+def stop_launcher(root: str, timeout: float = 5.0) -> None:
+    """SIGTERM the local backend's launcher under `root` and wait for it to leave."""
+    pid = launcher_pid(root)
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and Path(f"/proc/{pid}").exists():
+        time.sleep(0.02)
+
+
 def kill_processes_mentioning(marker: str) -> int:
     """SIGKILL every process whose command line names `marker` (a path unique to one bench
     run: its job supervisors and sandboxes). Returns how many were found."""

@@ -290,6 +290,8 @@ def _run_stack(
     finally:
         for proc in reversed(procs):
             c.stop(proc)
+        # The launcher is stopped as it would be (SIGTERM); what is left after it is counted.
+        c.stop_launcher(job_marker)
         killed = c.kill_processes_mentioning(job_marker)
         if ok and not keep:
             c.remove_var_dir(var_dir)

@@ -284,7 +284,7 @@ def _finish_attempts(pairs: list[tuple[Task, Job]]) -> int:
                 job.exit_code,
                 job.ended_at or now,
                 list(job.nodes),
-            )  # fmt: skip
+            )
             for (task, job), target, reason in zip(pairs, targets, reasons, strict=True)
         ]
     )
