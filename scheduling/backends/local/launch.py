@@ -229,7 +229,16 @@ def start_supervisors(
             # A pass that starts many jobs asks in parts (a request's size is bounded).
             for at in range(0, len(keys), LAUNCHER_BATCH):
                 part = {key: plans[key] for key in keys[at : at + LAUNCHER_BATCH]}
-                replies = _ask_launcher(store.root, part, python)
+                try:
+                    replies = _ask_launcher(store.root, part, python)
+                except LauncherLost as exc:
+                    # It may have started some of them: none is spawned here as well (a job
+                    # would run twice). Each stays "starting"; the next poll finds its
+                    # supervisor (shim.pid) or fails it for having none.
+                    log.warning("the local launcher of %s did not answer: %s", store.root, exc)
+                    for key in part:
+                        del left[key]
+                    continue
                 for key, reply in zip(part, replies, strict=True):
                     del left[key]
                     if not reply.startswith("ok "):
@@ -264,20 +273,28 @@ def _ask_launcher(root: str, plans: dict[str, dict[str, Any]], python: str) -> l
                 if attempt:
                     time.sleep(0.01 * attempt)
                 continue
-            conn.sendall(request)
-            conn.shutdown(socket.SHUT_WR)
-            data = b""
-            while chunk := conn.recv(65536):
-                data += chunk
+            try:
+                conn.sendall(request)
+                conn.shutdown(socket.SHUT_WR)
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+            except OSError as exc:
+                raise LauncherLost(f"{exc} after the request was sent") from exc
         finally:
             conn.close()
         replies = data.decode("ascii", "replace").splitlines()
         if replies == ["stale"]:
             continue  # its code was upgraded: it has gone, the next attempt starts the new
         if len(replies) != len(plans):
-            raise OSError(f"the launcher answered {replies[:3]} for {len(plans)} jobs")
+            raise LauncherLost(f"it answered {replies[:3]} for {len(plans)} jobs")
         return replies
     raise OSError(f"no launcher answers at {path}")
+
+
+class LauncherLost(OSError):
+    """The launcher had the request but its answer did not come whole: some of the jobs
+    may have started."""
 
 
 def _start_launcher(root: str, python: str) -> None:

@@ -240,7 +240,14 @@ class Launcher:
             plan = None
         if not isinstance(plan, dict) or not isinstance(plan.get("argv"), list):
             return "error not a launch plan"
-        pid = os.fork()
+        if _peer_gone(self.conn):
+            # The backend gave up waiting: it starts none of these itself, and finds at its
+            # next poll which ones were started (shim.pid). None more is.
+            return "error the backend went away"
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            return f"error could not start the supervisor: {exc}"
         if pid == 0:
             self._become_supervisor(jobdir, plan)  # never returns
         start = self.shim.proc_start_time(pid) or 0
@@ -291,6 +298,16 @@ def _same_file(path: str, inode: int) -> bool:
         return os.stat(path).st_ino == inode
     except FileNotFoundError:
         return False
+
+
+def _peer_gone(conn) -> bool:
+    """Whether the backend closed its end (a timeout): POLLHUP, which a shutdown of its
+    writing side alone does not raise."""
+    import select
+
+    poller = select.poll()
+    poller.register(conn, select.POLLHUP)
+    return bool(poller.poll(0))
 
 
 def _drain(fd: int) -> None:

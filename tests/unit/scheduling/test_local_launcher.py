@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from scheduling.backends.base import JobState
-from scheduling.backends.local import LocalBackend, launch, launcher
+from scheduling.backends.local import SUPERVISOR_DIED, LocalBackend, launch, launcher
 from scheduling.backends.local.shim import proc_start_time
 from tests.conftest import in_ci
 from tests.unit.scheduling.test_local_backend import (
@@ -257,6 +257,36 @@ def test_without_a_launcher_supervisors_are_spawned_directly(make, tmp_path):
     assert [w for w in warnings if "spawning supervisors" in w]
     assert (Path(backend.root) / "jobs" / "direct-1" / "launch.marshal").exists()
     assert not Path(launcher.pid_path(backend.root)).exists()
+
+
+def test_a_launcher_starts_nothing_for_a_backend_that_went_away(make):
+    backend = make()
+    backend.submit(request("first-1", ["true"]))  # a launcher now serves the root
+    finished(backend, "first-1")
+    jobdir = Path(backend.root) / "jobs" / "gone-1"
+    (jobdir / "work").mkdir(parents=True)
+    payload = launcher.request_bytes({"gone-1": marshal.dumps({"argv": ["true"]})})
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(launcher.socket_path(backend.root))
+        conn.sendall(payload)  # and closes without waiting for the answer
+    time.sleep(0.5)
+    assert not (jobdir / "shim.pid").exists()
+    assert launcher_pid(backend.root)  # still serving
+
+
+def test_an_answer_that_does_not_come_starts_nothing_twice(make, monkeypatch):
+    def lost(root, plans, python):
+        raise launch.LauncherLost("timed out after the request was sent")
+
+    monkeypatch.setattr(launch, "_ask_launcher", lost)
+    backend = make()
+    job = backend.submit(request("lost-1", ["true"]))
+    # Not spawned directly: the launcher may have started it. The poll decides.
+    assert job.state is JobState.PENDING and "starting" in job.reason
+    jobdir = Path(backend.root) / "jobs" / "lost-1"
+    assert not backend._children and not (jobdir / "launch.marshal").exists()
+    job = finished(backend, "lost-1")
+    assert job.state is JobState.FAILED and SUPERVISOR_DIED in job.reason
 
 
 def test_a_launcher_leaves_when_idle_and_when_its_root_is_gone(job_root):
