@@ -139,3 +139,44 @@ def test_each_role_starts_from_its_container_command(var_env, tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_make_runs_portal_stops_everything_it_started_the_local_launcher_too(var_env, tmp_path):
+    """`manage.py up` (what `make run` runs) on its own var dir: once up, a SIGTERM stops the
+    web server, the worker and beat, and the local backend's launcher goes with them."""
+    from scheduling.backends.local import launcher
+
+    var = Path(var_env["SWITCHYARD_VAR_DIR"])
+    root = var / "local-backend"
+    root.mkdir(mode=0o711)
+    # A launcher serving the backend's root, as after the first local job.
+    run = [sys.executable, "-I", "-S", str(ROOT / "scheduling/backends/local/launcher.py")]
+    subprocess.run([*run, str(root)], check=True, env=var_env)
+    pid = int(Path(launcher.pid_path(str(root))).read_text().split()[0])
+    port = _free_port()
+    log = tmp_path / "up.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "up", "--no-seed", "--addr",
+             f"127.0.0.1:{port}"],
+            env=var_env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        _until(proc, log, r"Switchyard is up", timeout=120)
+        _until(proc, log, r"sending the periodic passes", timeout=60)  # the worker and beat
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) is not None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the launcher is still running"
+    left = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and str(var).encode() in (entry / "cmdline").read_bytes():
+                left.append(entry.name)
+    assert not left, f"processes of the stopped portal: {left}"
