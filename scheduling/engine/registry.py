@@ -14,6 +14,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from scheduling.backends import Backend
+from scheduling.backends.local import LocalBackend
+from scheduling.backends.local.launch import stop_launcher
 from scheduling.selectors import node_views_for_backend
 
 
@@ -44,3 +46,12 @@ def _build(alias: str, _key: str) -> Backend:
     if getattr(cls, "uses_inventory", False):
         options.setdefault("node_source", node_views_for_backend)
     return cls(alias=alias, **options)
+
+
+def stop_helpers() -> None:
+    """Stop what backends keep running between calls (the local backend's launcher), as when
+    `manage.py up` stops; the jobs themselves go on."""
+    for alias in configured_aliases():
+        backend = get_backend(alias)
+        if isinstance(backend, LocalBackend):
+            stop_launcher(backend.root)

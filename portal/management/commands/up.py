@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand
 
 from portal.serve import STATIC_MANIFEST_ENV, web_argv
 from portal.workers import worker_argv
-from scheduling.backends.local.launch import stop_launcher
+from scheduling.engine.registry import stop_helpers
 
 
 class Command(BaseCommand):
@@ -102,6 +102,4 @@ class Command(BaseCommand):
                     p.kill()
             # The local backends' launchers would leave after two idle minutes; they go now.
             # Jobs still running keep their supervisors (they outlive the worker).
-            for config in settings.COMPUTE_BACKENDS.values():
-                if config.get("BACKEND") == "scheduling.backends.local.LocalBackend":
-                    stop_launcher(str(config.get("OPTIONS", {}).get("root", "")))
+            stop_helpers()

@@ -251,10 +251,9 @@ class Launcher:
         if pid == 0:
             self._become_supervisor(jobdir, plan)  # never returns
         start = self.shim.proc_start_time(pid) or 0
-        # A plain write: the backend reads it only under its lock, which the backend that
-        # asked for this job holds until this answer has reached it.
-        with open(os.path.join(jobdir, "shim.pid"), "w", encoding="ascii") as f:
-            f.write(f"{pid} {start}")
+        # Whole or not at all (tmp + rename): a backend that gave up waiting for this answer
+        # no longer holds the store's lock, and its next poll may read this at any moment.
+        _write(os.path.join(jobdir, "shim.pid"), f"{pid} {start}")
         return f"ok {pid} {start}"
 
     def _become_supervisor(self, jobdir: str, plan: dict) -> None:
