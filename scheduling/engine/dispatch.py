@@ -302,7 +302,7 @@ def _submitted_many(backend, items: list[tuple[_Ready, Job]]) -> list[str]:
         Attempt.objects.bulk_create(
             Attempt(
                 task=r.task, number=r.number, key=r.key, backend_id=job.backend_id, state=S.QUEUED
-            )  # fmt: skip
+            )
             for (r, job), ok in zip(items, moved, strict=True)
             if ok
         )

@@ -49,9 +49,20 @@ _RUN_LAUNCHER = (
     f"import sys; sys.path.insert(0, {SHIM_DIR!r}); import launcher; "
     "sys.exit(launcher.main(sys.argv))"
 )
-LAUNCHER_TIMEOUT_S = 10.0
-LAUNCHER_BATCH = 100  # jobs a request: their plans well within the launcher's 1 MiB
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+LAUNCHER_TIMEOUT_S = 10.0
+# How the launcher and a directly spawned supervisor are started: never with the portal's
+# environment or descriptors, in a session of their own (they outlive the worker and are
+# not hit by its signals).
+_DETACHED: dict[str, Any] = {
+    "env": {"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
+    "stdin": subprocess.DEVNULL,
+    "stdout": subprocess.DEVNULL,
+    "stderr": subprocess.DEVNULL,
+    "close_fds": True,
+    "start_new_session": True,
+}
+LAUNCHER_BATCH = 100  # jobs a request: their plans well within the launcher's 1 MiB
 # Set by the backend from the allocation; a descriptor's env may not override them.
 RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -303,14 +314,9 @@ def _start_launcher(root: str, python: str) -> None:
     subprocess.run(
         [python, "-I", "-S", "-c", _RUN_LAUNCHER, root],
         cwd=root,
-        env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},  # never the portal's environment
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        close_fds=True,
-        start_new_session=True,
         timeout=LAUNCHER_TIMEOUT_S,
         check=False,
+        **_DETACHED,
     )
 
 
@@ -333,16 +339,7 @@ def spawn_supervisor(store: JobStore, key: str, python: str) -> subprocess.Popen
     """Start the supervisor (`python -I -S -c 'import shim …' <jobdir>`) detached; record its
     pid and start time."""
     jobdir = store.jobdir(key)
-    child = subprocess.Popen(
-        [python, "-I", "-S", "-c", _RUN_SHIM, jobdir],
-        cwd=jobdir,
-        env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},  # never the portal's environment
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        close_fds=True,
-        start_new_session=True,  # survives the worker; not hit by its signals
-    )
+    child = subprocess.Popen([python, "-I", "-S", "-c", _RUN_SHIM, jobdir], cwd=jobdir, **_DETACHED)
     with open(store.path(key, "shim.pid"), "w", encoding="ascii") as f:
         f.write(f"{child.pid} {proc_start_time(child.pid) or 0}")
     return child

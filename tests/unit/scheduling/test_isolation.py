@@ -37,23 +37,9 @@ def uid_of(name: str) -> int:
 
 
 @pytest.fixture
-def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
-    made: list[LocalBackend] = []
-
-    def _make(**options) -> LocalBackend:
-        options.setdefault("kill_grace_s", 0.5)
-        backend = LocalBackend(
-            "local-test", root=str(job_root / "root"), node_source=lambda _: [NODE], **options
-        )
-        made.append(backend)
-        return backend
-
-    yield _make
-    for backend in made:
-        jobs = Path(backend.root) / "jobs"
-        for key in [p.name for p in jobs.iterdir()] if jobs.exists() else []:
-            backend.cancel(key)
-            finished(backend, key)
+def make(make) -> Callable[..., LocalBackend]:
+    """conftest's backends, on one node big enough for every attack."""
+    return lambda **options: make([NODE], **options)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """The local backend's launcher: one resident process per root forks every supervisor.
+Backends come from `make` (conftest.py).
 
 Real launchers, real supervisors, real sandboxes (launcher.py says what it does and why).
 """
@@ -14,43 +15,21 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from scheduling.backends.base import JobState
-from scheduling.backends.local import SUPERVISOR_DIED, LocalBackend, launch, launcher
+from scheduling.backends.local import SUPERVISOR_DIED, launch, launcher
 from scheduling.backends.local.shim import proc_start_time
 from tests.conftest import in_ci
 from tests.unit.scheduling.test_local_backend import (
-    SMALL,
     alive,
     finished,
     request,
     running,
     state_file,
 )
-
-
-@pytest.fixture
-def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
-    made: list[LocalBackend] = []
-
-    def _make(**options) -> LocalBackend:
-        options.setdefault("kill_grace_s", 0.5)
-        backend = LocalBackend(
-            "local-test", root=str(job_root / "root"), node_source=lambda _: [SMALL], **options
-        )
-        made.append(backend)
-        return backend
-
-    yield _make
-    for backend in made:
-        jobs = Path(backend.root) / "jobs"
-        for key in [p.name for p in jobs.iterdir()] if jobs.exists() else []:
-            backend.cancel(key)
-            finished(backend, key)
 
 
 def launcher_pid(root: str) -> int:
