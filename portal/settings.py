@@ -7,6 +7,7 @@ backend. `DATABASE_URL` switches to PostgreSQL, `REDIS_URL` to a Redis broker.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -448,12 +449,22 @@ SWITCHYARD_JOB_MAX_PROCESSES = env_int("SWITCHYARD_JOB_MAX_PROCESSES", 512)
 SWITCHYARD_JOB_MAX_OUTPUT_MB = env_int("SWITCHYARD_JOB_MAX_OUTPUT_MB", 64)
 SWITCHYARD_JOB_MAX_DISK_MB = env_int("SWITCHYARD_JOB_MAX_DISK_MB", 10 * 1024)
 SWITCHYARD_JOB_RETENTION_HOURS = env_int("SWITCHYARD_JOB_RETENTION_HOURS", 7 * 24)
+# Networks no batch job may reach (CIDRs, comma-separated), besides the control plane's own
+# addresses, which are always blocked (docs/security.md, "Network").
+SWITCHYARD_JOB_BLOCKED_NETWORKS = env_list("SWITCHYARD_JOB_BLOCKED_NETWORKS", [])
+try:
+    SWITCHYARD_JOB_BLOCKED_NETWORKS = [
+        str(ipaddress.ip_network(net, strict=False)) for net in SWITCHYARD_JOB_BLOCKED_NETWORKS
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"SWITCHYARD_JOB_BLOCKED_NETWORKS: expected CIDRs, {exc}") from None
 COMPUTE_BACKENDS = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",
         "OPTIONS": {
             "root": env_str("SWITCHYARD_LOCAL_ROOT") or str(VAR_DIR / "local-backend"),
             "bwrap": env_str("SWITCHYARD_BWRAP", "bwrap"),
+            "slirp4netns": env_str("SWITCHYARD_SLIRP4NETNS", "slirp4netns"),
             "inventory_ttl_s": 2.0,
             "job_account": SWITCHYARD_JOB_ACCOUNT,
             "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,

@@ -2,11 +2,14 @@
 
 What a job can see and do is in docs/security.md. In short: bubblewrap is started by the
 job's own unprivileged account (never by root), so the sandbox has no capabilities and the
-kernel refuses it every mount; new user, pid, ipc, uts and cgroup namespaces; the system
-read-only with password hashes masked; a private /tmp of bounded size; the job's own folders
-and nothing else of the machine (no portal code, database, broker or other jobs). Agent and
-sandbox tasks also get a network namespace of their own, with only a loopback that is down;
-batch types keep the host's network.
+kernel refuses it every mount; new user, pid, ipc, uts, cgroup and network namespaces; the
+system read-only with password hashes masked; a private /tmp of bounded size; the job's own
+folders and nothing else of the machine (no portal code, database, broker or other jobs).
+
+The network namespace is the job's own on every type, and never the host's. Agent and sandbox
+tasks keep it empty (a loopback of their own only). A batch job's runner connects it to the
+outside through slirp4netns before the job runs (jobnet.py), with every address of
+`blocked_networks()` (the control plane's) and of the node itself unreachable.
 
 Inside, `prlimit` sets the job's process limit after bubblewrap has made the new user
 namespace: Linux counts RLIMIT_NPROC per user and user namespace, so the limit holds per job
@@ -15,7 +18,14 @@ even when many jobs run as one account.
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from scheduling.backends import jobnet
 
 # Files of /etc that hold password hashes: masked even though the job's account could not
 # read them anyway.
@@ -42,7 +52,6 @@ def sandbox_argv(
     readonly: Sequence[str] = (),
     hide: str,
     chdir: str,
-    network: bool = False,
     tmp_bytes: int | None = None,
     max_processes: int | None = None,
     max_file_bytes: int | None = None,
@@ -52,7 +61,7 @@ def sandbox_argv(
 
     `hide` is covered by an empty tmpfs (where job folders live: other jobs' are not this
     job's to read), then this job's own folders are brought back: `writable` and `readonly`.
-    `network` keeps the host's network (batch types); without it the job has none.
+    The job has a network namespace of its own, empty until its runner connects it.
     `tmp_bytes` bounds the private /tmp (it is memory); `max_processes` and `max_file_bytes`
     become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user namespace.
     """
@@ -70,7 +79,6 @@ def sandbox_argv(
     return [
         bwrap,
         "--unshare-all",  # new user/ipc/pid/net/uts/cgroup namespaces
-        *(["--share-net"] if network else []),
         "--unshare-user",  # required (not just tried), for:
         "--disable-userns",  # no further user namespaces inside
         "--cap-drop", "ALL",
@@ -88,3 +96,57 @@ def sandbox_argv(
         "--",
         prlimit, *limits, "--",
     ]  # fmt: skip
+
+
+class BlockedNetworksError(Exception):
+    """A control-plane host could not be resolved: no batch job starts without it blocked."""
+
+
+def blocked_networks() -> list[str]:
+    """What no job's network may reach, as IPv4/IPv6 networks (CIDR): the hosts of every
+    database and of the broker and cache (resolved), this machine's own addresses (the web
+    server, the launcher) and `SWITCHYARD_JOB_BLOCKED_NETWORKS`. The node a job runs on adds
+    its own addresses when it connects the job (jobnet.connect)."""
+    hosts: list[str] = []
+    for database in settings.DATABASES.values():
+        host = database.get("HOST") or ""
+        if host and not host.startswith("/"):  # a path is a Unix socket
+            hosts.append(host)
+    urls = [settings.REDIS_URL or "", getattr(settings, "CELERY_BROKER_URL", "") or ""]
+    for url in (part for value in urls for part in value.split(";")):
+        try:
+            host = urlsplit(url.strip()).hostname
+        except ValueError:
+            host = None
+        if host:
+            hosts.append(host)
+    networks = list(settings.SWITCHYARD_JOB_BLOCKED_NETWORKS)
+    for host in dict.fromkeys(hosts):
+        networks += [f"{address}/{128 if ':' in address else 32}" for address in _resolve(host)]
+    networks += [f"{address}/32" for address in jobnet.host_addresses()]
+    return list(dict.fromkeys(networks))
+
+
+_RESOLVED: dict[str, tuple[float, list[str]]] = {}
+RESOLVE_TTL_S = 60.0
+
+
+def _resolve(host: str) -> list[str]:
+    """The addresses of `host`, asked again after RESOLVE_TTL_S; the last answer while the
+    resolver fails; BlockedNetworksError if there never was one."""
+    now = time.monotonic()
+    cached = _RESOLVED.get(host)
+    if cached and now - cached[0] < RESOLVE_TTL_S:
+        return cached[1]
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        if cached:
+            return cached[1]
+        raise BlockedNetworksError(
+            f"the control plane's host {host!r} could not be resolved ({exc}): a batch job "
+            "does not start before its network can be kept from it"
+        ) from None
+    addresses = list(dict.fromkeys(str(info[4][0]).split("%")[0] for info in infos))
+    _RESOLVED[host] = (now, addresses)
+    return addresses

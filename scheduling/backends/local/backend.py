@@ -32,6 +32,7 @@ from scheduling.backends.base import (
     Run,
     SubmitRequest,
 )
+from scheduling.backends.jobnet import SLIRP_MISSING
 from scheduling.backends.local import launch
 from scheduling.backends.local import usage as job_usage
 from scheduling.backends.local.jobstore import (
@@ -43,10 +44,12 @@ from scheduling.backends.local.jobstore import (
     touch,
 )
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
+from scheduling.backends.sandbox import BlockedNetworksError, blocked_networks
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
+from scheduling.spec import SANDBOXED_TYPES
 
 # Seconds between SIGTERM and SIGKILL on timeout/cancel; a request may set
 # extra["kill_grace_s"].
@@ -68,6 +71,7 @@ class LocalBackend:
         *,
         root: str,
         bwrap: str = "bwrap",
+        slirp4netns: str = "slirp4netns",
         node_source: NodeSource | None = None,
         python: str = sys.executable,
         launcher: bool = True,
@@ -86,6 +90,7 @@ class LocalBackend:
         self.store = JobStore(root)
         self.root = self.store.root
         self.bwrap = bwrap
+        self.slirp4netns = slirp4netns  # batch jobs' network (jobnet.py)
         self.python = python
         # Supervisors are forked by the root's resident launcher (launcher.py); off, each
         # is an interpreter of its own (slower to start; what the launcher falls back to).
@@ -432,6 +437,18 @@ class LocalBackend:
         if account and (blocked := self._unreachable_by_others()):
             self._fail_unstarted(key, blocked)
             return None
+        network = None
+        if request.type not in SANDBOXED_TYPES:
+            slirp = shutil.which(self.slirp4netns)
+            if slirp is None:
+                # Never fall back to running a batch job on the host's network.
+                self._fail_unstarted(key, SLIRP_MISSING)
+                return None
+            try:
+                network = {"slirp4netns": slirp, "blocked": blocked_networks()}
+            except BlockedNetworksError as exc:
+                self._fail_unstarted(key, str(exc))
+                return None
         state.update(
             state="starting",
             reason=f"starting on {', '.join(placement.nodes)}",
@@ -461,6 +478,7 @@ class LocalBackend:
             grace_s=grace,
             account=account,
             limits=self.limits,
+            network=network,
         )
         plan["state"] = state  # the supervisor continues from this state
         self.store.write_state(key, state)

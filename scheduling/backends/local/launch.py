@@ -34,7 +34,6 @@ from scheduling.backends.local.launcher import socket_path as launcher_socket_pa
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import sandbox_argv
 from scheduling.decisions.types import Placement
-from scheduling.spec import SANDBOXED_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +145,13 @@ def launch_plan(
     grace_s: float,
     account: tuple[int, int] | None,
     limits: JobLimits,
+    network: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """What the supervisor runs: the command in the sandbox, as `account`, within `limits`."""
+    """What the supervisor runs: the command in the sandbox, as `account`, within `limits`.
+
+    `network` ({"slirp4netns": path, "blocked": sandbox.blocked_networks()}) gives the job a
+    network kept from those networks (batch types); None leaves it none (agent and sandbox
+    tasks)."""
     spec = request.spec
     jobdir = store.jobdir(key)
     work, home = os.path.join(jobdir, "work"), os.path.join(jobdir, "home")
@@ -178,7 +182,6 @@ def launch_plan(
             readonly=[script] if spec.command is None else [],
             hide=store.root,
             chdir=work,
-            network=request.type not in SANDBOXED_TYPES,
             tmp_bytes=memory_bytes,
             max_processes=limits.max_processes,
             max_file_bytes=limits.max_disk_bytes,
@@ -195,6 +198,8 @@ def launch_plan(
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,
         "bwrap": bwrap,
+        # The supervisor connects the sandbox's network namespace (jobnet.py) when present.
+        "network": network,
         "output_cap": limits.max_output_bytes,
         "limits": {
             "memory_bytes": memory_bytes,

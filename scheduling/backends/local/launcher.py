@@ -36,7 +36,7 @@ import time
 
 IDLE_S = 120.0
 CHECK_S = 2.0  # how often it looks whether its socket is still there
-CODE_FILES = ("launcher.py", "shim.py", "jobwatch.py")
+CODE_FILES = ("launcher.py", "shim.py", "jobwatch.py", "../jobnet.py")
 MAX_REQUEST_BYTES = 1 << 20
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -129,6 +129,8 @@ class Launcher:
             sys.path.insert(0, self.here)
         import jobwatch  # noqa: F401 - imported here once, instead of in every supervisor
         import shim
+
+        shim._jobnet()  # likewise, for batch jobs
 
         self.shim = shim
         # The backend waits for this process: it returns once the server (a child: the lock

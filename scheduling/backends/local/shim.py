@@ -107,6 +107,7 @@ class Shim:
         self.terminated_by: int | None = None  # a signal sent to this supervisor itself
         self.sandbox: tuple[int, int | None] | None = None  # (pid, start) of the sandbox init
         self.watch = None  # the watchdog (jobwatch.Limits) once the job runs
+        self.net: tuple[int, int] | None = None  # a batch job's slirp4netns (jobnet.py)
 
     def update_state(self, **fields: object) -> None:
         self.state.update(fields)
@@ -159,6 +160,12 @@ class Shim:
             if run_as:
                 os.chown(path, run_as[0], run_as[1])
             os.chmod(path, 0o500)
+        network = plan.get("network")
+        jobnet = _jobnet() if network is not None else None
+        if jobnet is not None and not os.access(network["slirp4netns"], os.X_OK):
+            # Never fall back to running a batch job on the host's network.
+            self.finish("failed", jobnet.SLIRP_MISSING)
+            return
         jobwatch = _jobwatch()
         self.log = jobwatch.OutputLog(
             os.path.join(self.jobdir, "output.log"), plan.get("output_cap")
@@ -167,6 +174,11 @@ class Shim:
             pid, sandbox_pid, out_r = self.spawn(plan["argv"], plan["env"], plan["cwd"], run_as)
         except OSError as exc:
             self.finish("failed", f"could not start the command: {exc}", exit_code=127)
+            return
+        except Exception as exc:
+            if jobnet is None or not isinstance(exc, jobnet.NetworkError):
+                raise
+            self.finish("failed", f"the job's network could not be set up: {exc}")
             return
         self.sandbox = (sandbox_pid, proc_start_time(sandbox_pid)) if sandbox_pid else None
         self.update_state(
@@ -201,7 +213,11 @@ class Shim:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()  # all close-on-exec (PEP 446)
         info_r, info_w = os.pipe()
-        argv = [argv[0], "--info-fd", str(info_w), *argv[1:]]
+        # A batch job's sandbox waits, set up, until its network is connected (jobnet.py).
+        network = self.plan.get("network")
+        block_r, block_w = os.pipe() if network is not None else (-1, -1)
+        wait = ["--block-fd", str(block_r)] if network is not None else []
+        argv = [argv[0], "--info-fd", str(info_w), *wait, *argv[1:]]
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here, only exec or _exit
             try:
@@ -224,18 +240,22 @@ class Shim:
                 os.umask(0o077)
                 os.chdir(cwd)
                 os.set_inheritable(info_w, True)
+                if block_r >= 0:
+                    os.set_inheritable(block_r, True)
                 # Every other descriptor is non-inheritable, so exec closes it.
                 os.execvpe(argv[0], argv, env)  # PATH is looked up in `env`, not ours
             except OSError as exc:
                 os.write(err_w, str(exc.errno or 0).encode())
             finally:
                 os._exit(127)
-        for fd in (err_w, out_w, null_fd, info_w):
-            os.close(fd)
+        for fd in (err_w, out_w, null_fd, info_w, block_r):
+            if fd >= 0:
+                os.close(fd)
         data = _read_all(err_r)
         if data:  # the child failed before or at exec, and has exited with 127
-            for fd in (info_r, out_r):
-                os.close(fd)
+            for fd in (info_r, out_r, block_w):
+                if fd >= 0:
+                    os.close(fd)
             os.waitpid(pid, 0)
             errno = int(data)
             raise OSError(errno, f"{os.strerror(errno)}: {argv[0]!r}")
@@ -245,6 +265,24 @@ class Shim:
         key = '"child-pid":'
         if key in info:
             sandbox_pid = int(info.split(key, 1)[1].split(",", 1)[0].split("}", 1)[0])
+        if network is not None:
+            if sandbox_pid is not None:
+                try:
+                    self.net = _jobnet().connect(
+                        sandbox_pid, network["blocked"], run_as, slirp=network["slirp4netns"]
+                    )
+                except Exception:
+                    # The job never runs: its sandbox (still waiting) goes, and bwrap with it.
+                    os.close(block_w)
+                    os.close(out_r)
+                    try:  # noqa: SIM105 (contextlib is an import this file avoids)
+                        os.kill(sandbox_pid, 9)
+                    except ProcessLookupError:
+                        pass
+                    os.waitpid(pid, 0)
+                    raise
+                os.write(block_w, b"1")  # the job may run now
+            os.close(block_w)  # (had bwrap failed, it ends on its own and says why)
         return pid, sandbox_pid, out_r
 
     # -- supervise ---------------------------------------------------------------------
@@ -344,6 +382,9 @@ class Shim:
         # a finished job leaves no processes behind.
         signal_group(pid, _signal.SIGKILL)
         self.kill_sandbox()
+        if self.net is not None:
+            _jobnet().disconnect(self.net)
+            self.net = None
         # The writers are gone: what is left in the pipe is the end of the output.
         end = time.monotonic() + 2
         while out_r >= 0 and time.monotonic() < end:
@@ -423,6 +464,16 @@ def _jobwatch():
     import jobwatch
 
     return jobwatch
+
+
+def _jobnet():
+    """The job network module (jobnet.py, beside the backends), imported by path."""
+    backends = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if backends not in sys.path:
+        sys.path.insert(0, backends)
+    import jobnet
+
+    return jobnet
 
 
 def _read_all(fd: int) -> bytes:
