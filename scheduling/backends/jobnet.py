@@ -144,6 +144,7 @@ def connect(
             why = _finish(slirp_pid, err_r) or "it exited"
             raise NetworkError(f"slirp4netns did not connect the job's network: {why}")
         os.close(err_r)  # what it says from now on ("exiting") is not needed
+        _wait_mapped(pid, os.fstat(user).st_ino)
         routes = route_batch(blocked)
         in_r, in_w = os.pipe()
         os.write(in_w, routes.encode("ascii"))  # well within a pipe's buffer
@@ -186,6 +187,28 @@ def disconnect(handle: tuple[int, int]) -> None:
             time.sleep(0.005)
     except ChildProcessError:
         pass
+
+
+def _wait_mapped(pid: int, owner: int) -> None:
+    """Wait until bubblewrap has mapped the job's account in the namespace that owns the
+    network (as root there: it does so with --dev), which it does after --info-fd has told us
+    the pid. Before that, `ip` would run unmapped, and exec drops an unmapped process's
+    capabilities. Once the sandbox is in its nested user namespace the mapping is done."""
+    import time
+
+    end = time.monotonic() + SETUP_TIMEOUT_S
+    while True:
+        try:
+            if os.stat(f"/proc/{pid}/ns/user").st_ino != owner:
+                return
+            with open(f"/proc/{pid}/uid_map", encoding="ascii") as f:
+                if f.read().strip():
+                    return
+        except OSError as exc:
+            raise NetworkError(f"the sandbox ended while its network was set up: {exc}") from None
+        if time.monotonic() > end:
+            raise NetworkError("the sandbox did not map the job's account in time")
+        time.sleep(0.001)
 
 
 def _spawn(

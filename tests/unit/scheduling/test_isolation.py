@@ -19,9 +19,11 @@ import pytest
 from django.conf import settings
 
 from scheduling.backends.base import JobState
+from scheduling.backends.jobnet import SLIRP_MISSING
 from scheduling.backends.local import LocalBackend
 from scheduling.decisions.types import NodeView
 from scheduling.spec import TASK_TYPES
+from tests import netprobe
 from tests.conftest import ROOT, in_ci
 from tests.unit.scheduling.test_local_backend import finished, request, running
 
@@ -91,10 +93,8 @@ def test_a_job_of_any_type_runs_unprivileged_and_sees_nothing_of_the_portal(make
         assert leak not in log, log
     # Its own pid namespace: the sandbox's init, bash and its few commands.
     assert int(log.split("processes=")[1].split()[0]) < 10
-    if type in ("agent", "sandbox"):
-        assert "NETWORK" not in log  # no network at all
-    else:
-        assert "NETWORK" in log  # batch types keep the host's network (and the probe works)
+    # The host's loopback is not the job's, whatever its type (the probe works: below).
+    assert "NETWORK" not in log
     assert log.rstrip().endswith("done")
 
 
@@ -104,6 +104,63 @@ def test_the_probe_sees_the_portal_when_run_outside_the_sandbox(listener):
 
     out = subprocess.run(["bash", "-c", probe(listener)], capture_output=True, text=True).stdout
     assert "uid=0 " in out and "SAW-CODE" in out and "SAW-SECRET-KEY" in out and "NETWORK" in out
+
+
+@pytest.fixture
+def network() -> Iterator[tuple[netprobe.TestHost, list[tuple[str, str, int]]]]:
+    """A test host in a namespace of its own, stand-ins for the control plane, and every
+    target a job tries (tests/netprobe.py)."""
+    with netprobe.test_host() as host, netprobe.control_plane() as ports:
+        yield host, netprobe.targets(ports, host)
+
+
+def blocking_through_settings(settings, host: netprobe.TestHost) -> None:
+    """Two of the test host's addresses are the control plane's: one listed by the operator,
+    one the broker's host."""
+    settings.SWITCHYARD_JOB_BLOCKED_NETWORKS = [f"{host.listed}/32"]
+    settings.REDIS_URL = f"redis://{host.broker}:6379/0"
+
+
+def test_no_job_reaches_the_control_plane_and_batch_jobs_reach_other_hosts(make, settings, network):
+    host, found = network
+    blocking_through_settings(settings, host)
+    # From the host's own network every stand-in and the test host answer.
+    stand_ins = {
+        label
+        for label, address, _ in found
+        if label.startswith(("db@", "broker@", "web@", "host:"))
+        and address != netprobe.SLIRP_GATEWAY
+    }
+    assert stand_ins <= netprobe.reachable_from_here(found)
+    backend = make()
+    for type in TASK_TYPES:  # all at once, waited for once
+        backend.submit(request(f"net-{type}", netprobe.probe_argv(found), type=type))
+    for type in TASK_TYPES:
+        job = finished(backend, f"net-{type}")
+        log = backend.log(f"net-{type}")
+        assert job.state is JobState.SUCCEEDED, (type, job.reason, log)
+        assert netprobe.tried(log) == {label for label, _, _ in found}, log
+        if type in ("agent", "sandbox"):
+            assert netprobe.reached(log) == set(), log  # no network at all
+        else:
+            # Out through slirp4netns to another host; never the control plane: not the
+            # host's loopback, gateway or addresses, not the broker's host, not the
+            # operator's networks.
+            assert netprobe.reached(log) == {"host:reachable"}, log
+            assert f"REACHED host:reachable {netprobe.GREETING}" in log
+
+
+def test_without_slirp4netns_a_batch_job_fails_and_never_gets_the_hosts_network(make):
+    backend = make(slirp4netns="/nonexistent/slirp4netns")
+    for type in TASK_TYPES:
+        backend.submit(request(f"noslirp-{type}", ["true"], type=type))
+    for type in TASK_TYPES:
+        job = finished(backend, f"noslirp-{type}")
+        if type in ("agent", "sandbox"):  # they have no network anyway
+            assert job.state is JobState.SUCCEEDED, (type, job.reason)
+        else:
+            assert (job.state, job.reason) == (JobState.FAILED, SLIRP_MISSING)
+            assert job.started_at is None, type  # it never ran
 
 
 def test_a_researcher_with_a_cluster_account_runs_as_it_and_others_cannot_read_their_folder(
