@@ -20,6 +20,10 @@ install: $(VENV)/.installed $(VAR)/secret-key
 # (docs/security.md).
 system-deps:
 	@command -v bwrap >/dev/null || bash docker/install-packages.sh bubblewrap
+	@# A batch job's network: slirp4netns, and iproute2's ip for its routes (docs/security.md).
+	@command -v slirp4netns >/dev/null && test -x /usr/bin/ip -o -x /bin/ip || bash docker/install-packages.sh slirp4netns iproute2
+	@# slirp4netns runs as the job's account: /dev/net/tun as udev sets it (some containers have 0600).
+	@test "$$(id -u)" != 0 || test ! -c /dev/net/tun || chmod 0666 /dev/net/tun
 	@bash docker/job-accounts.sh switchyard-job
 
 # A secret key per install (settings read it when DJANGO_SECRET_KEY is not set).

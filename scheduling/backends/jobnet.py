@@ -117,6 +117,12 @@ def connect(
         os.close(net)
         raise NetworkError(f"the sandbox's user namespace could not be found: {exc}") from None
     ns = (f"/proc/self/fd/{user}", f"/proc/self/fd/{net}")
+    try:
+        _wait_set_up(pid, os.fstat(user).st_ino)
+    except NetworkError:
+        os.close(net)
+        os.close(user)
+        raise
     ready_r, ready_w = os.pipe()
     exit_r, exit_w = os.pipe()
     try:
@@ -144,7 +150,6 @@ def connect(
             why = _finish(slirp_pid, err_r) or "it exited"
             raise NetworkError(f"slirp4netns did not connect the job's network: {why}")
         os.close(err_r)  # what it says from now on ("exiting") is not needed
-        _wait_mapped(pid, os.fstat(user).st_ino)
         routes = route_batch(blocked)
         in_r, in_w = os.pipe()
         os.write(in_w, routes.encode("ascii"))  # well within a pipe's buffer
@@ -189,11 +194,14 @@ def disconnect(handle: tuple[int, int]) -> None:
         pass
 
 
-def _wait_mapped(pid: int, owner: int) -> None:
-    """Wait until bubblewrap has mapped the job's account in the namespace that owns the
-    network (as root there: it does so with --dev), which it does after --info-fd has told us
-    the pid. Before that, `ip` would run unmapped, and exec drops an unmapped process's
-    capabilities. Once the sandbox is in its nested user namespace the mapping is done."""
+def _wait_set_up(pid: int, owner: int) -> None:
+    """Wait until bubblewrap has set up the namespaces it reported (--info-fd says the pid
+    at once, while the sandbox still brings up its loopback and maps the job's account).
+
+    Before that, slirp4netns's loopback would race bubblewrap's (which then fails), and `ip`
+    would run unmapped (exec drops an unmapped process's capabilities). The sandbox enters its
+    nested user namespace (made for --dev, which sandbox.py always passes) only after both,
+    just before it waits on --block-fd: that is the sign."""
     import time
 
     end = time.monotonic() + SETUP_TIMEOUT_S
@@ -201,14 +209,11 @@ def _wait_mapped(pid: int, owner: int) -> None:
         try:
             if os.stat(f"/proc/{pid}/ns/user").st_ino != owner:
                 return
-            with open(f"/proc/{pid}/uid_map", encoding="ascii") as f:
-                if f.read().strip():
-                    return
         except OSError as exc:
             raise NetworkError(f"the sandbox ended while its network was set up: {exc}") from None
         if time.monotonic() > end:
-            raise NetworkError("the sandbox did not map the job's account in time")
-        time.sleep(0.001)
+            raise NetworkError("the sandbox was not set up in time")
+        time.sleep(0.0005)
 
 
 def _spawn(

@@ -38,7 +38,7 @@ from scheduling.backends.base import (
     decode_log,
     submit_concurrently,
 )
-from scheduling.backends.sandbox import sandbox_argv
+from scheduling.backends.sandbox import BlockedNetworksError, blocked_networks, sandbox_argv
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
@@ -224,13 +224,20 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             readonly=readonly,
             hide=str(self.workdir),
             chdir=str(workdir),
-            network=request.type not in SANDBOXED_TYPES,
             tmp_bytes=spec.resources.memory_mib << 20,
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
         )
         argv = [*prefix, *argv]
-        lines += watched(argv, str(self.usage_path(request.key)))
+        network = None
+        if request.type not in SANDBOXED_TYPES:
+            # Written into the script as data: the watcher connects the job's network with
+            # these out of reach, and the node's own addresses (jobnet.py).
+            try:
+                network = blocked_networks()
+            except BlockedNetworksError as exc:
+                raise BackendError(str(exc)) from None
+        lines += watched(argv, str(self.usage_path(request.key)), network)
         self._prepare_workdir(request)
         return "\n".join(lines) + "\n"
 

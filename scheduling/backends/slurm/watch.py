@@ -10,18 +10,51 @@ with a cluster account of their own could, from a shell: the figure only advises
 billed). It runs isolated (`python3 -I -S`, from /), so nothing the job exported or wrote is
 imported by it. It then ends as the sandbox did: with its exit code, or killed by the same
 signal. A node without python3 runs the sandbox directly, as before, and reports nothing.
+
+A batch job's network is connected by this watcher too, with the very code the local backend's
+supervisor runs (jobnet.py, whose source is put in front of the watcher's): the sandbox
+waits (--block-fd) until the watcher, as the job's account, has connected it through
+slirp4netns with the control plane out of reach. Without python3 a batch job does not run.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 
-WATCHER = r"""
-import os, signal, subprocess, sys, time
-out, cmd = sys.argv[1], sys.argv[2:]
+from scheduling.backends import jobnet
+
+_WATCH = r"""
+import json, signal, subprocess, sys, time
+out, net, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
 tick = 1000 / os.sysconf("SC_CLK_TCK")
-child = subprocess.Popen(cmd)
+handle = None
+if net == NETWORK_ARG_NONE:
+    child = subprocess.Popen(cmd)
+else:
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    cmd = [cmd[0], "--info-fd", str(info_w), "--block-fd", str(block_r), *cmd[1:]]
+    child = subprocess.Popen(cmd, pass_fds=(info_w, block_r))
+    os.close(info_w)
+    os.close(block_r)
+    with os.fdopen(info_r, "rb") as f:
+        info = f.read()
+    if info:  # else bwrap failed to set up, and says why
+        box = json.loads(info)["child-pid"]
+        try:
+            handle = connect(box, [n for n in net.split(",") if n])
+        except NetworkError as exc:
+            print("switchyard: the job's network could not be set up:", exc, file=sys.stderr)
+            try:
+                os.kill(box, signal.SIGKILL)  # the waiting sandbox, and bwrap with it
+            except ProcessLookupError:
+                pass
+            child.wait()
+            sys.exit(1)
+        os.write(block_w, b"1")
+    os.close(block_w)
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(s, lambda n, f: child.send_signal(n))
 def cpu(root):
@@ -44,6 +77,8 @@ while True:
         break
     except subprocess.TimeoutExpired:
         best = max(best, cpu(child.pid))
+if handle is not None:
+    disconnect(handle)
 try:
     with open(out, "w") as f:
         f.write("%d\n" % round(best))
@@ -59,17 +94,31 @@ sys.exit(rc)
 """
 
 
-def watched(argv: list[str], usage_path: str) -> list[str]:
-    """Script lines that run `argv` under the watcher (or directly without python3)."""
+# The watcher's program: jobnet.py's source, then the watcher's own.
+WATCHER = Path(jobnet.__file__).read_text(encoding="utf-8") + _WATCH
+NO_PYTHON = (
+    "python3 is not installed on this node: a batch job's network cannot be connected, and "
+    "a batch job never runs on the host's network"
+)
+
+
+def watched(argv: list[str], usage_path: str, network: list[str] | None = None) -> list[str]:
+    """Script lines that run `argv` under the watcher (or directly without python3).
+
+    `network` (sandbox.blocked_networks()) has the watcher connect the sandbox's network,
+    kept from those networks (batch types); None leaves the job without one."""
     command = " ".join(shlex.quote(arg) for arg in argv)
+    net = jobnet.NETWORK_ARG_NONE if network is None else ",".join(network)
     return [
         "if command -v python3 >/dev/null; then",
         # Isolated (-I: no PYTHON* variable, no current folder, no user site) and without
         # site (-S): nothing the job wrote or exported runs here, outside its sandbox.
         f"  cd / && exec python3 -I -S -c {shlex.quote(WATCHER)} {shlex.quote(usage_path)} "
-        f"{command}",
+        f"{shlex.quote(net)} {command}",
         "fi",
-        f"exec {command}",
+        f"echo {shlex.quote('switchyard: ' + NO_PYTHON)} >&2; exit 127"
+        if network is not None
+        else f"exec {command}",
     ]
 
 

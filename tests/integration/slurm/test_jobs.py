@@ -45,40 +45,50 @@ PROBE_FIELDS = {
 
 
 def test_jobs_of_every_type_run_unprivileged_and_contained_on_slurm(site, api, settings):
-    """The local backend's attacks from inside a job, on the real Slurm (docs/security.md)."""
+    """The local backend's attacks from inside a job, on the real Slurm (docs/security.md):
+    privileges, files, and the network (tests/netprobe.py): no job reaches the control
+    plane, batch jobs reach a test host through slirp4netns, agent and sandbox jobs nothing."""
     import pwd
     import socket
 
-    from tests.unit.scheduling.test_isolation import probe
+    from tests import netprobe
+    from tests.unit.scheduling.test_isolation import blocking_through_settings, probe
 
     server = socket.create_server(("127.0.0.1", 0))
     server.listen(8)
     port = server.getsockname()[1]
-    try:
-        ids = {
-            kind: submit_task(
-                api,
-                name=f"probe-{kind.split('-')[-1]}",
-                type=kind,
-                walltime="5m",
-                command=["bash", "-c", probe(port)],
-                **fields,
-            )
-            for kind, fields in PROBE_FIELDS.items()
-        }
-        done = {t.type: t for t in drive(list(ids.values()), timeout=120)}
-    finally:
-        server.close()
+    with netprobe.test_host() as host, netprobe.control_plane() as ports:
+        found = netprobe.targets(ports, host)
+        blocking_through_settings(settings, host)
+        try:
+            ids = {
+                kind: submit_task(
+                    api,
+                    name=f"probe-{kind.split('-')[-1]}",
+                    type=kind,
+                    walltime="5m",
+                    command=["bash", "-c", probe(port) + netprobe.probe_command(found)],
+                    **fields,
+                )
+                for kind, fields in PROBE_FIELDS.items()
+            }
+            done = {t.type: t for t in drive(list(ids.values()), timeout=120)}
+        finally:
+            server.close()
     account = pwd.getpwnam(settings.SWITCHYARD_JOB_ACCOUNT)
     for kind, task in done.items():
         log = get_backend("slurm").log(task.backend_id)
         assert task.state == "succeeded", (kind, task.reason, log)
         assert f"uid={account.pw_uid} gid={account.pw_gid} " in log, (kind, log)
         assert "CapEff:\t0000000000000000" in log, (kind, log)
-        for leak in ("REMOUNTED", "WROTE-ETC", "READ /etc", "SAW-", "NESTED-USERNS"):
+        for leak in ("REMOUNTED", "WROTE-ETC", "READ /etc", "SAW-", "NESTED-USERNS", "NETWORK"):
             assert leak not in log, (kind, log)
-        assert ("NETWORK" in log) is (kind not in ("agent", "sandbox")), (kind, log)
-        assert log.rstrip().endswith("done"), (kind, log)
+        assert netprobe.tried(log) == {label for label, _, _ in found}, (kind, log)
+        if kind in ("agent", "sandbox"):
+            assert netprobe.reached(log) == set(), (kind, log)
+        else:
+            assert netprobe.reached(log) == {"host:reachable"}, (kind, log)
+            assert f"REACHED host:reachable {netprobe.GREETING}" in log, (kind, log)
 
 
 def test_every_workload_kind_succeeds_through_a_real_worker(site, api, start_worker, slurm_env):

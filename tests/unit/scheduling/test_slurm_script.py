@@ -203,7 +203,7 @@ def test_the_cpu_watcher_runs_isolated_and_ends_as_its_command_did(tmp_path):
     out = tmp_path / "cpu"
 
     def run(command: str) -> int:
-        line = ["python3", "-I", "-S", "-c", WATCHER, str(out), "sh", "-c", command]
+        line = ["python3", "-I", "-S", "-c", WATCHER, str(out), "none", "sh", "-c", command]
         return subprocess.run(line, cwd=tmp_path, env=env, timeout=30).returncode
 
     assert run("exit 3") == 3
