@@ -14,7 +14,8 @@ So this file imports nothing from the project, and until the child runs it uses 
 `sys`, `_signal` and the built-in `marshal`: the launch plan comes from the launcher (or,
 spawned directly, as `launch.marshal` beside the job), the child is started with a bare fork/exec, and `state.json` is written by
 the small JSON writer below. The modules the wait loop needs are imported once the child is
-running. The backend imports this file as the module `shim` (launch.py: cached bytecode);
+running. A batch job's network is connected by `jobnet.py` (beside the backends, imported by
+path like the watchdog, and already imported in a launcher's fork) while its sandbox waits. The backend imports this file as the module `shim` (launch.py: cached bytecode);
 `python -I -S shim.py <jobdir>` and `python -m scheduling.backends.local.shim <jobdir>` work
 too, only slower.
 
