@@ -51,3 +51,13 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str) -> list[str]:
+    """Comma-separated IPv4/IPv6 networks (CIDR; a bare address is one host), normalised."""
+    import ipaddress
+
+    try:
+        return [str(ipaddress.ip_network(item, strict=False)) for item in env_list(name, [])]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: expected networks like 10.0.0.0/8, {exc}") from None

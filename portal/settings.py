@@ -7,7 +7,6 @@ backend. `DATABASE_URL` switches to PostgreSQL, `REDIS_URL` to a Redis broker.
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list, env_str
+from portal.env import env_bool, env_int, env_list, env_networks, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SWITCHYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -451,13 +450,7 @@ SWITCHYARD_JOB_MAX_DISK_MB = env_int("SWITCHYARD_JOB_MAX_DISK_MB", 10 * 1024)
 SWITCHYARD_JOB_RETENTION_HOURS = env_int("SWITCHYARD_JOB_RETENTION_HOURS", 7 * 24)
 # Networks no batch job may reach (CIDRs, comma-separated), besides the control plane's own
 # addresses, which are always blocked (docs/security.md, "Network").
-SWITCHYARD_JOB_BLOCKED_NETWORKS = env_list("SWITCHYARD_JOB_BLOCKED_NETWORKS", [])
-try:
-    SWITCHYARD_JOB_BLOCKED_NETWORKS = [
-        str(ipaddress.ip_network(net, strict=False)) for net in SWITCHYARD_JOB_BLOCKED_NETWORKS
-    ]
-except ValueError as exc:
-    raise ImproperlyConfigured(f"SWITCHYARD_JOB_BLOCKED_NETWORKS: expected CIDRs, {exc}") from None
+SWITCHYARD_JOB_BLOCKED_NETWORKS = env_networks("SWITCHYARD_JOB_BLOCKED_NETWORKS")
 COMPUTE_BACKENDS = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",

@@ -173,6 +173,26 @@ def connect(
     return slirp_pid, exit_w
 
 
+def release(
+    pid: int, block_w: int, network: dict, run_as: list[int] | None = None
+) -> tuple[int, int]:
+    """connect() the sandbox waiting on `block_w` ({"blocked": [...], "slirp4netns": path or
+    None}), then let it run; if its network cannot be set up, kill it (bwrap then exits) and
+    raise NetworkError. Returns connect()'s handle."""
+    try:
+        handle = connect(pid, network["blocked"], run_as, slirp=network.get("slirp4netns"))
+        os.write(block_w, b"1")
+        return handle
+    except NetworkError:
+        try:  # noqa: SIM105 (contextlib is an import this file avoids)
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        raise
+    finally:
+        os.close(block_w)
+
+
 def disconnect(handle: tuple[int, int]) -> None:
     """End the job's slirp4netns (it exits once its exit pipe closes) and reap it."""
     import time

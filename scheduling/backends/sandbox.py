@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from scheduling.backends import jobnet
+from scheduling.backends.base import BackendError
+from scheduling.spec import SANDBOXED_TYPES
 
 # Files of /etc that hold password hashes: masked even though the job's account could not
 # read them anyway.
@@ -98,8 +100,15 @@ def sandbox_argv(
     ]  # fmt: skip
 
 
-class BlockedNetworksError(Exception):
+class BlockedNetworksError(BackendError):
     """A control-plane host could not be resolved: no batch job starts without it blocked."""
+
+
+def job_network(task_type: str) -> list[str] | None:
+    """The networks a job of this type must not reach once its runner connects its network
+    (batch types), or None: it gets no network (agent and sandbox tasks). Both backends ask
+    here, and pass the answer on as data (a launch plan, a batch script)."""
+    return None if task_type in SANDBOXED_TYPES else blocked_networks()
 
 
 def blocked_networks() -> list[str]:

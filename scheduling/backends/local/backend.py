@@ -32,7 +32,6 @@ from scheduling.backends.base import (
     Run,
     SubmitRequest,
 )
-from scheduling.backends.jobnet import SLIRP_MISSING
 from scheduling.backends.local import launch
 from scheduling.backends.local import usage as job_usage
 from scheduling.backends.local.jobstore import (
@@ -44,12 +43,11 @@ from scheduling.backends.local.jobstore import (
     touch,
 )
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
-from scheduling.backends.sandbox import BlockedNetworksError, blocked_networks
+from scheduling.backends.sandbox import BlockedNetworksError, job_network
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
-from scheduling.spec import SANDBOXED_TYPES
 
 # Seconds between SIGTERM and SIGKILL on timeout/cancel; a request may set
 # extra["kill_grace_s"].
@@ -431,24 +429,13 @@ class LocalBackend:
             return None
         try:
             account = launch.job_account(request.extra.get("run_as"), self.job_account)
-        except launch.JobAccountError as exc:
+            networks = job_network(request.type)  # what it must not reach; None: no network
+        except (launch.JobAccountError, BlockedNetworksError) as exc:
             self._fail_unstarted(key, str(exc))
             return None
         if account and (blocked := self._unreachable_by_others()):
             self._fail_unstarted(key, blocked)
             return None
-        network = None
-        if request.type not in SANDBOXED_TYPES:
-            slirp = shutil.which(self.slirp4netns)
-            if slirp is None:
-                # Never fall back to running a batch job on the host's network.
-                self._fail_unstarted(key, SLIRP_MISSING)
-                return None
-            try:
-                network = {"slirp4netns": slirp, "blocked": blocked_networks()}
-            except BlockedNetworksError as exc:
-                self._fail_unstarted(key, str(exc))
-                return None
         state.update(
             state="starting",
             reason=f"starting on {', '.join(placement.nodes)}",
@@ -478,7 +465,8 @@ class LocalBackend:
             grace_s=grace,
             account=account,
             limits=self.limits,
-            network=network,
+            blocked=networks,
+            slirp4netns=self.slirp4netns,
         )
         plan["state"] = state  # the supervisor continues from this state
         self.store.write_state(key, state)

@@ -18,6 +18,7 @@ import marshal
 import os
 import pwd
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -145,12 +146,13 @@ def launch_plan(
     grace_s: float,
     account: tuple[int, int] | None,
     limits: JobLimits,
-    network: dict[str, Any] | None = None,
+    blocked: list[str] | None = None,
+    slirp4netns: str = "slirp4netns",
 ) -> dict[str, Any]:
     """What the supervisor runs: the command in the sandbox, as `account`, within `limits`.
 
-    `network` ({"slirp4netns": path, "blocked": sandbox.blocked_networks()}) gives the job a
-    network kept from those networks (batch types); None leaves it none (agent and sandbox
+    `blocked` (sandbox.job_network()) gives the job a network kept from those networks,
+    connected through `slirp4netns` (batch types); None leaves it none (agent and sandbox
     tasks)."""
     spec = request.spec
     jobdir = store.jobdir(key)
@@ -198,8 +200,11 @@ def launch_plan(
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,
         "bwrap": bwrap,
-        # The supervisor connects the sandbox's network namespace (jobnet.py) when present.
-        "network": network,
+        # The supervisor connects the sandbox's network namespace (jobnet.py) when present;
+        # without slirp4netns it fails the job (jobnet.SLIRP_MISSING).
+        "network": None
+        if blocked is None
+        else {"blocked": list(blocked), "slirp4netns": shutil.which(slirp4netns) or ""},
         "output_cap": limits.max_output_bytes,
         "limits": {
             "memory_bytes": memory_bytes,

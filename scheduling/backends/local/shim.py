@@ -15,9 +15,13 @@ So this file imports nothing from the project, and until the child runs it uses 
 spawned directly, as `launch.marshal` beside the job), the child is started with a bare fork/exec, and `state.json` is written by
 the small JSON writer below. The modules the wait loop needs are imported once the child is
 running. A batch job's network is connected by `jobnet.py` (beside the backends, imported by
-path like the watchdog, and already imported in a launcher's fork) while its sandbox waits. The backend imports this file as the module `shim` (launch.py: cached bytecode);
-`python -I -S shim.py <jobdir>` and `python -m scheduling.backends.local.shim <jobdir>` work
-too, only slower.
+path like the watchdog, already imported in a launcher's fork) while its sandbox waits. The
+backend imports this file as the module `shim` (launch.py: cached bytecode); `python -I -S
+shim.py <jobdir>` and `python -m scheduling.backends.local.shim <jobdir>` work too, only
+slower.
+
+This file is long on purpose: what a job needs until its command runs is here, in the one
+module every start loads, rather than spread over imports that each start would pay for.
 
 The child's environment is exactly `plan["env"]`, built by the backend from nothing: this
 process's own environment never reaches it.
@@ -266,24 +270,15 @@ class Shim:
         key = '"child-pid":'
         if key in info:
             sandbox_pid = int(info.split(key, 1)[1].split(",", 1)[0].split("}", 1)[0])
-        if network is not None:
-            if sandbox_pid is not None:
-                try:
-                    self.net = _jobnet().connect(
-                        sandbox_pid, network["blocked"], run_as, slirp=network["slirp4netns"]
-                    )
-                except Exception:
-                    # The job never runs: its sandbox (still waiting) goes, and bwrap with it.
-                    os.close(block_w)
-                    os.close(out_r)
-                    try:  # noqa: SIM105 (contextlib is an import this file avoids)
-                        os.kill(sandbox_pid, 9)
-                    except ProcessLookupError:
-                        pass
-                    os.waitpid(pid, 0)
-                    raise
-                os.write(block_w, b"1")  # the job may run now
-            os.close(block_w)  # (had bwrap failed, it ends on its own and says why)
+        if network is not None and sandbox_pid is None:
+            os.close(block_w)  # bwrap failed: it ends on its own and says why
+        elif network is not None:
+            try:
+                self.net = _jobnet().release(sandbox_pid, block_w, network, run_as)
+            except Exception:
+                os.close(out_r)
+                os.waitpid(pid, 0)  # bwrap, whose sandbox was killed
+                raise
         return pid, sandbox_pid, out_r
 
     # -- supervise ---------------------------------------------------------------------

@@ -38,14 +38,13 @@ from scheduling.backends.base import (
     decode_log,
     submit_concurrently,
 )
-from scheduling.backends.sandbox import BlockedNetworksError, blocked_networks, sandbox_argv
+from scheduling.backends.sandbox import job_network, sandbox_argv
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
 from scheduling.backends.slurm.usage import SlurmUsage
 from scheduling.backends.slurm.watch import prepare_usage_file, watched
 from scheduling.decisions.types import NodeView
-from scheduling.spec import SANDBOXED_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -229,15 +228,9 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             max_file_bytes=self.max_file_bytes,
         )
         argv = [*prefix, *argv]
-        network = None
-        if request.type not in SANDBOXED_TYPES:
-            # Written into the script as data: the watcher connects the job's network with
-            # these out of reach, and the node's own addresses (jobnet.py).
-            try:
-                network = blocked_networks()
-            except BlockedNetworksError as exc:
-                raise BackendError(str(exc)) from None
-        lines += watched(argv, str(self.usage_path(request.key)), network)
+        # Written into the script as data: the watcher connects a batch job's network with
+        # these, and the node's own addresses, out of reach (jobnet.py).
+        lines += watched(argv, str(self.usage_path(request.key)), job_network(request.type))
         self._prepare_workdir(request)
         return "\n".join(lines) + "\n"
 

@@ -41,20 +41,16 @@ else:
     os.close(block_r)
     with os.fdopen(info_r, "rb") as f:
         info = f.read()
-    if info:  # else bwrap failed to set up, and says why
-        box = json.loads(info)["child-pid"]
+    if not info:  # bwrap failed to set up, and says why
+        os.close(block_w)
+    else:
         try:
-            handle = connect(box, [n for n in net.split(",") if n])
+            box = json.loads(info)["child-pid"]
+            handle = release(box, block_w, {"blocked": [n for n in net.split(",") if n]})
         except NetworkError as exc:
             print("switchyard: the job's network could not be set up:", exc, file=sys.stderr)
-            try:
-                os.kill(box, signal.SIGKILL)  # the waiting sandbox, and bwrap with it
-            except ProcessLookupError:
-                pass
-            child.wait()
+            child.wait()  # bwrap, whose sandbox was killed
             sys.exit(1)
-        os.write(block_w, b"1")
-    os.close(block_w)
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(s, lambda n, f: child.send_signal(n))
 def cpu(root):
