@@ -32,7 +32,7 @@ from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
 from scheduling.backends.local.shim import proc_start_time
-from scheduling.backends.sandbox import sandbox_argv
+from scheduling.backends.sandbox import TMPFS, sandbox_argv
 from scheduling.decisions.types import Placement
 from scheduling.spec import SANDBOXED_TYPES
 
@@ -201,6 +201,7 @@ def launch_plan(
             "max_processes": limits.max_processes,
             "disk_bytes": limits.max_disk_bytes,
             "disk_paths": [work, home],
+            "tmpfs": list(TMPFS),  # memory too: counted with the processes'
         },
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -187,6 +188,80 @@ def test_a_job_within_its_memory_request_runs(make):
     backend.submit(request("fits", ["python3", "-c", fits], memory_mib=512))
     job = finished(backend, "fits", timeout=30)
     assert (job.state, backend.log("fits")) == (JobState.SUCCEEDED, "ok\n")
+
+
+def test_files_written_to_tmp_and_dev_shm_count_as_memory_and_kill_the_job_naming_them(make):
+    """tmpfs is memory: 48 MiB in /tmp and 48 MiB in /dev/shm are over a 64 MiB request."""
+    backend = make()
+    fill = "head -c 48M /dev/zero > /tmp/a && head -c 48M /dev/zero > /dev/shm/b && sleep 5"
+    backend.submit(request("tmpfs-hog", ["bash", "-c", fill], memory_mib=64))
+    job = finished(backend, "tmpfs-hog", timeout=30)
+    assert job.state is JobState.FAILED, (job.reason, backend.log("tmpfs-hog"))
+    # Killed as soon as it is over: while it writes to /dev/shm.
+    assert re.match(
+        r"memory limit: the job used \d+ MiB \(48 MiB in /tmp, \d+ MiB in /dev/shm\), over the "
+        r"64 MiB it asked for \(resources.memory\); killed$",
+        job.reason,
+    ), job.reason
+
+
+def test_a_tmpfs_write_past_the_memory_request_stops_at_the_request_and_kills_the_job(make):
+    """256 MiB written beyond a 64 MiB request: the write stops at 64 MiB (no space left),
+    and what it holds there with its processes is over the request."""
+    backend = make()
+    fill = "head -c 320M /dev/zero > /tmp/big; ls -s --block-size=M /tmp/big; sleep 5"
+    backend.submit(request("tmp-big", ["bash", "-c", fill], memory_mib=64))
+    job = finished(backend, "tmp-big", timeout=30)
+    log = backend.log("tmp-big")
+    assert "No space left on device" in log and "64M /tmp/big" in log, log
+    assert job.state is JobState.FAILED, (job.reason, log)
+    assert "(64 MiB in /tmp), over the 64 MiB it asked for (resources.memory)" in job.reason
+
+
+def test_a_mapped_tmpfs_file_counts_once(make):
+    """A file in /dev/shm that the job maps is in its shared memory and in the mount: the
+    watchdog counts it once. 96 MiB mapped in /dev/shm fit a 192 MiB request; another
+    120 MiB written to /tmp do not, and the reason shows each counted once."""
+    backend = make()
+    job_code = """
+import mmap, os, time
+fd = os.open("/dev/shm/shared", os.O_RDWR | os.O_CREAT, 0o600)
+os.ftruncate(fd, 96 << 20)
+m = mmap.mmap(fd, 96 << 20)
+for i in range(0, 96 << 20, 4096):
+    m[i] = 1
+print("mapped", flush=True)
+time.sleep(1.5)
+print("still running", flush=True)
+with open("/tmp/scratch", "wb") as f:
+    for _ in range(120):
+        f.write(bytes(1 << 20))
+time.sleep(5)
+"""
+    backend.submit(request("mapped", ["python3", "-c", job_code], memory_mib=192))
+    job = finished(backend, "mapped", timeout=30)
+    assert "mapped\nstill running\n" in backend.log("mapped"), (job.reason, backend.log("mapped"))
+    assert job.state is JobState.FAILED
+    assert "(120 MiB in /tmp, 96 MiB in /dev/shm), over the 192 MiB" in job.reason, job.reason
+    used = int(job.reason.split("the job used ")[1].split(" MiB")[0])
+    assert 216 <= used < 216 + 64, job.reason  # not 96 MiB more: the mapping counted once
+
+
+def test_the_tmpfs_that_hides_other_jobs_and_the_sandbox_root_and_dev_are_read_only(make):
+    """Only /tmp and /dev/shm are memory a job can fill with files (both bounded)."""
+    backend = make()
+    hidden = backend.root
+    probe = (
+        f"for d in / /dev {hidden} {hidden}/jobs; do "
+        "(head -c 1M /dev/zero > $d/fill) 2>/dev/null && echo WROTE $d; done; "
+        "df --output=size,target -B1M /tmp /dev/shm | tail -n +2; echo done"
+    )
+    backend.submit(request("ro-tmpfs", ["bash", "-c", probe], memory_mib=100))
+    job = finished(backend, "ro-tmpfs")
+    log = backend.log("ro-tmpfs")
+    assert job.state is JobState.SUCCEEDED, (job.reason, log)
+    assert "WROTE" not in log, log
+    assert log.split() == ["100", "/tmp", "100", "/dev/shm", "done"], log
 
 
 def test_a_thousand_forks_are_bounded_and_the_job_killed_naming_the_limit(make):
