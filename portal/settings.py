@@ -448,6 +448,12 @@ SWITCHYARD_JOB_MAX_PROCESSES = env_int("SWITCHYARD_JOB_MAX_PROCESSES", 512)
 SWITCHYARD_JOB_MAX_OUTPUT_MB = env_int("SWITCHYARD_JOB_MAX_OUTPUT_MB", 64)
 SWITCHYARD_JOB_MAX_DISK_MB = env_int("SWITCHYARD_JOB_MAX_DISK_MB", 10 * 1024)
 SWITCHYARD_JOB_RETENTION_HOURS = env_int("SWITCHYARD_JOB_RETENTION_HOURS", 7 * 24)
+# Ended jobs' folders of one user / one project together: past it the oldest go before their
+# retention ends (0: no total).
+SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER = env_int("SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER", 50)
+SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT = env_int(
+    "SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT", 200
+)
 COMPUTE_BACKENDS = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",
@@ -460,6 +466,8 @@ COMPUTE_BACKENDS = {
             "max_output_bytes": SWITCHYARD_JOB_MAX_OUTPUT_MB << 20,
             "max_disk_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
             "retention_s": SWITCHYARD_JOB_RETENTION_HOURS * 3600,
+            "max_folder_bytes_per_user": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER << 30,
+            "max_folder_bytes_per_project": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT << 30,
             # The node check (docs/capacity.md): the host's load, disk and GPU temperatures,
             # or a site's own function.
             "health_probe": env_str(

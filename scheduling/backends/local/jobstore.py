@@ -339,6 +339,19 @@ class JobStore:
                 continue
         return keys
 
+    def ended(self) -> list[tuple[str, float]]:
+        """(key, when it ended) of the finished jobs whose folder is still here."""
+        found = []
+        for entry in os.scandir(self.ended_dir):
+            with contextlib.suppress(FileNotFoundError):
+                found.append((entry.name, entry.stat().st_mtime))
+        return found
+
+    def owner(self, key: str) -> tuple[str, str]:
+        """(user, project) of a job, from its stored request (not cached: it has ended)."""
+        data = read_json(self.path(key, "request.json"))
+        return str(data.get("user") or ""), str(data.get("project") or "")
+
     def archive(self, key: str) -> None:
         """Remove a finished job's folder; keep its log and final state under logs/."""
         jobdir = self.jobdir(key)

@@ -8,6 +8,7 @@ another user skips the tests that need it; in CI they must run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import re
@@ -330,3 +331,48 @@ def test_old_job_folders_disappear_after_retention_and_their_log_stays(make):
     assert backend.log("old") == "kept\n"
     assert backend.poll(["old"])["old"].state is JobState.SUCCEEDED
     assert backend.housekeep(now=time.time() + 7200) == 0  # nothing left to remove
+
+
+def write_job(backend: LocalBackend, key: str, mib: int, **changes) -> None:
+    """A real job that leaves `mib` MiB in its folder and ends."""
+    job = request(key, ["sh", "-c", f"head -c {mib}M /dev/urandom > data"])
+    backend.submit(dataclasses.replace(job, **changes))
+    assert finished(backend, key).state is JobState.SUCCEEDED
+
+
+def test_a_projects_ended_folders_stay_within_its_total_oldest_removed_first(make):
+    backend = make(max_folder_bytes_per_project=7 << 20)
+    # Ended in this order (keys in another, so that the order is the ends').
+    for key in ("zz-oldest", "aa-middle", "mm-newest"):
+        write_job(backend, key, 3)
+    write_job(backend, "other-project", 5, project="climate")
+    # A running job of the same project, over the total on its own: never touched.
+    backend.submit(request("running", ["sh", "-c", "head -c 8M /dev/urandom > data; sleep 30"]))
+    jobs = Path(backend.root) / "jobs"
+    deadline = time.monotonic() + 10
+    while not (jobs / "running" / "work" / "data").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+
+    assert backend.housekeep() == 1  # 3 × 3 MiB ended in materials: the oldest goes
+    assert sorted(p.name for p in jobs.iterdir()) == [
+        "aa-middle",
+        "mm-newest",
+        "other-project",
+        "running",
+    ]
+    assert backend.poll(["running"])["running"].state is JobState.RUNNING
+    assert (jobs / "running" / "work" / "data").stat().st_size == 8 << 20
+    # What retention keeps of a removed folder is kept: the final state and the log.
+    assert backend.poll(["zz-oldest"])["zz-oldest"].state is JobState.SUCCEEDED
+    assert (Path(backend.root) / "logs" / "zz-oldest.log").exists()
+    assert backend.housekeep() == 0  # within the total now
+
+
+def test_a_users_ended_folders_stay_within_their_total_across_projects(make):
+    backend = make(max_folder_bytes_per_user=5 << 20)
+    write_job(backend, "first", 3)
+    write_job(backend, "second", 3, project="climate")
+    write_job(backend, "bobs", 3, user="bob")
+    assert backend.housekeep() == 1
+    assert sorted(p.name for p in (Path(backend.root) / "jobs").iterdir()) == ["bobs", "second"]
