@@ -48,8 +48,10 @@ from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
 from scheduling.decisions.folders import EndedFolder, over_totals
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
+from scheduling.decisions.processes import job_processes, queue_concurrency
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
+from scheduling.host import pid_max as host_pid_max
 
 # Seconds between SIGTERM and SIGKILL on timeout/cancel; a request may set
 # extra["kill_grace_s"].
@@ -105,6 +107,8 @@ class LocalBackend:
             max_output_bytes=max_output_bytes,
             max_disk_bytes=max_disk_bytes,
         )
+        # The machine's process ids, which the jobs of a queue share (decisions/processes.py).
+        self.pid_max = host_pid_max()
         # Ended jobs' folders are removed this long after they end (their log is kept).
         self.retention_s = retention_s
         # ...and sooner, oldest first, while a user's or a project's ended folders together
@@ -521,11 +525,29 @@ class LocalBackend:
             bwrap=bwrap,
             grace_s=grace,
             account=account,
-            limits=self.limits,
+            limits=self._limits_for(request),
         )
         plan["state"] = state  # the supervisor continues from this state
         self.store.write_state(key, state)
         return plan
+
+    def _limits_for(self, request: SubmitRequest) -> launch.JobLimits:
+        """The site's limits, with a process limit small enough that the jobs its queue may
+        run at once fit this machine's process ids (decisions/processes.py)."""
+        inventory = self._inventory()
+        nodes = inventory.get(request.queue.pool) or inventory.get("") or ()
+        concurrency = queue_concurrency(request.queue, nodes)
+        limit = job_processes(self.limits.max_processes, concurrency, self.pid_max)
+        if limit == self.limits.max_processes:
+            return self.limits
+        return dataclasses.replace(
+            self.limits,
+            max_processes=limit,
+            processes_note=(
+                f"queue {request.queue.name} may run {concurrency} jobs at once, within this "
+                f"host's {self.pid_max} process ids"
+            ),
+        )
 
     def _unreachable_by_others(self) -> str | None:
         """Why another account could not reach its job's folder under the root, if it cannot.

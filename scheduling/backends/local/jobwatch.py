@@ -178,6 +178,7 @@ class Limits:
         self.memory = limits.get("memory_bytes")
         self.memory_field = limits.get("memory_field", "resources.memory")
         self.processes = limits.get("max_processes")
+        self.processes_note = limits.get("processes_note") or ""
         self.disk = limits.get("disk_bytes")
         self.disk_paths = list(limits.get("disk_paths") or ())
         self.max_entries = int(limits.get("max_entries") or 200_000)
@@ -219,9 +220,10 @@ class Limits:
                     f"{size_text(self.memory)} it asked for ({self.memory_field}); killed"
                 )
             if self.processes and tasks >= self.processes:
+                note = f": {self.processes_note}" if self.processes_note else ""
                 return (
                     f"process limit: the job reached {tasks} processes and threads, the most "
-                    f"a job may have here ({self.processes}); killed"
+                    f"a job may have here ({self.processes}{note}); killed"
                 )
         if self.disk and self.disk_paths and now >= self.next_disk:
             self.next_disk = now + self.DISK_S

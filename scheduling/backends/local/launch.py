@@ -134,6 +134,8 @@ class JobLimits:
     max_processes: int = DEFAULT_MAX_PROCESSES
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     max_disk_bytes: int = DEFAULT_MAX_DISK_BYTES
+    # Why max_processes is below the site's limit, for the reason of a job killed by it.
+    processes_note: str = ""
 
 
 def launch_plan(
@@ -199,6 +201,7 @@ def launch_plan(
         "limits": {
             "memory_bytes": memory_bytes,
             "max_processes": limits.max_processes,
+            "processes_note": limits.processes_note,
             "disk_bytes": limits.max_disk_bytes,
             "disk_paths": [work, home],
             "tmpfs": list(TMPFS),  # memory too: counted with the processes'

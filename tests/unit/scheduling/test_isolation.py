@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from scheduling import host
 from scheduling.backends.base import JobState
 from scheduling.backends.local import LocalBackend
+from scheduling.decisions.processes import job_processes, process_budget
 from scheduling.decisions.types import NodeView
 from scheduling.spec import TASK_TYPES
 from tests.conftest import ROOT, in_ci
-from tests.unit.scheduling.test_local_backend import finished, request, running
+from tests.unit.scheduling.test_local_backend import PACK, finished, request, running
 
 NODE = NodeView(name="n1", cpus=64, memory_mib=64 * 1024, gpus=0)
 BATCH_TYPES = ("hpc-simulation", "ai-training", "ai-inference")
@@ -279,6 +281,25 @@ def test_a_thousand_forks_are_bounded_and_the_job_killed_naming_the_limit(make):
     while in_work(work) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert in_work(work) == []
+
+
+def test_a_queue_that_runs_many_jobs_at_once_gives_each_fewer_processes_to_fit_pid_max(make):
+    """The jobs a queue may run at once, each at its process limit, fit the host's pids."""
+    pid_max = host.pid_max()
+    concurrency = process_budget(pid_max) // 40  # room for ~40 processes a job
+    limit = job_processes(512, concurrency, pid_max)
+    assert 40 <= limit < 48
+    queue = dataclasses.replace(PACK, max_concurrency=concurrency, cpu_oversubscription=1000)
+    backend = make(max_processes=512)
+    bomb = "for i in $(seq 100); do sleep 3 & done 2>/dev/null; wait"
+    backend.submit(request("crowded", ["bash", "-c", bomb], queue=queue))
+    job = finished(backend, "crowded", timeout=30)
+    assert job.state is JobState.FAILED, job.reason
+    assert job.reason.startswith("process limit: the job reached "), job.reason
+    assert job.reason.endswith(
+        f"({limit}: queue agents may run {concurrency} jobs at once, within this host's "
+        f"{pid_max} process ids); killed"
+    ), job.reason
 
 
 def in_work(folder: str) -> list[int]:
