@@ -60,8 +60,9 @@ def sandbox_argv(
     `hide` is covered by an empty tmpfs (where job folders live: other jobs' are not this
     job's to read), then this job's own folders are brought back: `writable` and `readonly`.
     `network` keeps the host's network (batch types); without it the job has none.
-    `tmp_bytes` bounds each writable tmpfs (`TMPFS`: it is memory); `max_processes` and `max_file_bytes`
-    become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user namespace.
+    `tmp_bytes` bounds each writable tmpfs (`TMPFS`: it is memory); `max_processes` and
+    `max_file_bytes` become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user
+    namespace.
     """
     binds: list[str] = []
     for path in writable:
@@ -93,8 +94,9 @@ def sandbox_argv(
         *tmp,
         *size, "--tmpfs", hide,
         *binds,
-        # After every mount point is made: the tmpfs under them read-only (not recursive:
-        # /tmp, /dev/shm, /dev/null and the job's folders stay as they are).
+        # Last, once every mount point is made (a mount after these could not make its
+        # own): the tmpfs under them read-only, not recursively (/tmp, /dev/shm, /dev/null
+        # and the job's folders stay as they are).
         "--remount-ro", hide,
         "--remount-ro", "/dev",
         "--remount-ro", "/",

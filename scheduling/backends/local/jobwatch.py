@@ -3,7 +3,8 @@
 cgroups are not available on every machine this runs on (docs/security.md), so the limits a
 job asked for are watched from outside: the supervisor samples the job's process tree a few
 times a second (with the files it holds in its tmpfs mounts, which are memory) and its folder
-every few seconds, and kills the job with a reason that names the limit it broke. Standard library `os` only: the supervisor imports this by path.
+every few seconds, and kills the job with a reason that names the limit it broke. Standard
+library `os` only: the supervisor imports this by path.
 """
 
 from __future__ import annotations
