@@ -85,10 +85,38 @@ def tmpfs_usage(sandbox_pid: int, mounts: list[str]) -> list[tuple[str, int]]:
 _HOST_ROOT_DEV = os.stat("/").st_dev
 
 
+def memfd_usage(pids: list[int]) -> int:
+    """Bytes held by the anonymous memory files (memfd_create) these processes have open.
+
+    Such a file is memory in no mount: written, not mapped, it is in no process's RSS
+    either. Each counted once, however many descriptors it has.
+    """
+    seen = set()
+    total = 0
+    for pid in pids:
+        fds = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:
+            continue
+        for name in names:
+            path = f"{fds}/{name}"
+            try:
+                if not os.readlink(path).startswith("/memfd:"):
+                    continue
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
 def mapped_from(pids: list[int], sandbox_pid: int, mounts: list[str]) -> int:
-    """Bytes of the files of these tmpfs mounts that these processes have mapped (resident
-    file pages, not the copies they wrote into private mappings): counted in their RssShmem
-    as well as in the mount's use."""
+    """Bytes of the files of these tmpfs mounts, and of memfd files, that these processes
+    have mapped (resident file pages, not the copies they wrote into private mappings):
+    counted in their RssShmem as well as in the mount's or the memfd's use."""
     devices = set()
     for mount in mounts:
         try:
@@ -109,7 +137,9 @@ def mapped_from(pids: list[int], sandbox_pid: int, mounts: list[str]) -> int:
             head = line.split(maxsplit=5)
             if len(head) >= 5 and b"-" in head[0] and b":" in head[3]:
                 major, minor = head[3].split(b":")
-                inside = (int(major, 16), int(minor, 16)) in devices
+                inside = (int(major, 16), int(minor, 16)) in devices or (
+                    len(head) == 6 and head[5].startswith(b"/memfd:")
+                )
             elif inside and line.startswith(b"Rss:"):
                 rss = int(line.split()[1]) * 1024
             elif inside and line.startswith(b"Anonymous:"):
@@ -205,6 +235,8 @@ class Limits:
             tree = process_tree(self.root_pid)
             anon, shmem, tasks = tree_usage(tree)
             held = tmpfs_usage(self.sandbox_pid, self.tmpfs) if self.sandbox_pid else []
+            if self.tmpfs:
+                held.append(("memfd files", memfd_usage(tree)))
             in_files = sum(n for _, n in held)
             memory = anon + shmem + in_files
             if self.memory and memory > self.memory and shmem and in_files:

@@ -225,6 +225,27 @@ def test_a_tmpfs_write_past_the_memory_request_stops_at_the_request_and_kills_th
     assert found and 60 <= int(found[1]) <= 64, job.reason
 
 
+def test_an_anonymous_memory_file_counts_as_memory(make):
+    """memfd_create: memory in no mount and, written but not mapped, in no RSS."""
+    backend = make()
+    job_code = """
+import os, time
+fd = os.memfd_create("hoard")
+chunk = bytes(1 << 20)
+for _ in range(100):
+    os.write(fd, chunk)
+print("wrote", flush=True)
+time.sleep(5)
+"""
+    backend.submit(request("memfd", ["python3", "-c", job_code], memory_mib=64))
+    job = finished(backend, "memfd", timeout=30)
+    assert job.state is JobState.FAILED, (job.reason, backend.log("memfd"))
+    assert re.match(
+        r"memory limit: the job used \d+ MiB \(\d+ MiB in memfd files\), over the 64 MiB",
+        job.reason,
+    ), job.reason
+
+
 def test_a_mapped_tmpfs_file_counts_once(make):
     """A file in /dev/shm that the job maps is in its shared memory and in the mount: the
     watchdog counts it once. 96 MiB mapped in /dev/shm fit a 192 MiB request; another
