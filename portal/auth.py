@@ -98,7 +98,8 @@ class TokenObtain(APIView):
         responses={200: _TOKEN_ANSWER},
         description="A new API token (send it as `Authorization: Token <token>`). It expires "
         "after the site's token lifetime; after too many failed attempts for a username from "
-        "one address the answer is 429 until the cool-off has passed.",
+        "one address the answer is 429 until the cool-off has passed, and after many for a "
+        "username from any addresses, 429 for the few seconds of `Retry-After` (paced).",
     )
     def post(self, request: Request) -> Response:
         data = request.data
