@@ -73,8 +73,8 @@ def derive_client_address(
             continue
         address = parse_address(hop)
         if address is None:
-            # Not an address where only a trusted proxy writes: go no further than the last
-            # hop a trusted proxy vouched for.
+            # Not a proxy's record of its peer (a misconfigured proxy passed its client's
+            # text on): go no further than the last hop a trusted proxy vouched for.
             break
         current = address
         if not _trusted(current, proxies):
@@ -96,6 +96,8 @@ def client_address(request: HttpRequest) -> str | None:
 
 
 def peer_is_trusted_proxy(request: HttpRequest) -> bool:
+    if not settings.TRUSTED_PROXIES:
+        return False
     peer = parse_address(request.META.get("REMOTE_ADDR", "") or "")
     return peer is not None and _trusted(peer, settings.TRUSTED_PROXIES)
 
