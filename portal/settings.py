@@ -14,6 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.content_security import CONTENT_SECURITY_POLICY  # noqa: F401 - a setting
 from portal.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -96,33 +97,6 @@ MIDDLEWARE = [
     # Last: it answers a login that was locked out (too many failures) with a 429.
     "axes.middleware.AxesMiddleware",
 ]
-
-# Only this site's own files run or style a page: no inline script, event handler or style
-# attribute, no other host (htmx, plotly.js and Swagger UI are served from static/). A
-# script injected into a page (a task name, a log line) does not run. data: images: Swagger
-# UI's and plotly's icons. docs/security.md.
-CONTENT_SECURITY_POLICY = {
-    "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'"],
-        # plotly.js (the pinned plotly package's) adds two <style> elements: an empty one it
-        # fills through the CSSOM (which the policy does not govern) and map styles. Their
-        # exact contents are allowed by hash; any other inline style is not. A new plotly
-        # may change the second: the browser tests then name the hash to put here.
-        "style-src": [
-            "'self'",
-            "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  # the empty <style>
-            "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",  # plotly 7.1.0 map styles
-        ],
-        "img-src": ["'self'", "data:"],
-        "font-src": ["'self'"],
-        "connect-src": ["'self'"],
-        "object-src": ["'none'"],
-        "base-uri": ["'self'"],
-        "form-action": ["'self'"],
-        "frame-ancestors": ["'none'"],
-    }
-}
 
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
@@ -270,6 +244,9 @@ SPECTACULAR_SETTINGS = {
         "WorkflowStateEnum": "scheduling.models.WorkflowState",
     },
 }
+
+# secret_env's keys: Fernet keys, the first seals (scheduling/sealed.py; docs/security.md).
+SWITCHYARD_SECRETS_KEYS = env_str("SWITCHYARD_SECRETS_KEY") or ""
 
 # --- Celery ---------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
