@@ -37,7 +37,9 @@ def task_id(site, api) -> int:
 def test_the_main_pages_and_the_api_docs_run_with_no_policy_violation(task_id, page):
     log_in(page, "admin", "admin-demo-pass")
     for url, heading in [*PAGES, (f"/tasks/{task_id}/", None)]:
-        page.goto(url)
+        answer = page.goto(url)
+        # The policy is on (no violation without one would prove nothing).
+        assert "script-src 'self'" in answer.headers.get("content-security-policy", ""), url
         page.wait_for_load_state("load")
         if heading:
             expect(page.get_by_role("heading", name=heading, exact=True).first).to_be_visible()
@@ -47,7 +49,8 @@ def test_the_main_pages_and_the_api_docs_run_with_no_policy_violation(task_id, p
     page.locator("#state-filter").select_option("succeeded")
     expect(page).to_have_url(re.compile(r"state=succeeded"))
 
-    page.goto("/api/v1/docs/")
+    answer = page.goto("/api/v1/docs/")
+    assert "default-src 'self'" in answer.headers.get("content-security-policy", "")
     # Swagger UI started (its script from static, its start-up from the split view) and read
     # the schema: the operations are listed.
     expect(page.locator(".swagger-ui .opblock-tag").first).to_be_visible(timeout=20_000)
