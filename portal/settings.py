@@ -14,6 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.content_security import CONTENT_SECURITY_POLICY  # noqa: F401 - a setting
 from portal.env import env_bool, env_int, env_list, env_networks, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -95,6 +96,8 @@ MIDDLEWARE = [
     # First: forwarding headers count only from a trusted proxy (docs/security.md).
     "portal.proxies.ForwardingHeaders",
     "django.middleware.security.SecurityMiddleware",
+    # A strict Content-Security-Policy on every answer (CONTENT_SECURITY_POLICY below).
+    "csp.middleware.CSPMiddleware",
     # Static files from the web server's own processes, compressed and cached (docs/deployment.md).
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -273,6 +276,9 @@ SPECTACULAR_SETTINGS = {
         "WorkflowStateEnum": "scheduling.models.WorkflowState",
     },
 }
+
+# secret_env's keys: Fernet keys, the first seals (scheduling/sealed.py; docs/security.md).
+SWITCHYARD_SECRETS_KEYS = env_str("SWITCHYARD_SECRETS_KEY") or ""
 
 # --- Celery ---------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
