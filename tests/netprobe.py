@@ -54,7 +54,7 @@ for target in sys.argv[1:]:
 @dataclass(frozen=True)
 class TestHost:
     """A host of its own on this machine: `reachable` answers on TEST_PORT, and so do
-    `listed` and `broker` (addresses a test blocks through settings)."""
+    `listed`, `broker` and `database` (addresses a test blocks through settings)."""
 
     __test__ = False  # not a test class, whatever pytest thinks of its name
 
@@ -62,6 +62,7 @@ class TestHost:
     reachable: str
     listed: str
     broker: str
+    database: str
 
 
 @contextlib.contextmanager
@@ -69,7 +70,7 @@ def test_host() -> Iterator[TestHost]:
     """Make the namespace, its veth pair and the server; remove them afterwards."""
     tag = f"syjn{os.getpid() % 100000}"
     net = f"198.18.{os.getpid() % 250}"
-    host = TestHost(f"{net}.1", f"{net}.2", f"{net}.3", f"{net}.4")
+    host = TestHost(f"{net}.1", f"{net}.2", f"{net}.3", f"{net}.4", f"{net}.5")
     ns = f"{tag}-ns"
 
     def ip(*args: str) -> None:
@@ -82,7 +83,7 @@ def test_host() -> Iterator[TestHost]:
         ip("link", "set", f"{tag}n", "netns", ns)
         ip("addr", "add", f"{host.outside}/24", "dev", f"{tag}h")
         ip("link", "set", f"{tag}h", "up")
-        for address in (host.reachable, host.listed, host.broker):
+        for address in (host.reachable, host.listed, host.broker, host.database):
             ip("-n", ns, "addr", "add", f"{address}/24", "dev", f"{tag}n")
         ip("-n", ns, "link", "set", f"{tag}n", "up")
         ip("-n", ns, "link", "set", "lo", "up")
@@ -131,6 +132,7 @@ def targets(ports: dict[str, int], host: TestHost) -> list[tuple[str, str, int]]
         ("host:reachable", host.reachable, TEST_PORT),
         ("host:listed", host.listed, TEST_PORT),
         ("host:broker", host.broker, TEST_PORT),
+        ("host:database", host.database, TEST_PORT),
     ]
     return found
 

@@ -44,6 +44,7 @@ PROBE_FIELDS = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_jobs_of_every_type_run_unprivileged_and_contained_on_slurm(site, api, settings):
     """The local backend's attacks from inside a job, on the real Slurm (docs/security.md):
     privileges, files, and the network (tests/netprobe.py): no job reaches the control
