@@ -86,6 +86,8 @@ MIDDLEWARE = [
     "portal.middleware.QueryStringGuard",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A body over its path's limit is refused before the CSRF check or a view reads it.
+    "portal.middleware.BodyLimit",
     # Who is acting, for the audit log and the configuration history (docs/console.md).
     "portal.audit.RequestContext",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -438,6 +440,11 @@ SWITCHYARD_DESCRIPTOR_MAX_BYTES = env_int("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 256
 # POST /api/v1/tasks/batch/: many independent tasks (a parameter sweep) in one request.
 SWITCHYARD_BATCH_MAX_TASKS = env_int("SWITCHYARD_BATCH_MAX_TASKS", 10_000)
 SWITCHYARD_BATCH_MAX_BYTES = env_int("SWITCHYARD_BATCH_MAX_BYTES", 16 * 1024 * 1024)
+# Request bodies (portal/middleware.py; the front has the same limits: docker/nginx/): without
+# a session or token every path takes at most the first; signed in, the second, or a path's
+# own larger limit (a batch, a descriptor, a simulation trace).
+SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS = env_int("SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS", 64 * 1024)
+SWITCHYARD_BODY_MAX_BYTES = env_int("SWITCHYARD_BODY_MAX_BYTES", 1024 * 1024)
 
 # --- Compute backends, by alias (a pool names one) ----------------------------------------
 # Jobs never run as root (docs/security.md): as the researcher's own cluster account where
