@@ -14,6 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.credentials import credential_problems, with_password
 from portal.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -134,6 +135,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # one per test process, so concurrent test runs never share one.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 
+# The password may be kept apart from the URL (DATABASE_PASSWORD_FILE: a secret), so that the
+# URL is no secret (docker/compose.yaml).
+if env_str("DATABASE_PASSWORD") and not DATABASES["default"].get("PASSWORD"):
+    DATABASES["default"]["PASSWORD"] = env_str("DATABASE_PASSWORD")
+
 # A database file made before the portal set its umask: make it private now.
 if (
     DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
@@ -170,15 +176,17 @@ REST_KNOX = {
 # How long a web process keeps who a token is and who belongs to which project (portal/hot.py).
 SWITCHYARD_AUTH_CACHE_SECONDS = env_int("SWITCHYARD_AUTH_CACHE_SECONDS", 10)
 
+# Redis's password likewise (REDIS_PASSWORD_FILE).
+_redis_url = with_password(env_str("REDIS_URL"), env_str("REDIS_PASSWORD"))
 # The cache is where request-rate throttles count: shared by every web process.
 CACHES = {
     "default": (
         {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": env_str("REDIS_URL"),
+            "LOCATION": _redis_url,
             "KEY_PREFIX": "switchyard-cache",
         }
-        if env_str("REDIS_URL")
+        if _redis_url
         else {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
             "LOCATION": str(VAR_DIR / "cache"),
@@ -245,7 +253,11 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery ---------------------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL")
+REDIS_URL = _redis_url
+# A password the project has shipped, or none on another host, is everyone's: refused in
+# production settings (portal/credentials.py).
+if not DEBUG and (_problems := credential_problems(DATABASES["default"], REDIS_URL)):
+    raise ImproperlyConfigured("refusing to start: " + "; ".join(_problems))
 BROKER_DIR = VAR_DIR / "broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
