@@ -147,10 +147,13 @@ def front(tmp_path_factory) -> Iterator[Front]:
         "DJANGO_ALLOWED_HOSTS": "localhost",
         "SWITCHYARD_TLS": "1",
         "SWITCHYARD_BEHIND_PROXY": "1",
+        "SWITCHYARD_TRUSTED_PROXIES": "127.0.0.1",  # the front; clients come from 127.0.0.2
     }
     gunicorn_log, nginx_log = base / "gunicorn.log", prefix / "error.log"
     access_log = base / "access.log"
-    argv = web_argv(f"127.0.0.1:{portal}", workers=2, threads=2, python=sys.executable)
+    with pytest.MonkeyPatch.context() as patch:  # gunicorn trusts what the portal trusts
+        patch.setenv("SWITCHYARD_TRUSTED_PROXIES", env["SWITCHYARD_TRUSTED_PROXIES"])
+        argv = web_argv(f"127.0.0.1:{portal}", workers=2, threads=2, python=sys.executable)
     argv += ["--access-logfile", str(access_log),
              "--access-logformat", "%(h)s %({x-forwarded-for}i)s %(r)s %(s)s"]  # fmt: skip
     procs = []

@@ -122,6 +122,8 @@ def test_the_front_is_the_image_running_the_shipped_nginx_config():
     assert sorted(port.split(":")[-1] for port in front["ports"]) == ["443", "80"]
     web = COMPOSE["services"]["web"]["environment"]
     assert web["SWITCHYARD_TLS"] == web["SWITCHYARD_BEHIND_PROXY"] == "1"
+    # The portal believes forwarding headers from the front's fixed address alone.
+    assert web["SWITCHYARD_TRUSTED_PROXIES"] == front["networks"]["front"]["ipv4_address"]
 
 
 def test_the_settings_start_on_the_compose_environment_and_its_secrets(tmp_path):
