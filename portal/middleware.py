@@ -53,6 +53,9 @@ LARGER_BODIES: dict[str, tuple[str, int, int]] = {
     "api-workflow-list": ("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 1, MULTIPART_SLACK),
     "task-submit": ("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 2, MULTIPART_SLACK),
     "simulation-list": ("SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES", 2, MULTIPART_SLACK),
+    # A collector's samples: up to 10,000 a request (accounting/services.py), a few hundred
+    # bytes each.
+    "api-usage-samples": ("SWITCHYARD_BODY_MAX_BYTES", 4, 0),
 }
 
 # Who a request without a session may be: an API token or a collector's token. Session

@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 from knox.models import AuthToken
 
+from accounting.services import collector_create
 from tests.conftest import descriptor
 
 MiB = 1024 * 1024
@@ -117,6 +118,18 @@ def test_an_api_token_counts_as_signed_in_and_a_bad_one_does_not(token):
     assert "the limit for /api/v1/tasks/batch/" in error["message"]
     bad = {"HTTP_AUTHORIZATION": "Token " + "0" * 64}
     error = _refusal(post(client, "/api/v1/tasks/batch/", Source(MiB), length=MiB, **bad))
+    assert "without signing in" in error["message"]
+
+
+def test_a_collectors_token_counts_as_signed_in_for_its_samples(db):
+    _, token = collector_create("nas")
+    auth = {"HTTP_AUTHORIZATION": f"Collector {token}"}
+    # 2 MiB: over the site-wide limit, within the samples' (10,000 samples a request).
+    source = Source(2 * MiB)
+    response = post(Client(), "/api/v1/usage/samples/", source, length=2 * MiB, **auth)
+    assert response.status_code == 400, response.content[:300]  # read, and not JSON
+    assert source.read_bytes == 2 * MiB
+    error = _refusal(post(Client(), "/api/v1/usage/samples/", Source(2 * MiB), length=2 * MiB))
     assert "without signing in" in error["message"]
 
 
