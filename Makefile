@@ -31,6 +31,12 @@ system-deps:
 	@mkdir -p $(@D)
 	@umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
 
+# Debian's nginx for the front's tests (docker/nginx/switchyard.conf before gunicorn), and
+# openssl for their certificate.
+.PHONY: front-deps
+front-deps:
+	@test -x /usr/sbin/nginx -a -x /usr/bin/openssl || bash docker/install-packages.sh nginx-light openssl
+
 # Debian's Chromium for the browser tests (Playwright's own browser download is not used).
 browser-deps:
 	@test -x /usr/bin/chromium || bash docker/install-packages.sh chromium
@@ -39,7 +45,7 @@ run: install system-deps
 	$(PY) manage.py up
 
 # Tests keep their own var/ (broker folder, local-backend root) apart from a running `make run`.
-test: install system-deps browser-deps $(TEST_VAR)/secret-key
+test: install system-deps browser-deps front-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob
 	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest $(PYTEST_ARGS)
 

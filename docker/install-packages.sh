@@ -15,5 +15,12 @@ if [ ! -f "$stamp" ] || [ -n "$(find "$stamp" -mmin +720 2>/dev/null)" ]; then
   apt-get update -qq
   mkdir -p "$(dirname "$stamp")" && touch "$stamp"
 fi
+# Installed, never started: a package's service (nginx on port 80) is the project's to run with
+# its own config. policy-rc.d is Debian's way to say so for the length of the install.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "installed: ${missing[*]}"

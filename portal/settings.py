@@ -15,6 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.content_security import CONTENT_SECURITY_POLICY  # noqa: F401 - a setting
+from portal.credentials import credential_problems, with_password
 from portal.env import env_bool, env_int, env_list, env_networks, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -105,6 +106,8 @@ MIDDLEWARE = [
     "portal.middleware.QueryStringGuard",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # A body over its path's limit is refused before the CSRF check or a view reads it.
+    "portal.middleware.BodyLimit",
     # Who is acting, for the audit log and the configuration history (docs/console.md).
     "portal.audit.RequestContext",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -150,6 +153,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so a test can share its database with a worker process it starts;
     # one per test process, so concurrent test runs never share one.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+
+# The password may be kept apart from the URL (DATABASE_PASSWORD_FILE: a secret), so that the
+# URL is no secret (docker/compose.yaml).
+if env_str("DATABASE_PASSWORD") and not DATABASES["default"].get("PASSWORD"):
+    DATABASES["default"]["PASSWORD"] = env_str("DATABASE_PASSWORD")
 
 # A database file made before the portal set its umask: make it private now.
 if (
@@ -203,15 +211,17 @@ REST_KNOX = {
 # How long a web process keeps who a token is and who belongs to which project (portal/hot.py).
 SWITCHYARD_AUTH_CACHE_SECONDS = env_int("SWITCHYARD_AUTH_CACHE_SECONDS", 10)
 
+# Redis's password likewise (REDIS_PASSWORD_FILE).
+_redis_url = with_password(env_str("REDIS_URL"), env_str("REDIS_PASSWORD"))
 # The cache is where request-rate throttles count: shared by every web process.
 CACHES = {
     "default": (
         {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": env_str("REDIS_URL"),
+            "LOCATION": _redis_url,
             "KEY_PREFIX": "switchyard-cache",
         }
-        if env_str("REDIS_URL")
+        if _redis_url
         else {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
             "LOCATION": str(VAR_DIR / "cache"),
@@ -281,7 +291,11 @@ SPECTACULAR_SETTINGS = {
 SWITCHYARD_SECRETS_KEYS = env_str("SWITCHYARD_SECRETS_KEY") or ""
 
 # --- Celery ---------------------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL")
+REDIS_URL = _redis_url
+# A password the project has shipped, or none on another host, is everyone's: refused in
+# production settings (portal/credentials.py).
+if not DEBUG and (_problems := credential_problems(DATABASES["default"], REDIS_URL)):
+    raise ImproperlyConfigured("refusing to start: " + "; ".join(_problems))
 BROKER_DIR = VAR_DIR / "broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
@@ -476,6 +490,11 @@ SWITCHYARD_DESCRIPTOR_MAX_BYTES = env_int("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 256
 # POST /api/v1/tasks/batch/: many independent tasks (a parameter sweep) in one request.
 SWITCHYARD_BATCH_MAX_TASKS = env_int("SWITCHYARD_BATCH_MAX_TASKS", 10_000)
 SWITCHYARD_BATCH_MAX_BYTES = env_int("SWITCHYARD_BATCH_MAX_BYTES", 16 * 1024 * 1024)
+# Request bodies (portal/middleware.py; the front has the same limits: docker/nginx/): without
+# a session or token every path takes at most the first; signed in, the second, or a path's
+# own larger limit (a batch, a descriptor, a simulation trace).
+SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS = env_int("SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS", 64 * 1024)
+SWITCHYARD_BODY_MAX_BYTES = env_int("SWITCHYARD_BODY_MAX_BYTES", 1024 * 1024)
 
 # --- Compute backends, by alias (a pool names one) ----------------------------------------
 # Jobs never run as root (docs/security.md): as the researcher's own cluster account where

@@ -55,7 +55,101 @@ def test_every_portal_service_is_the_one_image_with_a_role():
         assert service["environment"]["DATABASE_URL"].startswith("postgres://")
         assert service["environment"]["REDIS_URL"].startswith("redis://")
     assert {"db", "redis"} <= set(COMPOSE["services"])
-    assert "noeviction" in COMPOSE["services"]["redis"]["command"]
+    assert "noeviction" in " ".join(COMPOSE["services"]["redis"]["command"])
+
+
+def _environments() -> dict[str, dict[str, str]]:
+    return {name: service.get("environment") or {} for name, service in COMPOSE["services"].items()}
+
+
+def test_the_compose_file_holds_no_credential():
+    text = (ROOT / "docker" / "compose.yaml").read_text()
+    assert not re.search(r"://[^/@\s:]+:[^/@\s]+@", text), "a password in a URL"
+    secret_words = re.compile(r"PASSWORD|SECRET|TOKEN|_KEY$")
+    for service, env in _environments().items():
+        for name, value in env.items():
+            if secret_words.search(name):
+                assert name.endswith("_FILE"), f"{service}: {name} is given in the file"
+                assert value.startswith("/run/secrets/"), f"{service}: {name}={value}"
+    for name, secret in COMPOSE["secrets"].items():
+        assert set(secret) == {"file"} and secret["file"].startswith("./secrets/"), name
+    assert "/docker/secrets/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def test_every_secret_a_service_reads_is_mounted_into_it():
+    for service, env in _environments().items():
+        mounted = set(COMPOSE["services"][service].get("secrets", []))
+        read = {v.removeprefix("/run/secrets/") for v in env.values()
+                if str(v).startswith("/run/secrets/")}  # fmt: skip
+        assert read <= mounted, f"{service} reads {read - mounted} without mounting it"
+        assert mounted <= set(COMPOSE["secrets"]), service
+    redis = COMPOSE["services"]["redis"]
+    assert "requirepass" in " ".join(redis["command"])
+    assert "/run/secrets/redis_password" in " ".join(redis["command"])
+    assert "REDISCLI_AUTH" in " ".join(redis["healthcheck"]["test"])
+    db = COMPOSE["services"]["db"]
+    assert db["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/db_password"
+
+
+def _networks(service: str) -> set[str]:
+    return set(COMPOSE["services"][service].get("networks") or ["default"])
+
+
+def test_only_the_front_publishes_ports_and_the_database_and_broker_are_internal():
+    services = COMPOSE["services"]
+    assert {name for name, service in services.items() if service.get("ports")} == {"front"}
+    assert COMPOSE["networks"]["control"]["internal"] is True
+    assert _networks("db") == _networks("redis") == {"control"}
+    on_control = {name for name in services if "control" in _networks(name)}
+    assert on_control == {"db", "redis", *PORTAL_SERVICES}
+    # The front reaches web and nothing else; the worker reaches out over a network that no
+    # other service is on.
+    assert _networks("front") == {"front"} and "front" in _networks("web")
+    assert {name for name in services if "egress" in _networks(name)} == {"worker"}
+    assert not COMPOSE["networks"]["egress"].get("internal")
+
+
+def test_the_front_is_the_image_running_the_shipped_nginx_config():
+    front = COMPOSE["services"]["front"]
+    assert front["image"] == "switchyard:latest"
+    assert front["entrypoint"][:3] == ["nginx", "-c", "/etc/nginx/switchyard.conf"]
+    assert "COPY docker/nginx/switchyard.conf /etc/nginx/switchyard.conf" in DOCKERFILE
+    assert "nginx-light" in DOCKERFILE
+    config = (ROOT / "docker" / "nginx" / "switchyard.conf").read_text()
+    for secret in front["secrets"]:
+        assert f"/run/secrets/{secret};" in config
+    assert "server web:8000;" in config
+    assert sorted(port.split(":")[-1] for port in front["ports"]) == ["443", "80"]
+    web = COMPOSE["services"]["web"]["environment"]
+    assert web["SWITCHYARD_TLS"] == web["SWITCHYARD_BEHIND_PROXY"] == "1"
+    # The portal believes forwarding headers from the front's fixed address alone.
+    assert web["SWITCHYARD_TRUSTED_PROXIES"] == front["networks"]["front"]["ipv4_address"]
+
+
+def test_the_settings_start_on_the_compose_environment_and_its_secrets(tmp_path):
+    """The web service's environment, its secret files made here: settings load (no
+    credential refused) and read each secret from its file."""
+    secrets_dir = tmp_path / "secrets"
+    secrets_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "SWITCHYARD_"))}
+    for name, value in COMPOSE["services"]["web"]["environment"].items():
+        value = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(value))  # compose's defaults
+        if value.startswith("/run/secrets/"):
+            secret = value.removeprefix("/run/secrets/")
+            (secrets_dir / secret).write_text(f"{secret}-" + "s" * 50 + "\n")
+            value = str(secrets_dir / secret)
+        env[name] = value
+    env["SWITCHYARD_VAR_DIR"] = str(tmp_path / "var")
+    show = (
+        "from django.conf import settings; print(settings.SECRET_KEY); "
+        "print(settings.DATABASES['default']['PASSWORD']); print(settings.CELERY_BROKER_URL)"
+    )
+    done = subprocess.run([sys.executable, "manage.py", "shell", "-v0", "-c", show], env=env,
+                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    key, password, broker = done.stdout.split()
+    assert key.startswith("django_secret_key-") and password.startswith("db_password-")
+    assert broker.startswith("redis://:redis_password-") and broker.endswith("@redis:6379/0")
 
 
 def test_the_image_copies_only_what_the_repository_holds():
