@@ -8,6 +8,7 @@ from django.db import DatabaseError
 
 from scheduling import host
 from scheduling.decisions.processes import concurrency_error, per_job_error
+from scheduling.models import Queue
 
 
 @checks.register(checks.Tags.compatibility)
@@ -27,8 +28,6 @@ def local_process_limits(app_configs=None, **kwargs) -> list[checks.CheckMessage
                 id="switchyard.E101",
             )
         )
-    from scheduling.models import Queue
-
     try:
         queues = list(
             Queue.objects.filter(pool__backend__in=aliases, max_concurrency__isnull=False)

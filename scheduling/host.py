@@ -22,11 +22,13 @@ def pid_max() -> int:
 
 
 def is_local(alias: str) -> bool:
-    """Whether the backend `alias` runs its jobs as processes on this machine."""
-    from scheduling.backends.local import LocalBackend
+    """Whether the backend `alias` runs its jobs as processes on this machine.
 
+    Asked of the class named in the settings, so that this module (read by models and checks)
+    imports no backend.
+    """
     path = settings.COMPUTE_BACKENDS.get(alias, {}).get("BACKEND")
     try:
-        return bool(path) and issubclass(import_string(path), LocalBackend)
+        return bool(path) and getattr(import_string(path), "runs_on_this_host", False) is True
     except ImportError:
         return False

@@ -69,6 +69,8 @@ class LocalBackend:
 
     # The engine hands this backend the portal's node inventory (engine/registry.py).
     uses_inventory = True
+    # Its jobs are processes of this machine: they share its process ids (scheduling/host.py).
+    runs_on_this_host = True
 
     def __init__(
         self,
