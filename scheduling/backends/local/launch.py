@@ -13,6 +13,7 @@ docs/security.md says what a job can see and do.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import marshal
 import os
@@ -21,9 +22,10 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +36,8 @@ from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import TMPFS, sandbox_argv
-from scheduling.decisions.types import Placement
+from scheduling.decisions.processes import job_processes, queue_concurrency
+from scheduling.decisions.types import NodeView, Placement
 
 log = logging.getLogger(__name__)
 
@@ -396,3 +399,47 @@ def signal_child(state: Mapping[str, Any], signo: int) -> None:
     if box_pid and box_start is not None and proc_start_time(box_pid) == box_start:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(box_pid, signal.SIGKILL)
+
+
+def limits_for(
+    limits: JobLimits,
+    request: SubmitRequest,
+    inventory: Mapping[str, Sequence[NodeView]],
+    *,
+    pid_max: int,
+) -> JobLimits:
+    """The site's limits, with a process limit small enough that the jobs its queue may run
+    at once fit this machine's process ids (decisions/processes.py)."""
+    nodes = inventory.get(request.queue.pool) or inventory.get("") or ()
+    concurrency = queue_concurrency(request.queue, nodes)
+    limit = job_processes(limits.max_processes, concurrency, pid_max)
+    if limit == limits.max_processes:
+        return limits
+    return dataclasses.replace(
+        limits,
+        max_processes=limit,
+        processes_note=(
+            f"queue {request.queue.name} may run {concurrency} jobs at once, within this "
+            f"host's {pid_max} process ids"
+        ),
+    )
+
+
+def unreachable_by_others(root: str) -> str | None:
+    """Why another account could not reach its job's folder under `root`, if it cannot.
+
+    The sandbox is set up by the job's own account, which must be able to pass through every
+    folder above its work folder (o+x).
+    """
+    path = root
+    while True:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return (
+                f"the local backend's folder {root} cannot be reached by the job's account: "
+                f"{path} is not passable by others (chmod o+x it, or move the root: "
+                "SWITCHYARD_LOCAL_ROOT)"
+            )
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
