@@ -17,10 +17,13 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed $(VAR)/secret-key
 
 # bubblewrap sandboxes every job; jobs run as unprivileged accounts, never root
-# (docs/security.md).
+# (docs/security.md). The fault tests start, kill and restart a Redis and a PostgreSQL of
+# their own (tests/servers.py).
 system-deps:
 	@command -v bwrap >/dev/null || bash docker/install-packages.sh bubblewrap
 	@bash docker/job-accounts.sh switchyard-job
+	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+		|| bash docker/install-packages.sh redis-server postgresql
 
 # A secret key per install (settings read it when DJANGO_SECRET_KEY is not set).
 %/secret-key:
