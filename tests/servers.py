@@ -7,7 +7,6 @@ bin`, installed by `make system-deps`). Without them a test skips here and fails
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import pwd
@@ -15,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,22 +87,23 @@ class RedisServer:
 
 
 class PostgresServer:
-    """A PostgreSQL cluster of its own (initdb into `folder`), trusting local connections.
+    """A PostgreSQL cluster of its own (initdb into a fresh folder), trusting local connections.
 
-    initdb refuses to run as root, so as root the cluster belongs to the `postgres` account.
+    initdb refuses to run as root, so as root the cluster belongs to the `postgres` account;
+    its folder is made under the system's temporary folder, where that account may reach it.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self) -> None:
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         need("PostgreSQL's server (/usr/lib/postgresql/*/bin)", bins)
         self.bin = Path(bins[-1]).parent
-        self.folder = folder
-        self.data = folder / "data"
-        self.port = free_port()
         self.user: str | None = None
         if os.geteuid() == 0:
             need("the postgres account", _account("postgres"))
             self.user = "postgres"
+        self.folder = Path(tempfile.mkdtemp(prefix="switchyard-pg-"))
+        self.data = self.folder / "data"
+        self.port = free_port()
 
     @property
     def url(self) -> str:
@@ -115,17 +116,9 @@ class PostgresServer:
                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # fmt: skip
 
     def init(self) -> PostgresServer:
-        self.folder.mkdir(parents=True, exist_ok=True)
         if self.user:
             info = pwd.getpwnam(self.user)
             os.chown(self.folder, info.pw_uid, info.pw_gid)
-        # Reaching the folder through the test's tmp tree: those parents are the tester's.
-        for parent in self.folder.parents:
-            if parent == Path("/"):
-                break
-            with contextlib.suppress(PermissionError):
-                if parent.stat().st_uid == os.geteuid():
-                    parent.chmod(parent.stat().st_mode | 0o111)
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
                   "--auth=trust", "--no-sync", "-E", "UTF8")  # fmt: skip
         return self
@@ -146,6 +139,10 @@ class PostgresServer:
         self.stop()
         time.sleep(down_seconds)
         self.start()
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def create_database(self, name: str = "switchyard") -> None:
         import psycopg
