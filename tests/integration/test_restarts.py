@@ -289,3 +289,70 @@ def _token(port: int) -> str:
                               {"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
     assert status == 200, data[:300]
     return json.loads(data)["token"]
+
+
+@pytest.fixture
+def hold_task_table(transactional_db):
+    """Blocks every write to the task table until the block ends (a slow database)."""
+    from django.db import connection, transaction
+
+    @contextlib.contextmanager
+    def hold():
+        with transaction.atomic(), connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("LOCK TABLE scheduling_task IN EXCLUSIVE MODE")
+            else:  # SQLite: the write lock of the whole file, taken by a first write
+                cursor.execute("UPDATE scheduling_task SET id = id WHERE id < 0")
+            yield
+
+    return hold
+
+
+def test_a_worker_survives_a_redis_restart_with_a_task_unacknowledged(
+    site, local_root, hold_task_table
+):
+    from portal.celery import app
+    from portal.workers import worker_argv
+    from tests.integration.conftest import database_url, stop_worker
+
+    folder = Path(tempfile.mkdtemp(prefix="switchyard-redis-restart-"))
+    redis = RedisServer(folder / "redis").start()
+    env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": redis.url,
+           "SWITCHYARD_LOCAL_ROOT": str(local_root)}  # fmt: skip
+    log_path = folder / "worker.log"
+    with open(log_path, "wb") as log:
+        worker = subprocess.Popen(
+            worker_argv(beat_schedule=None, loglevel="INFO", hostname="restart@test"),
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def worker_log() -> str:
+        return log_path.read_text(errors="replace")
+
+    def send() -> str:
+        with app.connection_for_write(redis.url) as conn:
+            # Its claim is an UPDATE of the task table: it waits while the table is held.
+            return app.send_task("scheduling.dispatch_many", args=[[0]], connection=conn).id
+
+    try:
+        wait_until(lambda: "restart@test ready." in worker_log(), timeout=60, what="the worker")
+        with hold_task_table():
+            slow = send()
+            wait_until(lambda: f"{slow}] received" in worker_log(), timeout=20, what="delivery")
+            time.sleep(0.5)  # running, not yet acknowledged (acks_late)
+            redis.restart(down_seconds=1)
+            time.sleep(1)
+        wait_until(lambda: worker_log().count("Connected to redis") >= 2 or worker.poll(),
+                   timeout=30, what="the worker to reconnect")  # fmt: skip
+        assert worker.poll() is None, worker_log()[-5000:]
+        after = send()
+        wait_until(lambda: f"{after}] succeeded" in worker_log() or worker.poll(), timeout=30,
+                   what="a task taken after the restart")  # fmt: skip
+        assert worker.poll() is None, worker_log()[-5000:]
+        assert "Unrecoverable error" not in worker_log()
+        # It met the restart once, and did not keep losing its new connection afterwards.
+        assert worker_log().count("Connection to broker lost") == 1, worker_log()[-5000:]
+    finally:
+        stop_worker(worker)
+        redis.stop()
+    shutil.rmtree(folder, ignore_errors=True)
