@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 30  # a killed beat's lock frees after this long (a stopped one frees it at once)
 STANDBY_SECONDS = 5  # how often a standby beat tries to take the lock
+UNREACHABLE_SECONDS = 1  # how soon a beat that could not reach Redis tries again
 LOCK_NAME = "switchyard:beat"
 
 
@@ -92,18 +93,22 @@ class RedisBeatLock:
         )
         self.token = holder_token()
         self.held = False
+        self.reachable = True  # whether the last try reached Redis
 
     def hold(self) -> bool:
         """Take or keep the lock; whether this beat holds it now."""
         try:
             if self.held and self._lock.reacquire():  # extend: still ours
+                self.reachable = True
                 return True
             self.held = bool(self._lock.acquire(blocking=False, token=self.token))
             if not self.held:
                 self.held = self._reclaim()
+            self.reachable = True
         except Exception:  # noqa: BLE001 - Redis down or the lock lost: not the beat now
             log.warning("beat lock: Redis unreachable or the lock was lost", exc_info=True)
             self.held = False
+            self.reachable = False
         return self.held
 
     def _reclaim(self) -> bool:
@@ -185,12 +190,16 @@ class SingleBeatScheduler(PersistentScheduler):
 
     def tick(self, *args, **kwargs) -> float:
         holding = self.lock.hold()
+        reachable = getattr(self.lock, "reachable", True)
         if holding != self.was_holding:
             log.warning(
                 "beat on %s: %s", socket.gethostname(),
-                "sending the periodic passes" if holding else "standby (another beat holds the lock)",
+                "sending the periodic passes" if holding
+                else "standby (another beat holds the lock)" if reachable
+                else "standby (Redis unreachable)",
             )  # fmt: skip
             self.was_holding = holding
         if not holding:
-            return STANDBY_SECONDS
+            # Redis restarting: try again soon, to send again as soon as it is back.
+            return STANDBY_SECONDS if reachable else UNREACHABLE_SECONDS
         return min(super().tick(*args, **kwargs), LEASE_SECONDS / 3)

@@ -98,7 +98,11 @@ def test_a_beat_keeps_its_own_lock_when_redis_restarts_with_it(tmp_path):
         lock = beat.RedisBeatLock(server.url, f"{beat.LOCK_NAME}:test")
         assert lock.hold()
         server.stop()  # append-only: the lock's key comes back with Redis
-        assert not lock.hold()  # cannot extend it meanwhile: not sending
+        scheduler = beat.SingleBeatScheduler.__new__(beat.SingleBeatScheduler)
+        scheduler.lock, scheduler.was_holding = lock, True
+        # Cannot extend it meanwhile: not sending, and trying again soon.
+        assert scheduler.tick() == beat.UNREACHABLE_SECONDS < beat.STANDBY_SECONDS
+        assert not lock.held
         server.start()
         started = time.monotonic()
         assert lock.hold(), "stood by on its own lock after Redis came back"
