@@ -17,7 +17,8 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed $(VAR)/secret-key
 
 # bubblewrap sandboxes every job; jobs run as unprivileged accounts, never root
-# (docs/security.md).
+# (docs/security.md). The fault tests start, kill and restart a Redis and a PostgreSQL of
+# their own (tests/servers.py).
 system-deps:
 	@command -v bwrap >/dev/null || bash docker/install-packages.sh bubblewrap
 	@# A batch job's network: slirp4netns, and iproute2's ip for its routes (docs/security.md).
@@ -25,6 +26,8 @@ system-deps:
 	@# slirp4netns runs as the job's account: /dev/net/tun as udev sets it (some containers have 0600).
 	@test "$$(id -u)" != 0 || test ! -c /dev/net/tun || chmod 0666 /dev/net/tun
 	@bash docker/job-accounts.sh switchyard-job
+	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+		|| bash docker/install-packages.sh redis-server postgresql
 
 # A secret key per install (settings read it when DJANGO_SECRET_KEY is not set).
 %/secret-key:

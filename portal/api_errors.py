@@ -9,13 +9,23 @@ from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
+from portal import outage
 from portal.errors import ApplicationError
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         return Response(exc.as_payload(), status=exc.status)
+    if outage.is_database_outage(exc):
+        # A restart of the database, not a fault of the request: try again (portal/outage.py).
+        set_rollback()
+        return Response(
+            outage.api_payload(),
+            status=503,
+            headers={"Retry-After": str(outage.RETRY_AFTER_SECONDS), "Cache-Control": "no-store"},
+        )
     if isinstance(exc, Http404):
         return Response(_errors(None, "not found"), status=404)
     if isinstance(exc, RequestDataTooBig):

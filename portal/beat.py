@@ -7,7 +7,11 @@ it holds the site's beat lock:
 
 - with Redis (`REDIS_URL`: several hosts), a Redis lock (redis-py's `Lock`) with a time to
   live of `LEASE_SECONDS`, extended on every tick; a beat that dies frees it within that time
-  and a standby beat takes over;
+  and a standby beat takes over. The lock's value names its holder (host, pid, the process's
+  start time): a beat that finds the lock still held by itself (its extension failed while
+  Redis restarted, and Redis kept the key) keeps it, and one that finds it held by a beat of
+  its own host that is gone (killed, or the container restarted) takes it over at once rather
+  than standing by for the rest of the lease;
 - on the embedded default (one machine), a file lock beside the database, held for the
   process's life.
 
@@ -24,6 +28,7 @@ import signal
 import socket
 import sys
 import threading
+import uuid
 from pathlib import Path
 
 import redis
@@ -34,26 +39,96 @@ log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 30  # a killed beat's lock frees after this long (a stopped one frees it at once)
 STANDBY_SECONDS = 5  # how often a standby beat tries to take the lock
+UNREACHABLE_SECONDS = 1  # how soon a beat that could not reach Redis tries again
 LOCK_NAME = "switchyard:beat"
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot), or None if there is none: with the
+    pid it tells a process from a later one that reuses its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name before ")" may hold spaces
+
+
+def holder_token(pid: int | None = None) -> str:
+    """This process's name on the lock: host, pid, start time, and a nonce per lock."""
+    pid = pid or os.getpid()
+    return f"{socket.gethostname()} {pid} {_start_time(pid)} {uuid.uuid4().hex}"
+
+
+def holder_gone(token: str) -> bool:
+    """Whether the holder named by `token` is a process of this host that no longer runs.
+
+    A holder on another host cannot be asked: its lease runs out instead. Another lock of this
+    very process (same pid and start time) is alive.
+    """
+    try:
+        host, pid, started, _nonce = token.split(" ")
+        pid_number = int(pid)
+    except ValueError:
+        return False  # not a beat's token: leave it to its lease
+    if host != socket.gethostname():
+        return False
+    return _start_time(pid_number) != started
+
+
+# Set the lock to a new holder only if it still has the one that was found gone.
+_TAKE_OVER = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) and 1 or 0
+end
+return 0
+"""
 
 
 class RedisBeatLock:
     def __init__(self, url: str, name: str) -> None:
-        self._lock = redis.Redis.from_url(url).lock(
+        self.name = name
+        self._redis = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+        self._lock = self._redis.lock(
             name, timeout=LEASE_SECONDS, blocking=False, thread_local=False
         )
+        self.token = holder_token()
         self.held = False
+        self.reachable = True  # whether the last try reached Redis
 
     def hold(self) -> bool:
         """Take or keep the lock; whether this beat holds it now."""
         try:
             if self.held and self._lock.reacquire():  # extend: still ours
+                self.reachable = True
                 return True
-            self.held = bool(self._lock.acquire(blocking=False))
+            self.held = bool(self._lock.acquire(blocking=False, token=self.token))
+            if not self.held:
+                self.held = self._reclaim()
+            self.reachable = True
         except Exception:  # noqa: BLE001 - Redis down or the lock lost: not the beat now
             log.warning("beat lock: Redis unreachable or the lock was lost", exc_info=True)
             self.held = False
+            self.reachable = False
         return self.held
+
+    def _reclaim(self) -> bool:
+        """The lock is taken: keep it if it is this beat's own, take it from a dead holder."""
+        found = self._redis.get(self.name)
+        if found is None:
+            return False  # freed meanwhile: the next tick takes it
+        holder = found.decode(errors="replace")
+        if holder == self.token:
+            # Ours still: an extension failed (Redis restarting) but Redis kept the key.
+            self._lock.local.token = self.token.encode()
+            return bool(self._lock.reacquire())
+        if not holder_gone(holder):
+            return False
+        lease_ms = int(LEASE_SECONDS * 1000)
+        if not self._redis.eval(_TAKE_OVER, 1, self.name, holder, self.token, lease_ms):
+            return False
+        self._lock.local.token = self.token.encode()
+        log.warning("beat lock: taken over at once from a beat that is gone (%s)", holder)
+        return True
 
     def release(self) -> None:
         if self.held:
@@ -115,12 +190,16 @@ class SingleBeatScheduler(PersistentScheduler):
 
     def tick(self, *args, **kwargs) -> float:
         holding = self.lock.hold()
+        reachable = getattr(self.lock, "reachable", True)
         if holding != self.was_holding:
             log.warning(
                 "beat on %s: %s", socket.gethostname(),
-                "sending the periodic passes" if holding else "standby (another beat holds the lock)",
+                "sending the periodic passes" if holding
+                else "standby (another beat holds the lock)" if reachable
+                else "standby (Redis unreachable)",
             )  # fmt: skip
             self.was_holding = holding
         if not holding:
-            return STANDBY_SECONDS
+            # Redis restarting: try again soon, to send again as soon as it is back.
+            return STANDBY_SECONDS if reachable else UNREACHABLE_SECONDS
         return min(super().tick(*args, **kwargs), LEASE_SECONDS / 3)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery, signals
+from celery.worker.consumer import Consumer as CeleryConsumer
 
 from portal import broker
 
@@ -28,3 +29,36 @@ def _close_old_connections(sender=None, **_kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+class Consumer(CeleryConsumer):
+    """Celery's consumer, kept alive through a broker restart (`CELERY_WORKER_CONSUMER`).
+
+    When the broker connection breaks, Celery 5.7.0 collects it — which detaches its
+    transport from the connection's settings — and then closes it. With messages
+    unacknowledged (any `acks_late` task running at that moment, which under load is nearly
+    always), the close hands them back through that transport, and the running task's own
+    ack later goes through it too; both need the settings to reach Redis and fail with
+    `AttributeError: 'NoneType' object has no attribute 'hostname'`, which Celery takes for
+    an unrecoverable error: the worker exits and every later task stays pending.
+
+    So the transport gets its settings back right after the collect: the close then hands
+    the messages back if Redis is there again (a connection error if not, which Celery
+    ignores), and a running task's ack reaches the restarted Redis, or is logged as not
+    acknowledged; Redis then delivers that message again after the visibility timeout (the
+    tasks are safe to repeat). The consumer reconnects as after any connection loss.
+    """
+
+    def on_connection_error_after_connected(self, exc):
+        connection = self.connection
+        if connection is not None and connection._transport is not None:
+            transport, collect = connection._transport, connection.collect
+
+            def collect_keeping_settings(*args, **kwargs):
+                try:
+                    collect(*args, **kwargs)
+                finally:
+                    transport.client = connection
+
+            connection.collect = collect_keeping_settings
+        super().on_connection_error_after_connected(exc)

@@ -340,6 +340,12 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker restart never stops a worker: it reconnects for as long as it takes (Celery's
+# default gives up after 100 tries), and the consumer survives a lost connection that held
+# unacknowledged messages (portal/celery.py). docs/deployment.md, "Restarts".
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CONSUMER = "portal.celery:Consumer"
 
 SWITCHYARD_POLL_SECONDS = float(env_int("SWITCHYARD_POLL_MS", 1000)) / 1000
 # A poll message not run within this long is dropped. Generous on purpose: under load polls

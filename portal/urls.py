@@ -6,6 +6,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from portal import api, views
 from portal.auth import TokenCurrent, TokenObtain
 
+# A database outage is a 503 with Retry-After, on pages too (portal/outage.py).
+handler500 = "portal.outage.server_error"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),

@@ -18,8 +18,12 @@ def worker_argv(
 ) -> list[str]:
     """`celery -A portal worker` reading both queues; `beat_schedule` also runs beat in it.
 
-    `quiet` turns off gossip, mingle and heartbeat: a test's worker is alone and starts
-    faster without them. `hostname` names the worker (`name@host`; Celery's default is
+    Gossip and mingle are off: the portal uses neither (no remote revokes, no worker
+    events); without them a worker starts a second sooner, and a broker restart leaves no
+    broadcast consumers to tear down (docs/deployment.md, "Restarts"). `quiet` also turns
+    off the heartbeat: a test's worker is alone.
+
+    `hostname` names the worker (`name@host`; Celery's default is
     `celery@<this host>`): several workers, on one host or many, share the broker's queues
     and the database (docs/deployment.md). Every beat but one waits (portal/beat.py).
     """
@@ -32,13 +36,15 @@ def worker_argv(
         "worker",
         f"--loglevel={loglevel}",
         f"--concurrency={concurrency}",
+        "--without-gossip",
+        "--without-mingle",
     ]
     if hostname is not None:
         argv += ["-n", hostname]
     if beat_schedule is not None:
         argv += ["-B", "-s", str(beat_schedule)]
     if quiet:
-        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+        argv += ["--without-heartbeat"]
     return argv
 
 

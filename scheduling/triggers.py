@@ -16,12 +16,17 @@ def trigger_roots() -> list[str]:
     return [os.path.realpath(root) for root in settings.SWITCHYARD_TRIGGER_ROOTS]
 
 
-def trigger_path_allowed(path: str) -> bool:
+def trigger_path_allowed(path: str, roots: list[str] | None = None) -> bool:
     """Only paths under a configured root."""
-    real = os.path.realpath(path)
+    return _under(os.path.realpath(path), trigger_roots() if roots is None else roots)
+
+
+def _under(real: str, roots: list[str]) -> bool:
     # join(root, "") ends in exactly one separator, also for the root "/".
-    return any(real == root or real.startswith(os.path.join(root, "")) for root in trigger_roots())
+    return any(real == root or real.startswith(os.path.join(root, "")) for root in roots)
 
 
-def trigger_ready(path: str) -> bool:
-    return trigger_path_allowed(path) and os.path.exists(os.path.realpath(path))
+def trigger_ready(path: str, roots: list[str] | None = None) -> bool:
+    """The file exists under a root. `roots`: `trigger_roots()`, when a caller checks many."""
+    real = os.path.realpath(path)
+    return _under(real, trigger_roots() if roots is None else roots) and os.path.exists(real)

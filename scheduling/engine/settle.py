@@ -12,6 +12,8 @@ The clock-driven releases live here too: wait timeouts and trigger files (docs/w
 
 from __future__ import annotations
 
+import os
+import time
 from collections import deque
 from collections.abc import Iterable
 from datetime import timedelta
@@ -22,9 +24,9 @@ from scheduling import outbox
 from scheduling.decisions import format_duration
 from scheduling.decisions.dependencies import dependency_verdict
 from scheduling.decisions.lifecycle import BAD_ENDS
-from scheduling.models import TERMINAL_STATES, Task, TaskState, Workflow, WorkflowState
+from scheduling.models import TERMINAL_STATES, Hold, Task, TaskState, Workflow, WorkflowState
 from scheduling.states import task_set_state
-from scheduling.triggers import trigger_ready
+from scheduling.triggers import trigger_ready, trigger_roots
 
 S = TaskState
 W = WorkflowState
@@ -138,12 +140,16 @@ def expire_waiting(now=None) -> int:
     """End tasks that waited longer than their wait_timeout; their fail_action applies."""
     now = now or timezone.now()
     ended = 0
-    candidates = Task.objects.filter(
-        state=S.WAITING, wait_timeout_s__isnull=False, waiting_since__isnull=False
-    )
-    for task in candidates:
-        if task.waiting_since + timedelta(seconds=task.wait_timeout_s) > now:
-            continue
+    # Every timers pass reads the waiting tasks that have a timeout: three columns each, and
+    # whole rows only for those that expire.
+    expired = [
+        pk
+        for pk, since, timeout_s in Task.objects.filter(
+            state=S.WAITING, wait_timeout_s__isnull=False, waiting_since__isnull=False
+        ).values_list("pk", "waiting_since", "wait_timeout_s")
+        if since + timedelta(seconds=timeout_s) <= now
+    ]
+    for task in Task.objects.filter(pk__in=expired, state=S.WAITING).order_by("pk"):
         limit = format_duration(task.wait_timeout_s)
         to = S.SKIPPED if task.fail_action == "skip" else S.CANCELLED
         if task_set_state(
@@ -153,10 +159,53 @@ def expire_waiting(now=None) -> int:
     return ended
 
 
+# The folders of the trigger files this process watches: folder -> (its mtime when its tasks
+# were last looked at, the ids of those tasks). A pass looks at a task only when its folder
+# changed since, or the task is new to it.
+_watched: dict[str, tuple[int, frozenset[int]]] = {}
+# A folder changed this recently may change again without its mtime moving (the kernel's
+# timestamps are coarse): it is looked at again until it has been still for this long.
+SETTLED_NS = 2_000_000_000
+
+
 def check_triggers() -> int:
-    """Settle the waiting tasks that have a trigger file; returns how many were looked at."""
-    ids = list(
-        Task.objects.filter(state=S.WAITING).exclude(trigger_file="").values_list("pk", flat=True)
+    """Release the waiting tasks whose trigger file appeared; returns how many were looked at.
+
+    Watches the folders, not the tasks: the waiting tasks' trigger files are read in one
+    query and grouped by folder; each folder is stat'ed once, and only the tasks of a folder
+    whose mtime moved (a file created, renamed or linked there) are looked at. A pass over
+    thousands of unchanged triggers costs a query and a stat per folder, and writes nothing.
+    Quota-held tasks passed their trigger already: the quota releases them.
+    """
+    folders: dict[str, list[tuple[int, str]]] = {}
+    waiting = (
+        Task.objects.filter(state=S.WAITING)
+        .exclude(trigger_file="")
+        .exclude(hold=Hold.QUOTA)
+        .values_list("pk", "trigger_file")
     )
-    settle_waiting(ids)
-    return len(ids)
+    for pk, path in waiting:
+        folders.setdefault(os.path.dirname(path), []).append((pk, path))
+    now_ns = time.time_ns()
+    roots: list[str] | None = None  # resolved once, when some folder changed
+    ready: list[int] = []
+    looked = 0
+    for folder, tasks in folders.items():
+        try:
+            mtime = os.stat(folder).st_mtime_ns
+        except OSError:
+            mtime = -1  # not there (yet): its creation changes it
+        ids = frozenset(pk for pk, _ in tasks)
+        seen = _watched.get(folder)
+        if seen is not None and seen[0] == mtime and ids <= seen[1]:
+            continue
+        looked += len(tasks)
+        roots = trigger_roots() if roots is None else roots
+        ready += [pk for pk, path in tasks if trigger_ready(path, roots)]
+        still = now_ns - mtime > SETTLED_NS
+        _watched[folder] = (mtime if still else -2, ids)
+    for folder in _watched.keys() - folders.keys():
+        del _watched[folder]  # no task waits on it now
+    if ready:
+        settle_waiting(sorted(ready))
+    return looked

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -347,6 +348,58 @@ def test_a_trigger_waits_for_the_dependencies_too(flow, trigger_root):
     assert flow.task("b").reason == "waiting for a"
     flow.finish("a", JobState.SUCCEEDED, exit_code=0)
     assert flow.state("b") == "queued"
+
+
+class StatCount:
+    """Counts the file system look-ups (stat and lstat) made while it is on."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.calls = 0
+        for name in ("stat", "lstat"):
+            real = getattr(os, name)
+            monkeypatch.setattr(os, name, self._counting(real))
+
+    def _counting(self, real):
+        def call(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        return call
+
+
+def test_a_trigger_pass_over_thousands_of_unchanged_triggers_costs_a_query_and_a_stat_per_folder(
+    flow, trigger_root, monkeypatch
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    folders = [trigger_root / f"run-{n}" for n in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    flow.submit(task("first", trigger={"file": str(folders[0] / "READY-0")}))
+    first = flow.task("first")
+    copies = []
+    for i in range(1, 3000):  # 3,000 waiting tasks, a thousand a folder, each its own file
+        copy = Task(**{f.attname: getattr(first, f.attname) for f in Task._meta.concrete_fields})
+        copy.pk, copy.name = None, f"t{i}"
+        copy.trigger_file = str(folders[i % 3] / f"READY-{i}")
+        copies.append(copy)
+    Task.objects.bulk_create(copies)
+    for folder in folders:  # written a while ago
+        os.utime(folder, ns=(time.time_ns() - 10**10,) * 2)
+    assert settle.check_triggers() == 3000  # the first look at each folder reads its files
+
+    stats = StatCount(monkeypatch)
+    with CaptureQueriesContext(connection) as queries:
+        assert settle.check_triggers() == 0
+    assert len(queries) == 1, [q["sql"][:120] for q in queries]
+    assert stats.calls == 3  # one per folder, none per task
+
+    (folders[1] / "READY-4").touch()  # one file appears: its folder changes
+    with flow.run():
+        assert settle.check_triggers() == 1000  # that folder's tasks, not the others
+    released = Task.objects.exclude(state="waiting").values_list("name", flat=True)
+    assert list(released) == ["t4"]
 
 
 def test_a_trigger_outside_the_roots_is_a_400_naming_the_field(api, trigger_root, tmp_path):
