@@ -178,6 +178,14 @@ class PriorityRequest(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [models.Index(fields=["state", "until"], name="priority_request_live")]
+        constraints = [
+            # Two pending requests for one task could only be decided twice.
+            models.UniqueConstraint(
+                fields=["task"],
+                condition=models.Q(state="pending"),
+                name="one_pending_priority_request_per_task",
+            )
+        ]
 
     def __str__(self) -> str:
         what = f"task #{self.task_id}" if self.task_id else f"{self.project} in {self.queue}"
