@@ -4,13 +4,18 @@ every verb; these check the contents of lists and the answers that must not diff
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduling.engine.capacity import open_lease
-from scheduling.models import NodeLease, Pool, Queue
+from scheduling.models import NodeLease, Pool, Queue, SimulationRun, Task
+from scheduling.selectors.replay import history_workload
+from tests.conftest import descriptor, submit
 
 
 def _api(username: str) -> APIClient:
@@ -93,3 +98,82 @@ def test_a_platform_admin_sees_every_lease(leases):
     body = _api("admin").get(f"/api/v1/leases/{leases['foreign'].pk}/").json()
     assert (body["reason"], len(body["nodes"])) == ("night shift", 1)
     assert _api("admin").get("/api/v1/leases/9223372036854775807/").status_code == 404
+
+
+# -- simulations --------------------------------------------------------------------------
+
+
+def _run(workload: str, by: str, **parameters) -> SimulationRun:
+    return SimulationRun.objects.create(
+        workload=workload,
+        parameters={"policies": ["fifo"], **parameters},
+        created_by=User.objects.get(username=by),
+    )
+
+
+@pytest.fixture
+def runs(hpc_admin) -> dict[str, SimulationRun]:
+    return {
+        "site_replay": _run("history", "admin", days=7),  # the whole site
+        "hpc_replay": _run("history", "admin", days=7, queues=["hpc"]),
+        "training_replay": _run("history", "admin", days=7, queues=["training"]),
+        "mixed_replay": _run("history", "admin", days=7, queues=["hpc", "training"]),
+        "model": _run("r14-burst", "admin", seed=1),  # no portal data in it
+        "trace": _run("swf", "admin"),  # another operator's upload
+    }
+
+
+def test_a_queue_admin_sees_only_simulations_of_their_queues(runs):
+    page = _page("quinn")
+    listing = page.get("/simulations/").content.decode()
+    shown = {name for name, run in runs.items() if f'id="simulation-{run.pk}"' in listing}
+    assert shown == {"hpc_replay", "model"}
+    for name, run in runs.items():
+        status = page.get(f"/simulations/{run.pk}/").status_code
+        assert status == (200 if name in shown else 404), name
+        progress = page.get(f"/simulations/{run.pk}/progress/").status_code
+        assert progress == (200 if name in shown else 404), name
+    site_pk, hpc_pk = runs["site_replay"].pk, runs["hpc_replay"].pk
+    assert page.get(f"/simulations/compare/?run={hpc_pk}&run={site_pk}").status_code == 404
+    # A platform admin sees every run, the whole site's replay included.
+    listing = _page("admin").get("/simulations/").content.decode()
+    assert all(f'id="simulation-{run.pk}"' in listing for run in runs.values())
+
+
+def test_a_queue_admins_history_replay_is_of_their_queues_never_the_whole_site(
+    hpc_admin, django_capture_on_commit_callbacks
+):
+    page = _page("quinn")
+    with django_capture_on_commit_callbacks():
+        started = page.post("/simulations/", {"workload": "history", "policies": "fifo"})
+    assert started.status_code == 302, started.content.decode()[-2000:]
+    run = SimulationRun.objects.get()
+    assert run.parameters["queues"] == ["hpc"]
+    assert "queues hpc" in page.get("/simulations/").content.decode()
+    refused = page.post(
+        "/simulations/", {"workload": "history", "policies": "fifo", "queues": "training"}
+    )
+    assert refused.status_code == 400
+    assert "a replay of other queues or of the whole site is a platform admin" in (
+        refused.content.decode()
+    )
+    assert SimulationRun.objects.count() == 1
+    # A platform admin's replay with no queue ticked is the whole site's.
+    with django_capture_on_commit_callbacks():
+        _page("admin").post("/simulations/", {"workload": "history", "policies": "fifo"})
+    assert "queues" not in SimulationRun.objects.order_by("-id").first().parameters
+
+
+def test_a_replay_of_some_queues_reads_only_their_tasks(hpc_admin, researcher):
+    api = _api("alice")
+    for doc in (
+        descriptor(name="in-hpc", type="hpc-simulation", queue="hpc"),
+        descriptor(name="in-agents", type="agent"),
+    ):
+        assert submit(api, doc).status_code == 201
+    now = timezone.now()
+    Task.objects.update(started_at=now - timedelta(minutes=5), ended_at=now)
+    every, _, _ = history_workload(1, now=now + timedelta(seconds=1))
+    hpc_only, _, _ = history_workload(1, now=now + timedelta(seconds=1), queues=["hpc"])
+    assert sorted(job.queue for job in every) == ["hpc", "inference-agent"]
+    assert [job.queue for job in hpc_only] == ["hpc"]
