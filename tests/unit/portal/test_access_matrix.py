@@ -193,9 +193,9 @@ CASES = [
     Case("project quotas (api)", SEES_MATERIALS, "get", "/api/v1/projects/materials/quotas/",
          api=True),
     Case("add a member (page)", LEADS_MATERIALS, "post", "/projects/materials/members/",
-         data={"username": "finn"},
+         data={"username": "bob"},
          effect=lambda w: Membership.objects.filter(
-             user__username="finn", project__slug="materials").exists()),
+             user__username="bob", project__slug="materials").exists()),
     Case("member's quota within the grant (api)", LEADS_MATERIALS, "put",
          "/api/v1/projects/materials/quotas/",
          data={"queue": "hpc", "resource": "cpus", "limit": 64, "user": "rita", "reason": "t"},

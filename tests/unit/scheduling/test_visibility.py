@@ -12,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from portal.models import Membership
 from scheduling.engine.capacity import open_lease
 from scheduling.models import NodeLease, Pool, Queue, SimulationRun, Task
 from scheduling.selectors.replay import history_workload
@@ -177,3 +178,36 @@ def test_a_replay_of_some_queues_reads_only_their_tasks(hpc_admin, researcher):
     hpc_only, _, _ = history_workload(1, now=now + timedelta(seconds=1), queues=["hpc"])
     assert sorted(job.queue for job in every) == ["hpc", "inference-agent"]
     assert [job.queue for job in hpc_only] == ["hpc"]
+
+
+# -- project members ------------------------------------------------------------------------
+
+
+def test_adding_a_member_tells_a_lead_nothing_about_accounts_they_may_not_add(site):
+    User.objects.create_user("gone", password="x", is_active=False)
+    User.objects.create_user("ursula", password="x")  # a researcher with no project yet
+    lead = _api("alice")
+    answers = {}
+    for username in ("finn", "admin", "gone", "no-such-user", "ursul", "URSULA"):
+        response = lead.post(
+            "/api/v1/projects/materials/members/", {"username": username}, format="json"
+        )
+        body = response.json()
+        assert body["errors"][0]["got"] == username
+        body["errors"][0]["got"] = None
+        answers[username] = (response.status_code, body)
+    assert len(set(map(repr, answers.values()))) == 1, answers  # one answer for all of them
+    assert answers["finn"][0] == 400
+    assert not Membership.objects.filter(
+        project__slug="materials", user__username__in=["finn", "admin", "gone"]
+    ).exists()
+    # The page says the same for finance as for a name nobody has.
+    page = _page("alice")
+    for username in ("finn", "no-such-user"):
+        followed = page.post(
+            "/projects/materials/members/", {"username": username}, follow=True
+        ).content.decode()
+        assert "no researcher&#x27;s account has this exact username" in followed
+    # The exact username of a researcher is added.
+    added = lead.post("/api/v1/projects/materials/members/", {"username": "ursula"}, format="json")
+    assert added.status_code == 201
