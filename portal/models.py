@@ -5,9 +5,19 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
+from scheduling.descriptor.limits import slug_problem
+
+
+def validate_slug(value: object) -> None:
+    """A project's slug or a queue's name as every descriptor must write it: what the admin
+    console stores, a descriptor can name."""
+    problem = slug_problem(value)
+    if problem is not None:
+        raise ValidationError(problem, code="invalid")
+
 
 class Project(models.Model):
-    slug = models.SlugField(max_length=63, unique=True)
+    slug = models.SlugField(max_length=63, unique=True, validators=[validate_slug])
     name = models.CharField(max_length=200)
     pi = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="led_projects"
