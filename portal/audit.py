@@ -17,6 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse
 
 from portal.models import AuditEvent
+from portal.proxies import client_address
 
 _request: ContextVar[HttpRequest | None] = ContextVar("switchyard_request", default=None)
 _reason: ContextVar[str] = ContextVar("switchyard_reason", default="")
@@ -62,7 +63,7 @@ def current_user() -> AbstractBaseUser | None:
 
 def _address() -> str | None:
     request = _request.get()
-    return request.META.get("REMOTE_ADDR") or None if request is not None else None
+    return client_address(request) if request is not None else None
 
 
 def record(action: str, **fields: Any) -> AuditEvent:

@@ -3,7 +3,8 @@
 For researchers with sbatch habits: `switchyard submit job.yaml`, `switchyard wait 42`,
 `switchyard logs -f 42`. Only the standard library and PyYAML: it runs on a laptop that has
 the package installed, with no Django settings. The token from `login` is kept in the user's
-config file (`$SWITCHYARD_CONFIG`, else `$XDG_CONFIG_HOME/switchyard/config.json`), mode 0600.
+config file (`$SWITCHYARD_CONFIG`, else `$XDG_CONFIG_HOME/switchyard/config.json`), mode 0600
+in a folder made 0700; a folder or file another account owns or may write is refused.
 
 Exit codes, for scripts: 0 done (for `wait`: the task succeeded); 1 the task ended without
 success; 2 bad input (the portal's 400, with field, expected and got); 3 not logged in or not
@@ -18,6 +19,8 @@ import contextlib
 import getpass
 import json
 import os
+import shlex
+import stat
 import sys
 import tempfile
 import time
@@ -49,8 +52,40 @@ def config_path() -> Path:
     return Path(base) / "switchyard" / "config.json"
 
 
+def _check_private(path: Path, *, folder: bool) -> None:
+    """Refuse a config folder or file that another account owns or may write (a file also
+    one it may read): another user could plant a config that sends the password and token
+    to their own server, or read or swap the token. Nothing is changed on the user's behalf:
+    the error says what to run."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CliError(f"cannot check {path}: {exc}", BAD_INPUT) from None
+    what = "config folder" if folder else "config file"
+    if info.st_uid != os.getuid():
+        raise CliError(
+            f"refusing the {what} {path}: it belongs to another account (uid {info.st_uid}); "
+            "set SWITCHYARD_CONFIG to a file in a folder of your own, e.g. "
+            "SWITCHYARD_CONFIG=~/.config/switchyard/config.json",
+            BAD_INPUT,
+        )
+    others = 0o022 if folder else 0o077
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & others:
+        fix = "chmod 700" if folder else "chmod 600"
+        raise CliError(
+            f"refusing the {what} {path}: others may {'write to it' if folder else 'use it'} "
+            f"(mode {mode:04o}); run: {fix} {shlex.quote(str(path))}",
+            BAD_INPUT,
+        )
+
+
 def load_config() -> dict[str, Any]:
     path = config_path()
+    _check_private(path.parent, folder=True)
+    _check_private(path, folder=False)
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -61,9 +96,16 @@ def load_config() -> dict[str, Any]:
 
 def save_config(config: dict[str, Any]) -> Path:
     """Written 0600 from the first byte (never readable by others, not even briefly), into a
-    new file of its own (no symlink or earlier file is followed), then moved into place."""
+    new file of its own (no symlink or earlier file is followed), then moved into place, in
+    a folder only its user may write (made 0700)."""
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.parent.exists():
+        path.parent.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.parent.mkdir(mode=0o700)
+            path.parent.chmod(0o700)  # mkdir's mode is masked by the umask
+    _check_private(path.parent, folder=True)
+    _check_private(path, folder=False)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".switchyard-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as out:
@@ -280,7 +322,7 @@ def cmd_logs(args, out) -> int:
         if text:
             sys.stdout.write(text)
             sys.stdout.flush()
-            offset += len(text.encode())  # whole characters: the portal never cuts one
+            offset = _next_offset(chunk, offset, text)
             continue
         if not args.follow:
             return OK
@@ -294,6 +336,16 @@ def cmd_logs(args, out) -> int:
             sys.stdout.write(rest.get("log") or "")  # what came between the two reads
             return OK
         time.sleep(args.interval)
+
+
+def _next_offset(chunk: dict, offset: int, text: str) -> int:
+    """Offsets count bytes of the raw log. The portal says where the next read starts (each
+    invalid byte it shows as U+FFFD, three bytes of text for one of log); a portal too old to
+    say so sent valid text, whose length in UTF-8 is the same."""
+    given = chunk.get("next_offset")
+    if isinstance(given, int) and not isinstance(given, bool) and given > offset:
+        return given
+    return offset + len(text.encode())
 
 
 def cmd_workflows(args, out) -> int:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -51,3 +52,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str) -> list:
+    """Comma-separated addresses or CIDR networks (`10.0.0.5, 10.1.0.0/16, fd00::/8`), empty
+    by default. A network with host bits set (`10.0.0.5/16`) is refused: it is a typo for
+    either the address or the network, and which one decides who is trusted."""
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=True))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: expected IP addresses or networks (10.0.0.5, 10.0.0.0/24), "
+                f"comma-separated, got {item!r}"
+            ) from None
+    return networks

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
+from portal.env import env_networks
+
 # Static files with content hashes in their names (cached for a year) once collectstatic has
 # written them with this set; see STORAGES in portal/settings.py.
 STATIC_MANIFEST_ENV = "SWITCHYARD_STATIC_MANIFEST"
@@ -63,8 +65,12 @@ def web_argv(
         "8190",
         "--limit-request-fields",
         "100",
+        # Scheme headers (X-Forwarded-Proto) only from the proxies the portal trusts
+        # (settings.TRUSTED_PROXIES, read from the same variable by the same helper; this
+        # module loads no settings), and from no one by default: gunicorn's own default
+        # trusts this host, where jobs run.
         "--forwarded-allow-ips",
-        os.environ.get("SWITCHYARD_FORWARDED_ALLOW_IPS", "127.0.0.1"),
+        ",".join(str(network) for network in env_networks("SWITCHYARD_TRUSTED_PROXIES")),
         "--error-logfile",
         "-",
     ]

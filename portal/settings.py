@@ -14,7 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list, env_str
+from portal.content_security import CONTENT_SECURITY_POLICY  # noqa: F401 - a setting
+from portal.env import env_bool, env_int, env_list, env_networks, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("SWITCHYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -53,8 +54,22 @@ CSRF_COOKIE_SECURE = TLS
 SECURE_HSTS_SECONDS = env_int("SWITCHYARD_HSTS_SECONDS", 31_536_000) if TLS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = TLS and env_bool("SWITCHYARD_HSTS_SUBDOMAINS", default=True)
 SECURE_HSTS_PRELOAD = TLS and env_bool("SWITCHYARD_HSTS_PRELOAD", default=True)
+# The reverse proxies whose forwarding headers are believed (portal/proxies.py): none by
+# default, not even this host's own addresses, where a job may connect from.
+TRUSTED_PROXIES = env_networks("SWITCHYARD_TRUSTED_PROXIES")
+if env_str("SWITCHYARD_FORWARDED_ALLOW_IPS") is not None:
+    raise ImproperlyConfigured(
+        "SWITCHYARD_FORWARDED_ALLOW_IPS is replaced by SWITCHYARD_TRUSTED_PROXIES (the web "
+        "server and the portal now trust the same proxies): rename it"
+    )
 if env_bool("SWITCHYARD_BEHIND_PROXY", default=False):
-    # The TLS-terminating proxy says so; only set this when a proxy strips client copies.
+    # The TLS-terminating proxy says so. Only trusted proxies' headers reach this far
+    # (portal.proxies.ForwardingHeaders drops everyone else's), so name them.
+    if not TRUSTED_PROXIES:
+        raise ImproperlyConfigured(
+            "SWITCHYARD_BEHIND_PROXY=1 needs SWITCHYARD_TRUSTED_PROXIES: the proxy's "
+            "address, whose X-Forwarded-Proto is believed; got none"
+        )
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_AGE = env_int("SWITCHYARD_SESSION_SECONDS", 12 * 3600)
@@ -78,7 +93,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: forwarding headers count only from a trusted proxy (docs/security.md).
+    "portal.proxies.ForwardingHeaders",
     "django.middleware.security.SecurityMiddleware",
+    # A strict Content-Security-Policy on every answer (CONTENT_SECURITY_POLICY below).
+    "csp.middleware.CSPMiddleware",
     # Static files from the web server's own processes, compressed and cached (docs/deployment.md).
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -150,6 +169,8 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     # Counts failed logins and refuses a locked-out (username, address) pair.
     "axes.backends.AxesStandaloneBackend",
+    # Past the per-username ceiling, paces that username's attempts (portal/auth.py).
+    "portal.auth.UsernamePace",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("SWITCHYARD_LOGIN_FAILURE_LIMIT", 5)
@@ -158,6 +179,20 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "portal.auth.lockout_response"
 AXES_VERBOSE = False
+AXES_CLIENT_IP_CALLABLE = "portal.proxies.client_address"
+AXES_HANDLER = "portal.auth.LoginAttempts"
+# Failures for one username from any addresses: past the ceiling each further attempt waits
+# its turn (1 s, doubling, at most the pace), never the cool-off (docs/security.md).
+SWITCHYARD_LOGIN_USERNAME_CEILING = env_int("SWITCHYARD_LOGIN_USERNAME_CEILING", 10)
+SWITCHYARD_LOGIN_PACE_MAX_SECONDS = env_int("SWITCHYARD_LOGIN_PACE_MAX_SECONDS", 30)
+# An address the user logged in from this recently is not paced.
+SWITCHYARD_LOGIN_KNOWN_ADDRESS_DAYS = env_int("SWITCHYARD_LOGIN_KNOWN_ADDRESS_DAYS", 30)
+for _name in ("USERNAME_CEILING", "PACE_MAX_SECONDS", "KNOWN_ADDRESS_DAYS"):
+    _value = globals()[f"SWITCHYARD_LOGIN_{_name}"]
+    if _value < 1:
+        raise ImproperlyConfigured(
+            f"SWITCHYARD_LOGIN_{_name}: expected a whole number of at least 1, got {_value}"
+        )
 # API tokens (django-rest-knox): hashed in the database, expiring, revocable one by one.
 REST_KNOX = {
     "TOKEN_TTL": timedelta(hours=env_int("SWITCHYARD_TOKEN_TTL_HOURS", 30 * 24)),
@@ -241,6 +276,9 @@ SPECTACULAR_SETTINGS = {
         "WorkflowStateEnum": "scheduling.models.WorkflowState",
     },
 }
+
+# secret_env's keys: Fernet keys, the first seals (scheduling/sealed.py; docs/security.md).
+SWITCHYARD_SECRETS_KEYS = env_str("SWITCHYARD_SECRETS_KEY") or ""
 
 # --- Celery ---------------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
@@ -451,6 +489,12 @@ SWITCHYARD_JOB_MAX_PROCESSES = env_int("SWITCHYARD_JOB_MAX_PROCESSES", 512)
 SWITCHYARD_JOB_MAX_OUTPUT_MB = env_int("SWITCHYARD_JOB_MAX_OUTPUT_MB", 64)
 SWITCHYARD_JOB_MAX_DISK_MB = env_int("SWITCHYARD_JOB_MAX_DISK_MB", 10 * 1024)
 SWITCHYARD_JOB_RETENTION_HOURS = env_int("SWITCHYARD_JOB_RETENTION_HOURS", 7 * 24)
+# Ended jobs' folders of one user / one project together: past it the oldest go before their
+# retention ends (0: no total).
+SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER = env_int("SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER", 50)
+SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT = env_int(
+    "SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT", 200
+)
 COMPUTE_BACKENDS = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",
@@ -463,6 +507,8 @@ COMPUTE_BACKENDS = {
             "max_output_bytes": SWITCHYARD_JOB_MAX_OUTPUT_MB << 20,
             "max_disk_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
             "retention_s": SWITCHYARD_JOB_RETENTION_HOURS * 3600,
+            "max_folder_bytes_per_user": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER << 30,
+            "max_folder_bytes_per_project": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT << 30,
             # The node check (docs/capacity.md): the host's load, disk and GPU temperatures,
             # or a site's own function.
             "health_probe": env_str(

@@ -268,6 +268,10 @@ class TaskLog(APIView):
                     "task": serializers.IntegerField(),
                     "offset": serializers.IntegerField(),
                     "log": serializers.CharField(),
+                    "next_offset": serializers.IntegerField(
+                        help_text="Where the next read starts, in bytes of the raw log (invalid "
+                        "UTF-8 is shown as U+FFFD, so not `offset` + the text's length)."
+                    ),
                 },
             )
         },
@@ -277,7 +281,14 @@ class TaskLog(APIView):
         offset = _int_param(request, "offset", 0, minimum=0, maximum=_MAX_INT)
         limit = _int_param(request, "limit", 1 << 20, minimum=1, maximum=8 << 20)
         text = engine.task_log(task=task, offset=offset, limit=limit)
-        return Response({"task": task.pk, "offset": offset, "log": text})
+        return Response(
+            {
+                "task": task.pk,
+                "offset": offset,
+                "log": text,
+                "next_offset": offset + engine.log_raw_length(text),
+            }
+        )
 
 
 def _int_param(request: Request, name: str, default: int, *, minimum: int, maximum: int) -> int:

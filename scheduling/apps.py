@@ -10,6 +10,7 @@ class SchedulingConfig(AppConfig):
         # and the Celery tasks are registered in every process, so services publish them
         # by name without importing the engine (docs/architecture.md).
         from portal import history
+        from scheduling import checks as _checks  # noqa: F401 - registers them
         from scheduling import hooks, notifications
         from scheduling import tasks as _celery_tasks  # noqa: F401 - registers them
         from scheduling.engine import admission, settle

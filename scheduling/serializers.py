@@ -3,6 +3,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from portal.models import PriorityRequest
+from scheduling import sealed
 from scheduling.decisions.levels import LEVELS
 from scheduling.models import Attempt, Task, TaskEvent, Workflow
 from scheduling.waiting import explain
@@ -137,6 +138,12 @@ class TaskDetailSerializer(TaskSerializer):
         help_text="Why it waits: kind, message, level, position in its queue, a pending "
         "priority request, estimated start (null once it runs)."
     )
+    spec = serializers.SerializerMethodField(
+        help_text="The validated descriptor; secret_env values are shown as ••••, to everyone."
+    )
+
+    def get_spec(self, task: Task) -> dict:
+        return sealed.shown_spec(task.spec)
 
     def get_wait(self, task: Task) -> dict | None:
         explanation = explain(task)

@@ -41,6 +41,9 @@ class TaskSpec:
     script: str | None = None
     image: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    # Values no one is shown, stored sealed (scheduling/sealed.py); in clear only in the spec
+    # the parser makes and the one the engine hands a backend.
+    secret_env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     depends_on: tuple[str, ...] = ()  # names of tasks in the same workflow
     retry_count: int = 0
     fail_action: str = "abort"
@@ -62,6 +65,7 @@ class TaskSpec:
         data["resources"] = {name: getattr(self.resources, name) for name in _RESOURCE_FIELDS}
         data["command"] = list(self.command) if self.command is not None else None
         data["env"] = dict(self.env)
+        data["secret_env"] = dict(self.secret_env)
         data["depends_on"] = list(self.depends_on)
         data["depends_on_ids"] = list(self.depends_on_ids)
         return data
@@ -73,6 +77,7 @@ class TaskSpec:
         if data.get("command") is not None:
             data["command"] = tuple(data["command"])
         data["env"] = tuple(sorted((data.get("env") or {}).items()))
+        data["secret_env"] = tuple(sorted((data.get("secret_env") or {}).items()))
         depends_on = data.get("depends_on") or ()
         if "depends_on_ids" not in data:
             # Stored before depends_on_ids existed: task ids were kept in depends_on as text

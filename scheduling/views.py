@@ -276,6 +276,11 @@ def _initial(request: HttpRequest, projects: list[str]) -> dict[str, Any]:
     initial: dict[str, Any] = {"project": projects[0]} if projects else {}
     if request.GET.get("from"):
         task = task_get_for_user(request.user, request.GET["from"])
+        if task.spec.get("secret_env"):
+            messages.info(
+                request,
+                "Its secret_env values are never shown (••••): enter them again before submitting.",
+            )
         return {**initial, "descriptor": task.descriptor}
     return {**initial, **(starter_initial(request.GET.get("template", "")) or {})}
 

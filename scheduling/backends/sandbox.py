@@ -3,8 +3,12 @@
 What a job can see and do is in docs/security.md. In short: bubblewrap is started by the
 job's own unprivileged account (never by root), so the sandbox has no capabilities and the
 kernel refuses it every mount; new user, pid, ipc, uts and cgroup namespaces; the system
-read-only with password hashes masked; a private /tmp of bounded size; the job's own folders
-and nothing else of the machine (no portal code, database, broker or other jobs). Agent and
+read-only with password hashes masked; a private /tmp and /dev/shm, each no bigger than the
+job's memory request (tmpfs is memory); the job's own folders and nothing else of the machine
+(no portal code, database, broker or other jobs). Every other tmpfs of the sandbox (its root,
+/dev, the one that hides other jobs' folders) is made read-only once set up, so /tmp and
+/dev/shm are the only memory a job can fill with files: the local backend's watchdog counts
+them with its processes' memory (`TMPFS`, jobwatch.py). Agent and
 sandbox tasks also get a network namespace of their own, with only a loopback that is down;
 batch types keep the host's network.
 
@@ -34,6 +38,9 @@ SYSTEM_BINDS = (
 
 PRLIMIT = "/usr/bin/prlimit"
 
+# The tmpfs mounts a job can write, inside the sandbox: each sized by `tmp_bytes`.
+TMPFS = ("/tmp", "/dev/shm")
+
 
 def sandbox_argv(
     bwrap: str,
@@ -53,15 +60,18 @@ def sandbox_argv(
     `hide` is covered by an empty tmpfs (where job folders live: other jobs' are not this
     job's to read), then this job's own folders are brought back: `writable` and `readonly`.
     `network` keeps the host's network (batch types); without it the job has none.
-    `tmp_bytes` bounds the private /tmp (it is memory); `max_processes` and `max_file_bytes`
-    become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user namespace.
+    `tmp_bytes` bounds each writable tmpfs (`TMPFS`: it is memory); `max_processes` and
+    `max_file_bytes` become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user
+    namespace.
     """
     binds: list[str] = []
     for path in writable:
         binds += ["--bind", path, path]
     for path in readonly:
         binds += ["--ro-bind", path, path]
-    tmp = ["--size", str(tmp_bytes), "--tmpfs", "/tmp"] if tmp_bytes else ["--tmpfs", "/tmp"]
+    size = ["--size", str(tmp_bytes)] if tmp_bytes else []
+    # bwrap's --dev makes /dev a tmpfs with shm an empty folder on it: a tmpfs of its own.
+    tmp = [arg for path in TMPFS for arg in (*size, "--tmpfs", path)]
     limits = ["--core=0"]
     if max_processes:
         limits.append(f"--nproc={max_processes}")
@@ -82,8 +92,14 @@ def sandbox_argv(
         "--dev", "/dev",
         "--proc", "/proc",
         *tmp,
-        "--tmpfs", hide,
+        *size, "--tmpfs", hide,
         *binds,
+        # Last, once every mount point is made (a mount after these could not make its
+        # own): the tmpfs under them read-only, not recursively (/tmp, /dev/shm, /dev/null
+        # and the job's folders stay as they are).
+        "--remount-ro", hide,
+        "--remount-ro", "/dev",
+        "--remount-ro", "/",
         "--chdir", chdir,
         "--",
         prlimit, *limits, "--",

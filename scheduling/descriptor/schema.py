@@ -189,6 +189,28 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
             },
         }
     ),
+    # The same names and values as env; never shown back (docs/descriptor.md).
+    "secret_env": _nullable(
+        {
+            "type": "object",
+            "maxProperties": _MAX_ENV,
+            "propertyNames": {
+                "pattern": ENV_NAME_PATTERN,
+                "maxLength": _MAX_ENV_NAME,
+                "not": {
+                    "anyOf": [
+                        {"enum": sorted(_ENV_RESERVED_NAMES)},
+                        {"pattern": "^(" + "|".join(p for p, _ in _ENV_RESERVED_PREFIXES) + ")"},
+                    ]
+                },
+            },
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": _MAX_ENV_VALUE,
+                "pattern": _NO_NUL_CR_LF,
+            },
+        }
+    ),
     "depends_on": _depends_on_schema(names=True),
     "retry_count": _nullable(
         {"type": "integer", "minimum": 0, "maximum": _MAX_RETRIES, "default": 0}

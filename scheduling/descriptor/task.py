@@ -49,6 +49,7 @@ from scheduling.descriptor.limits import (
     _TRIGGER_FIELDS,
     ENV_NAME_PATTERN,
     KIND,
+    SECRET_MASK,
 )
 from scheduling.spec import FAIL_ACTIONS, NOTIFY, PRIORITIES, TASK_TYPES, Resources, TaskSpec
 
@@ -110,6 +111,9 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
         errors,
     )
     env = _env(get("env"), errors)
+    secret_env = _env(get("secret_env"), errors, field="secret_env", secret=True)
+    for name in sorted({n for n, _ in env} & {n for n, _ in secret_env}):
+        _add(errors, f"secret_env.{name}", "is also in env: a name goes in one of them", name)
     depends_on, depends_on_ids = _depends_on(
         get("depends_on"), name, errors, names_allowed=in_workflow
     )
@@ -129,6 +133,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
         "script": script,
         "image": image,
         "env": env,
+        "secret_env": secret_env,
         "depends_on": depends_on,
         "depends_on_ids": depends_on_ids,
         "retry_count": retry_count,
@@ -271,18 +276,24 @@ def _env_reserved(name: str) -> str | None:
     return None
 
 
-def _env(value: Any, errors: list[FieldError]) -> tuple[tuple[str, str], ...]:
+def _env(
+    value: Any, errors: list[FieldError], *, field: str = "env", secret: bool = False
+) -> tuple[tuple[str, str], ...]:
+    """`env`, or `secret_env` (secret=True): the same rules, but an error never repeats a
+    secret value (it names the variable, and says what kind of value it got)."""
     if value is None:
         return ()
     if not isinstance(value, dict):
-        _add(errors, "env", "must be a mapping of variable names to string values", value)
+        got = type(value).__name__ if secret else value
+        _add(errors, field, "must be a mapping of variable names to string values", got)
         return ()
     if len(value) > _MAX_ENV:
-        _add(errors, "env", f"must have at most {_MAX_ENV} variables", len(value))
+        _add(errors, field, f"must have at most {_MAX_ENV} variables", len(value))
         return ()
     before = len(errors)
     for name, text in value.items():
-        field = _path("env.", name)
+        path = _path(f"{field}.", name)
+        shown = (SECRET_MASK if isinstance(text, str) else type(text).__name__) if secret else text
         if (
             not isinstance(name, str)
             or len(name) > _MAX_ENV_NAME
@@ -290,7 +301,7 @@ def _env(value: Any, errors: list[FieldError]) -> tuple[tuple[str, str], ...]:
         ):
             _add(
                 errors,
-                field,
+                path,
                 "is not a valid variable name: upper-case letters, digits and _, "
                 f"not starting with a digit (pattern {ENV_NAME_PATTERN})",
                 name,
@@ -298,13 +309,21 @@ def _env(value: Any, errors: list[FieldError]) -> tuple[tuple[str, str], ...]:
             continue
         reason = _env_reserved(name)
         if reason is not None:
-            _add(errors, field, f"is reserved: {reason}", name)
+            _add(errors, path, f"is reserved: {reason}", name)
         elif not isinstance(text, str):
-            _add(errors, field, "expected a string, quote it", text)
+            _add(errors, path, "expected a string, quote it", shown)
         elif len(text) > _MAX_ENV_VALUE:
-            _add(errors, field, f"must be at most {_MAX_ENV_VALUE} characters", text)
+            _add(errors, path, f"must be at most {_MAX_ENV_VALUE} characters", shown)
         elif "\n" in text or "\r" in text or "\x00" in text:
-            _add(errors, field, "must not contain a newline or NUL character", text)
+            _add(errors, path, "must not contain a newline or NUL character", shown)
+        elif secret and text == SECRET_MASK:
+            _add(
+                errors,
+                path,
+                "is the mask shown in place of a secret value, not the value: enter the "
+                "value again (secret values are never shown, not even to their owner)",
+                shown,
+            )
     if len(errors) > before:
         return ()
     # Sorted: the same canonical order TaskSpec.from_dict produces, so round trips compare equal.

@@ -33,6 +33,7 @@ from scheduling.engine.jobs import (
     CancelRetry,
     cancel_requested,
     housekeep,
+    log_raw_length,
     sweep_cancels,
     task_log,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "cancel_requested",
     "get_backend",
     "housekeep",
+    "log_raw_length",
     "retry_backoff_seconds",
     "sweep_cancels",
     "sweep_pending",

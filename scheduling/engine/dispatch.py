@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import ClusterAccount
-from scheduling import hooks
+from scheduling import hooks, sealed
 from scheduling.backends import (
     BackendError,
     BackendUnavailable,
@@ -240,9 +240,19 @@ def _prepare(task: Task) -> _Ready | str:
     queue = site.queues.get(task.queue.name)
     if queue is None:  # deleted meanwhile; the fresh view will know
         queue = site_view(fresh=True).queues[task.queue.name]
+    try:
+        # The only place secret values are opened: for the backend that runs the job.
+        spec = TaskSpec.from_dict(task.spec)
+        if spec.secret_env:
+            spec = dataclasses.replace(spec, secret_env=sealed.open_sealed(task.spec["secret_env"]))
+    except sealed.CannotOpen as exc:
+        task_set_state(
+            task=task, to=S.FAILED, reason=str(exc), fields={"dispatch_lease_until": None}
+        )
+        return "refused"
     request = SubmitRequest(
         key=key,
-        spec=TaskSpec.from_dict(task.spec),
+        spec=spec,
         type=task.type,
         queue=queue,
         project=project,

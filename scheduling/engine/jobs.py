@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from portal.errors import ApplicationError
 from scheduling.backends import BackendError, BackendUnavailable
+from scheduling.backends.base import raw_length
 from scheduling.engine.follow import SCHEDULER_UNREACHABLE
 from scheduling.engine.registry import get_backend
 from scheduling.models import ACTIVE_STATES, Pool, Task, TaskState
@@ -93,6 +94,12 @@ def sweep_cancels() -> list[int]:
             "pk", flat=True
         )[:1000]
     )
+
+
+def log_raw_length(text: str) -> int:
+    """How many bytes of the raw log a chunk from `task_log` stands for: where a reader's next
+    offset is (invalid UTF-8 shows as U+FFFD, longer than the byte it replaces)."""
+    return raw_length(text)
 
 
 def task_log(*, task: Task, offset: int = 0, limit: int = 1 << 20) -> str:

@@ -7,8 +7,10 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from portal.models import validate_slug
+from scheduling import host
 from scheduling.decisions import levels
 from scheduling.decisions.order import ScheduleError, parse_weight_schedule
+from scheduling.decisions.processes import concurrency_error
 from scheduling.decisions.types import RoutingRuleView
 from scheduling.spec import TASK_TYPES
 
@@ -118,6 +120,10 @@ class Queue(models.Model):
             parse_weight_schedule(self.weight_schedule, TASK_TYPES)
         except ScheduleError as exc:
             raise ValidationError({"weight_schedule": str(exc)}) from None
+        # A local pool's jobs share this machine's process ids (decisions/processes.py).
+        local = bool(self.pool_id) and host.is_local(self.pool.backend)
+        if local and (why := concurrency_error(self.max_concurrency, host.pid_max())):
+            raise ValidationError({"max_concurrency": why})
 
 
 class LevelRule(models.Model):

@@ -22,7 +22,7 @@ from portal.bulk import bulk_insert, insert_together, next_id
 from portal.errors import ApplicationError, ErrorItem
 from portal.models import Project
 from portal.selectors import project_get_for_member, project_get_for_user
-from scheduling import decisions, outbox
+from scheduling import decisions, outbox, sealed
 from scheduling.decisions.canary import in_canary
 from scheduling.decisions.quota import Ask, Reject, admit
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
@@ -236,9 +236,10 @@ def new_task(
         owner=user,
         workflow=workflow,
         name=spec.name,
-        descriptor=descriptor,
+        # Secret values never stored in clear: masked in the descriptor, sealed in the spec.
+        descriptor=sealed.masked_descriptor(descriptor, fmt),
         descriptor_format=fmt,
-        spec=spec.as_dict(),
+        spec=sealed.stored_spec(spec.as_dict()),
         declared_type=spec.type or "",
         type=decided.type,
         classify_reason=decided.classify_reason,
@@ -411,9 +412,9 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
                     project=projects[d.spec.project],
                     owner=user,
                     name=d.spec.name,
-                    descriptor=json.dumps(doc),
+                    descriptor=json.dumps(sealed.mask_document(doc)[0], ensure_ascii=False),
                     descriptor_format="json",
-                    spec=d.spec.as_dict(),
+                    spec=sealed.stored_spec(d.spec.as_dict()),
                     declared_type=d.spec.type or "",
                     type=d.type,
                     classify_reason=d.classify_reason,

@@ -15,6 +15,7 @@ from django.db import transaction
 from portal import audit
 from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_get_for_member
+from scheduling import sealed
 from scheduling.descriptor import DescriptorError, load_descriptor, topological_order
 from scheduling.engine import settle
 from scheduling.models import (
@@ -111,7 +112,7 @@ def workflow_submit_spec(
             project=project,
             owner=user,
             name=spec.name,
-            descriptor=descriptor,
+            descriptor=sealed.masked_descriptor(descriptor, fmt or sniff(descriptor)),
             descriptor_format=fmt or sniff(descriptor),
         )
         created: dict[str, Task] = {}
@@ -124,7 +125,9 @@ def workflow_submit_spec(
                 user=user,
                 project=project,
                 decided=decided[name],
-                descriptor=json.dumps(task_spec.as_dict(), indent=2),
+                descriptor=json.dumps(
+                    sealed.shown_spec(task_spec.as_dict()), indent=2, ensure_ascii=False
+                ),
                 fmt="json",
                 workflow=workflow,
                 upstream=upstream,

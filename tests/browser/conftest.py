@@ -68,14 +68,37 @@ def chromium() -> Iterator[object]:
             browser.close()
 
 
+# Reports every Content-Security-Policy violation on the console, where the test sees it
+# across navigations (the event also covers what Chromium reports only to the page).
+_REPORT_CSP = """
+document.addEventListener("securitypolicyviolation", function (e) {
+  console.error("CSP violation: " + e.violatedDirective + " blocked " + (e.blockedURI || "inline")
+                + " at " + e.sourceFile + ":" + e.lineNumber);
+});
+"""
+
+
 @pytest.fixture
 def page(chromium, live_server, tmp_path) -> Iterator[object]:
-    """A fresh page on the live server; a failing test leaves a screenshot in tmp_path."""
+    """A fresh page on the live server; a failing test leaves a screenshot in tmp_path.
+
+    Every browser test also fails on a Content-Security-Policy violation: a page that needs
+    the policy loosened is broken for real users (`page.csp_violations` lists them)."""
     context = chromium.new_context(
         base_url=live_server.url, viewport={"width": 1280, "height": 800}
     )
     context.set_default_timeout(10_000)
+    context.add_init_script(_REPORT_CSP)
     page = context.new_page()
+    violations: list[str] = []
+    page.csp_violations = violations  # type: ignore[attr-defined]
+
+    def on_console(message) -> None:
+        text = message.text
+        if "CSP violation" in text or "Content Security Policy" in text:
+            violations.append(f"{page.url}: {text}")
+
+    page.on("console", on_console)
     try:
         yield page
     finally:
@@ -83,3 +106,4 @@ def page(chromium, live_server, tmp_path) -> Iterator[object]:
             page.screenshot(path=str(tmp_path / "page-at-teardown.png"), full_page=True)
         finally:
             context.close()
+    assert not violations, "Content-Security-Policy violations:\n" + "\n".join(violations)

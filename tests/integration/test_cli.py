@@ -65,6 +65,19 @@ def test_login_submit_wait_logs(site, start_worker, cli, tmp_path):
     assert logs.returncode == 0 and "hello-from-the-cli" in logs.stdout
     followed = cli("logs", "-f", task_id)
     assert followed.returncode == 0 and "hello-from-the-cli" in followed.stdout
+    # Following a log past invalid UTF-8 loses nothing after it: offsets are bytes of the raw
+    # log, not of the text with U+FFFD in it (the job writes the rest while `-f` follows).
+    odd = cli("-o", "json", "submit", "-", stdin=json.dumps({
+        "apiVersion": "switchyard/v1", "kind": "Task", "name": "odd-bytes", "project": "materials",
+        "resources": {"cpus": 1, "memory": "1Gi"}, "walltime": "10m",
+        "command": ["sh", "-c", r"printf 'bad:\377\376\375\n'; sleep 3; echo after-the-bad-bytes"],
+    }))  # fmt: skip
+    assert odd.returncode == 0, odd.stderr
+    odd_id = str(json.loads(odd.stdout)["id"])
+    followed = cli("logs", "-f", odd_id, "--interval", "0.2")
+    assert followed.returncode == 0, (followed.stderr, worker_log(proc))
+    assert "bad:\ufffd\ufffd\ufffd\nafter-the-bad-bytes\n" in followed.stdout, followed.stdout
+
     status = cli("-o", "json", "status", task_id)
     assert json.loads(status.stdout)["state"] == "succeeded"
     assert task_id in cli("status").stdout

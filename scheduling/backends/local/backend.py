@@ -10,6 +10,7 @@ supervisor (`shim.py`), which runs the command and writes its end.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import signal
@@ -42,16 +43,22 @@ from scheduling.backends.local.jobstore import (
     now_iso,
     touch,
 )
+from scheduling.backends.local.jobwatch import folder_usage
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
+from scheduling.decisions.folders import EndedFolder, over_totals
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
+from scheduling.decisions.processes import job_processes, queue_concurrency
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
+from scheduling.host import pid_max as host_pid_max
 
 # Seconds between SIGTERM and SIGKILL on timeout/cancel; a request may set
 # extra["kill_grace_s"].
 KILL_GRACE_S = DEFAULT_GRACE_S
 SUPERVISOR_DIED = "the local supervisor died"
+
+log = logging.getLogger(__name__)
 
 NodeSource = Callable[[str], "Sequence[NodeView] | Mapping[str, Sequence[NodeView]]"]
 
@@ -78,6 +85,8 @@ class LocalBackend:
         max_output_bytes: int = launch.DEFAULT_MAX_OUTPUT_BYTES,
         max_disk_bytes: int = launch.DEFAULT_MAX_DISK_BYTES,
         retention_s: float = 7 * 86400,
+        max_folder_bytes_per_user: int | None = None,
+        max_folder_bytes_per_project: int | None = None,
         health_probe: str | Callable[..., dict[str, NodeHealth]] = (
             "scheduling.backends.local.health.host_probe"
         ),
@@ -98,8 +107,16 @@ class LocalBackend:
             max_output_bytes=max_output_bytes,
             max_disk_bytes=max_disk_bytes,
         )
+        # The machine's process ids, which the jobs of a queue share (decisions/processes.py).
+        self.pid_max = host_pid_max()
         # Ended jobs' folders are removed this long after they end (their log is kept).
         self.retention_s = retention_s
+        # ...and sooner, oldest first, while a user's or a project's ended folders together
+        # hold more than these (None or 0: no total).
+        self.max_folder_bytes_per_user = max_folder_bytes_per_user or None
+        self.max_folder_bytes_per_project = max_folder_bytes_per_project or None
+        # key -> (when it ended, its folder as measured): an ended folder no longer changes.
+        self._ended_folders: dict[str, tuple[float, EndedFolder]] = {}
         self._health_probe = (
             import_string(health_probe) if isinstance(health_probe, str) else health_probe
         )
@@ -271,7 +288,9 @@ class LocalBackend:
                 self.store.write_leases(leases)
 
     def housekeep(self, now: float | None = None) -> int:
-        """Remove the folders of jobs that ended more than `retention_s` ago; keep their logs.
+        """Remove the folders of jobs that ended more than `retention_s` ago, then the
+        oldest ended folders of each user and project whose ended folders together hold more
+        than their total; keep their logs and final states.
 
         Returns how many folders it removed. Runs from the engine's periodic housekeeping.
         """
@@ -284,6 +303,52 @@ class LocalBackend:
             if KEY_RE.match(key):
                 self.store.archive(key)
                 removed += 1
+        return removed + self._keep_totals()
+
+    def _keep_totals(self) -> int:
+        """Remove ended folders, oldest first, while a user or project is over its total.
+
+        Only folders of finished jobs (`ended/`) are measured and removed: a running job's
+        folder is its own disk limit's business.
+        """
+        if not (self.max_folder_bytes_per_user or self.max_folder_bytes_per_project):
+            return 0
+        folders = []
+        ended = self.store.ended()
+        for key, when in ended:
+            known = self._ended_folders.get(key)
+            if known is None or known[0] != when:
+                try:
+                    user, project = self.store.owner(key)
+                except (OSError, ValueError):
+                    continue  # removed meanwhile, or not a job's folder
+                size, _ = folder_usage([self.store.jobdir(key)], sys.maxsize)
+                known = (when, EndedFolder(key, user, project, size, when))
+                self._ended_folders[key] = known
+            folders.append(known[1])
+        present = {key for key, _ in ended}
+        for key in [k for k in self._ended_folders if k not in present]:
+            del self._ended_folders[key]
+        removed = 0
+        for folder in over_totals(
+            folders,
+            per_user=self.max_folder_bytes_per_user,
+            per_project=self.max_folder_bytes_per_project,
+        ):
+            if not KEY_RE.match(folder.key):
+                continue
+            log.info(
+                "removing the folder of job %s (%d bytes, ended %s): the ended folders of "
+                "user %s or project %s hold more than their total",
+                folder.key,
+                folder.bytes,
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(folder.ended)),
+                folder.user,
+                folder.project,
+            )
+            self.store.archive(folder.key)
+            self._ended_folders.pop(folder.key, None)
+            removed += 1
         return removed
 
     # -- scheduling pass ---------------------------------------------------------------
@@ -460,11 +525,29 @@ class LocalBackend:
             bwrap=bwrap,
             grace_s=grace,
             account=account,
-            limits=self.limits,
+            limits=self._limits_for(request),
         )
         plan["state"] = state  # the supervisor continues from this state
         self.store.write_state(key, state)
         return plan
+
+    def _limits_for(self, request: SubmitRequest) -> launch.JobLimits:
+        """The site's limits, with a process limit small enough that the jobs its queue may
+        run at once fit this machine's process ids (decisions/processes.py)."""
+        inventory = self._inventory()
+        nodes = inventory.get(request.queue.pool) or inventory.get("") or ()
+        concurrency = queue_concurrency(request.queue, nodes)
+        limit = job_processes(self.limits.max_processes, concurrency, self.pid_max)
+        if limit == self.limits.max_processes:
+            return self.limits
+        return dataclasses.replace(
+            self.limits,
+            max_processes=limit,
+            processes_note=(
+                f"queue {request.queue.name} may run {concurrency} jobs at once, within this "
+                f"host's {self.pid_max} process ids"
+            ),
+        )
 
     def _unreachable_by_others(self) -> str | None:
         """Why another account could not reach its job's folder under the root, if it cannot.

@@ -139,7 +139,9 @@ class JobStore:
         os.chmod(jobdir, 0o711)  # the job's account passes through to its work and home
         data = request_as_dict(request)
         data["pending"] = {"seq": self._next_seq(), "submitted_at": now_iso()}
-        with open(os.path.join(jobdir, "request.json"), "w", encoding="utf-8") as f:
+        # 0600: the request holds the job's environment, secret_env values included.
+        fd = os.open(os.path.join(jobdir, "request.json"), os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(data))
         if request.spec.command is None and request.spec.script is not None:
             path = os.path.join(jobdir, "script.sh")
@@ -338,6 +340,19 @@ class JobStore:
             except FileNotFoundError:
                 continue
         return keys
+
+    def ended(self) -> list[tuple[str, float]]:
+        """(key, when it ended) of the finished jobs whose folder is still here."""
+        found = []
+        for entry in os.scandir(self.ended_dir):
+            with contextlib.suppress(FileNotFoundError):
+                found.append((entry.name, entry.stat().st_mtime))
+        return found
+
+    def owner(self, key: str) -> tuple[str, str]:
+        """(user, project) of a job, from its stored request (not cached: it has ended)."""
+        data = read_json(self.path(key, "request.json"))
+        return str(data.get("user") or ""), str(data.get("project") or "")
 
     def archive(self, key: str) -> None:
         """Remove a finished job's folder; keep its log and final state under logs/."""

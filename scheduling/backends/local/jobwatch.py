@@ -2,8 +2,9 @@
 
 cgroups are not available on every machine this runs on (docs/security.md), so the limits a
 job asked for are watched from outside: the supervisor samples the job's process tree a few
-times a second and its folder every few seconds, and kills the job with a reason that names
-the limit it broke. Standard library `os` only: the supervisor imports this by path.
+times a second (with the files it holds in its tmpfs mounts, which are memory) and its folder
+every few seconds, and kills the job with a reason that names the limit it broke. Standard
+library `os` only: the supervisor imports this by path.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ def process_tree(root: int) -> list[int]:
     return found
 
 
-def tree_usage(pids: list[int]) -> tuple[int, int]:
-    """(bytes of private memory, tasks) of these processes.
+def tree_usage(pids: list[int]) -> tuple[int, int, int]:
+    """(bytes of anonymous memory, bytes of shared memory, tasks) of these processes.
 
-    Memory is anonymous plus shared-memory pages resident (RssAnon + RssShmem): what the job
+    Memory is anonymous plus shared-memory pages resident (RssAnon, RssShmem): what the job
     itself allocated, not the shared libraries and file cache every process maps. Tasks are
     processes and their threads, which is what the process limit counts.
     """
-    memory = tasks = 0
+    anon = shmem = tasks = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/status", "rb") as f:
@@ -48,11 +49,102 @@ def tree_usage(pids: list[int]) -> tuple[int, int]:
         except OSError:
             continue
         for line in text.split(b"\n"):
-            if line.startswith((b"RssAnon:", b"RssShmem:")):
-                memory += int(line.split()[1]) * 1024  # kB
+            if line.startswith(b"RssAnon:"):
+                anon += int(line.split()[1]) * 1024  # kB
+            elif line.startswith(b"RssShmem:"):
+                shmem += int(line.split()[1]) * 1024
             elif line.startswith(b"Threads:"):
                 tasks += int(line.split()[1])
-    return memory, tasks
+    return anon, shmem, tasks
+
+
+def tmpfs_usage(sandbox_pid: int, mounts: list[str]) -> list[tuple[str, int]]:
+    """(mount, bytes its files hold) of the sandbox's tmpfs mounts, seen through its root.
+
+    A file in tmpfs is memory whether or not a process maps it, and it outlives the process
+    that wrote it. The sandbox makes these mount points and the folders above them
+    read-only, so the job cannot swap them for something else. Nothing until the sandbox
+    has its own root: while bubblewrap sets it up, its root is still the host's.
+    """
+    root = f"/proc/{sandbox_pid}/root"
+    try:
+        if os.stat(root).st_dev == _HOST_ROOT_DEV:
+            return []
+    except OSError:
+        return []  # gone
+    held = []
+    for mount in mounts:
+        try:
+            st = os.statvfs(root + mount)
+        except OSError:
+            continue  # not made yet
+        held.append((mount, (st.f_blocks - st.f_bfree) * st.f_frsize))
+    return held
+
+
+_HOST_ROOT_DEV = os.stat("/").st_dev
+
+
+def memfd_usage(pids: list[int]) -> int:
+    """Bytes held by the anonymous memory files (memfd_create) these processes have open.
+
+    Such a file is memory in no mount: written, not mapped, it is in no process's RSS
+    either. Each counted once, however many descriptors it has.
+    """
+    seen = set()
+    total = 0
+    for pid in pids:
+        fds = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:
+            continue
+        for name in names:
+            path = f"{fds}/{name}"
+            try:
+                if not os.readlink(path).startswith("/memfd:"):
+                    continue
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def mapped_from(pids: list[int], sandbox_pid: int, mounts: list[str]) -> int:
+    """Bytes of the files of these tmpfs mounts, and of memfd files, that these processes
+    have mapped (resident file pages, not the copies they wrote into private mappings):
+    counted in their RssShmem as well as in the mount's or the memfd's use."""
+    devices = set()
+    for mount in mounts:
+        try:
+            st = os.stat(f"/proc/{sandbox_pid}/root{mount}")
+        except OSError:
+            continue
+        devices.add((os.major(st.st_dev), os.minor(st.st_dev)))
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps", "rb") as f:
+                text = f.read()
+        except OSError:
+            continue
+        inside = False
+        rss = 0
+        for line in text.split(b"\n"):
+            head = line.split(maxsplit=5)
+            if len(head) >= 5 and b"-" in head[0] and b":" in head[3]:
+                major, minor = head[3].split(b":")
+                inside = (int(major, 16), int(minor, 16)) in devices or (
+                    len(head) == 6 and head[5].startswith(b"/memfd:")
+                )
+            elif inside and line.startswith(b"Rss:"):
+                rss = int(line.split()[1]) * 1024
+            elif inside and line.startswith(b"Anonymous:"):
+                total += max(0, rss - int(line.split()[1]) * 1024)
+    return total
 
 
 _TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
@@ -111,14 +203,20 @@ class Limits:
     WATCH_S = 0.2  # processes and memory
     DISK_S = 2.0  # the folder
 
-    def __init__(self, limits: dict, root_pid: int, now: float) -> None:
+    def __init__(
+        self, limits: dict, root_pid: int, now: float, sandbox_pid: int | None = None
+    ) -> None:
         self.memory = limits.get("memory_bytes")
         self.memory_field = limits.get("memory_field", "resources.memory")
         self.processes = limits.get("max_processes")
+        self.processes_note = limits.get("processes_note") or ""
         self.disk = limits.get("disk_bytes")
         self.disk_paths = list(limits.get("disk_paths") or ())
         self.max_entries = int(limits.get("max_entries") or 200_000)
         self.root_pid = root_pid
+        # The tmpfs mounts the job can write (paths in the sandbox, read through its init).
+        self.tmpfs = list(limits.get("tmpfs") or ()) if sandbox_pid else []
+        self.sandbox_pid = sandbox_pid
         self.next_watch = now
         self.next_disk = now + self.DISK_S
         self.peak_memory = 0
@@ -135,18 +233,30 @@ class Limits:
         if now >= self.next_watch:
             self.next_watch = now + self.WATCH_S
             tree = process_tree(self.root_pid)
-            memory, tasks = tree_usage(tree)
+            anon, shmem, tasks = tree_usage(tree)
+            held = tmpfs_usage(self.sandbox_pid, self.tmpfs) if self.sandbox_pid else []
+            if self.tmpfs:
+                held.append(("memfd files", memfd_usage(tree)))
+            in_files = sum(n for _, n in held)
+            memory = anon + shmem + in_files
+            if self.memory and memory > self.memory and shmem and in_files:
+                # A tmpfs file the job maps is in both: count it once. Read only when it
+                # decides (smaps costs more than status).
+                memory -= min(shmem, mapped_from(tree, self.sandbox_pid, self.tmpfs))
             self.peak_memory = max(self.peak_memory, memory)
             self.cpu_ms = max(self.cpu_ms, tree_cpu_ms(tree))
             if self.memory and memory > self.memory:
+                where = ", ".join(f"{size_text(n)} in {m}" for m, n in held if n >= _MIB // 2)
                 return (
-                    f"memory limit: the job used {size_text(memory)}, over the "
+                    f"memory limit: the job used {size_text(memory)}"
+                    f"{f' ({where})' if where else ''}, over the "
                     f"{size_text(self.memory)} it asked for ({self.memory_field}); killed"
                 )
             if self.processes and tasks >= self.processes:
+                note = f": {self.processes_note}" if self.processes_note else ""
                 return (
                     f"process limit: the job reached {tasks} processes and threads, the most "
-                    f"a job may have here ({self.processes}); killed"
+                    f"a job may have here ({self.processes}{note}); killed"
                 )
         if self.disk and self.disk_paths and now >= self.next_disk:
             self.next_disk = now + self.DISK_S

@@ -32,7 +32,7 @@ from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
 from scheduling.backends.local.shim import proc_start_time
-from scheduling.backends.sandbox import sandbox_argv
+from scheduling.backends.sandbox import TMPFS, sandbox_argv
 from scheduling.decisions.types import Placement
 from scheduling.spec import SANDBOXED_TYPES
 
@@ -79,7 +79,7 @@ def validate(request: SubmitRequest) -> None:
         raise BackendError("command: must be a non-empty list of strings without NUL")
     if spec.script is not None and "\0" in spec.script:
         raise BackendError("script: must not contain NUL")
-    for name, value in spec.env:
+    for name, value in (*spec.env, *spec.secret_env):
         if not _ENV_NAME_RE.match(name):
             raise BackendError(f"env: name {name!r} must match ^[A-Z_][A-Z0-9_]*$")
         if "\0" in value:
@@ -134,6 +134,8 @@ class JobLimits:
     max_processes: int = DEFAULT_MAX_PROCESSES
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     max_disk_bytes: int = DEFAULT_MAX_DISK_BYTES
+    # Why max_processes is below the site's limit, for the reason of a job killed by it.
+    processes_note: str = ""
 
 
 def launch_plan(
@@ -162,6 +164,7 @@ def launch_plan(
         "TMPDIR": "/tmp",  # a private tmpfs inside the sandbox
     }
     env.update((k, v) for k, v in spec.env if k not in RESERVED_ENV)
+    env.update((k, v) for k, v in spec.secret_env if k not in RESERVED_ENV)
     first = placement.allocations[0] if placement.allocations else None
     env["SWITCHYARD_TASK_KEY"] = key
     env["SWITCHYARD_NODES"] = ",".join(placement.nodes)
@@ -199,8 +202,10 @@ def launch_plan(
         "limits": {
             "memory_bytes": memory_bytes,
             "max_processes": limits.max_processes,
+            "processes_note": limits.processes_note,
             "disk_bytes": limits.max_disk_bytes,
             "disk_paths": [work, home],
+            "tmpfs": list(TMPFS),  # memory too: counted with the processes'
         },
     }
 
@@ -209,7 +214,9 @@ def write_plan(store: JobStore, key: str, plan: dict[str, Any]) -> None:
     # For a supervisor spawned directly (the launcher is sent the plan instead). marshal,
     # not JSON: it is built into the interpreter, while importing json would cost the
     # supervisor ~30 ms of start-up here. Read it with marshal.load().
-    with open(store.path(key, "launch.marshal"), "wb") as f:
+    # 0600: the plan holds the job's environment, secret_env values included.
+    fd = os.open(store.path(key, "launch.marshal"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
         marshal.dump(plan, f, 4)
 
 

@@ -283,7 +283,8 @@ class Shim:
         grace = float(plan.get("grace_s", DEFAULT_GRACE_S))
         start = time.monotonic()
         deadline = start + walltime if walltime else None
-        limits = jobwatch.Limits(plan.get("limits") or {}, pid, start)
+        sandbox_pid = self.sandbox[0] if self.sandbox else None
+        limits = jobwatch.Limits(plan.get("limits") or {}, pid, start, sandbox_pid)
         self.watch = limits
         kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
         why: str | None = None  # "timeout" | "cancelled" | "terminated" | "limit"

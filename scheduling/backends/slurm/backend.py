@@ -39,6 +39,7 @@ from scheduling.backends.base import (
     submit_concurrently,
 )
 from scheduling.backends.sandbox import sandbox_argv
+from scheduling.backends.slurm import secret_env
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
@@ -200,6 +201,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
                 raise BackendError(f"environment name {name!r} is not allowed")
             lines.append(f"export {name}={shlex.quote(value)}")
         workdir = self.workdir / request.key
+        lines += secret_env.prepare(workdir, spec.secret_env, self._unix_user(request))
         if spec.command is not None:
             argv = list(spec.command)
         elif spec.script is not None:

@@ -4,9 +4,12 @@ it keeps the token. (tests/integration/test_cli.py runs it against a live portal
 from __future__ import annotations
 
 import json
+import os
 import stat
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
 
 from portal import cli
 
@@ -45,3 +48,47 @@ def test_the_token_file_is_private_and_replaces_no_symlink(tmp_path, monkeypatch
     path = cli.save_config({"token": "secret"})
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and not target.exists()
     assert json.loads(path.read_text()) == {"token": "secret"}
+
+
+def _planted(folder, monkeypatch):
+    """A config another account could have planted: it would send the password to its URL."""
+    folder.mkdir(exist_ok=True)
+    config = folder / "config.json"
+    config.write_text(json.dumps({"url": "http://127.0.0.1:9", "token": "planted"}))
+    config.chmod(0o600)
+    monkeypatch.setenv("SWITCHYARD_CONFIG", str(config))
+    monkeypatch.delenv("SWITCHYARD_TOKEN", raising=False)
+    monkeypatch.delenv("SWITCHYARD_URL", raising=False)
+    return config
+
+
+def test_it_refuses_a_config_folder_others_can_write_and_says_what_to_run(
+    tmp_path, monkeypatch, capsys
+):
+    config = _planted(tmp_path / "shared", monkeypatch)
+    config.parent.chmod(0o777)
+    assert cli.main(["status"]) == cli.BAD_INPUT
+    err = capsys.readouterr().err
+    assert "others may write" in err and f"chmod 700 {config.parent}" in err
+    assert cli.main(["login", "--password-stdin"]) == cli.BAD_INPUT  # no password asked
+    config.parent.chmod(0o700)
+    with pytest.raises(cli.CliError, match="cannot reach"):
+        cli.client(cli.parser().parse_args(["status"])).json("GET", "tasks/")
+
+
+def test_it_refuses_a_token_file_others_can_read_or_write(tmp_path, monkeypatch, capsys):
+    config = _planted(tmp_path / "mine", monkeypatch)
+    config.chmod(0o646)
+    assert cli.main(["status"]) == cli.BAD_INPUT
+    assert f"chmod 600 {config}" in capsys.readouterr().err
+    with pytest.raises(cli.CliError, match="chmod 600"):
+        cli.save_config({"token": "new"})
+    assert "planted" in config.read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder another account owns needs root")
+def test_it_refuses_a_config_folder_another_account_owns(tmp_path, monkeypatch, capsys):
+    config = _planted(tmp_path / "theirs", monkeypatch)
+    os.chown(config.parent, 65534, 65534)
+    assert cli.main(["status"]) == cli.BAD_INPUT
+    assert "belongs to another account" in capsys.readouterr().err

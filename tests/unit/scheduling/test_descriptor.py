@@ -131,6 +131,7 @@ def test_as_dict_is_what_dataclasses_asdict_gives_with_lists_for_sequences():
     expected.update(
         command=list(FULL_SPEC.command),
         env=dict(FULL_SPEC.env),
+        secret_env=dict(FULL_SPEC.secret_env),
         depends_on=list(FULL_SPEC.depends_on),
         depends_on_ids=list(FULL_SPEC.depends_on_ids),
     )

@@ -8,8 +8,10 @@ another user skips the tests that need it; in CI they must run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -18,12 +20,14 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from scheduling import host
 from scheduling.backends.base import JobState
 from scheduling.backends.local import LocalBackend
+from scheduling.decisions.processes import job_processes, process_budget
 from scheduling.decisions.types import NodeView
 from scheduling.spec import TASK_TYPES
 from tests.conftest import ROOT, in_ci
-from tests.unit.scheduling.test_local_backend import finished, request, running
+from tests.unit.scheduling.test_local_backend import PACK, finished, request, running
 
 NODE = NodeView(name="n1", cpus=64, memory_mib=64 * 1024, gpus=0)
 BATCH_TYPES = ("hpc-simulation", "ai-training", "ai-inference")
@@ -189,6 +193,112 @@ def test_a_job_within_its_memory_request_runs(make):
     assert (job.state, backend.log("fits")) == (JobState.SUCCEEDED, "ok\n")
 
 
+def test_files_written_to_tmp_and_dev_shm_count_as_memory_and_kill_the_job_naming_them(make):
+    """tmpfs is memory: 48 MiB in /tmp and 48 MiB in /dev/shm are over a 64 MiB request."""
+    backend = make()
+    fill = "head -c 48M /dev/zero > /tmp/a && head -c 48M /dev/zero > /dev/shm/b && sleep 5"
+    backend.submit(request("tmpfs-hog", ["bash", "-c", fill], memory_mib=64))
+    job = finished(backend, "tmpfs-hog", timeout=30)
+    assert job.state is JobState.FAILED, (job.reason, backend.log("tmpfs-hog"))
+    # Killed as soon as it is over: while it writes to /dev/shm.
+    assert re.match(
+        r"memory limit: the job used \d+ MiB \(48 MiB in /tmp, \d+ MiB in /dev/shm\), over the "
+        r"64 MiB it asked for \(resources.memory\); killed$",
+        job.reason,
+    ), job.reason
+
+
+def test_a_tmpfs_write_past_the_memory_request_stops_at_the_request_and_kills_the_job(make):
+    """256 MiB written beyond a 64 MiB request: /tmp holds no more than the request (the
+    write fails, no space left), and what it holds there is over the request with the
+    job's own processes."""
+    backend = make()
+    fill = "head -c 320M /dev/zero > /tmp/big; sleep 5"
+    backend.submit(request("tmp-big", ["bash", "-c", fill], memory_mib=64))
+    job = finished(backend, "tmp-big", timeout=30)
+    assert job.state is JobState.FAILED, (job.reason, backend.log("tmp-big"))
+    found = re.match(
+        r"memory limit: the job used \d+ MiB \((\d+) MiB in /tmp\), over the 64 MiB it asked "
+        r"for \(resources.memory\); killed$",
+        job.reason,
+    )
+    assert found and 60 <= int(found[1]) <= 64, job.reason
+
+
+def test_an_anonymous_memory_file_counts_as_memory(make):
+    """memfd_create: memory in no mount and, written but not mapped, in no RSS."""
+    backend = make()
+    job_code = """
+import os, time
+fd = os.memfd_create("hoard")
+chunk = bytes(1 << 20)
+for _ in range(100):
+    os.write(fd, chunk)
+print("wrote", flush=True)
+time.sleep(5)
+"""
+    backend.submit(request("memfd", ["python3", "-c", job_code], memory_mib=64))
+    job = finished(backend, "memfd", timeout=30)
+    assert job.state is JobState.FAILED, (job.reason, backend.log("memfd"))
+    assert re.match(
+        r"memory limit: the job used \d+ MiB \(\d+ MiB in memfd files\), over the 64 MiB",
+        job.reason,
+    ), job.reason
+
+
+def test_a_mapped_tmpfs_file_counts_once(make):
+    """A file in /dev/shm that the job maps is in its shared memory and in the mount: the
+    watchdog counts it once. 96 MiB mapped in /dev/shm fit a 192 MiB request; another
+    120 MiB written to /tmp do not, and the reason shows each counted once."""
+    backend = make()
+    job_code = """
+import mmap, os, time
+fd = os.open("/dev/shm/shared", os.O_RDWR | os.O_CREAT, 0o600)
+os.ftruncate(fd, 96 << 20)
+m = mmap.mmap(fd, 96 << 20)
+for i in range(0, 96 << 20, 4096):
+    m[i] = 1
+print("mapped", flush=True)
+time.sleep(1.5)
+print("still running", flush=True)
+with open("/tmp/scratch", "wb") as f:
+    for _ in range(120):
+        f.write(bytes(1 << 20))
+time.sleep(5)
+"""
+    backend.submit(request("mapped", ["python3", "-c", job_code], memory_mib=192))
+    job = finished(backend, "mapped", timeout=30)
+    assert "mapped\nstill running\n" in backend.log("mapped"), (job.reason, backend.log("mapped"))
+    assert job.state is JobState.FAILED
+    # Killed as soon as it is over: during the write, or after it.
+    found = re.match(
+        r"memory limit: the job used (\d+) MiB \((\d+) MiB in /tmp, 96 MiB in /dev/shm\), "
+        r"over the 192 MiB",
+        job.reason,
+    )
+    assert found, job.reason
+    used, in_tmp = int(found[1]), int(found[2])
+    # The mapped file once, with the interpreter's own few MiB: not 96 MiB more.
+    assert in_tmp + 96 < used < in_tmp + 96 + 32, job.reason
+
+
+def test_the_tmpfs_that_hides_other_jobs_and_the_sandbox_root_and_dev_are_read_only(make):
+    """Only /tmp and /dev/shm are memory a job can fill with files (both bounded)."""
+    backend = make()
+    hidden = backend.root
+    probe = (
+        f"for d in / /dev {hidden} {hidden}/jobs; do "
+        "(head -c 1M /dev/zero > $d/fill) 2>/dev/null && echo WROTE $d; done; "
+        "df --output=size,target -B1M /tmp /dev/shm | tail -n +2; echo done"
+    )
+    backend.submit(request("ro-tmpfs", ["bash", "-c", probe], memory_mib=100))
+    job = finished(backend, "ro-tmpfs")
+    log = backend.log("ro-tmpfs")
+    assert job.state is JobState.SUCCEEDED, (job.reason, log)
+    assert "WROTE" not in log, log
+    assert log.split() == ["100", "/tmp", "100", "/dev/shm", "done"], log
+
+
 def test_a_thousand_forks_are_bounded_and_the_job_killed_naming_the_limit(make):
     backend = make(max_processes=200)
     bomb = "for i in $(seq 1000); do sleep 60 & done 2>/dev/null; wait"
@@ -203,6 +313,25 @@ def test_a_thousand_forks_are_bounded_and_the_job_killed_naming_the_limit(make):
     while in_work(work) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert in_work(work) == []
+
+
+def test_a_queue_that_runs_many_jobs_at_once_gives_each_fewer_processes_to_fit_pid_max(make):
+    """The jobs a queue may run at once, each at its process limit, fit the host's pids."""
+    pid_max = host.pid_max()
+    concurrency = process_budget(pid_max) // 40  # room for ~40 processes a job
+    limit = job_processes(512, concurrency, pid_max)
+    assert 40 <= limit < 48
+    queue = dataclasses.replace(PACK, max_concurrency=concurrency, cpu_oversubscription=1000)
+    backend = make(max_processes=512)
+    bomb = "for i in $(seq 100); do sleep 3 & done 2>/dev/null; wait"
+    backend.submit(request("crowded", ["bash", "-c", bomb], queue=queue))
+    job = finished(backend, "crowded", timeout=30)
+    assert job.state is JobState.FAILED, job.reason
+    assert job.reason.startswith("process limit: the job reached "), job.reason
+    assert job.reason.endswith(
+        f"({limit}: queue agents may run {concurrency} jobs at once, within this host's "
+        f"{pid_max} process ids); killed"
+    ), job.reason
 
 
 def in_work(folder: str) -> list[int]:
@@ -255,3 +384,48 @@ def test_old_job_folders_disappear_after_retention_and_their_log_stays(make):
     assert backend.log("old") == "kept\n"
     assert backend.poll(["old"])["old"].state is JobState.SUCCEEDED
     assert backend.housekeep(now=time.time() + 7200) == 0  # nothing left to remove
+
+
+def write_job(backend: LocalBackend, key: str, mib: int, **changes) -> None:
+    """A real job that leaves `mib` MiB in its folder and ends."""
+    job = request(key, ["sh", "-c", f"head -c {mib}M /dev/urandom > data"])
+    backend.submit(dataclasses.replace(job, **changes))
+    assert finished(backend, key).state is JobState.SUCCEEDED
+
+
+def test_a_projects_ended_folders_stay_within_its_total_oldest_removed_first(make):
+    backend = make(max_folder_bytes_per_project=7 << 20)
+    # Ended in this order (keys in another, so that the order is the ends').
+    for key in ("zz-oldest", "aa-middle", "mm-newest"):
+        write_job(backend, key, 3)
+    write_job(backend, "other-project", 5, project="climate")
+    # A running job of the same project, over the total on its own: never touched.
+    backend.submit(request("running", ["sh", "-c", "head -c 8M /dev/urandom > data; sleep 30"]))
+    jobs = Path(backend.root) / "jobs"
+    deadline = time.monotonic() + 10
+    while not (jobs / "running" / "work" / "data").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+
+    assert backend.housekeep() == 1  # 3 × 3 MiB ended in materials: the oldest goes
+    assert sorted(p.name for p in jobs.iterdir()) == [
+        "aa-middle",
+        "mm-newest",
+        "other-project",
+        "running",
+    ]
+    assert backend.poll(["running"])["running"].state is JobState.RUNNING
+    assert (jobs / "running" / "work" / "data").stat().st_size == 8 << 20
+    # What retention keeps of a removed folder is kept: the final state and the log.
+    assert backend.poll(["zz-oldest"])["zz-oldest"].state is JobState.SUCCEEDED
+    assert (Path(backend.root) / "logs" / "zz-oldest.log").exists()
+    assert backend.housekeep() == 0  # within the total now
+
+
+def test_a_users_ended_folders_stay_within_their_total_across_projects(make):
+    backend = make(max_folder_bytes_per_user=5 << 20)
+    write_job(backend, "first", 3)
+    write_job(backend, "second", 3, project="climate")
+    write_job(backend, "bobs", 3, user="bob")
+    assert backend.housekeep() == 1
+    assert sorted(p.name for p in (Path(backend.root) / "jobs").iterdir()) == ["bobs", "second"]

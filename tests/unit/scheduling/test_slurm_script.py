@@ -76,6 +76,70 @@ def test_hostile_arguments_and_env_values_arrive_verbatim_and_run_nothing(backen
     assert not marker.exists()
 
 
+def test_a_slurm_jobs_tmpfs_mounts_are_bounded_by_its_memory_request(backend):
+    """tmpfs is memory: /tmp and /dev/shm hold at most the request; nothing else of the
+    sandbox's memory-backed folders (its root, /dev, the tmpfs over the other jobs) takes
+    a file."""
+    probe = (
+        f"for d in / /dev {backend.workdir}; do "
+        "(head -c 1M /dev/zero > $d/fill) 2>/dev/null && echo WROTE $d; done; "
+        "df --output=size,target -B1M /tmp /dev/shm | tail -n +2; echo done"
+    )
+    spec = TaskSpec(
+        name="x",
+        project="materials",
+        resources=Resources(memory_mib=100),
+        command=("bash", "-c", probe),
+    )
+    _, script = backend.sbatch_command(request(spec))
+    as_job = ["setpriv", f"--reuid={JOB_ACCOUNT}", f"--regid={JOB_ACCOUNT}", "--clear-groups"]
+    done = subprocess.run(
+        [*as_job, "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert done.stdout.split() == ["100", "/tmp", "100", "/dev/shm", "done"], done
+
+
+def test_secret_env_reaches_the_job_but_not_the_script_slurm_keeps_nor_other_accounts(backend):
+    import pwd
+    import stat
+
+    secret = "sk-live-$(id)-'quoted'"
+    show = "import os; print(os.environ['API_KEY'])"
+    spec = TaskSpec(
+        name="x",
+        project="materials",
+        command=("/usr/bin/python3", "-c", show),
+        secret_env=(("API_KEY", secret),),
+    )
+    _, script = backend.sbatch_command(request(spec))
+    # The script is what sbatch reads, Slurm stores and `scontrol write batch_script` shows.
+    assert secret not in script and "sk-live" not in script
+    held = backend.workdir / "sy-1-1" / ".secret-env"
+    account = pwd.getpwnam(JOB_ACCOUNT)
+    info, folder = held.stat(), held.parent.stat()
+    assert stat.S_IMODE(info.st_mode) == 0o400 and info.st_uid == account.pw_uid
+    assert stat.S_IMODE(folder.st_mode) == 0o700 and folder.st_uid == account.pw_uid
+    as_job = ["setpriv", f"--reuid={JOB_ACCOUNT}", f"--regid={JOB_ACCOUNT}", "--clear-groups"]
+    done = subprocess.run(
+        [*as_job, "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert done.stdout == secret + "\n"
+    other = pwd.getpwnam("nobody")
+    peek = subprocess.run(
+        ["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups",
+         "cat", str(held)],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert peek.returncode != 0 and secret not in peek.stdout
+
+
 def test_no_sbatch_directive_is_read_from_a_users_script(backend):
     spec = TaskSpec(name="x", project="materials", script="#SBATCH --account=other\necho hi\n")
     _, script = backend.sbatch_command(request(spec))
