@@ -26,6 +26,7 @@ from accounting.metrics import METRICS, MICROS, RunUsage, quantities
 from accounting.models import UsageDaily, UsageRecord
 from portal import roles
 from portal.errors import ApplicationError, ErrorItem
+from scheduling.descriptor import slug_problem
 from scheduling.models import Attempt, AttemptState, Pool
 
 # What a report groups by: the name in the URL → the roll-up's column.
@@ -98,6 +99,9 @@ def parse_query(params: Mapping[str, str], *, today: date | None = None) -> Usag
     if period not in PERIODS:
         errors.append(ErrorItem("period", f"must be one of {', '.join(PERIODS)}", period[:80]))
     filters = {k: params[k] for k in FILTERS if params.get(k)}
+    for name in ("project", "queue"):  # as a descriptor names them, or no row has them
+        if name in filters and slug_problem(filters[name]) is not None:
+            errors.append(ErrorItem(name, slug_problem(filters[name]), filters[name][:80]))
     if "metric" in filters and filters["metric"] not in METRICS:
         errors.append(
             ErrorItem("metric", f"must be one of {', '.join(METRICS)}", filters["metric"][:80])

@@ -5,9 +5,19 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
+from scheduling.descriptor.limits import slug_problem
+
+
+def validate_slug(value: object) -> None:
+    """A project's slug or a queue's name as every descriptor must write it: what the admin
+    console stores, a descriptor can name."""
+    problem = slug_problem(value)
+    if problem is not None:
+        raise ValidationError(problem, code="invalid")
+
 
 class Project(models.Model):
-    slug = models.SlugField(max_length=63, unique=True)
+    slug = models.SlugField(max_length=63, unique=True, validators=[validate_slug])
     name = models.CharField(max_length=200)
     pi = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="led_projects"
@@ -178,6 +188,14 @@ class PriorityRequest(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [models.Index(fields=["state", "until"], name="priority_request_live")]
+        constraints = [
+            # Two pending requests for one task could only be decided twice.
+            models.UniqueConstraint(
+                fields=["task"],
+                condition=models.Q(state="pending"),
+                name="one_pending_priority_request_per_task",
+            )
+        ]
 
     def __str__(self) -> str:
         what = f"task #{self.task_id}" if self.task_id else f"{self.project} in {self.queue}"

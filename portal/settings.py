@@ -402,6 +402,9 @@ SWITCHYARD_SAMPLE_SECONDS = float(env_int("SWITCHYARD_SAMPLE_MS", 60_000)) / 100
 # for this long.
 SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS", 30 * 24)
 SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS", 24)
+# The most priority requests one person may have pending at once (a sweep asks once for its
+# project's tasks in a queue, not once per task).
+SWITCHYARD_PRIORITY_REQUEST_MAX_PENDING = env_int("SWITCHYARD_PRIORITY_REQUEST_MAX_PENDING", 20)
 
 # --- What-if simulations (docs/simulation.md) ---------------------------------------------
 # Traces uploaded on the console's Simulations page, one folder per upload; the largest

@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
 from scheduling import engine, services
-from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA
+from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA, slug_problem
 from scheduling.models import TaskState
 from scheduling.selectors import (
     site_view,
@@ -179,6 +179,8 @@ class TaskListCreate(ListCreateAPIView):
                 raise ApplicationError(
                     f"must be a workflow id (1 to {_MAX_INT})", field=param, got=value[:80]
                 )
+            if param in ("project", "queue") and slug_problem(value) is not None:
+                raise ApplicationError(slug_problem(value), field=param, got=value[:80])
             if allowed is not None and value not in allowed:
                 raise ApplicationError(
                     f"must be one of {', '.join(sorted(allowed))}", field=param, got=value[:80]

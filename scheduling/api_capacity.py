@@ -1,19 +1,24 @@
-"""REST API v1 for capacity: node leases, current and past (docs/capacity.md)."""
+"""REST API v1 for capacity: node leases, current and past (docs/capacity.md).
+
+Leases are shown to whom the Capacity page shows them (`selectors.capacity`): a lease anyone
+else asks for does not exist for them."""
 
 from __future__ import annotations
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.generics import ListCreateAPIView
+from rest_framework.generics import ListCreateAPIView, RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
+from portal.selectors import checked_pk
 from scheduling import services
 from scheduling.api_policy import parse_until
 from scheduling.models import NodeLease
+from scheduling.selectors.capacity import lease_list_for_user
 
 
 class LeaseSerializer(serializers.ModelSerializer):
@@ -46,15 +51,21 @@ class LeaseList(ListCreateAPIView):
     serializer_class = LeaseSerializer
 
     def get_queryset(self):
-        leases = NodeLease.objects.select_related("pool", "queue", "created_by").prefetch_related(
-            "nodes"
-        )
+        leases = lease_list_for_user(self.request.user)
         state = self.request.query_params.get("state")
         if state is not None:
             if state not in NodeLease.State.values:
                 raise ApplicationError("must be active or ended", field="state", got=state[:80])
             leases = leases.filter(state=state)
-        return leases.order_by("-id")
+        return leases
+
+    @extend_schema(
+        parameters=[OpenApiParameter("state", str, description="active or ended")],
+        description="The leases the Capacity page shows you: every lease for a platform admin, "
+        "those out of or into your queues' pools for a queue admin, none for anyone else.",
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
 
     @extend_schema(
         request=inline_serializer(
@@ -87,6 +98,23 @@ class LeaseList(ListCreateAPIView):
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
 
+def _visible_lease(request: Request, pk: int) -> NodeLease:
+    try:
+        lease = lease_list_for_user(request.user).filter(pk=checked_pk(pk)).first()
+    except ValueError:  # an id no database holds
+        lease = None
+    if lease is None:
+        raise ApplicationError("no such lease", status=404)
+    return lease
+
+
+class LeaseDetail(RetrieveAPIView):
+    serializer_class = LeaseSerializer
+
+    def get_object(self) -> NodeLease:
+        return _visible_lease(self.request, self.kwargs["pk"])
+
+
 class LeaseEnd(APIView):
     @extend_schema(
         request=None,
@@ -95,5 +123,5 @@ class LeaseEnd(APIView):
         "requeued by the next capacity pass, which this asks for at once.",
     )
     def post(self, request: Request, pk: int) -> Response:
-        lease = services.lease_end(user=request.user, lease_id=pk)
+        lease = services.lease_end(user=request.user, lease_id=_visible_lease(request, pk).pk)
         return Response(LeaseSerializer(lease).data)

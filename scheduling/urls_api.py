@@ -13,6 +13,7 @@ urlpatterns = [
     path("workflows/<int:pk>/cancel/", api.WorkflowCancel.as_view(), name="api-workflow-cancel"),
     path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
     path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
+    path("leases/<int:pk>/", api_capacity.LeaseDetail.as_view(), name="api-lease"),
     path("leases/<int:pk>/end/", api_capacity.LeaseEnd.as_view(), name="api-lease-end"),
     path("projects/<slug:slug>/quotas/", api_console.ProjectQuotas.as_view(), name="api-quotas"),
     path("projects/<slug:slug>/members/", api_console.ProjectMembers.as_view(), name="api-members"),

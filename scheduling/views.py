@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from collections import Counter
@@ -152,6 +153,7 @@ def workflow_list(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+LATEST_EPOCH_S = 253402300799  # 9999-12-31T23:59:59Z, the last moment a datetime holds
 DEPS_SHOWN = 3  # dependencies a row of the workflow's table names; the graph has them all
 # What the workflow page shows of each task (the descriptor and spec stay in the database).
 _ROW_FIELDS = ("id", "name", "state", "reason", "exit_code", "attempts", "retry_count",
@@ -211,8 +213,12 @@ def workflow_changes(request: HttpRequest, pk: int) -> JsonResponse:
     try:
         since = float(request.GET.get("since", ""))
     except ValueError:
+        since = math.nan
+    # NaN, the infinities and times past year 9999 are no moment a datetime can hold.
+    if not 0 <= since <= LATEST_EPOCH_S:
         return JsonResponse(
-            {"errors": [{"field": "since", "message": "expected seconds since the epoch",
+            {"errors": [{"field": "since", "message": "expected seconds since the epoch "
+                                    f"(0 to {LATEST_EPOCH_S})",
                          "got": request.GET.get("since", "")[:40]}]},
             status=400,
         )  # fmt: skip

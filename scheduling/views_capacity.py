@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -15,7 +14,12 @@ from portal import roles
 from portal.errors import ApplicationError
 from scheduling import services
 from scheduling.api_policy import parse_until
-from scheduling.models import Alert, Node, NodeLease, Pool, Queue
+from scheduling.models import Node, NodeLease, Queue
+from scheduling.selectors.capacity import (
+    alert_list_for_user,
+    capacity_pools_for_user,
+    lease_list_for_user,
+)
 
 
 def _platform_admin(request: HttpRequest) -> None:
@@ -24,11 +28,7 @@ def _platform_admin(request: HttpRequest) -> None:
 
 
 def _pools(request: HttpRequest):
-    """A platform admin's pools are all of them; a queue admin's, those of their queues."""
-    pools = Pool.objects.order_by("name")
-    if not roles.is_platform_admin(request.user):
-        pools = pools.filter(pk__in=roles.administered_pool_ids(request.user))
-    return pools
+    return capacity_pools_for_user(request.user)
 
 
 @login_required
@@ -37,11 +37,8 @@ def capacity(request: HttpRequest) -> HttpResponse:
     if not pools:
         raise Http404("no such page")
     admin = roles.is_platform_admin(request.user)
-    leases = NodeLease.objects.select_related("pool", "queue").prefetch_related("nodes")
-    alerts = Alert.objects.select_related("node", "task")
-    if not admin:  # a queue admin: what touches their pools
-        leases = leases.filter(Q(pool__in=pools) | Q(queue__pool__in=pools))
-        alerts = alerts.filter(Q(node__pool__in=pools) | Q(task__queue__pool__in=pools))
+    leases = lease_list_for_user(request.user)  # the same selector as the API's
+    alerts = alert_list_for_user(request.user, pools)
     context = {
         "platform_admin": admin,
         "pools": pools,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -12,6 +13,7 @@ from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.models import PriorityRequest
 from portal.selectors import project_list_for_user
 from scheduling import services
 from scheduling.api_policy import parse_until
@@ -54,9 +56,14 @@ def task_priority_request(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def priority_requests(request: HttpRequest) -> HttpResponse:
     decider = is_decider(request.user)
+    # A sweep can fill an inbox: it is paged (`?page=`), the oldest first; the recent list is
+    # the newest 50 (the API pages through all of them).
+    inbox = inbox_for(request.user) if decider else PriorityRequest.objects.none()
+    page = Paginator(inbox, 50).get_page(request.GET.get("page"))
     context = {
         "decider": decider,
-        "inbox": list(inbox_for(request.user)) if decider else [],
+        "inbox": page.object_list,
+        "page": page,
         "recent": list(requests_visible_to(request.user).order_by("-id")[:50]),
         "levels": LEVELS,
     }

@@ -16,7 +16,11 @@ from portal import roles
 from portal.errors import ApplicationError
 from scheduling import simulation_report as report
 from scheduling.models import SimulationRun
-from scheduling.selectors.simulation import simulation_get_for_user, simulation_list_for_user
+from scheduling.selectors.simulation import (
+    replayable_queues,
+    simulation_get_for_user,
+    simulation_list_for_user,
+)
 from scheduling.services.simulation import MAX_REPEAT, simulation_start
 from scheduling.simulation.model import POLICIES
 
@@ -35,11 +39,12 @@ def _operator(request: HttpRequest) -> None:
 def simulation_list(request: HttpRequest) -> HttpResponse:
     _operator(request)
     form: dict[str, Any] = {name: "" for name in FIELDS}
-    form.update(workload=SimulationRun.Workload.R14, policies=list(POLICIES))
+    form.update(workload=SimulationRun.Workload.R14, policies=list(POLICIES), queues=[])
     errors = []
     if request.method == "POST":
         form = {name: request.POST.get(name, "") for name in FIELDS}
         form["policies"] = request.POST.getlist("policies")
+        form["queues"] = request.POST.getlist("queues")
         try:
             run = simulation_start(
                 user=request.user,
@@ -50,6 +55,7 @@ def simulation_list(request: HttpRequest) -> HttpResponse:
                 limit=form["limit"],
                 repeat=form["repeat"],
                 upload=request.FILES.get("file"),
+                queues=form["queues"],
             )
         except ApplicationError as exc:
             errors = exc.errors
@@ -65,6 +71,8 @@ def simulation_list(request: HttpRequest) -> HttpResponse:
         "workloads": SimulationRun.Workload.choices,
         "policies": POLICIES,
         "max_repeat": MAX_REPEAT,
+        "queues": replayable_queues(request.user),
+        "platform_admin": roles.is_platform_admin(request.user),
         "max_upload": settings.SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES,
     }
     return render(

@@ -34,7 +34,9 @@ from scheduling.descriptor.limits import (
     NAME_PATTERN,
     SIZE_PATTERN,
     SLUG_PATTERN,
+    SLUG_RULE,
     WORKFLOW_KIND,
+    slug_problem,
 )
 from scheduling.descriptor.schema import DESCRIPTOR_JSON_SCHEMA
 from scheduling.descriptor.task import parse_task
@@ -54,10 +56,12 @@ __all__ = [
     "NAME_PATTERN",
     "SIZE_PATTERN",
     "SLUG_PATTERN",
+    "SLUG_RULE",
     "WORKFLOW_KIND",
     "DescriptorError",
     "FieldError",
     "load_descriptor",
+    "slug_problem",
     "load_task",
     "parse_descriptor",
     "parse_document",

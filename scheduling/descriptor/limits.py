@@ -74,6 +74,18 @@ _SLUG_RULE = (
     "must be 1-63 characters of letters, digits, hyphens and underscores, "
     "starting with a letter or digit"
 )
+SLUG_RULE = _SLUG_RULE
+
+
+def slug_problem(value: object) -> str | None:
+    """The one check of a project's slug and a queue's name, wherever one is stored or
+    looked up (descriptors, the Project and Queue models, so the admin console, and the API's
+    filters): None when `value` keeps the rule, else the rule."""
+    if isinstance(value, str) and len(value) <= _MAX_NAME and _SLUG_RE.fullmatch(value):
+        return None
+    return _SLUG_RULE
+
+
 _DURATION_RULE = (
     "must be a duration such as 90s, 30m, 48h, 1h30m or 1d12h "
     "(units d, h, m, s, largest first; a plain number is seconds)"

@@ -76,6 +76,8 @@ class SimulationRun(models.Model):
             parts.append(f"seed {p['seed']}")
         if "days" in p:
             parts.append(f"last {p['days']:g} days")
+        if self.workload == self.Workload.HISTORY:
+            parts.append(f"queues {', '.join(p['queues'])}" if p.get("queues") else "whole site")
         if self.upload:
             parts.append(self.upload_name)
         if p.get("limit"):

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from portal.models import validate_slug
 from scheduling import host
 from scheduling.decisions import levels
 from scheduling.decisions.order import ScheduleError, parse_weight_schedule
@@ -68,7 +69,7 @@ class Queue(models.Model):
         WHOLE_NODE = "whole-node", "Whole nodes"
         PACK = "pack", "Pack onto few nodes"
 
-    name = models.SlugField(max_length=63, unique=True)
+    name = models.SlugField(max_length=63, unique=True, validators=[validate_slug])
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="queues")
     policy = models.CharField(max_length=16, choices=Policy.choices, default=Policy.FAIRSHARE)
     task_types = models.JSONField(

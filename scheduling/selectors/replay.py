@@ -23,18 +23,17 @@ from scheduling.spec import TaskSpec
 
 
 def history_workload(
-    days: float = 7, *, now: datetime | None = None
+    days: float = 7, *, now: datetime | None = None, queues: list[str] | None = None
 ) -> tuple[list[SimJob], Site, dict]:
     """The last `days` of tasks as jobs (t = 0 at the window's start), the site, and what was
-    left out (by state)."""
+    left out (by state); with `queues`, only those queues' tasks."""
     now = now or timezone.now()
     since = now - timedelta(days=days)
     jobs, left_out = [], Counter()
-    rows = (
-        Task.objects.filter(submitted_at__gte=since, submitted_at__lt=now)
-        .select_related("project", "queue", "owner")
-        .order_by("submitted_at", "pk")
-    )
+    tasks = Task.objects.filter(submitted_at__gte=since, submitted_at__lt=now)
+    if queues is not None:
+        tasks = tasks.filter(queue__name__in=queues)
+    rows = tasks.select_related("project", "queue", "owner").order_by("submitted_at", "pk")
     for task in rows.iterator(chunk_size=2000):
         if task.started_at is None:
             left_out[f"never started ({task.state})"] += 1

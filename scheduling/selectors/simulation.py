@@ -1,21 +1,59 @@
-"""Reads of the console's what-if runs: operators (platform admins, queue admins) see every run;
-for anyone else they do not exist (a 404). docs/simulation.md."""
+"""Reads of the console's what-if runs (docs/simulation.md, docs/security.md).
+
+Who sees a run follows from what it read, as its stored parameters say:
+
+- a platform admin: every run;
+- a queue admin: the runs they started; the r14 and r14-burst runs (a model of the default
+  site: no portal data); and the history replays whose queues are all theirs. Not a replay
+  of the whole site, nor of another queue, nor another operator's uploaded trace;
+- anyone else: none (a 404).
+"""
 
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from portal import roles
 from portal.selectors import checked_pk
-from scheduling.models import SimulationRun
+from scheduling.models import Queue, SimulationRun
+
+MODEL_ONLY = (SimulationRun.Workload.R14, SimulationRun.Workload.R14_BURST)
 
 
 def simulation_list_for_user(user: AbstractBaseUser) -> QuerySet[SimulationRun]:
-    """Every run, newest first, for an operator; none for anyone else."""
+    """The runs the user may see, newest first."""
     runs = SimulationRun.objects.select_related("created_by").order_by("-id")
-    return runs if roles.is_operator(user) else runs.none()
+    if roles.is_platform_admin(user):
+        return runs
+    mine = roles.administered_queue_ids(user)
+    if not mine:
+        return runs.none()
+    names = set(Queue.objects.filter(pk__in=mine).values_list("name", flat=True))
+    # Runs are started by hand, a few a day: the replays' scopes are read here, not indexed.
+    replays = SimulationRun.objects.filter(workload=SimulationRun.Workload.HISTORY)
+    within = [
+        pk
+        for pk, parameters in replays.values_list("pk", "parameters")
+        if _queues_of(parameters) and _queues_of(parameters) <= names
+    ]
+    return runs.filter(Q(workload__in=MODEL_ONLY) | Q(created_by=user) | Q(pk__in=within))
+
+
+def replayable_queues(user: AbstractBaseUser) -> list[str]:
+    """The queues whose history this operator may replay: every queue for a platform admin
+    (or none named: the whole site), their own for a queue admin."""
+    queues = Queue.objects.order_by("name")
+    if not roles.is_platform_admin(user):
+        queues = queues.filter(pk__in=roles.administered_queue_ids(user))
+    return list(queues.values_list("name", flat=True))
+
+
+def _queues_of(parameters: object) -> set[str]:
+    """The queues a history replay read; empty for the whole site."""
+    queues = parameters.get("queues") if isinstance(parameters, dict) else None
+    return {q for q in queues if isinstance(q, str)} if isinstance(queues, list) else set()
 
 
 def simulation_get_for_user(user: AbstractBaseUser, pk: int | str) -> SimulationRun:

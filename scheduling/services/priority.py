@@ -3,6 +3,11 @@
 A request names a task, or a project's tasks in one queue, a level, a reason and an end. It
 never raises anything by itself: approval does, until the end (docs/policy.md). Every step
 is recorded (the request's own fields, and an event on the task) and the requester is told.
+
+No one approves their own request (a queue admin who asks waits for another admin of the
+queue or a platform admin; rejecting their own withdraws it). A task has at most one pending
+request (a database constraint), and a person at most SWITCHYARD_PRIORITY_REQUEST_MAX_PENDING:
+an inbox is somebody's work, and a sweep that asks once per task would bury it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -27,6 +32,27 @@ from scheduling.selectors.requests import can_decide
 
 R = PriorityRequest.State
 MAX_REASON = 2000
+
+
+def priority_requests_room(user: AbstractBaseUser, fields: list[str]) -> None:
+    """Refuse, naming the first field over the limit, a submission whose `fields` (one per
+    request it would open) would take the user past their ceiling of pending requests."""
+    if not fields:
+        return
+    most = settings.SWITCHYARD_PRIORITY_REQUEST_MAX_PENDING
+    pending = PriorityRequest.objects.filter(requester_id=user.pk, state=R.PENDING).count()
+    if pending + len(fields) <= most:
+        return
+    over = fields[max(most - pending, 0)]
+    raise ApplicationError(
+        f"at most {most} pending priority requests per person "
+        "(SWITCHYARD_PRIORITY_REQUEST_MAX_PENDING): you have "
+        f"{pending} and this asks for {len(fields)} more; wait for decisions, or ask once "
+        "for your project's tasks in the queue",
+        field=over,
+        got=pending + len(fields),
+        status=409,
+    )
 
 
 def priority_request_from_descriptor(task: Task, *, user: AbstractBaseUser, now: datetime) -> None:
@@ -96,10 +122,17 @@ def priority_request_create(
         raise ApplicationError(
             f"request #{earlier.pk} for this is still pending", field="task", status=409
         )
+    priority_requests_room(user, ["task" if task is not None else "queue"])
     with transaction.atomic():
-        request = PriorityRequest.objects.create(
-            requester=user, level=number, reason=reason, until=until, **target
-        )
+        try:
+            with transaction.atomic():
+                request = PriorityRequest.objects.create(
+                    requester=user, level=number, reason=reason, until=until, **target
+                )
+        except IntegrityError:  # another request for the task was stored meanwhile
+            raise ApplicationError(
+                "a request for this task is already pending", field="task", status=409
+            ) from None
         audit.record(
             audit.Action.PRIORITY_REQUEST,
             actor=user,
@@ -112,7 +145,7 @@ def priority_request_create(
             _event(
                 task, f"{user.get_username()} asked for level {level} (request #{request.pk})", now
             )
-    for admin in request.queue.admins.all():
+    for admin in request.queue.admins.exclude(pk=user.pk):
         notify(
             admin,
             f"priority request #{request.pk} to decide",
@@ -129,6 +162,14 @@ def priority_request_decide(
     if not can_decide(user, request):
         raise ApplicationError(
             "only this queue's admins or a platform admin decide its requests", status=403
+        )
+    if approve and request.requester_id == user.pk:
+        raise ApplicationError(
+            "you asked for this raise: another admin of the queue, or a platform admin, "
+            "approves it (you may reject it to withdraw it)",
+            field="requester",
+            got=user.get_username(),
+            status=403,
         )
     now = timezone.now()
     if request.state != R.PENDING:

@@ -154,14 +154,27 @@ def quota_delete(
 
 @transaction.atomic
 def member_add(*, by: AbstractBaseUser, project: Project, username: str) -> Membership:
-    """The project's lead (or a platform admin) adds an existing account as a member."""
+    """The project's lead (or a platform admin) adds an existing account as a member, by its
+    exact username.
+
+    Only a researcher's account may be added: not a platform admin (who sees everything and
+    submits as nobody's member) nor finance (who reads usage and changes nothing), nor an
+    inactive account. Every account that may not be added gets the very answer a name with
+    no account gets, so the form tells a lead nothing about who exists beyond what they may add.
+    """
     if not roles.leads_project(by, project):
         raise ApplicationError(
             "only the project's lead or a platform admin adds members", status=403
         )
-    member = User.objects.filter(username=username, is_active=True).first()
+    member = (
+        User.objects.filter(username=username, is_active=True, is_superuser=False)
+        .exclude(groups__name=roles.FINANCE_GROUP)
+        .first()
+    )
     if member is None:
-        raise ApplicationError("no such account", field="username", got=username[:150])
+        raise ApplicationError(
+            "no researcher's account has this exact username", field="username", got=username[:150]
+        )
     membership, created = Membership.objects.get_or_create(user=member, project=project)
     if not created:
         raise ApplicationError("already a member", field="username", got=username, status=409)

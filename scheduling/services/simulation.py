@@ -4,6 +4,11 @@
 Every field the page offers either does what it says for the chosen workload or is refused
 with the field, what was expected and what came: a seed given to a trace replay would be
 silently ignored by the simulator, so it is refused here instead.
+
+A history replay reads the portal's own tasks, so it is scoped like them: it replays the
+queues stored in its parameters (`queues`), which a queue admin may only choose among their
+own (none chosen: all of theirs); only a platform admin replays the whole site (no `queues`).
+Who then sees a run follows from what it read: selectors/simulation.py.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from portal.errors import ApplicationError, ErrorItem
 from scheduling import outbox
 from scheduling.models import SimulationRun
 from scheduling.selectors.replay import history_workload
+from scheduling.selectors.simulation import replayable_queues
 from scheduling.simulation.model import POLICIES
 from scheduling.simulation.runner import WorkloadError, compare, run_named
 from scheduling.simulation.traces import TraceError
@@ -47,6 +53,7 @@ READ_BY = {
     "limit": (Workload.SWF,),
     "repeat": (Workload.SWF,),
     "file": (Workload.SWF,),
+    "queues": (Workload.HISTORY,),
 }
 ORPHANED = "stopped: the worker running it went away (restarted, or out of memory); start it again"
 
@@ -61,6 +68,7 @@ def simulation_start(
     limit: object = None,
     repeat: object = None,
     upload: UploadedFile | None = None,
+    queues: list[str] | None = None,
 ) -> SimulationRun:
     """Check the request, keep the uploaded trace, store the run queued; a worker is woken
     once the transaction commits. Nothing is stored when anything is refused."""
@@ -69,6 +77,9 @@ def simulation_start(
     parameters = _parameters(
         workload, policies, upload=upload, seed=seed, days=days, limit=limit, repeat=repeat
     )
+    scope = _scope(user, workload, list(queues or []))
+    if scope:
+        parameters["queues"] = scope
     # The trace is written before the transaction: on SQLite it holds the write lock from its
     # start (IMMEDIATE), and a large upload would make every other writer wait.
     stored = _keep(upload) if upload is not None else ""
@@ -142,7 +153,9 @@ def _execute(run: SimulationRun, progress: _Progress) -> dict[str, Any]:
     p = run.parameters
     if run.workload == Workload.HISTORY:
         # The window the operator asked for: up to when they asked, not to when a worker ran.
-        jobs, site, left_out = history_workload(p["days"], now=run.created_at)
+        jobs, site, left_out = history_workload(
+            p["days"], now=run.created_at, queues=p.get("queues")
+        )
         result = compare(jobs, site, p["policies"], progress=progress)
         result.update(workload="history", days=p["days"], left_out=left_out)
         return result
@@ -245,6 +258,30 @@ def _parameters(
     if errors:
         raise ApplicationError("invalid simulation", errors=errors)
     return parameters
+
+
+def _scope(user: AbstractBaseUser, workload: str, asked: list[str]) -> list[str]:
+    """The queues a history replay reads, sorted; empty for the whole site (a platform
+    admin's choice alone) and for the workloads that read no portal data."""
+    if workload not in READ_BY["queues"]:
+        if asked:
+            errors = [_not_read("queues", workload, asked)]
+            raise ApplicationError("invalid simulation", errors=errors)
+        return []
+    allowed = replayable_queues(user)
+    if not asked and not roles.is_platform_admin(user):
+        return allowed  # a queue admin's replay: their own queues
+    unknown = sorted(set(asked) - set(allowed))
+    if unknown:
+        expected = (
+            "queue names"
+            if roles.is_platform_admin(user)
+            else f"some of your queues ({', '.join(allowed)}): a replay of other queues "
+            "or of the whole site is a platform admin's"
+        )
+        errors = [ErrorItem("queues", f"expected {expected}", unknown)]
+        raise ApplicationError("invalid simulation", errors=errors)
+    return sorted(set(asked))
 
 
 def _not_read(field: str, workload: str, got: object) -> ErrorItem:

@@ -31,7 +31,10 @@ from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.policy import site_minute, task_level, task_value
 from scheduling.selectors import site_view, tasks_visible_by_ids
 from scheduling.selectors.quota import queue_usage, with_budgets
-from scheduling.services.priority import priority_request_from_descriptor
+from scheduling.services.priority import (
+    priority_request_from_descriptor,
+    priority_requests_room,
+)
 from scheduling.spec import TaskSpec
 from scheduling.states import task_set_state
 from scheduling.triggers import trigger_path_allowed, trigger_roots
@@ -147,6 +150,7 @@ def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str,
         project = project_get_for_member(user, spec.project)  # raises, naming the field
     decided = task_decide(spec, user=user)
     upstream = tasks_visible_by_ids(user, spec.depends_on_ids, field="depends_on")
+    priority_requests_room(user, ["priority"] if spec.priority == "high" else [])
     if (
         upstream
         or spec.trigger_file
@@ -393,6 +397,9 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
             break  # enough to fix; the rest after
     if errors:
         raise ApplicationError("invalid batch", errors=errors)
+    priority_requests_room(
+        user, [f"tasks[{i}].priority" for i, d in enumerate(decided) if d.spec.priority == "high"]
+    )
 
     site = site_view()
     now = timezone.now()

@@ -26,6 +26,7 @@ from scheduling.models import (
     WorkflowState,
 )
 from scheduling.selectors import tasks_visible_by_ids
+from scheduling.services.priority import priority_requests_room
 from scheduling.services.tasks import (
     descriptor_errors,
     sniff,
@@ -101,6 +102,9 @@ def workflow_submit_spec(
             errors.extend(exc.errors)
     if errors:
         raise ApplicationError("invalid workflow", errors=errors)
+    priority_requests_room(
+        user, [f"tasks[{i}].priority" for i, t in enumerate(spec.tasks) if t.priority == "high"]
+    )
 
     by_name = {t.name: t for t in spec.tasks}
     with transaction.atomic():

@@ -19,7 +19,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.models import AuditEvent, ConfigVersion, Membership, PriorityRequest, Project, Quota
-from scheduling.models import Node, Queue, SimulationRun, Task
+from scheduling.engine.capacity import open_lease
+from scheduling.models import Node, NodeLease, Pool, Queue, SimulationRun, Task
 from scheduling.services.queues import queue_form_data
 from scheduling.services.quotas import quota_set
 from tests.conftest import descriptor, submit
@@ -51,6 +52,11 @@ class World:
     version_hpc: ConfigVersion | None = None
     version_training: ConfigVersion | None = None
     simulation: SimulationRun | None = None
+    replay_hpc: SimulationRun | None = None  # a history replay of queue hpc
+    replay_site: SimulationRun | None = None  # a history replay of the whole site
+    request_by_quinn: PriorityRequest | None = None  # asked by the hpc queue's own admin
+    lease_hpc: NodeLease | None = None  # lent to queue hpc
+    lease_other: NodeLease | None = None  # between pools quinn administers none of
 
 
 def _task(user: User, project: str, kind: str, queue: str) -> Task:
@@ -73,6 +79,16 @@ def _request(task: Task, user: User) -> PriorityRequest:
     )
 
 
+def _lease(pool: str, queue: str) -> NodeLease:
+    return open_lease(
+        pool=Pool.objects.get(name=pool),
+        queue=Queue.objects.select_related("pool").get(name=queue),
+        count=1,
+        duration_s=3600,
+        reason="matrix",
+    )
+
+
 @pytest.fixture
 def world(site) -> World:
     alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
@@ -90,6 +106,15 @@ def world(site) -> World:
     w.simulation = SimulationRun.objects.create(
         workload="r14-burst", parameters={"policies": ["fifo"], "seed": 1}
     )
+    w.replay_hpc = SimulationRun.objects.create(
+        workload="history", parameters={"policies": ["fifo"], "days": 1, "queues": ["hpc"]}
+    )
+    w.replay_site = SimulationRun.objects.create(
+        workload="history", parameters={"policies": ["fifo"], "days": 1}
+    )
+    w.lease_hpc = _lease("inference-agent", "hpc")
+    w.lease_other = _lease("inference-agent", "training")
+    w.request_by_quinn = _request(w.task_m, quinn)
     w.request_hpc = [_request(w.task_m, alice) for _ in range(2)]
     w.request_other = [_request(w.task_g, bob) for _ in range(2)]
     w.version_hpc = ConfigVersion.objects.filter(
@@ -174,6 +199,14 @@ CASES = [
          effect=lambda w: Node.objects.get(pk=w.node_gpu.pk).state == "drained"),
     Case("lend nodes", ADMIN, "post", "/api/v1/leases/",
          data={"pool": "gpu-train", "queue": "hpc", "count": 1, "until": "1h"}, api=True),
+    # leases: whoever the Capacity page shows them to (the lists are checked below)
+    Case("a lease into own queue (api)", OPERATES_HPC, "get",
+         lambda w: f"/api/v1/leases/{w.lease_hpc.pk}/", api=True),
+    Case("a lease between others' pools (api)", ADMIN, "get",
+         lambda w: f"/api/v1/leases/{w.lease_other.pk}/", api=True),
+    Case("end a lease (api)", ADMIN, "post", lambda w: f"/api/v1/leases/{w.lease_hpc.pk}/end/",
+         api=True,
+         effect=lambda w: NodeLease.objects.get(pk=w.lease_hpc.pk).ends_at <= timezone.now()),
     # priority requests: the queue's admins decide
     Case("approve own queue's request (api)", OPERATES_HPC, "post",
          lambda w: f"/api/v1/priority-requests/{w.request_hpc[0].pk}/approve/", data={}, api=True,
@@ -181,6 +214,11 @@ CASES = [
     Case("reject own queue's request (page)", OPERATES_HPC, "post",
          lambda w: f"/priority-requests/{w.request_hpc[1].pk}/reject/",
          effect=lambda w: PriorityRequest.objects.get(pk=w.request_hpc[1].pk).state == "rejected"),
+    Case("approve a request one asked for oneself", ADMIN, "post",
+         lambda w: f"/api/v1/priority-requests/{w.request_by_quinn.pk}/approve/", data={},
+         api=True,
+         effect=lambda w: PriorityRequest.objects.get(
+             pk=w.request_by_quinn.pk).state == "approved"),
     Case("approve another queue's request", ADMIN, "post",
          lambda w: f"/api/v1/priority-requests/{w.request_other[0].pk}/approve/", data={},
          api=True,
@@ -193,9 +231,9 @@ CASES = [
     Case("project quotas (api)", SEES_MATERIALS, "get", "/api/v1/projects/materials/quotas/",
          api=True),
     Case("add a member (page)", LEADS_MATERIALS, "post", "/projects/materials/members/",
-         data={"username": "finn"},
+         data={"username": "bob"},
          effect=lambda w: Membership.objects.filter(
-             user__username="finn", project__slug="materials").exists()),
+             user__username="bob", project__slug="materials").exists()),
     Case("member's quota within the grant (api)", LEADS_MATERIALS, "put",
          "/api/v1/projects/materials/quotas/",
          data={"queue": "hpc", "resource": "cpus", "limit": 64, "user": "rita", "reason": "t"},
@@ -224,12 +262,18 @@ CASES = [
     Case("simulations page", OPERATES_HPC, "get", "/simulations/"),
     Case("start a simulation", OPERATES_HPC, "post", "/simulations/",
          data={"workload": "r14-burst", "policies": "fifo"},
-         effect=lambda w: SimulationRun.objects.count() == 2),
+         effect=lambda w: SimulationRun.objects.count() == 4),
     Case("simulation page", OPERATES_HPC, "get", lambda w: f"/simulations/{w.simulation.pk}/"),
     Case("simulation progress fragment", OPERATES_HPC, "get",
          lambda w: f"/simulations/{w.simulation.pk}/progress/", htmx=True),
     Case("simulations compared", OPERATES_HPC, "get",
          lambda w: f"/simulations/compare/?run={w.simulation.pk}&run={w.simulation.pk}"),
+    Case("a replay of own queue", OPERATES_HPC, "get",
+         lambda w: f"/simulations/{w.replay_hpc.pk}/"),
+    Case("a replay of the whole site", ADMIN, "get",
+         lambda w: f"/simulations/{w.replay_site.pk}/"),
+    Case("a replay of the whole site compared", ADMIN, "get",
+         lambda w: f"/simulations/compare/?run={w.simulation.pk}&run={w.replay_site.pk}"),
     # the pages everyone has (their contents are checked below)
     # dashboards: everyone their own; operators the site's (their queues')
     Case("dashboard", EVERYONE, "get", "/dashboard/"),
@@ -311,6 +355,15 @@ def test_lists_show_nothing_that_is_not_yours(world):
     assert AuditEvent.objects.exclude(actor="rita").exists()
     # the usage page's project filter offers only your projects
     assert b"genomics" not in _clients("member")[0].get("/usage/").content
+    # leases: a researcher and finance see none; a queue admin those of their queues' pools
+    for role in ("member", "other", "finance"):
+        assert _clients(role)[1].get("/api/v1/leases/").json()["results"] == []
+    seen = {row["id"] for row in quinn_api.get("/api/v1/leases/").json()["results"]}
+    assert seen == {world.lease_hpc.pk}
+    # simulations: a queue admin's list has no replay of the whole site
+    listing = quinn_page.get("/simulations/").content.decode()
+    assert f'id="simulation-{world.replay_hpc.pk}"' in listing
+    assert f'id="simulation-{world.replay_site.pk}"' not in listing
     # a queue admin's capacity page lists their pool's nodes only
     content = quinn_page.get("/capacity/").content.decode()
     assert world.node_hpc.name in content and world.node_gpu.name not in content

@@ -285,10 +285,10 @@ def test_leases_api_lists_history_and_only_admins_lend(admin_api, api):
     assert bad.status_code == 400
     assert bad.json()["errors"][0]["field"] == "count"
     capacity_pass(timezone.now() + timedelta(hours=5))  # it ends
-    listed = api.get("/api/v1/leases/").json()
+    listed = admin_api.get("/api/v1/leases/").json()
     rows = listed["results"] if isinstance(listed, dict) else listed
     assert [r["state"] for r in rows] == ["ended"]
-    assert api.get("/api/v1/leases/?state=nonsense").status_code == 400
+    assert admin_api.get("/api/v1/leases/?state=nonsense").status_code == 400
 
 
 def test_an_admin_ends_a_lease_early_and_the_next_pass_takes_the_nodes_back(
@@ -297,7 +297,7 @@ def test_an_admin_ends_a_lease_early_and_the_next_pass_takes_the_nodes_back(
     lease = _lease(1)
     [lent] = [n.name for n in lease.nodes.all()]
     task = _run(_submit(api, "borrower", **TRAINING), lent)
-    assert api.post(f"/api/v1/leases/{lease.pk}/end/").status_code == 403
+    assert api.post(f"/api/v1/leases/{lease.pk}/end/").status_code == 404  # not theirs to see
     assert admin_api.post("/api/v1/leases/999999/end/").status_code == 404
     response = admin_api.post(f"/api/v1/leases/{lease.pk}/end/")
     assert response.status_code == 200, response.json()

@@ -1,0 +1,45 @@
+"""Who sees the capacity the site moves around: the Capacity page's pools, their leases and
+alerts. Platform admins see all of it; a queue admin sees what touches the pools of their
+queues (leases out of them or into one of their queues' pools); for anyone else it does not
+exist: a lease they cannot see is a 404, a list of leases is empty (docs/security.md).
+
+A researcher's own share of a lease is on their tasks: a task requeued when a lease ended says
+so on its timeline, with the lease's number.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q, QuerySet
+
+from portal import roles
+from scheduling.models import Alert, NodeLease, Pool
+
+
+def capacity_pools_for_user(user: AbstractBaseUser) -> QuerySet[Pool]:
+    """A platform admin's pools are all of them; a queue admin's, those of their queues; no
+    one else's."""
+    pools = Pool.objects.order_by("name")
+    if roles.is_platform_admin(user):
+        return pools
+    return pools.filter(pk__in=roles.administered_pool_ids(user))
+
+
+def lease_list_for_user(user: AbstractBaseUser) -> QuerySet[NodeLease]:
+    """The leases the Capacity page shows this user, newest first."""
+    leases = NodeLease.objects.select_related("pool", "queue", "created_by").prefetch_related(
+        "nodes"
+    )
+    if roles.is_platform_admin(user):
+        return leases.order_by("-id")
+    pools = roles.administered_pool_ids(user)
+    if not pools:
+        return leases.none()
+    return leases.filter(Q(pool_id__in=pools) | Q(queue__pool_id__in=pools)).order_by("-id")
+
+
+def alert_list_for_user(user: AbstractBaseUser, pools: QuerySet[Pool]) -> QuerySet[Alert]:
+    alerts = Alert.objects.select_related("node", "task")
+    if roles.is_platform_admin(user):
+        return alerts
+    return alerts.filter(Q(node__pool__in=pools) | Q(task__queue__pool__in=pools))
