@@ -2,6 +2,10 @@
 
 Defaults run with no server at all: SQLite, Celery on kombu's filesystem transport, the local
 backend. `DATABASE_URL` switches to PostgreSQL, `REDIS_URL` to a Redis broker.
+
+This module is long on purpose: Django reads its settings from one module, and each setting
+here sits beside the reason for its default; parts star-imported from other modules would
+hide where a name comes from.
 """
 
 from __future__ import annotations
@@ -432,63 +436,25 @@ SWITCHYARD_PUBLIC_URL = env_str("SWITCHYARD_PUBLIC_URL", "http://127.0.0.1:8000"
 
 # One beat sends, however many run: the others wait on its lock (portal/beat.py).
 CELERY_BEAT_SCHEDULER = "portal.beat:SingleBeatScheduler"
+# Each periodic task: how often it is sent, and how long its message may wait before it is
+# dropped (twice the period unless said: the next one is already on its way).
 CELERY_BEAT_SCHEDULE = {
-    "poll-backends": {
-        "task": "scheduling.poll_backends",
-        "schedule": SWITCHYARD_POLL_SECONDS,
-        "options": {"expires": SWITCHYARD_POLL_EXPIRES_SECONDS},
-    },
-    "timers": {
-        "task": "scheduling.timers",
-        "schedule": SWITCHYARD_TRIGGER_SECONDS,
-        "options": {"expires": SWITCHYARD_TRIGGER_SECONDS * 2},
-    },
-    "policy": {
-        "task": "scheduling.policy_pass",
-        "schedule": SWITCHYARD_POLICY_SECONDS,
-        "options": {"expires": SWITCHYARD_POLICY_SECONDS * 2},
-    },
-    "capacity": {
-        "task": "scheduling.capacity_pass",
-        "schedule": SWITCHYARD_CAPACITY_SECONDS,
-        "options": {"expires": SWITCHYARD_CAPACITY_SECONDS * 2},
-    },
-    "health": {
-        "task": "scheduling.health_pass",
-        "schedule": SWITCHYARD_HEALTH_SECONDS,
-        "options": {"expires": SWITCHYARD_HEALTH_SECONDS * 2},
-    },
-    "sweep-pending": {
-        "task": "scheduling.sweep_pending",
-        "schedule": float(SWITCHYARD_SWEEP_SECONDS),
-        "options": {"expires": SWITCHYARD_SWEEP_SECONDS * 2},
-    },
-    "meter": {
-        "task": "accounting.meter_pass",
-        "schedule": SWITCHYARD_METER_SECONDS,
-        "options": {"expires": SWITCHYARD_METER_SECONDS * 2},
-    },
-    "reconcile": {
-        "task": "accounting.reconcile_pass",
-        "schedule": SWITCHYARD_RECONCILE_SECONDS,
-        "options": {"expires": SWITCHYARD_RECONCILE_SECONDS * 2},
-    },
-    "load-sample": {
-        "task": "scheduling.load_sample",
-        "schedule": SWITCHYARD_SAMPLE_SECONDS,
-        "options": {"expires": SWITCHYARD_SAMPLE_SECONDS * 2},
-    },
-    "simulations": {
-        "task": "scheduling.simulations",
-        "schedule": float(SWITCHYARD_SIMULATION_SWEEP_SECONDS),
-        "options": {"expires": SWITCHYARD_SIMULATION_SWEEP_SECONDS * 2},
-    },
-    "housekeeping": {
-        "task": "scheduling.housekeeping",
-        "schedule": 600.0,
-        "options": {"expires": 1200},
-    },
-}
+    name: {"task": task, "schedule": float(every), "options": {"expires": expires or every * 2}}
+    for name, task, every, expires in (
+        ("poll-backends", "scheduling.poll_backends", SWITCHYARD_POLL_SECONDS,
+         SWITCHYARD_POLL_EXPIRES_SECONDS),
+        ("timers", "scheduling.timers", SWITCHYARD_TRIGGER_SECONDS, None),
+        ("policy", "scheduling.policy_pass", SWITCHYARD_POLICY_SECONDS, None),
+        ("capacity", "scheduling.capacity_pass", SWITCHYARD_CAPACITY_SECONDS, None),
+        ("health", "scheduling.health_pass", SWITCHYARD_HEALTH_SECONDS, None),
+        ("sweep-pending", "scheduling.sweep_pending", SWITCHYARD_SWEEP_SECONDS, None),
+        ("meter", "accounting.meter_pass", SWITCHYARD_METER_SECONDS, None),
+        ("reconcile", "accounting.reconcile_pass", SWITCHYARD_RECONCILE_SECONDS, None),
+        ("load-sample", "scheduling.load_sample", SWITCHYARD_SAMPLE_SECONDS, None),
+        ("simulations", "scheduling.simulations", SWITCHYARD_SIMULATION_SWEEP_SECONDS, None),
+        ("housekeeping", "scheduling.housekeeping", 600.0, None),
+    )
+}  # fmt: skip
 
 # A web process hands a stored task's dispatch to a thread of its own, which sends what has
 # gathered as one message (scheduling/outbox.py); off, each request publishes its own.
