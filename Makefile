@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 VAR ?= $(or $(SWITCHYARD_VAR_DIR),$(CURDIR)/var)
 TEST_VAR := $(CURDIR)/var/test
 
-.PHONY: run run-slurm test screenshots install system-deps browser-deps lint bench slurm-up slurm-down clean
+.PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench slurm-up slurm-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -61,6 +61,10 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
+
+# mypy over portal, scheduling and accounting ([tool.mypy] in pyproject.toml).
+typecheck: install
+	$(VENV)/bin/mypy
 
 bench: install system-deps
 	$(PY) bench/run_all.py
