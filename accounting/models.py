@@ -11,6 +11,7 @@ from django.db import models
 from django.utils import timezone
 
 from accounting.metrics import METRICS
+from portal.choices import TextChoices
 
 METRIC_CHOICES = [(m.name, f"{m.label} ({m.unit})") for m in METRICS.values()]
 
@@ -161,7 +162,7 @@ class Collector(models.Model):
 class Reconciliation(models.Model):
     """One comparison of the portal's records with a backend's own accounting."""
 
-    class Outcome(models.TextChoices):
+    class Outcome(TextChoices):
         CLEAN = "clean", "Clean"
         DIFFERENCES = "differences", "Differences"
         FAILED = "failed", "Could not run"

@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
+from portal.choices import TextChoices
 from scheduling.descriptor.limits import slug_problem
 
 
@@ -37,7 +38,7 @@ class Project(models.Model):
 
 
 class Membership(models.Model):
-    class Role(models.TextChoices):
+    class Role(TextChoices):
         PI = "pi", "Principal investigator"
         MEMBER = "member", "Member"
 
@@ -77,19 +78,19 @@ class ClusterAccount(models.Model):
 class Quota(models.Model):
     """What a project (or one user in it) may hold at once in one queue (docs/policy.md)."""
 
-    class Resource(models.TextChoices):
+    class Resource(TextChoices):
         GPUS = "gpus", "GPUs"
         CPUS = "cpus", "CPUs"
         TASKS = "tasks", "Running tasks"
         GPU_HOURS = "gpu_hours", "GPU-hours per period"
         CORE_HOURS = "core_hours", "Core-hours per period"
 
-    class Period(models.TextChoices):
+    class Period(TextChoices):
         DAY = "day", "Day"
         WEEK = "week", "Week"
         MONTH = "month", "Month"
 
-    class OverQuota(models.TextChoices):
+    class OverQuota(TextChoices):
         QUEUE = "queue", "Wait until there is room"
         REJECT = "reject", "Refuse the task"
 
@@ -148,7 +149,7 @@ class PriorityRequest(models.Model):
     """A researcher's request for a higher level, for one task or a project's tasks in a
     queue, until a time; approved or rejected by the queue's admins or a platform admin."""
 
-    class State(models.TextChoices):
+    class State(TextChoices):
         PENDING = "pending", "Pending"
         APPROVED = "approved", "Approved"
         REJECTED = "rejected", "Rejected"
@@ -206,7 +207,7 @@ class ConfigVersion(models.Model):
     """One change to the site's configuration: what an object was after it, who made it,
     when and why. Rolling back writes a new version (docs/console.md)."""
 
-    class Action(models.TextChoices):
+    class Action(TextChoices):
         CREATE = "create", "Created"
         UPDATE = "update", "Changed"
         DELETE = "delete", "Deleted"
@@ -262,7 +263,7 @@ class AuditEvent(models.Model):
     table itself (a trigger); the model refuses them everywhere.
     """
 
-    class Action(models.TextChoices):
+    class Action(TextChoices):
         TASK_SUBMIT = "task.submit", "Task submitted"
         TASK_CANCEL = "task.cancel", "Task cancelled"
         WORKFLOW_SUBMIT = "workflow.submit", "Workflow submitted"

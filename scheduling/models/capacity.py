@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from portal.choices import TextChoices
 from scheduling.models.site import Node, Pool, Queue
 from scheduling.models.tasks import Task
 
@@ -37,7 +38,7 @@ class LeaseSchedule(models.Model):
 class NodeLease(models.Model):
     """Nodes of one pool lent to another pool's queue until a time, then taken back."""
 
-    class State(models.TextChoices):
+    class State(TextChoices):
         ACTIVE = "active", "Active"
         ENDED = "ended", "Ended (reclaimed)"
 
@@ -72,7 +73,7 @@ class NodeLease(models.Model):
 class Alert(models.Model):
     """Something an operator should know: a node drained, a task that does not start."""
 
-    class Kind(models.TextChoices):
+    class Kind(TextChoices):
         NODE = "node", "Node health"
         STARTUP = "startup", "Start-up timeout"
         LEASE = "lease", "Lease"

@@ -8,15 +8,17 @@ from pathlib import Path
 from django.conf import settings
 from django.db import models
 
+from portal.choices import TextChoices
+
 
 class SimulationRun(models.Model):
-    class Workload(models.TextChoices):
+    class Workload(TextChoices):
         R14 = "r14", "R14 day: the criteria"
         R14_BURST = "r14-burst", "R14 mix alone, on the idle site"
         HISTORY = "history", "the portal's own history"
         SWF = "swf", "an SWF trace (upload)"
 
-    class State(models.TextChoices):
+    class State(TextChoices):
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running"
         SUCCEEDED = "succeeded", "Succeeded"

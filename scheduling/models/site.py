@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from portal.choices import TextChoices
 from portal.models import validate_slug
 from scheduling import host
 from scheduling.decisions import levels
@@ -16,7 +17,7 @@ from scheduling.spec import TASK_TYPES
 
 
 class Pool(models.Model):
-    class Kind(models.TextChoices):
+    class Kind(TextChoices):
         CPU_HPC = "cpu-hpc", "CPU HPC"
         GPU_TRAINING = "gpu-training", "GPU training"
         INFERENCE = "inference", "Inference / elastic"
@@ -37,7 +38,7 @@ class Pool(models.Model):
 
 
 class Node(models.Model):
-    class State(models.TextChoices):
+    class State(TextChoices):
         UP = "up", "Up"
         DRAINED = "drained", "Drained"
         DOWN = "down", "Down"
@@ -60,12 +61,12 @@ class Node(models.Model):
 
 
 class Queue(models.Model):
-    class Policy(models.TextChoices):
+    class Policy(TextChoices):
         FAIRSHARE = "fairshare", "Fair-share"
         PRIORITY_QUOTA = "priority-quota", "Priority with quota"
         ELASTIC = "elastic", "Elastic"
 
-    class Allocation(models.TextChoices):
+    class Allocation(TextChoices):
         WHOLE_NODE = "whole-node", "Whole nodes"
         PACK = "pack", "Pack onto few nodes"
 
@@ -267,7 +268,7 @@ class Canary(models.Model):
     """New routing and level rules tried on a share of submissions before they replace the
     current ones; their results are shown side by side (docs/console.md). One at a time."""
 
-    class State(models.TextChoices):
+    class State(TextChoices):
         ACTIVE = "active", "Active"
         PROMOTED = "promoted", "Promoted"
         ABANDONED = "abandoned", "Abandoned"

@@ -8,12 +8,13 @@ import string
 from django.conf import settings
 from django.db import models
 
+from portal.choices import TextChoices
 from scheduling.decisions import lifecycle
 from scheduling.models.site import Queue
 from scheduling.spec import FAIL_ACTIONS, PRIORITIES
 
 
-class TaskState(models.TextChoices):
+class TaskState(TextChoices):
     PENDING = "pending", "Pending"
     WAITING = "waiting", "Waiting"
     QUEUED = "queued", "Queued"
@@ -26,7 +27,7 @@ class TaskState(models.TextChoices):
 
 
 # The same strings as the pure lifecycle rules (scheduling/decisions/lifecycle.py).
-class Hold(models.TextChoices):
+class Hold(TextChoices):
     """What holds a waiting task."""
 
     DEPENDENCY = "dependency", "Its dependencies"
@@ -48,7 +49,7 @@ def new_key_salt() -> str:
     return "".join(_SALT_ALPHABET[(n // 36**i) % 36] for i in range(6))
 
 
-class WorkflowState(models.TextChoices):
+class WorkflowState(TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
@@ -208,7 +209,7 @@ def attempt_key(task_id: int, attempt: int, salt: str) -> str:
     return f"sy-{task_id}-{salt}-{attempt}"
 
 
-class AttemptState(models.TextChoices):
+class AttemptState(TextChoices):
     """An attempt's states: a task's, plus `preempted` (ended to make room, then requeued)."""
 
     QUEUED = "queued", "Queued"
