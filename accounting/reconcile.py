@@ -148,7 +148,9 @@ def reconcile_pass(now: datetime | None = None) -> dict[str, str]:
 def _outside(key: str, by_key: dict, start: datetime, end: datetime) -> bool:
     """The backend has the job, ending outside the period (a clock edge, not an extra)."""
     runs = by_key.get(key)
-    return bool(runs) and not start <= max(r.ended_at for r in runs) < end
+    if not runs:
+        return False
+    return not start <= max(r.ended_at for r in runs) < end
 
 
 def _alert(result: Reconciliation) -> None:

@@ -100,8 +100,8 @@ def parse_query(params: Mapping[str, str], *, today: date | None = None) -> Usag
         errors.append(ErrorItem("period", f"must be one of {', '.join(PERIODS)}", period[:80]))
     filters = {k: params[k] for k in FILTERS if params.get(k)}
     for name in ("project", "queue"):  # as a descriptor names them, or no row has them
-        if name in filters and slug_problem(filters[name]) is not None:
-            errors.append(ErrorItem(name, slug_problem(filters[name]), filters[name][:80]))
+        if name in filters and (problem := slug_problem(filters[name])) is not None:
+            errors.append(ErrorItem(name, problem, filters[name][:80]))
     if "metric" in filters and filters["metric"] not in METRICS:
         errors.append(
             ErrorItem("metric", f"must be one of {', '.join(METRICS)}", filters["metric"][:80])
@@ -186,7 +186,9 @@ def totals(user: AbstractBaseUser, q: UsageQuery) -> list[dict[str, Any]]:
     return out
 
 
-def committed(user: AbstractBaseUser, q: UsageQuery | None = None, *, task=None) -> dict[str, int]:
+def committed(
+    user: AbstractBaseUser | None, q: UsageQuery | None = None, *, task=None
+) -> dict[str, int]:
     """What running attempts have used so far (allocation asked × time since they started),
     per metric in base units: shown beside the settled usage until their records arrive."""
     now = timezone.now()

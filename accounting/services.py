@@ -79,7 +79,15 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
             user = User.objects.filter(username=sample.get("user")).first()
             if user is None:
                 errors.append(ErrorItem(f"{where}.user", "a username", sample.get("user")))
-        parsed.append((sid, project, metric, quantity, at, user))
+        # A sample with a problem is reported above and all are refused below.
+        if (
+            isinstance(sid, str)
+            and isinstance(metric, str)
+            and project is not None
+            and quantity is not None
+            and at is not None
+        ):
+            parsed.append((sid, project, metric, quantity, at, user))
     if errors:
         raise ApplicationError(errors[0].message, errors=errors)
 
@@ -126,7 +134,7 @@ def task_usage(task: Task) -> dict[str, list[dict[str, Any]]]:
             "ended_at": record.ended_at,
         })  # fmt: skip
     settled.sort(key=lambda r: (r["attempt"] or 0, r["metric"]))
-    running = committed(None, task=task)  # type: ignore[arg-type]
+    running = committed(None, task=task)
     return {
         "settled": settled,
         "committed": [

@@ -116,7 +116,8 @@ class RedisBeatLock:
         found = self._redis.get(self.name)
         if found is None:
             return False  # freed meanwhile: the next tick takes it
-        holder = found.decode(errors="replace")
+        # A client without decode_responses: bytes (redis-py types it as either).
+        holder = found.decode(errors="replace") if isinstance(found, bytes) else str(found)
         if holder == self.token:
             # Ours still: an extension failed (Redis restarting) but Redis kept the key.
             self._lock.local.token = self.token.encode()

@@ -8,6 +8,7 @@ Either would let anyone on the network, a job included, read and change the port
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
@@ -26,7 +27,7 @@ def _is_local(host: str) -> bool:
         return False
 
 
-def credential_problems(database: dict[str, Any], redis_url: str | None) -> list[str]:
+def credential_problems(database: Mapping[str, Any], redis_url: str | None) -> list[str]:
     """What is wrong with the database's and the broker's credentials; empty when nothing."""
     problems = []
     if not database["ENGINE"].endswith("sqlite3"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -14,6 +15,10 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: None = None) -> str | None: ...
 def env_str(name: str, default: str | None = None) -> str | None:
     path = os.environ.get(f"{name}_FILE")
     if path:

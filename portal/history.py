@@ -144,7 +144,7 @@ def _quiet(instance: models.Model) -> bool:
 
 def _queue_of(instance: models.Model) -> str:
     if _label(type(instance)) == "scheduling.queue":
-        return instance.name  # type: ignore[attr-defined]
+        return instance.name
     queue = getattr(instance, "queue", None) if hasattr(instance, "queue_id") else None
     return queue.name if queue is not None else ""
 
@@ -225,7 +225,7 @@ def versions_visible_to(user: AbstractBaseUser):
     found = ConfigVersion.objects.all()
     if user.is_superuser:
         return found
-    ids = list(user.administered_queues.values_list("pk", flat=True))  # type: ignore[attr-defined]
+    ids = list(user.administered_queues.values_list("pk", flat=True))
     return found.filter(model="scheduling.queue", object_id__in=ids)
 
 

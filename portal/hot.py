@@ -84,7 +84,9 @@ class CachedTokenAuthentication(TokenAuthentication):
 class CachedTokenScheme(KnoxTokenScheme):
     """The API schema names it as knox's own token scheme (`Authorization: Token …`)."""
 
-    target_class = CachedTokenAuthentication
+    # drf-spectacular's extensions take a class or its dotted path; knox's subclass set a
+    # path, so mypy infers str for the attribute.
+    target_class = CachedTokenAuthentication  # type: ignore[assignment]
 
 
 def member_project(user, slug: str):

@@ -105,7 +105,7 @@ class BodyLimit:
                     return _too_large(request, None, limit, authenticated)
                 meta["CONTENT_LENGTH"] = str(len(body))
                 request._stream = io.BytesIO(body)
-            elif declared > limit:
+            elif declared is not None and declared > limit:
                 return _too_large(request, declared, limit, authenticated)
         return self.get_response(request)
 

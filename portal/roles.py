@@ -25,9 +25,7 @@ def is_platform_admin(user: AbstractBaseUser) -> bool:
 
 
 def is_finance(user: AbstractBaseUser) -> bool:
-    return bool(
-        user.is_authenticated and user.groups.filter(name=FINANCE_GROUP).exists()  # type: ignore[attr-defined]
-    )
+    return bool(user.is_authenticated and user.groups.filter(name=FINANCE_GROUP).exists())
 
 
 def sees_all_usage(user: AbstractBaseUser) -> bool:
@@ -37,7 +35,7 @@ def sees_all_usage(user: AbstractBaseUser) -> bool:
 def administered_queue_ids(user: AbstractBaseUser) -> set[int]:
     if not user.is_authenticated:
         return set()
-    return set(user.administered_queues.values_list("pk", flat=True))  # type: ignore[attr-defined]
+    return set(user.administered_queues.values_list("pk", flat=True))
 
 
 def administers_queue(user: AbstractBaseUser, queue_id: int) -> bool:
@@ -48,7 +46,7 @@ def administered_pool_ids(user: AbstractBaseUser) -> set[int]:
     """The pools whose nodes a queue admin drains and resumes: those of their queues."""
     if not user.is_authenticated:
         return set()
-    return set(user.administered_queues.values_list("pool_id", flat=True))  # type: ignore[attr-defined]
+    return set(user.administered_queues.values_list("pool_id", flat=True))
 
 
 def administers_pool(user: AbstractBaseUser, pool_id: int) -> bool:
@@ -77,9 +75,9 @@ def role_names(user: AbstractBaseUser) -> list[str]:
         names.append("queue admin")
     if is_finance(user):
         names.append("finance")
-    if user.memberships.filter(role="pi").exists():  # type: ignore[attr-defined]
+    if user.memberships.filter(role="pi").exists():
         names.append("project lead")
-    if user.memberships.exists():  # type: ignore[attr-defined]
+    if user.memberships.exists():
         names.append("researcher")
     return names
 

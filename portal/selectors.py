@@ -52,7 +52,7 @@ def audit_visible_to(user: AbstractBaseUser) -> QuerySet[AuditEvent]:
             "slug", flat=True
         )
     )
-    queues = list(user.administered_queues.values_list("name", flat=True))  # type: ignore[attr-defined]
+    queues = list(user.administered_queues.values_list("name", flat=True))
     return rows.filter(Q(actor_id=user.pk) | Q(project__in=led) | Q(queue__in=queues))
 
 

@@ -160,8 +160,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 # The password may be kept apart from the URL (DATABASE_PASSWORD_FILE: a secret), so that the
 # URL is no secret (docker/compose.yaml).
-if env_str("DATABASE_PASSWORD") and not DATABASES["default"].get("PASSWORD"):
-    DATABASES["default"]["PASSWORD"] = env_str("DATABASE_PASSWORD")
+if (_password := env_str("DATABASE_PASSWORD")) and not DATABASES["default"].get("PASSWORD"):
+    DATABASES["default"]["PASSWORD"] = _password
 
 # A database file made before the portal set its umask: make it private now.
 if (
@@ -238,11 +238,19 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise ImproperlyConfigured(f"the {name} package is not installed (make install)")
+    return Path(spec.origin).parent
+
+
 STATIC_URL = "static/"
 STATICFILES_DIRS = [
     BASE_DIR / "static",
     # plotly.js as the pinned plotly package ships it (the usage charts; docs/accounting.md).
-    ("vendor/plotly", Path(importlib.util.find_spec("plotly").origin).parent / "package_data"),
+    ("vendor/plotly", _package_dir("plotly") / "package_data"),
 ]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise reads it at start; collectstatic fills it
@@ -303,7 +311,7 @@ if not DEBUG and (_problems := credential_problems(DATABASES["default"], REDIS_U
 BROKER_DIR = VAR_DIR / "broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
 else:
     # Serverless default: kombu's filesystem transport, polled fast enough for ~25 ms hops.
     CELERY_BROKER_URL = "sy-filesystem://"  # portal/broker.py: atomic message files
@@ -323,7 +331,7 @@ else:
     }
 # Periodic work has its own queue, which workers read beside the default one: a burst of
 # dispatches must not starve the polls (seen in the benchmark: 90 % of polls expired unrun).
-CELERY_TASK_QUEUES = {"celery": {}, "periodic": {}}
+CELERY_TASK_QUEUES: dict[str, dict[str, object]] = {"celery": {}, "periodic": {}}
 CELERY_TASK_ROUTES = {
     "scheduling.poll_backends": {"queue": "periodic"},
     "scheduling.sweep_pending": {"queue": "periodic"},
