@@ -125,7 +125,10 @@ class PriorityRequestDecide(APIView):
         found = request_get_for_user(request.user, pk)
         data = request.data if isinstance(request.data, dict) else {}
         decided = services.priority_request_decide(
-            user=request.user, request=found, approve=self.approve, comment=_text(data, "comment")
+            user=request.user,
+            request=found,
+            approve=self.approve,
+            comment=_text(data, "comment") or "",
         )
         return Response(PriorityRequestSerializer(decided).data)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -98,7 +100,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
     site = site_view()
     now = timezone.now()
     minute = site_minute(now)
-    quotas = {}
+    quotas: dict[str, list[dict[str, Any]]] = {}
     for project in project_list_for_user(request.user).order_by("slug"):
         for row in project_quotas(project):
             quotas.setdefault(row["queue"], []).append({"project": project.slug, **row})

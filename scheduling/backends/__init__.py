@@ -12,6 +12,7 @@ from scheduling.backends.base import (
     LeaseView,
     NodeHealth,
     Run,
+    ShowsStarts,
     SubmitRequest,
     submit_all,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "LeaseView",
     "NodeHealth",
     "Run",
+    "ShowsStarts",
     "SubmitRequest",
     "submit_all",
 ]

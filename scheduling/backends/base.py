@@ -157,6 +157,13 @@ class Backend(Protocol):
     def end_lease(self, lease: LeaseView) -> None: ...
 
 
+@runtime_checkable
+class ShowsStarts(Protocol):
+    """A backend that can say at once which jobs have started (the local backend)."""
+
+    def started(self, backend_ids: list[str], *, within_s: float) -> dict[str, Job]: ...
+
+
 def submit_all(backend: Backend, requests: list[SubmitRequest]) -> list[Job | BackendError]:
     """Submit many jobs: each request's job, or the error that refused it, in order.
 

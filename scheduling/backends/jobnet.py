@@ -162,10 +162,10 @@ def connect(
             stdin=in_r,
         )
         os.close(in_r)
-        why = _finish(ip_pid, ip_err)
-        if why is not None:
+        routes_error = _finish(ip_pid, ip_err)
+        if routes_error is not None:
             disconnect((slirp_pid, exit_w))
-            raise NetworkError(f"the job's routes could not be set: {why}")
+            raise NetworkError(f"the job's routes could not be set: {routes_error}")
     finally:
         os.close(net)
         os.close(user)

@@ -58,6 +58,7 @@ def classify(spec: TaskSpec, policy: ClassifierPolicy = DEFAULT_CLASSIFIER) -> C
 
     # The expected duration: the estimate, else the walltime (an upper bound). With neither,
     # the duration is unknown and the task cannot be called short.
+    duration: int | None
     if estimate is not None:
         duration, duration_name = estimate, "estimate"
     else:

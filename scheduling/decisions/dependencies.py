@@ -7,7 +7,7 @@ walks the database with it and the simulator its own in-memory DAG.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from scheduling.decisions.lifecycle import BAD_ENDS, CANCELLED, SKIPPED, SUCCEEDED
 
@@ -25,10 +25,11 @@ class DependencyNode(Protocol):
     def fail_action(self) -> str: ...
 
 
-Upstream = Callable[[DependencyNode], Iterable[DependencyNode]]
+# The caller's own node type (a Task row, a simulated task): upstream takes and gives it.
+N = TypeVar("N", bound=DependencyNode)
 
 
-def dependency_verdict(dep: DependencyNode, upstream: Upstream) -> bool | None:
+def dependency_verdict(dep: N, upstream: Callable[[N], Iterable[N]]) -> bool | None:
     """True: the dependant may run; False: it never will; None: not decided yet."""
     if dep.state in (SUCCEEDED, SKIPPED):
         return True
@@ -42,7 +43,7 @@ def dependency_verdict(dep: DependencyNode, upstream: Upstream) -> bool | None:
     return not (dep.state == CANCELLED and cancelled_by_abort(dep, upstream))
 
 
-def cancelled_by_abort(task: DependencyNode, upstream: Upstream) -> bool:
+def cancelled_by_abort(task: N, upstream: Callable[[N], Iterable[N]]) -> bool:
     """Whether an abort upstream of this cancelled skip task is what cancelled it.
 
     Walks up through cancelled skip tasks only (iteratively: chains may be long).

@@ -163,8 +163,8 @@ def _place_whole_nodes(spec: TaskSpec, nodes: list[NodeView]) -> Placement | Non
             return None
         # The smallest nodes that do the job, keeping the big ones for tasks that need them;
         # under one switch when one has enough of them.
-        chosen, note = _one_switch(fit, res.nodes, key=_smallest_first)
-        return Placement(tuple(_whole(n) for n in chosen), note)
+        together, note = _one_switch(fit, res.nodes, key=_smallest_first)
+        return Placement(tuple(_whole(n) for n in together), note)
 
     if res.gpus > 0:
         idle = [n for n in idle if n.gpus > 0]
@@ -248,11 +248,11 @@ def _place_packed(spec: TaskSpec, free: list[_Free]) -> Placement | None:
             return None
         key = _most_free if res.gpus else _most_free_cores
         by_node = {f.node.name: f for f in fit}
-        chosen, note = _one_switch(
+        together, note = _one_switch(
             [f.node for f in fit], res.nodes, key=lambda n: key(by_node[n.name])
         )
         return Placement(
-            tuple(by_node[n.name].allocate(cpus_each, gpus_each, memory) for n in chosen), note
+            tuple(by_node[n.name].allocate(cpus_each, gpus_each, memory) for n in together), note
         )
 
     # No node count given and no single node holds it: spread, most free room first. GPUs

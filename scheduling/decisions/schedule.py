@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from scheduling.decisions.place import cpu_ratio, free_view, place, usable_cpus
@@ -60,7 +61,7 @@ def schedule_pass(
     pools: Mapping[str, Sequence[NodeView]],
     allocations: Mapping[str, Sequence[NodeAllocation]],
     running: Mapping[str, int],
-    drained: Mapping[str, str] | frozenset[str] = frozenset(),
+    drained: Mapping[str, str] | AbstractSet[str] = frozenset(),
     sandbox_missing: str | None = None,
     now: float | None = None,
     rooms: Mapping[str, PoolRoom] | None = None,
@@ -231,7 +232,7 @@ def never_fits(job: WaitingJob, nodes: Sequence[NodeView]) -> str:
 
 
 def waiting_reason(
-    job: WaitingJob, drained: Mapping[str, str] | frozenset[str], nodes: Sequence[NodeView]
+    job: WaitingJob, drained: Mapping[str, str] | AbstractSet[str], nodes: Sequence[NodeView]
 ) -> str:
     reason = f"waiting for resources in pool {job.queue.pool} ({asked(job)})"
     down = [n.name for n in nodes if n.name in drained or not n.available]

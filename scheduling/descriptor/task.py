@@ -185,7 +185,8 @@ def _resources(value: Any, errors: list[FieldError]) -> Resources | None:
                     f"for the task{'' if given else ', and defaults to 1'}",
                     total,
                 )
-    if len(errors) > before:
+    # cpus and gpus have defaults: None only with an error added above.
+    if len(errors) > before or cpus is None or gpus is None:
         return None
     return Resources(cpus=cpus, memory_mib=memory, gpus=gpus, nodes=nodes, gpu_type=gpu_type)
 

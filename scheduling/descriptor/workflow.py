@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 import heapq
-from typing import Any
+from typing import Any, TypeGuard
 
 from scheduling.descriptor.errors import DescriptorError, FieldError, _document_error
 from scheduling.descriptor.fields import _add, _check_header, _check_unknown, _required
@@ -63,7 +63,7 @@ def parse_workflow(data: dict) -> WorkflowSpec:
     return WorkflowSpec(name=name, project=project, tasks=tuple(t for t in tasks if t is not None))
 
 
-def _check_sizes(entries: Any, errors: list[FieldError]) -> bool:
+def _check_sizes(entries: Any, errors: list[FieldError]) -> TypeGuard[list[Any]]:
     """False when `tasks` cannot be checked task by task (missing, not a list, too big)."""
     limit = MAX_WORKFLOW_TASKS
     if entries is None:

@@ -7,6 +7,8 @@ backend only through the engine.
 from __future__ import annotations
 
 from portal.models import ClusterAccount, Membership, Project
+from scheduling.backends import BackendError
+from scheduling.backends.slurm.backend import SlurmBackend
 from scheduling.backends.slurm.config import (
     ClusterSettings,
     SlurmConfigError,
@@ -25,6 +27,8 @@ def sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:
     Returns (project, Unix users) in project order; None stands for the portal's own user.
     """
     slurm = get_backend(alias)
+    if not isinstance(slurm, SlurmBackend):
+        raise BackendError(f"backend {alias!r} is not a Slurm backend: it has no accounts")
     accounts = dict(ClusterAccount.objects.values_list("user_id", "unix_username"))
     done = []
     for project in Project.objects.order_by("slug"):

@@ -181,6 +181,7 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
         outcomes: list[tuple[_Ready, Job | BackendError]] = []  # found by an earlier claimant
         fresh: list[_Ready] = []
         for r in group:
+            job: Job | BackendError | None
             try:
                 job = _found(backend, r)
             except BackendError as exc:

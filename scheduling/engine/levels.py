@@ -12,6 +12,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from django.db.models import Q
 from django.utils import timezone
@@ -29,6 +30,8 @@ from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
 
 log = logging.getLogger(__name__)
+# A floor's key: a task id, or a (project id, queue id) scope.
+K = TypeVar("K")
 S = TaskState
 UNSTARTED = (S.PENDING, S.WAITING, S.QUEUED)
 
@@ -169,11 +172,19 @@ def _floors(now: datetime):
             f"raised to {LEVELS[request.level]} by request #{request.pk}, approved by {who}, "
             f"until {request.until:%Y-%m-%d %H:%M} UTC",
         )
-        target = by_task if request.task_id else by_scope
-        key = request.task_id if request.task_id else (request.project_id, request.queue_id)
-        if key not in target or target[key][0] < floor[0]:
-            target[key] = floor
+        if request.task_id:
+            _raise_floor(by_task, request.task_id, floor)
+        else:
+            _raise_floor(by_scope, (request.project_id, request.queue_id), floor)
     return by_task, by_scope
+
+
+def _raise_floor(
+    floors: dict[K, tuple[int, datetime, str]], key: K, floor: tuple[int, datetime, str]
+) -> None:
+    """Keep the highest approved level for each task or (project, queue)."""
+    if key not in floors or floors[key][0] < floor[0]:
+        floors[key] = floor
 
 
 def expire_requests(now: datetime | None = None) -> int:

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from scheduling import hooks
-from scheduling.backends import Job
+from scheduling.backends import Job, ShowsStarts
 from scheduling.engine.follow import apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.models import Task
@@ -117,7 +117,10 @@ class StartWatcher:
         for (alias, backend_id), (task_id, _) in watched.items():
             by_alias.setdefault(alias, {})[backend_id] = task_id
         for alias, task_ids in by_alias.items():
-            started = get_backend(alias).started(list(task_ids), within_s=0)
+            backend = get_backend(alias)
+            if not isinstance(backend, ShowsStarts):  # watch_starts takes only such backends
+                continue
+            started = backend.started(list(task_ids), within_s=0)
             if not started:
                 continue
             try:

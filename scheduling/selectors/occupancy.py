@@ -32,8 +32,10 @@ def running_on(node_names: set[str] | None = None, *, pool: str | None = None) -
     found = []
     for task in running:
         attempt = max(task.attempt_set.all(), key=lambda a: a.number, default=None)
-        nodes = list(attempt.nodes) if attempt and attempt.nodes else []
-        if not nodes or (node_names is not None and not node_names.intersection(nodes)):
+        if attempt is None or not attempt.nodes:
+            continue  # holds no node yet
+        nodes = list(attempt.nodes)
+        if node_names is not None and not node_names.intersection(nodes):
             continue
         spec = TaskSpec.from_dict(task.spec)
         share = len(nodes)

@@ -56,7 +56,10 @@ def with_budgets(
         if rule.resource in BUDGETS:
             hours = round(hooks.budget_used(rule, now), 3)
             current = usage.get(rule.scope, Usage())
-            usage[rule.scope] = dataclasses.replace(current, **{rule.resource: hours})
+            if rule.resource == "gpu_hours":
+                usage[rule.scope] = dataclasses.replace(current, gpu_hours=hours)
+            else:
+                usage[rule.scope] = dataclasses.replace(current, core_hours=hours)
     return usage
 
 

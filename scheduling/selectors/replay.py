@@ -29,7 +29,8 @@ def history_workload(
     left out (by state); with `queues`, only those queues' tasks."""
     now = now or timezone.now()
     since = now - timedelta(days=days)
-    jobs, left_out = [], Counter()
+    jobs: list[SimJob] = []
+    left_out: Counter[str] = Counter()
     tasks = Task.objects.filter(submitted_at__gte=since, submitted_at__lt=now)
     if queues is not None:
         tasks = tasks.filter(queue__name__in=queues)

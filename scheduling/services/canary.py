@@ -65,7 +65,7 @@ def canary_start(
             )
         except CanaryError as exc:
             errors.extend(ErrorItem(f, m, g) for f, m, g in exc.errors)
-    if errors:
+    if errors or not isinstance(rule_set, dict):  # not a dict: its error is in errors
         raise ApplicationError("invalid canary", errors=errors)
     try:
         with transaction.atomic(), audit.because(reason):
@@ -116,8 +116,8 @@ def canary_end(*, user: AbstractBaseUser, canary: Canary, promote: bool, reason:
                 RoutingRule.from_view(rule, queues).save()
             for row in LevelRule.objects.all():
                 row.delete()
-            for rule in levels_:
-                LevelRule.from_rule(rule, queues).save()
+            for level_rule in levels_:
+                LevelRule.from_rule(level_rule, queues).save()
     canary.state = Canary.State.PROMOTED if promote else Canary.State.ABANDONED
     canary.ended_at = timezone.now()
     canary.save(update_fields=["state", "ended_at"])

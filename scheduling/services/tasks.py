@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -191,7 +192,7 @@ def _submit_entry(task: Task, user: AbstractBaseUser, project: Project, decided:
 
 
 def task_create(
-    *, user: AbstractBaseUser, decided: Decided, upstream: list[Task] = (), **fields: Any
+    *, user: AbstractBaseUser, decided: Decided, upstream: Sequence[Task] = (), **fields: Any
 ) -> Task:
     """Store one decided task and its first event; schedule what comes next on commit.
 
@@ -223,7 +224,7 @@ def new_task(
     descriptor: str,
     fmt: str,
     workflow=None,
-    upstream: list[Task] = (),
+    upstream: Sequence[Task] = (),
 ) -> Task:
     """The task row of a decided spec, not yet saved."""
     spec = decided.spec

@@ -129,7 +129,7 @@ class Baseline:
         for v in sim.views(WHOLE_SITE):  # Room(views), inlined: one queue never oversubscribes
             views[v.name] = v
             if v.available:
-                cpus += max(0, v.free_cpus)
+                cpus += max(0, _free_cpus(v))
                 gpus += len(v.free_gpus or ())
         room = Room((), 1, cpus, gpus)
         head = self._head()
@@ -210,7 +210,8 @@ class Baseline:
     def _merged(self, room: Room, head: str) -> list:
         """A heap of the waiting groups whose request fits the free room at all, each at its
         first job, in submit order (the head left out; each group a snapshot)."""
-        sim, heap, tie = self.sim, [], itertools.count()
+        sim, tie = self.sim, itertools.count()
+        heap: list[tuple] = []
         for shape, members in list(self.groups.items()):
             if shape[0] > room.cpus or shape[1] > room.gpus:
                 continue
@@ -301,9 +302,9 @@ class Baseline:
                 continue
             for n in changed:
                 v = views[n]
-                free_gpus = tuple(sorted(gpus[n])) if n in gpus else v.free_gpus
-                later[n] = _with(v, v.free_cpus + cpus[n], v.free_memory_mib + memory[n], free_gpus,
-                                 self.made)  # fmt: skip
+                free_gpus = tuple(sorted(gpus[n])) if n in gpus else _free_gpus(v)
+                later[n] = _with(v, _free_cpus(v) + cpus[n], _free_memory(v) + memory[n],
+                                 free_gpus, self.made)  # fmt: skip
             changed.clear()
             placement = _place(head.spec, later.values())
             if placement is not None:
@@ -319,7 +320,7 @@ def _place(spec: TaskSpec, views: Iterable[NodeView]) -> Placement | None:
     the answer is the same, and a full site has few such nodes."""
     if spec.resources.cpus < 1:
         return place(spec, ONE_QUEUE, list(views))
-    return place(spec, ONE_QUEUE, [v for v in views if v.free_cpus > 0])
+    return place(spec, ONE_QUEUE, [v for v in views if _free_cpus(v) > 0])
 
 
 def _walltime(job: SimJob) -> float:
@@ -341,14 +342,27 @@ def _minus(view: NodeView, a: NodeAllocation, made: dict | None = None) -> NodeV
     gpus = view.free_gpus or ()
     if a.gpu_indices:
         gpus = tuple(i for i in gpus if i not in a.gpu_indices)
-    return _with(view, view.free_cpus - a.cpus, view.free_memory_mib - a.memory_mib, gpus, made)
+    return _with(view, _free_cpus(view) - a.cpus, _free_memory(view) - a.memory_mib, gpus, made)
 
 
 def _common(now: NodeView, later: NodeView, made: dict | None = None) -> NodeView:
     """Room free both now and at the head's start: what a job may take without delaying it."""
     gpus = tuple(i for i in now.free_gpus or () if i in set(later.free_gpus or ()))
-    return _with(now, min(now.free_cpus, later.free_cpus),
-                 min(now.free_memory_mib, later.free_memory_mib), gpus, made)  # fmt: skip
+    return _with(now, min(_free_cpus(now), _free_cpus(later)),
+                 min(_free_memory(now), _free_memory(later)), gpus, made)  # fmt: skip
+
+
+# The simulator's views always carry their free room; None would mean all of it (NodeView).
+def _free_cpus(view: NodeView) -> int:
+    return view.cpus if view.free_cpus is None else view.free_cpus
+
+
+def _free_memory(view: NodeView) -> int:
+    return view.memory_mib if view.free_memory_mib is None else view.free_memory_mib
+
+
+def _free_gpus(view: NodeView) -> tuple[int, ...]:
+    return tuple(range(view.gpus)) if view.free_gpus is None else view.free_gpus
 
 
 def _with(

@@ -119,8 +119,8 @@ def utilisation(
 
 def flow_time(run: Run, keys: Sequence[str]) -> float | None:
     """From the first submit to the last end of `keys` (None if one never ran)."""
-    done = [run.outcomes.get(k) for k in keys]
-    if not done or any(o is None for o in done):
+    done = [o for k in keys if (o := run.outcomes.get(k)) is not None]
+    if not done or len(done) < len(keys):
         return None
     return max(o.end for o in done) - min(o.submit for o in done)
 

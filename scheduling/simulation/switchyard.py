@@ -227,7 +227,7 @@ class SitePolicy:
         # of a shape may wait while a shorter one starts.
         lent = any(n.available_until is not None for n in nodes)
         while heads:
-            batch = []
+            batch: list[WaitingJob] = []
             while heads and len(batch) < size:
                 _, _, _, job, stream = heapq.heappop(heads)
                 shape, rank, prio, _ = stream

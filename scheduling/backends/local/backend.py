@@ -156,7 +156,12 @@ class LocalBackend:
                 self._schedule_locked()
             for at in fresh:
                 out[at] = self.store.job(requests[at].key)
-        return out  # type: ignore[return-value] - every slot is filled above
+        filled: list[Job | BackendError] = []
+        for at, item in enumerate(out):
+            if item is None:  # cannot happen: every fresh slot was filled just above
+                raise BackendError(f"local job {requests[at].key!r} vanished")
+            filled.append(item)
+        return filled
 
     def find(self, key: str) -> Job | None:
         if not KEY_RE.match(key):

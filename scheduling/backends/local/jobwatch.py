@@ -239,7 +239,8 @@ class Limits:
                 held.append(("memfd files", memfd_usage(tree)))
             in_files = sum(n for _, n in held)
             memory = anon + shmem + in_files
-            if self.memory and memory > self.memory and shmem and in_files:
+            # in_files is 0 without a sandbox pid (no tmpfs is read): the test narrows its type.
+            if self.memory and memory > self.memory and shmem and in_files and self.sandbox_pid:
                 # A tmpfs file the job maps is in both: count it once. Read only when it
                 # decides (smaps costs more than status).
                 memory -= min(shmem, mapped_from(tree, self.sandbox_pid, self.tmpfs))

@@ -267,7 +267,8 @@ class Launcher:
             listener, lock_fd, wake_r, wake_w = self.inherited
             _signal.set_wakeup_fd(-1)
             listener.close()
-            self.conn.close()
+            if self.conn is not None:  # the connection that asked for this job
+                self.conn.close()
             for fd in (lock_fd, wake_r, wake_w):
                 os.close(fd)
             _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)

@@ -167,7 +167,11 @@ class Shim:
             os.chmod(path, 0o500)
         network = plan.get("network")
         jobnet = _jobnet() if network is not None else None
-        if jobnet is not None and not os.access(network["slirp4netns"], os.X_OK):
+        if (
+            network is not None
+            and jobnet is not None
+            and not os.access(network["slirp4netns"], os.X_OK)
+        ):
             # Never fall back to running a batch job on the host's network.
             self.finish("failed", jobnet.SLIRP_MISSING)
             return

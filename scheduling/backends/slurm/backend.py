@@ -350,9 +350,10 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
         result: dict[str, Job] = {}
         ended: dict[str, Job] = {}  # squeue's view of finished jobs, if sacct lags behind
         for job in self._squeue(job_ids=list(wanted)):
-            backend_id, key = wanted.get(job.job_id, (None, None))
-            if backend_id is None or job.key != key:
+            ours = wanted.get(job.job_id)
+            if ours is None or job.key != ours[1]:
                 continue  # a reused job id: not our job
+            backend_id = ours[0]
             current = job.as_job()
             (ended if current.state.finished else result)[backend_id] = current
         missing = [job_id for job_id, (bid, _) in wanted.items() if bid not in result]
@@ -368,9 +369,9 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
                 log.warning("sacct failed; following ended jobs from squeue: %s", exc)
                 finished, accounting_down = [], True
             for job in finished:
-                backend_id, key = wanted.get(job.job_id, (None, None))
-                if backend_id and job.key == key:
-                    result[backend_id] = job.as_job()
+                ours = wanted.get(job.job_id)
+                if ours is not None and ours[0] and job.key == ours[1]:
+                    result[ours[0]] = job.as_job()
         for backend_id, _ in wanted.values():
             if backend_id in result:
                 continue

@@ -5,6 +5,9 @@ A mixin of SlurmBackend: it runs the same commands (`self.run`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import overload
+
 from scheduling.backends.base import BackendError, LeaseView, NodeHealth
 from scheduling.backends.slurm.parse import scalar, slurm_json
 
@@ -13,7 +16,7 @@ DRAIN_PREFIX = "switchyard: "
 
 
 class SlurmCapacity:
-    run: object  # the CommandRunner of the backend
+    run: Callable[..., str]  # the CommandRunner of the backend
 
     def drain(self, node: str, reason: str) -> None:
         # The prefix tells the health check this drain is the portal's own, not Slurm's.
@@ -92,6 +95,10 @@ class SlurmCapacity:
         if exists:
             self.run(["scontrol", "delete", f"PartitionName={lease.name}"])
 
+    @overload
+    def _partition_nodes(self, partition: str) -> set[str]: ...
+    @overload
+    def _partition_nodes(self, partition: str, *, missing_ok: bool) -> set[str] | None: ...
     def _partition_nodes(self, partition: str, *, missing_ok: bool = False) -> set[str] | None:
         try:
             out = self.run(["scontrol", "show", "partition", partition, "--oneliner"])

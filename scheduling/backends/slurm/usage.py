@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 from scheduling.backends.base import Run
 from scheduling.backends.slurm.watch import read_usage
@@ -25,9 +26,9 @@ _MEMORY_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
 
 
 class SlurmUsage:
-    run: object  # the CommandRunner of the backend
+    run: Callable[..., str]  # the CommandRunner of the backend
     sacct_window_days: int
-    usage_path: object  # key → the watcher's file (SlurmBackend.usage_path)
+    usage_path: Callable[[str], Path]  # key → the watcher's file (SlurmBackend.usage_path)
 
     def usage(self, backend_ids: list[str]) -> dict[str, list[Run]]:
         """Every run of each finished job; jobs still running (or a final run Slurm has not

@@ -107,8 +107,8 @@ class Command(BaseCommand):
                     note="default site",
                 )
         RoutingRule.objects.all().delete()
-        for rule in site.rules:
-            RoutingRule.from_view(rule, queues).save()
+        for routing_rule in site.rules:
+            RoutingRule.from_view(routing_rule, queues).save()
 
         users = {}
         lines = []
