@@ -6,6 +6,7 @@ import os
 import socket
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
@@ -67,7 +68,7 @@ class Command(BaseCommand):
             help="accept jobs whose account Slurm does not know",
         )
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: object, **opts: Any) -> None:
         cluster = ClusterSettings(
             name=opts["cluster"],
             state_dir=os.path.abspath(opts["state_dir"]),
