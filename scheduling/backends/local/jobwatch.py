@@ -239,7 +239,7 @@ class Limits:
                 held.append(("memfd files", memfd_usage(tree)))
             in_files = sum(n for _, n in held)
             memory = anon + shmem + in_files
-            # in_files is 0 without a sandbox pid (no tmpfs is read): the test narrows its type.
+            # Without a sandbox pid no tmpfs is read and in_files is 0: the check costs nothing.
             if self.memory and memory > self.memory and shmem and in_files and self.sandbox_pid:
                 # A tmpfs file the job maps is in both: count it once. Read only when it
                 # decides (smaps costs more than status).
