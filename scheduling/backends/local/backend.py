@@ -156,12 +156,9 @@ class LocalBackend:
                 self._schedule_locked()
             for at in fresh:
                 out[at] = self.store.job(requests[at].key)
-        filled: list[Job | BackendError] = []
-        for at, item in enumerate(out):
-            if item is None:  # cannot happen: every fresh slot was filled just above
-                raise BackendError(f"local job {requests[at].key!r} vanished")
-            filled.append(item)
-        return filled
+        if None in out:  # cannot happen: every fresh slot was filled just above
+            raise BackendError("a local job vanished while it was submitted")
+        return [item for item in out if item is not None]
 
     def find(self, key: str) -> Job | None:
         if not KEY_RE.match(key):

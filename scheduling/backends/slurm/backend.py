@@ -353,9 +353,8 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             ours = wanted.get(job.job_id)
             if ours is None or job.key != ours[1]:
                 continue  # a reused job id: not our job
-            backend_id = ours[0]
             current = job.as_job()
-            (ended if current.state.finished else result)[backend_id] = current
+            (ended if current.state.finished else result)[ours[0]] = current
         missing = [job_id for job_id, (bid, _) in wanted.items() if bid not in result]
         accounting_down = False
         if missing:
