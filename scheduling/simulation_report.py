@@ -1,4 +1,4 @@
-"""What a what-if run's page shows: the R14 criteria, the policies side by side, and the charts.
+"""What a what-if run's page shows: the validation day's criteria, the policies side by side, and the charts.
 
 The charts are plain plotly figure JSON, drawn in the browser as the dashboards' are
 (accounting/charts.py, static/switchyard-charts.js). Pure: a run's stored result in, rows and
@@ -25,7 +25,7 @@ def summaries(result: dict | None) -> dict[str, dict]:
 
 
 def criteria_rows(result: dict | None) -> list[dict[str, Any]]:
-    """The R14 criteria: criterion, target, Switchyard, FIFO, EASY, met."""
+    """The validation day's criteria: criterion, target, Switchyard, FIFO, EASY, met."""
     rows = []
     for row in (result or {}).get("criteria", []):
         values = row["values"]

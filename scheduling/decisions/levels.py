@@ -1,8 +1,8 @@
 """Priority levels: multi-level feedback, declared as rules per task type (and queue).
 
 A task enters at its rule's level and, while it waits unstarted, moves by `step` after
-`every_s` seconds (once, or each time when `repeat`), stopping at `limit`. The seed's rules
-(docs/policy.md): agent and sandbox tasks enter high and drop to medium after 30 s; training
+`every_s` seconds (once, or each time when `repeat`), stopping at `limit`. The default site's
+rules (docs/policy.md): agent and sandbox tasks enter high and drop to medium after 30 s; training
 enters medium and rises one level per 10 minutes waiting, up to high; HPC enters low.
 
 Two things override the rule: an approved raise (a floor, until it expires) and the task's

@@ -19,7 +19,7 @@ from portal import roles
 from portal.selectors import checked_pk
 from scheduling.models import Queue, SimulationRun
 
-MODEL_ONLY = (SimulationRun.Workload.R14, SimulationRun.Workload.R14_BURST)
+MODEL_ONLY = (SimulationRun.Workload.DAY, SimulationRun.Workload.BURST)
 
 
 def simulation_list_for_user(user: AbstractBaseUser) -> QuerySet[SimulationRun]:

@@ -48,7 +48,7 @@ MAX_DAYS = 3650  # ten years; far larger and the window would start before year 
 MAX_REPEAT = 100
 # The workloads that read each optional field; given for another workload, it is refused.
 READ_BY = {
-    "seed": (Workload.R14, Workload.R14_BURST),
+    "seed": (Workload.DAY, Workload.BURST),
     "days": (Workload.HISTORY,),
     "limit": (Workload.SWF,),
     "repeat": (Workload.SWF,),
@@ -233,7 +233,7 @@ def _parameters(
     if unknown or not chosen:
         expected = f"expected some of {', '.join(POLICIES)}"
         errors.append(ErrorItem("policies", expected, unknown or list(policies)))
-    elif workload == Workload.R14 and chosen != list(POLICIES):
+    elif workload == Workload.DAY and chosen != list(POLICIES):
         expected = f"r14 measures its criteria under all of {', '.join(POLICIES)}: tick all three"
         errors.append(ErrorItem("policies", expected, chosen))
     parameters: dict[str, Any] = {"policies": chosen}

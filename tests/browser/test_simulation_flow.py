@@ -1,4 +1,4 @@
-"""A queue admin in real Chromium starts an R14 run, watches it run and reads the criteria
+"""A queue admin in real Chromium starts a validation-day run, watches it run and reads the criteria
 and the charts, with a real worker behind the page."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`manage.py simulate`: what-if runs of the site's policy beside FIFO and EASY backfill.
 
-    manage.py simulate r14 [--seed N]                  the seed's criteria, pass/fail per row
-    manage.py simulate r14-burst [--seed N]            the R14 mix alone, on the idle site
+    manage.py simulate r14 [--seed N]                  the validation day's criteria, pass/fail per row
+    manage.py simulate r14-burst [--seed N]            the launch mix alone, on the idle site
     manage.py simulate swf FILE [--limit N] [--repeat K]
     manage.py simulate alibaba PODS.csv NODES.csv [--limit N] [--compress K] [--node-share F]
     manage.py simulate history [--days 7]              the portal's own tasks, replayed
@@ -69,7 +69,7 @@ class Command(BaseCommand):
         self.stderr.write("")
         seconds = time.perf_counter() - started
         if workload == "r14":
-            self.stdout.write(f"R14 day, seed {result['seed']}, {result['jobs']} jobs\n")
+            self.stdout.write(f"validation day, seed {result['seed']}, {result['jobs']} jobs\n")
             self.stdout.write(format_table(result))
         else:
             self.stdout.write(f"{workload}: {result['jobs']:,} jobs\n")

@@ -1,4 +1,4 @@
-"""The simulator checked against reality: a scaled R14 mix run on the localhost Slurm and the
+"""The simulator checked against reality: a scaled launch mix run on the localhost Slurm and the
 same jobs in the simulator start in the same order, and wait as long, within `TOLERANCE_S`
 (docs/simulation.md, calibration).
 

@@ -1,4 +1,4 @@
-"""`manage.py simulate`: the R14 table, traces, the portal's own history, and bad input."""
+"""`manage.py simulate`: the validation day's table, traces, the portal's own history, and bad input."""
 
 from __future__ import annotations
 

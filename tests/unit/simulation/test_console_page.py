@@ -46,7 +46,7 @@ def admin_page(site) -> Client:
 
 @pytest.fixture
 def quinn_page(site) -> Client:
-    return _page("quinn")  # the seed's queue admin
+    return _page("quinn")  # the demo site's queue admin
 
 
 @pytest.fixture

@@ -200,7 +200,7 @@ def test_the_r14_mix_on_the_idle_default_site_starts_at_once_under_every_policy(
             "ai-training": 2,
             "hpc-simulation": 1,
         }
-        # 40 nodes hold the whole mix: nothing waits (the R14 day adds the load).
+        # 40 nodes hold the whole mix: nothing waits (the validation day adds the load).
         assert all(v["mean_wait_s"] == 0 for v in result["types"].values())
         assert result["utilisation"]["gpu-train"]["gpu"] > 0
 
