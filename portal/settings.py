@@ -536,7 +536,6 @@ COMPUTE_BACKENDS["slurm"] = {
         "submit_concurrency": env_int("SWITCHYARD_SLURM_SUBMIT_CONCURRENCY", 4),
     },
 }
-SWITCHYARD_DEFAULT_BACKEND = env_str("SWITCHYARD_DEFAULT_BACKEND", "local")
 
 LOGGING = {
     "version": 1,

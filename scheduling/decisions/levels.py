@@ -21,15 +21,6 @@ LOW, MEDIUM, HIGH = 0, 1, 2
 LEVELS = ("low", "medium", "high")
 
 
-def level_name(level: int) -> str:
-    return LEVELS[level]
-
-
-def level_number(name: str) -> int:
-    """`high` → 2; the descriptor's `normal` is medium."""
-    return {"low": LOW, "normal": MEDIUM, "medium": MEDIUM, "high": HIGH}[name]
-
-
 @dataclass(frozen=True, slots=True)
 class LevelRule:
     task_type: str
