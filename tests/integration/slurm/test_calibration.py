@@ -37,7 +37,7 @@ MIX = [
 ]  # fmt: skip
 
 
-def test_a_scaled_r14_mix_starts_on_slurm_as_the_simulator_says(cluster_site, api):
+def test_a_scaled_launch_mix_starts_on_slurm_as_the_simulator_says(cluster_site, api):
     ids: dict[str, int] = {}
     for second, group in enumerate(MIX):
         for name, kind, resources, sleep in group:

@@ -25,7 +25,9 @@ def _run(*args) -> str:
     return out.getvalue()
 
 
-def test_r14_prints_each_criterion_with_fifo_and_easy_beside_it_and_pass_or_fail(tmp_path):
+def test_the_validation_day_prints_each_criterion_with_fifo_and_easy_beside_it_and_pass_or_fail(
+    tmp_path,
+):
     target = tmp_path / "r14.json"
     text = _run("r14", "--seed", "2", "--json", str(target))
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]

@@ -73,7 +73,7 @@ def _swf(lines: int = 40, name: str = "lublin-head.swf") -> SimpleUploadedFile:
     return SimpleUploadedFile(name, text.encode(), content_type="text/plain")
 
 
-def test_an_r14_run_started_by_a_platform_admin_runs_and_shows_the_criteria_and_charts(
+def test_a_validation_day_run_started_by_a_platform_admin_runs_and_shows_the_criteria_and_charts(
     admin_page, sent
 ):
     response = _start(admin_page, sent, workload="r14", seed="1")
@@ -121,7 +121,7 @@ def test_an_r14_run_started_by_a_platform_admin_runs_and_shows_the_criteria_and_
     assert 'id="simulation-policies"' in page
 
 
-def test_a_queue_admin_runs_an_r14_burst_and_the_header_links_the_page(quinn_page, sent):
+def test_a_queue_admin_runs_the_launch_mix_and_the_header_links_the_page(quinn_page, sent):
     assert 'href="/simulations/"' in quinn_page.get("/dashboard/").content.decode()
     _start(quinn_page, sent, workload="r14-burst", seed="3", policies=["switchyard", "fifo"])
     tasks.simulations()

@@ -188,7 +188,7 @@ def test_the_simulator_calls_the_functions_the_live_engine_calls():
     assert switchyard.place is baselines.place is capacity.place
 
 
-def test_the_r14_mix_on_the_idle_default_site_starts_at_once_under_every_policy():
+def test_the_launch_mix_on_the_idle_default_site_starts_at_once_under_every_policy():
     site = site_model(default_site())
     jobs = r14(seed=7)
     assert [j.type for j in jobs].count("agent") == 50 and len(jobs) == 53
@@ -205,7 +205,7 @@ def test_the_r14_mix_on_the_idle_default_site_starts_at_once_under_every_policy(
         assert result["utilisation"]["gpu-train"]["gpu"] > 0
 
 
-def test_a_training_that_never_ran_fails_its_r14_row_rather_than_drop_out():
+def test_a_training_that_never_ran_fails_its_criterion_row_rather_than_drop_out():
     site = site_model(default_site())
     # Training nodes too small for any training of the day: each is refused, never runs.
     small = tuple(dataclasses.replace(n, gpus=1) for n in site.pools["gpu-train"])
