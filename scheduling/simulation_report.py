@@ -14,11 +14,15 @@ from scheduling.simulation.model import POLICIES
 from scheduling.simulation.r14 import format_value
 
 NAMES = {"switchyard": "Switchyard", "fifo": "FIFO", "easy": "EASY"}
-CRITERIA_ORDER = ("switchyard", "fifo", "easy")  # the table's columns, as `simulate r14` prints
+CRITERIA_ORDER = (
+    "switchyard",
+    "fifo",
+    "easy",
+)  # the table's columns, as `simulate validation-day` prints
 
 
 def summaries(result: dict | None) -> dict[str, dict]:
-    """Each policy's summary, in the simulator's policy order: the r14 report keeps them under
+    """Each policy's summary, in the simulator's policy order: the validation day's report keeps them under
     `summaries`, the other workloads under `policies`."""
     found = (result or {}).get("summaries") or (result or {}).get("policies") or {}
     return {p: found[p] for p in sorted(found, key=_policy_order)}

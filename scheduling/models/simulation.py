@@ -13,8 +13,8 @@ from portal.choices import TextChoices
 
 class SimulationRun(models.Model):
     class Workload(TextChoices):
-        DAY = "r14", "validation day: the criteria"
-        BURST = "r14-burst", "launch mix alone, on the idle site"
+        DAY = "validation-day", "validation day: the criteria"
+        BURST = "launch-mix", "launch mix alone, on the idle site"
         HISTORY = "history", "the portal's own history"
         SWF = "swf", "an SWF trace (upload)"
 

@@ -3,7 +3,7 @@
 Who sees a run follows from what it read, as its stored parameters say:
 
 - a platform admin: every run;
-- a queue admin: the runs they started; the r14 and r14-burst runs (a model of the default
+- a queue admin: the runs they started; the validation-day and launch-mix runs (a model of the default
   site: no portal data); and the history replays whose queues are all theirs. Not a replay
   of the whole site, nor of another queue, nor another operator's uploaded trace;
 - anyone else: none (a 404).

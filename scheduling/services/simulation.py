@@ -37,7 +37,7 @@ from scheduling.models import SimulationRun
 from scheduling.selectors.replay import history_workload
 from scheduling.selectors.simulation import replayable_queues
 from scheduling.simulation.model import POLICIES
-from scheduling.simulation.runner import WorkloadError, compare, run_named
+from scheduling.simulation.runner import ALIASES, WorkloadError, compare, run_named
 from scheduling.simulation.traces import TraceError
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ def simulation_start(
 ) -> SimulationRun:
     """Check the request, keep the uploaded trace, store the run queued; a worker is woken
     once the transaction commits. Nothing is stored when anything is refused."""
+    workload = ALIASES.get(workload, workload)
     if not roles.is_operator(user):
         raise ApplicationError("only platform admins and queue admins run simulations", status=403)
     parameters = _parameters(
@@ -234,7 +235,7 @@ def _parameters(
         expected = f"expected some of {', '.join(POLICIES)}"
         errors.append(ErrorItem("policies", expected, unknown or list(policies)))
     elif workload == Workload.DAY and chosen != list(POLICIES):
-        expected = f"r14 measures its criteria under all of {', '.join(POLICIES)}: tick all three"
+        expected = f"validation-day measures its criteria under all of {', '.join(POLICIES)}: tick all three"
         errors.append(ErrorItem("policies", expected, chosen))
     parameters: dict[str, Any] = {"policies": chosen}
     for field, raw in numbers.items():

@@ -102,7 +102,7 @@ def r14_report(
             "passed": mine is not None and c.passes(mine, values["fifo"]),
         })  # fmt: skip
     return {
-        "workload": "r14",
+        "workload": "validation-day",
         "seed": seed,
         "jobs": len(jobs),
         "burst_at_s": BURST_AT,
@@ -122,7 +122,7 @@ def format_value(value: float | None, unit: str) -> str:
 
 
 def format_table(report: dict) -> str:
-    """The criteria as a Markdown table (what `manage.py simulate r14` prints)."""
+    """The criteria as a Markdown table (what `manage.py simulate validation-day` prints)."""
     head = "| criterion | target | Switchyard | FIFO | EASY | met |\n|---|---|---|---|---|---|"
     lines = [head]
     for row in report["criteria"]:

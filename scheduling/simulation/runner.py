@@ -18,7 +18,9 @@ from scheduling.simulation.traces import alibaba_site, read_alibaba, read_swf, s
 from scheduling.simulation.workloads import r14, site_model
 from scheduling.sites.default import default_site
 
-WORKLOADS = ("r14", "r14-burst", "swf", "alibaba", "history")
+WORKLOADS = ("validation-day", "launch-mix", "swf", "alibaba", "history")
+# The names these two had before, still accepted: scripts and bookmarks may send them.
+ALIASES = {"r14": "validation-day", "r14-burst": "launch-mix"}
 Progress = Callable[[int, int], None]
 
 
@@ -66,10 +68,12 @@ def run_named(
     node_share: float = 1.0,
     progress: Progress | None = None,
 ) -> dict:
-    """`r14` (the criteria table), `r14-burst`, `swf` (a file), `alibaba` (pods and nodes)."""
-    if workload == "r14":
+    """`validation-day` (the criteria table), `launch-mix`, `swf` (a file), `alibaba` (pods and
+    nodes); the old names in `ALIASES` run as their new ones."""
+    workload = ALIASES.get(workload, workload)
+    if workload == "validation-day":
         return r14_report(seed, progress=progress)
-    if workload == "r14-burst":
+    if workload == "launch-mix":
         result = compare(r14(seed), site_model(default_site()), policies, progress=progress)
     elif workload == "swf":
         if not swf:

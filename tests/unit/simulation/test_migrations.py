@@ -1,4 +1,4 @@
-"""Kept what-if runs survive the renaming of the validation day's criterion."""
+"""Kept what-if runs survive the renaming of their workloads and of one criterion."""
 
 from __future__ import annotations
 
@@ -7,38 +7,46 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 BEFORE = [("scheduling", "0014_queue_name_as_descriptors_write_it")]
-AFTER = [("scheduling", "0015_simulationrun_labels_name_the_behaviour")]
+AFTER = [("scheduling", "0015_simulationrun_workloads_name_the_behaviour")]
 
 
-def _migrate(targets):
+def _model(targets):
     executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
     executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
+    return executor.loader.project_state(targets).apps.get_model("scheduling", "SimulationRun")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_kept_run_reads_the_launch_mix_criterion_after_migrating_and_back():
-    old = _migrate(BEFORE)
-    SimulationRun = old.get_model("scheduling", "SimulationRun")
+def test_kept_runs_read_the_new_workload_and_criterion_names_and_migrate_back():
+    old = _model(BEFORE)
     rows = [
         {"criterion": "agent mean wait", "target": "< 30 s", "values": {}, "passed": True},
         {"criterion": "R14 trainings: longest wait", "target": "<= 15 min", "values": {}},
     ]
-    kept = SimulationRun.objects.create(workload="r14", result={"criteria": rows, "seed": 2})
-    running = SimulationRun.objects.create(workload="swf", result=None)
+    day = old.objects.create(
+        workload="r14", parameters={"seed": 2}, result={"workload": "r14", "criteria": rows}
+    )
+    burst = old.objects.create(workload="r14-burst", result={"jobs": 53, "policies": {}})
+    queued = old.objects.create(workload="swf", result=None)
     try:
-        new = _migrate(AFTER).get_model("scheduling", "SimulationRun")
-        names = [row["criterion"] for row in new.objects.get(pk=kept.pk).result["criteria"]]
+        new = _model(AFTER)
+        after = new.objects.get(pk=day.pk)
+        assert after.workload == "validation-day"
+        assert after.result["workload"] == "validation-day"
+        names = [row["criterion"] for row in after.result["criteria"]]
         assert names == ["agent mean wait", "launch-mix trainings: longest wait"]
-        assert new.objects.get(pk=kept.pk).result["seed"] == 2
-        assert new.objects.get(pk=kept.pk).workload == "r14"  # the stored value is kept
-        assert new.objects.get(pk=running.pk).result is None
-
-        back = _migrate(BEFORE).get_model("scheduling", "SimulationRun")
-        assert (
-            back.objects.get(pk=kept.pk).result["criteria"][1]["criterion"] == rows[1]["criterion"]
+        assert after.parameters == {"seed": 2}
+        assert new.objects.get(pk=burst.pk).workload == "launch-mix"
+        assert new.objects.get(pk=burst.pk).result == {"jobs": 53, "policies": {}}
+        assert (new.objects.get(pk=queued.pk).workload, new.objects.get(pk=queued.pk).result) == (
+            "swf",
+            None,
         )
+
+        back = _model(BEFORE)
+        assert back.objects.get(pk=day.pk).workload == "r14"
+        assert back.objects.get(pk=day.pk).result == {"workload": "r14", "criteria": rows}
+        assert back.objects.get(pk=burst.pk).workload == "r14-burst"
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
