@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import flow_time, summary
 from scheduling.simulation.model import POLICIES, Run, SimJob, Site
-from scheduling.simulation.workloads import BURST_AT, DAY_HOURS, HOUR, r14_day, site_model
+from scheduling.simulation.workloads import BURST_AT, DAY_HOURS, HOUR, site_model, validation_day
 from scheduling.sites.default import default_site
 
 BURST_TRAINING = ("train-0", "train-1")
@@ -80,13 +80,13 @@ CRITERIA = (
 )  # fmt: skip
 
 
-def r14_report(
+def validation_day_report(
     seed: int = 1, site: Site | None = None, jobs: list[SimJob] | None = None, progress=None
 ) -> dict:
     """Run the validation day under every policy; the criteria, each policy's summary, and the
     figures for charts."""
     site = site or site_model(default_site())
-    jobs = jobs if jobs is not None else r14_day(seed)
+    jobs = jobs if jobs is not None else validation_day(seed)
     window = (0.0, DAY_HOURS * HOUR)
     runs, summaries = {}, {}
     for i, policy in enumerate(POLICIES):

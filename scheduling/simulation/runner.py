@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import bound, summary
 from scheduling.simulation.model import POLICIES, SimJob, Site
-from scheduling.simulation.r14 import r14_report
+from scheduling.simulation.r14 import validation_day_report
 from scheduling.simulation.traces import alibaba_site, read_alibaba, read_swf, swf_site
-from scheduling.simulation.workloads import r14, site_model
+from scheduling.simulation.workloads import launch_mix, site_model
 from scheduling.sites.default import default_site
 
 WORKLOADS = ("validation-day", "launch-mix", "swf", "alibaba", "history")
@@ -72,9 +72,9 @@ def run_named(
     nodes); the old names in `ALIASES` run as their new ones."""
     workload = ALIASES.get(workload, workload)
     if workload == "validation-day":
-        return r14_report(seed, progress=progress)
+        return validation_day_report(seed, progress=progress)
     if workload == "launch-mix":
-        result = compare(r14(seed), site_model(default_site()), policies, progress=progress)
+        result = compare(launch_mix(seed), site_model(default_site()), policies, progress=progress)
     elif workload == "swf":
         if not swf:
             raise WorkloadError("swf", "expected the path of a Standard Workload Format file")

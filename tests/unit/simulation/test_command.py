@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from scheduling import services
 from scheduling.models import Task
-from scheduling.simulation.r14 import CRITERIA, r14_report
+from scheduling.simulation.r14 import CRITERIA, validation_day_report
 from scheduling.simulation.traces import TraceError, read_swf
 from tests.conftest import ROOT, descriptor
 
@@ -42,7 +42,7 @@ def test_the_validation_day_prints_each_criterion_with_fifo_and_easy_beside_it_a
     ]
     assert len(rows) == 1 + len(CRITERIA)
     saved = json.loads(target.read_text())
-    again = r14_report(2)  # the same seed gives the same day, and the same numbers
+    again = validation_day_report(2)  # the same seed gives the same day, and the same numbers
     for row, line, fresh in zip(saved["criteria"], rows[1:], again["criteria"], strict=True):
         assert line.startswith(f"| {row['criterion']} | {row['target']} |")
         assert line.rstrip().endswith("| pass |" if row["passed"] else "| FAIL |")

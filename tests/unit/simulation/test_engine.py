@@ -11,8 +11,8 @@ from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import summary
 from scheduling.simulation.model import Failure, SimJob, Site
-from scheduling.simulation.r14 import format_table, r14_report
-from scheduling.simulation.workloads import r14, site_model
+from scheduling.simulation.r14 import format_table, validation_day_report
+from scheduling.simulation.workloads import launch_mix, site_model
 from scheduling.sites.default import default_site
 from scheduling.sites.types import LeaseTemplate, QuotaTemplate
 from scheduling.spec import Resources, TaskSpec
@@ -190,7 +190,7 @@ def test_the_simulator_calls_the_functions_the_live_engine_calls():
 
 def test_the_launch_mix_on_the_idle_default_site_starts_at_once_under_every_policy():
     site = site_model(default_site())
-    jobs = r14(seed=7)
+    jobs = launch_mix(seed=7)
     assert [j.type for j in jobs].count("agent") == 50 and len(jobs) == 53
     for policy in ("fifo", "easy", "switchyard"):
         result = summary(simulate(jobs, site, policy), site.pools)
@@ -209,7 +209,9 @@ def test_a_training_that_never_ran_fails_its_criterion_row_rather_than_drop_out(
     site = site_model(default_site())
     # Training nodes too small for any training of the day: each is refused, never runs.
     small = tuple(dataclasses.replace(n, gpus=1) for n in site.pools["gpu-train"])
-    report = r14_report(1, site=dataclasses.replace(site, pools={**site.pools, "gpu-train": small}))
+    report = validation_day_report(
+        1, site=dataclasses.replace(site, pools={**site.pools, "gpu-train": small})
+    )
     row = next(r for r in report["criteria"] if r["criterion"].startswith("training wait"))
     assert row["values"]["switchyard"] is None and row["passed"] is False
     assert report["summaries"]["switchyard"]["never_by_type"]["ai-training"] > 0
