@@ -36,7 +36,7 @@ TIB = 1024 * GIB
 
 
 def spec_mix() -> list[TaskSpec]:
-    """A mix like the R14 scenario, plus declared types, explicit queues and refusals."""
+    """A mix like the launch mix, plus declared types, explicit queues and refusals."""
 
     def t(name: str, **kw: object) -> TaskSpec:
         res = kw.pop("resources", Resources())
@@ -71,7 +71,7 @@ def spec_mix() -> list[TaskSpec]:
 
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 NOW = T0 + timedelta(seconds=45)
-# The seed's project quota, and one on the agent queue, with some use already.
+# The default site's project quota, and one on the agent queue, with some use already.
 QUOTAS = (
     QuotaRule("bench", "training", "gpus", 32, id=1),
     QuotaRule("bench", "inference-agent", "tasks", 500, id=2),

@@ -3,7 +3,7 @@
 Run: `.venv/bin/python bench/bench_policy.py`. Prints one JSON line; `run()` returns the same
 dict for `bench/run_all.py`.
 
-A portal of its own (fresh var dir, migrated, seeded) gets 10,000 waiting tasks of the R14
+A portal of its own (fresh var dir, migrated, seeded) gets 10,000 waiting tasks of the launch
 mix (agent, training, HPC) that became ready 45 s ago, at the level and with the reason a submission
 gives them, held by their quota so nothing dispatches them. Then `scheduling.engine.levels.relevel(now)` runs twice: the first pass
 changes every agent task (high → medium after 30 s) and writes their events; the second finds

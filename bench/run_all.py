@@ -371,7 +371,7 @@ def write_doc(
         out += [
             "## Policy pass",
             "",
-            "`bench_policy.run()`: a fresh portal with 10,000 waiting tasks of the R14 mix "
+            "`bench_policy.run()`: a fresh portal with 10,000 waiting tasks of the launch mix "
             "(agent, training, HPC) ready 45 s ago, then `engine.levels.relevel(now)` twice: "
             "the first pass moves every agent task from high to medium (30 s rule) and writes "
             "those events and numbers; the second finds nothing to change (the steady state).",

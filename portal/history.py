@@ -119,7 +119,7 @@ def _write(instance: models.Model, after: dict | None, *, created: bool = False)
         restores=restoring,
     )
     if author is None and restoring is None:
-        # The portal's own changes (the seed, schedules) are versions, not people's acts.
+        # The portal's own changes (seed_demo, schedules) are versions, not people's acts.
         transaction.on_commit(lambda: config_changed.send(sender=ConfigVersion, version=version))
         return
     audit.record(

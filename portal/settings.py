@@ -380,7 +380,7 @@ SWITCHYARD_TRIGGER_SECONDS = float(env_int("SWITCHYARD_TRIGGER_MS", 2000)) / 100
 SWITCHYARD_TRIGGER_ROOTS = env_list("SWITCHYARD_TRIGGER_ROOTS", [str(VAR_DIR / "triggers")])
 
 # --- Capacity (docs/capacity.md) --------------------------------------------------------------
-# A lease lasts at most this long (the seed lends inference GPUs for 4 h).
+# A lease lasts at most this long (the default site lends inference GPUs for 4 h).
 SWITCHYARD_LEASE_MAX_HOURS = env_int("SWITCHYARD_LEASE_MAX_HOURS", 8)
 # A waiting task preempts lower-level preemptible work only after waiting this long.
 SWITCHYARD_PREEMPT_AFTER_S = env_int("SWITCHYARD_PREEMPT_AFTER_S", 10)
@@ -536,7 +536,6 @@ COMPUTE_BACKENDS["slurm"] = {
         "submit_concurrency": env_int("SWITCHYARD_SLURM_SUBMIT_CONCURRENCY", 4),
     },
 }
-SWITCHYARD_DEFAULT_BACKEND = env_str("SWITCHYARD_DEFAULT_BACKEND", "local")
 
 LOGGING = {
     "version": 1,

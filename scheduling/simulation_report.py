@@ -1,4 +1,4 @@
-"""What a what-if run's page shows: the R14 criteria, the policies side by side, and the charts.
+"""What a what-if run's page shows: the validation day's criteria, the policies side by side, and the charts.
 
 The charts are plain plotly figure JSON, drawn in the browser as the dashboards' are
 (accounting/charts.py, static/switchyard-charts.js). Pure: a run's stored result in, rows and
@@ -14,18 +14,22 @@ from scheduling.simulation.model import POLICIES
 from scheduling.simulation.r14 import format_value
 
 NAMES = {"switchyard": "Switchyard", "fifo": "FIFO", "easy": "EASY"}
-CRITERIA_ORDER = ("switchyard", "fifo", "easy")  # the table's columns, as `simulate r14` prints
+CRITERIA_ORDER = (
+    "switchyard",
+    "fifo",
+    "easy",
+)  # the table's columns, as `simulate validation-day` prints
 
 
 def summaries(result: dict | None) -> dict[str, dict]:
-    """Each policy's summary, in the simulator's policy order: the r14 report keeps them under
+    """Each policy's summary, in the simulator's policy order: the validation day's report keeps them under
     `summaries`, the other workloads under `policies`."""
     found = (result or {}).get("summaries") or (result or {}).get("policies") or {}
     return {p: found[p] for p in sorted(found, key=_policy_order)}
 
 
 def criteria_rows(result: dict | None) -> list[dict[str, Any]]:
-    """The R14 criteria: criterion, target, Switchyard, FIFO, EASY, met."""
+    """The validation day's criteria: criterion, target, Switchyard, FIFO, EASY, met."""
     rows = []
     for row in (result or {}).get("criteria", []):
         values = row["values"]

@@ -39,7 +39,7 @@ def _operator(request: HttpRequest) -> None:
 def simulation_list(request: HttpRequest) -> HttpResponse:
     _operator(request)
     form: dict[str, Any] = {name: "" for name in FIELDS}
-    form.update(workload=SimulationRun.Workload.R14, policies=list(POLICIES), queues=[])
+    form.update(workload=SimulationRun.Workload.DAY, policies=list(POLICIES), queues=[])
     errors = []
     if request.method == "POST":
         form = {name: request.POST.get(name, "") for name in FIELDS}

@@ -96,14 +96,14 @@ def _backends(settings):
 
 @pytest.fixture
 def site(db):
-    """The seed's default site with demo accounts; pools run on the fake backend."""
+    """The default site with demo accounts; pools run on the fake backend."""
     call_command("seed_demo", backend="fake", quiet=True)
     no_lease_schedules()
     site_view_invalidate()
 
 
 def no_lease_schedules() -> None:
-    """The seed lends inference nodes to training every night: tests must not depend on the
+    """The default site lends inference nodes to training every night: tests must not depend on the
     hour they run at. Tests of the schedule switch it on themselves."""
     from scheduling.models import LeaseSchedule
 

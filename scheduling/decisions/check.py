@@ -1,4 +1,4 @@
-"""Static admission (R3): can this queue and its pool ever run the task as asked?
+"""Static admission: can this queue and its pool ever run the task as asked?
 
 This looks at capacity only, never at what is free now: a task that fits an empty pool is
 admitted and waits for room; one that could never fit is refused at once, with the field to

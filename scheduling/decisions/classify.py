@@ -1,4 +1,4 @@
-"""Which kind of work a task is (R2): its declared type, or one inferred from its shape."""
+"""Which kind of work a task is: its declared type, or one inferred from its shape."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from scheduling.spec import TaskSpec
 
 @dataclass(frozen=True, slots=True)
 class ClassifierPolicy:
-    """Thresholds of the classifier; the defaults are the seed's numbers (docs/policy.md).
+    """Thresholds of the classifier; the defaults are the default site's numbers (docs/policy.md).
 
-    "Many" is inclusive (≥: more than one GPU is "many", the seed's 多卡), "long" is strict
+    "Many" is inclusive (≥: more than one GPU is "many"), "long" is strict
     (> 2 h), "short" is strict (< 30 min), "small" is inclusive (≤).
     """
 

@@ -1,8 +1,8 @@
 """Priority levels: multi-level feedback, declared as rules per task type (and queue).
 
 A task enters at its rule's level and, while it waits unstarted, moves by `step` after
-`every_s` seconds (once, or each time when `repeat`), stopping at `limit`. The seed's rules
-(docs/policy.md): agent and sandbox tasks enter high and drop to medium after 30 s; training
+`every_s` seconds (once, or each time when `repeat`), stopping at `limit`. The default site's
+rules (docs/policy.md): agent and sandbox tasks enter high and drop to medium after 30 s; training
 enters medium and rises one level per 10 minutes waiting, up to high; HPC enters low.
 
 Two things override the rule: an approved raise (a floor, until it expires) and the task's
@@ -19,15 +19,6 @@ from scheduling.decisions.humanize import format_duration
 
 LOW, MEDIUM, HIGH = 0, 1, 2
 LEVELS = ("low", "medium", "high")
-
-
-def level_name(level: int) -> str:
-    return LEVELS[level]
-
-
-def level_number(name: str) -> int:
-    """`high` → 2; the descriptor's `normal` is medium."""
-    return {"low": LOW, "normal": MEDIUM, "medium": MEDIUM, "high": HIGH}[name]
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ RESOURCES = ("gpus", "cpus", "tasks", "gpu_hours", "core_hours")
 # running tasks have used so far), not what it holds at once.
 BUDGETS = ("gpu_hours", "core_hours")
 PERIODS = ("day", "week", "month")
-OVER_QUOTA = ("queue", "reject")
 _UNIT = {"gpus": "GPU", "cpus": "CPU", "tasks": "running task"}
 _BUDGET_UNIT = {"gpu_hours": "GPU-hours", "core_hours": "core-hours"}
 _PERIOD_TEXT = {"day": "today", "week": "this week", "month": "this month"}

@@ -1,4 +1,4 @@
-"""Which queue a classified task goes to (R2, R3): the one it asked for, or the first rule's."""
+"""Which queue a classified task goes to: the one it asked for, or the first rule's."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from portal.choices import TextChoices
 
 class SimulationRun(models.Model):
     class Workload(TextChoices):
-        R14 = "r14", "R14 day: the criteria"
-        R14_BURST = "r14-burst", "R14 mix alone, on the idle site"
+        DAY = "validation-day", "validation day: the criteria"
+        BURST = "launch-mix", "launch mix alone, on the idle site"
         HISTORY = "history", "the portal's own history"
         SWF = "swf", "an SWF trace (upload)"
 

@@ -171,7 +171,7 @@ class LevelRule(models.Model):
 
     @classmethod
     def from_rule(cls, rule: levels.LevelRule, queues: dict[str, Queue]) -> LevelRule:
-        """The row for a rule as the decisions take it (the seed's, a promoted canary's)."""
+        """The row for a rule as the decisions take it (the default site's, a promoted canary's)."""
         return cls(
             task_type=rule.task_type,
             queue=queues[rule.queue] if rule.queue else None,
@@ -243,7 +243,7 @@ class RoutingRule(models.Model):
 
     @classmethod
     def from_view(cls, rule: RoutingRuleView, queues: dict[str, Queue]) -> RoutingRule:
-        """The row for a rule as the decisions take it (the seed's, a promoted canary's)."""
+        """The row for a rule as the decisions take it (the default site's, a promoted canary's)."""
         return cls(
             order=rule.order,
             match_type=rule.match_type or "",

@@ -3,7 +3,7 @@
 Who sees a run follows from what it read, as its stored parameters say:
 
 - a platform admin: every run;
-- a queue admin: the runs they started; the r14 and r14-burst runs (a model of the default
+- a queue admin: the runs they started; the validation-day and launch-mix runs (a model of the default
   site: no portal data); and the history replays whose queues are all theirs. Not a replay
   of the whole site, nor of another queue, nor another operator's uploaded trace;
 - anyone else: none (a 404).
@@ -19,7 +19,7 @@ from portal import roles
 from portal.selectors import checked_pk
 from scheduling.models import Queue, SimulationRun
 
-MODEL_ONLY = (SimulationRun.Workload.R14, SimulationRun.Workload.R14_BURST)
+MODEL_ONLY = (SimulationRun.Workload.DAY, SimulationRun.Workload.BURST)
 
 
 def simulation_list_for_user(user: AbstractBaseUser) -> QuerySet[SimulationRun]:

@@ -37,7 +37,7 @@ from scheduling.models import SimulationRun
 from scheduling.selectors.replay import history_workload
 from scheduling.selectors.simulation import replayable_queues
 from scheduling.simulation.model import POLICIES
-from scheduling.simulation.runner import WorkloadError, compare, run_named
+from scheduling.simulation.runner import ALIASES, WorkloadError, compare, run_named
 from scheduling.simulation.traces import TraceError
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ MAX_DAYS = 3650  # ten years; far larger and the window would start before year 
 MAX_REPEAT = 100
 # The workloads that read each optional field; given for another workload, it is refused.
 READ_BY = {
-    "seed": (Workload.R14, Workload.R14_BURST),
+    "seed": (Workload.DAY, Workload.BURST),
     "days": (Workload.HISTORY,),
     "limit": (Workload.SWF,),
     "repeat": (Workload.SWF,),
@@ -72,6 +72,7 @@ def simulation_start(
 ) -> SimulationRun:
     """Check the request, keep the uploaded trace, store the run queued; a worker is woken
     once the transaction commits. Nothing is stored when anything is refused."""
+    workload = ALIASES.get(workload, workload)
     if not roles.is_operator(user):
         raise ApplicationError("only platform admins and queue admins run simulations", status=403)
     parameters = _parameters(
@@ -233,8 +234,8 @@ def _parameters(
     if unknown or not chosen:
         expected = f"expected some of {', '.join(POLICIES)}"
         errors.append(ErrorItem("policies", expected, unknown or list(policies)))
-    elif workload == Workload.R14 and chosen != list(POLICIES):
-        expected = f"r14 measures its criteria under all of {', '.join(POLICIES)}: tick all three"
+    elif workload == Workload.DAY and chosen != list(POLICIES):
+        expected = f"validation-day measures its criteria under all of {', '.join(POLICIES)}: tick all three"
         errors.append(ErrorItem("policies", expected, chosen))
     parameters: dict[str, Any] = {"policies": chosen}
     for field, raw in numbers.items():

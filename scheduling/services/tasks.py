@@ -93,16 +93,16 @@ def task_decide(
     routed = decisions.route(spec, classified.type, site.arm(canary).rules, site.queues)
     if isinstance(routed, decisions.Refused):
         raise ApplicationError(
-            routed.reason, field=_prefixed(field_prefix, routed.field), got=spec.queue
+            routed.reason, field=prefixed(field_prefix, routed.field), got=spec.queue
         )
     queue = site.queues[routed.queue]
     refused = decisions.check(spec, queue, site.capacity(queue.pool))
     if refused is not None:
-        raise ApplicationError(refused.reason, field=_prefixed(field_prefix, refused.field))
+        raise ApplicationError(refused.reason, field=prefixed(field_prefix, refused.field))
     if spec.trigger_file and not trigger_path_allowed(spec.trigger_file):
         raise ApplicationError(
             f"must be under one of the trigger roots: {', '.join(trigger_roots())}",
-            field=_prefixed(field_prefix, "trigger.file"),
+            field=prefixed(field_prefix, "trigger.file"),
             got=spec.trigger_file,
         )
     if spec.walltime_s is None and queue.default_walltime_s:
@@ -129,7 +129,7 @@ def _check_quotas(spec: TaskSpec, queue: str, user: AbstractBaseUser, prefix: st
     if isinstance(decision, Reject):
         raise ApplicationError(
             decision.reason,
-            field=_prefixed(prefix, decision.field),
+            field=prefixed(prefix, decision.field),
             got=ask.amount(decision.field.split(".")[-1]) if decision.field else None,
             status=400 if decision.never else 409,
         )
@@ -140,9 +140,6 @@ def prefixed(prefix: str, field: str | None) -> str | None:
     if not prefix:
         return field
     return f"{prefix}.{field}" if field else prefix
-
-
-_prefixed = prefixed
 
 
 def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str, fmt: str) -> Task:

@@ -1,8 +1,8 @@
-"""The seed's success criteria, measured on the R14 day under each policy (docs/simulation.md).
+"""The success criteria, measured on the validation day under each policy (docs/simulation.md).
 
 Each criterion is measured the same way for every policy; pass/fail is Switchyard's value
 against the target. The flow-time row's target is relative: at least 30 % shorter than the
-FIFO run (the "before"). The GPU row's "from < 40 %" is the seed's before; the FIFO column
+FIFO run (the "before"). The GPU row's "from < 40 %" is the one-queue site's before; the FIFO column
 shows what the one-queue site reaches on the same day, which need not be under 40 %.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import flow_time, summary
 from scheduling.simulation.model import POLICIES, Run, SimJob, Site
-from scheduling.simulation.workloads import BURST_AT, DAY_HOURS, HOUR, r14_day, site_model
+from scheduling.simulation.workloads import BURST_AT, DAY_HOURS, HOUR, site_model, validation_day
 from scheduling.sites.default import default_site
 
 BURST_TRAINING = ("train-0", "train-1")
@@ -67,7 +67,7 @@ CRITERIA = (
               lambda run, s: _mean(_waits(run, "agent")), lambda v, f: v < 30),
     Criterion("training wait when its pool had room", "<= 5 min", "s", _training_with_room,
               lambda v, f: v <= 300),
-    Criterion("R14 trainings: longest wait", "<= 15 min", "s", _max_burst_training,
+    Criterion("launch-mix trainings: longest wait", "<= 15 min", "s", _max_burst_training,
               lambda v, f: v <= 900),
     Criterion("HPC preemptions in the day", "0 (< 1 a day)", "", _hpc_preemptions,
               lambda v, f: v < 1),
@@ -80,13 +80,13 @@ CRITERIA = (
 )  # fmt: skip
 
 
-def r14_report(
+def validation_day_report(
     seed: int = 1, site: Site | None = None, jobs: list[SimJob] | None = None, progress=None
 ) -> dict:
-    """Run the R14 day under every policy; the criteria, each policy's summary, and the
+    """Run the validation day under every policy; the criteria, each policy's summary, and the
     figures for charts."""
     site = site or site_model(default_site())
-    jobs = jobs if jobs is not None else r14_day(seed)
+    jobs = jobs if jobs is not None else validation_day(seed)
     window = (0.0, DAY_HOURS * HOUR)
     runs, summaries = {}, {}
     for i, policy in enumerate(POLICIES):
@@ -102,7 +102,7 @@ def r14_report(
             "passed": mine is not None and c.passes(mine, values["fifo"]),
         })  # fmt: skip
     return {
-        "workload": "r14",
+        "workload": "validation-day",
         "seed": seed,
         "jobs": len(jobs),
         "burst_at_s": BURST_AT,
@@ -122,7 +122,7 @@ def format_value(value: float | None, unit: str) -> str:
 
 
 def format_table(report: dict) -> str:
-    """The criteria as a Markdown table (what `manage.py simulate r14` prints)."""
+    """The criteria as a Markdown table (what `manage.py simulate validation-day` prints)."""
     head = "| criterion | target | Switchyard | FIFO | EASY | met |\n|---|---|---|---|---|---|"
     lines = [head]
     for row in report["criteria"]:

@@ -13,12 +13,14 @@ from collections.abc import Callable, Sequence
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import bound, summary
 from scheduling.simulation.model import POLICIES, SimJob, Site
-from scheduling.simulation.r14 import r14_report
+from scheduling.simulation.r14 import validation_day_report
 from scheduling.simulation.traces import alibaba_site, read_alibaba, read_swf, swf_site
-from scheduling.simulation.workloads import r14, site_model
+from scheduling.simulation.workloads import launch_mix, site_model
 from scheduling.sites.default import default_site
 
-WORKLOADS = ("r14", "r14-burst", "swf", "alibaba", "history")
+WORKLOADS = ("validation-day", "launch-mix", "swf", "alibaba", "history")
+# The names these two had before, still accepted: scripts and bookmarks may send them.
+ALIASES = {"r14": "validation-day", "r14-burst": "launch-mix"}
 Progress = Callable[[int, int], None]
 
 
@@ -66,11 +68,13 @@ def run_named(
     node_share: float = 1.0,
     progress: Progress | None = None,
 ) -> dict:
-    """`r14` (the criteria table), `r14-burst`, `swf` (a file), `alibaba` (pods and nodes)."""
-    if workload == "r14":
-        return r14_report(seed, progress=progress)
-    if workload == "r14-burst":
-        result = compare(r14(seed), site_model(default_site()), policies, progress=progress)
+    """`validation-day` (the criteria table), `launch-mix`, `swf` (a file), `alibaba` (pods and
+    nodes); the old names in `ALIASES` run as their new ones."""
+    workload = ALIASES.get(workload, workload)
+    if workload == "validation-day":
+        return validation_day_report(seed, progress=progress)
+    if workload == "launch-mix":
+        result = compare(launch_mix(seed), site_model(default_site()), policies, progress=progress)
     elif workload == "swf":
         if not swf:
             raise WorkloadError("swf", "expected the path of a Standard Workload Format file")

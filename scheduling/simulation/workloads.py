@@ -1,9 +1,9 @@
 """Workloads for the simulator, and a site as its model (no Django).
 
-- `r14(seed)`: the seed's validation mix alone, all at once (fits an idle default site).
-- `r14_day(seed)`: the same mix arriving at 10:00 into a busy working day on the default site
-  (agents, inference, training and HPC arriving from 08:00 to 18:00), which is where the
-  seed's criteria can tell policies apart. docs/simulation.md gives the rates.
+- `launch_mix(seed)`: the launch mix alone, all at once (fits an idle default site).
+- `validation_day(seed)`: the same mix arriving at 10:00 into a busy working day on the default
+  site (agents, inference, training and HPC arriving from 08:00 to 18:00), which is where the
+  success criteria can tell policies apart. docs/simulation.md gives the rates.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from scheduling.spec import Resources, TaskSpec
 
 HOUR = 3600
 TASK_TYPES = ("hpc-simulation", "ai-training", "ai-inference", "agent", "sandbox")
-# The project whose HPC run and training arrive together in the R14 mix (the "pair").
+# The project whose HPC run and training arrive together in the launch mix (the "pair").
 PAIR_PROJECT = "climate"
 BURST_AT = 2 * HOUR  # 10:00 on a day that starts at 08:00
 DAY_HOURS = 10
@@ -52,8 +52,8 @@ def job(key, kind, queue, submit, runtime, walltime, *, cpus, gpus=0, memory_gib
     return SimJob(key, spec, kind, queue, float(submit), float(runtime), user)
 
 
-def r14(seed: int = 1, at: float = 0.0) -> list[SimJob]:
-    """The seed's validation mix, all at once (within 5 s of `at`): 50 agent tasks of about
+def launch_mix(seed: int = 1, at: float = 0.0) -> list[SimJob]:
+    """The launch mix, all at once (within 5 s of `at`): 50 agent tasks of about
     5 minutes, two training runs of 4 nodes x 8 GPUs, one 256-core HPC run. Runtimes vary with
     `seed` (agents 3-7 min, training 50-70 min, HPC 100-140 min); walltimes are what such work
     would ask for. One training run and the HPC run belong to one project (`PAIR_PROJECT`)."""
@@ -81,8 +81,8 @@ RATES = {"agent": 60, "ai-inference": 10, "ai-training": 3, "hpc-simulation": 1.
 PROJECTS = ("astro", "bio", "chem", "geo", "physics", "vision")
 
 
-def r14_day(seed: int = 1) -> list[SimJob]:
-    """A busy working day on the default site with the R14 mix arriving at 10:00 (`BURST_AT`).
+def validation_day(seed: int = 1) -> list[SimJob]:
+    """A busy working day on the default site with the launch mix arriving at 10:00 (`BURST_AT`).
 
     Background, from t = 0 (08:00) for `DAY_HOURS` hours: agents (1 CPU, 3-7 min), inference
     (8 CPUs and 1, 2 or 4 GPUs, 15-50 min), training (1, 2 or 4 whole 8-GPU nodes, 1-4 h,
@@ -99,7 +99,7 @@ def r14_day(seed: int = 1) -> list[SimJob]:
                 break
             jobs.append(_background(kind, f"bg-{kind}-{n:03d}", t, rng))
             n += 1
-    return jobs + r14(seed, at=BURST_AT)
+    return jobs + launch_mix(seed, at=BURST_AT)
 
 
 def _background(kind: str, key: str, t: float, rng: random.Random) -> SimJob:

@@ -114,7 +114,7 @@ def default_site() -> Site:
         RoutingRuleView(order=40, match_type="agent", queue="inference-agent"),
         RoutingRuleView(order=50, match_type="sandbox", queue="inference-agent"),
     )
-    # The seed's multi-level feedback (R5): agent and sandbox tasks enter high and drop to
+    # Multi-level feedback: agent and sandbox tasks enter high and drop to
     # medium after 30 s unstarted; training enters medium and rises one level per 10 minutes
     # waiting, up to high; HPC enters low (only an approved request raises it).
     level_rules = (
@@ -124,7 +124,7 @@ def default_site() -> Site:
         LevelRule("ai-inference", start=MEDIUM),
         LevelRule("hpc-simulation", start=LOW),
     )
-    # 32 GPUs per project in training (R9, R16).
+    # 32 GPUs per project in training, a queue quota: over it a project's training waits.
     project_quotas = (QuotaTemplate("training", "gpus", 32, "queue"),)
     # Daytime favours interactive agent work, night the batch inference.
     weight_schedules = {
@@ -133,8 +133,7 @@ def default_site() -> Site:
             {"from": "20:00", "to": "08:00", "weights": {"ai-inference": 2}},
         ]
     }
-    # Agents that do not start within 5 minutes of their dispatch are resubmitted (the seed
-    # raised that timeout from 3 to 5 minutes).
+    # Agents that do not start within 5 minutes of their dispatch are resubmitted.
     startup_timeouts = {"inference-agent": 5 * 60}
     # Idle inference GPUs lent to training at night for 4 hours, then taken back (docs/capacity.md).
     lease_schedules = (LeaseTemplate("inference-agent", "training", 4, "22:00", 4 * HOUR),)

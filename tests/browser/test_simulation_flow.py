@@ -1,4 +1,4 @@
-"""A queue admin in real Chromium starts an R14 run, watches it run and reads the criteria
+"""A queue admin in real Chromium starts a validation-day run, watches it run and reads the criteria
 and the charts, with a real worker behind the page."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def test_a_run_is_started_followed_to_its_end_and_its_charts_drawn(site, worker,
     log_in(page, "quinn", "quinn-demo-pass")
     page.get_by_role("link", name="Simulations").click()
     expect(page.get_by_role("heading", name="Simulations")).to_be_visible()
-    page.get_by_label("Workload").select_option("r14")
+    page.get_by_label("Workload").select_option("validation-day")
     page.get_by_label("Seed").fill("2")
     page.locator("#simulation-submit").click()
     expect(page.locator(".flash")).to_contain_text("is queued")

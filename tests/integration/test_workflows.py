@@ -1,6 +1,6 @@
 """Workflows end to end: API submit → a real Celery worker (with beat) → local processes.
 
-The seed's chain runs in order, a flaky step is retried until it succeeds, and a trigger file
+The research chain runs in order, a flaky step is retried until it succeeds, and a trigger file
 made by the test releases a waiting step within one check period.
 """
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 SMALL = {"cpus": 1, "memory": "1Gi"}
 
-# The seed's research flow (R4) as one descriptor: simulate to make training data, train,
+# The research flow as one descriptor: simulate to make training data, train,
 # infer, and hand the predictions to an agent. Each step is a tiny real command, sized to
 # fit its queue: training needs an estimate (within the walltime) and goes to the
 # whole-node training queue; the agent step is small and short, so it runs sandboxed.

@@ -94,7 +94,7 @@ class Command(BaseCommand):
         LevelRule.objects.all().delete()
         for rule in site.level_rules:
             LevelRule.from_rule(rule, queues).save()
-        # Prices are never rewritten (a price applies from its date on): the seed writes them
+        # Prices are never rewritten (a price applies from its date on): seed_demo writes them
         # once, valid since 2020.
         if not Rate.objects.exists():
             since = datetime(2020, 1, 1, tzinfo=UTC)

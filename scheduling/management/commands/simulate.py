@@ -1,7 +1,7 @@
 """`manage.py simulate`: what-if runs of the site's policy beside FIFO and EASY backfill.
 
-    manage.py simulate r14 [--seed N]                  the seed's criteria, pass/fail per row
-    manage.py simulate r14-burst [--seed N]            the R14 mix alone, on the idle site
+    manage.py simulate validation-day [--seed N]       the validation day's criteria, pass/fail per row
+    manage.py simulate launch-mix [--seed N]           the launch mix alone, on the idle site
     manage.py simulate swf FILE [--limit N] [--repeat K]
     manage.py simulate alibaba PODS.csv NODES.csv [--limit N] [--compress K] [--node-share F]
     manage.py simulate history [--days 7]              the portal's own tasks, replayed
@@ -21,7 +21,14 @@ from django.core.management.base import BaseCommand, CommandError
 from scheduling.selectors.replay import history_workload
 from scheduling.simulation.model import POLICIES
 from scheduling.simulation.r14 import format_table
-from scheduling.simulation.runner import WorkloadError, compare, format_summary, run_named
+from scheduling.simulation.runner import (
+    ALIASES,
+    WORKLOADS,
+    WorkloadError,
+    compare,
+    format_summary,
+    run_named,
+)
 from scheduling.simulation.traces import TraceError
 
 
@@ -29,7 +36,8 @@ class Command(BaseCommand):
     help = "Replay a workload in virtual time under the site's policy, FIFO and EASY backfill."
 
     def add_arguments(self, parser):
-        parser.add_argument("workload", choices=["r14", "r14-burst", "swf", "alibaba", "history"])
+        # The old names (ALIASES) are still accepted, so that scripts keep working.
+        parser.add_argument("workload", choices=[*WORKLOADS, *ALIASES])
         parser.add_argument("files", nargs="*", help="swf: FILE; alibaba: PODS.csv NODES.csv")
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--policies", default=",".join(POLICIES),
@@ -44,6 +52,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", metavar="FILE", help="write the full result (- = stdout)")
 
     def handle(self, *args, workload: str, files: list[str], **opts):
+        workload = ALIASES.get(workload, workload)
         policies = [p.strip() for p in opts["policies"].split(",") if p.strip()]
         want = {"swf": 1, "alibaba": 2}.get(workload, 0)
         if len(files) != want:
@@ -68,8 +77,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         self.stderr.write("")
         seconds = time.perf_counter() - started
-        if workload == "r14":
-            self.stdout.write(f"R14 day, seed {result['seed']}, {result['jobs']} jobs\n")
+        if workload == "validation-day":
+            self.stdout.write(f"validation day, seed {result['seed']}, {result['jobs']} jobs\n")
             self.stdout.write(format_table(result))
         else:
             self.stdout.write(f"{workload}: {result['jobs']:,} jobs\n")

@@ -1,7 +1,7 @@
 """Accounting on the localhost Slurm with a real worker: the portal's totals equal `sacct`'s,
 reconciliation is clean, replays change nothing, and slurmdbd stopping loses nothing.
 
-The workload is the seed's launch mix, shortened in time: 50 short agent tasks, 2 training
+The workload is the launch mix, shortened in time: 50 short agent tasks, 2 training
 tasks of 4 nodes × 8 GPUs, one HPC task of 256 cores (4 nodes of 64). The cluster grows to 4
 nodes per pool for it and goes back to what it was afterwards.
 """

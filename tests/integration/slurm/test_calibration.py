@@ -1,4 +1,4 @@
-"""The simulator checked against reality: a scaled R14 mix run on the localhost Slurm and the
+"""The simulator checked against reality: a scaled launch mix run on the localhost Slurm and the
 same jobs in the simulator start in the same order, and wait as long, within `TOLERANCE_S`
 (docs/simulation.md, calibration).
 
@@ -37,7 +37,7 @@ MIX = [
 ]  # fmt: skip
 
 
-def test_a_scaled_r14_mix_starts_on_slurm_as_the_simulator_says(cluster_site, api):
+def test_a_scaled_launch_mix_starts_on_slurm_as_the_simulator_says(cluster_site, api):
     ids: dict[str, int] = {}
     for second, group in enumerate(MIX):
         for name, kind, resources, sleep in group:

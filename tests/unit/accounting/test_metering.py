@@ -65,7 +65,7 @@ def test_an_ended_attempt_is_metered_once_from_what_it_was_allocated(api):
         T0 + timedelta(minutes=30),
         T0.date(),
     )
-    # HPC is charged per core-hour: 4 core-hours at the seed's 0.06.
+    # HPC is charged per core-hour: 4 core-hours at the default site's 0.06.
     assert record.charge == 240_000 and record.rate.price == Decimal("0.06")
     assert UsageRecord.objects.get(task=task, metric="memory").charge == 0  # no memory price
 

@@ -104,7 +104,7 @@ def world(site) -> World:
         node_gpu=Node.objects.filter(pool__name="gpu-train").order_by("name").first(),
     )
     w.simulation = SimulationRun.objects.create(
-        workload="r14-burst", parameters={"policies": ["fifo"], "seed": 1}
+        workload="launch-mix", parameters={"policies": ["fifo"], "seed": 1}
     )
     w.replay_hpc = SimulationRun.objects.create(
         workload="history", parameters={"policies": ["fifo"], "days": 1, "queues": ["hpc"]}
@@ -261,7 +261,7 @@ CASES = [
     # what-if simulations: operators (queue admins, platform admins) see and start them
     Case("simulations page", OPERATES_HPC, "get", "/simulations/"),
     Case("start a simulation", OPERATES_HPC, "post", "/simulations/",
-         data={"workload": "r14-burst", "policies": "fifo"},
+         data={"workload": "launch-mix", "policies": "fifo"},
          effect=lambda w: SimulationRun.objects.count() == 4),
     Case("simulation page", OPERATES_HPC, "get", lambda w: f"/simulations/{w.simulation.pk}/"),
     Case("simulation progress fragment", OPERATES_HPC, "get",

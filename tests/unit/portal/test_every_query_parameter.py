@@ -186,7 +186,7 @@ def ids(site) -> dict[str, object]:
         requester=alice, project=task.project, queue=task.queue, task=task, level=2,
         reason="r", until=task.submitted_at.replace(year=task.submitted_at.year + 1),
     )  # fmt: skip
-    run = SimulationRun.objects.create(workload="r14-burst", parameters={"policies": ["fifo"]},
+    run = SimulationRun.objects.create(workload="launch-mix", parameters={"policies": ["fifo"]},
                                        created_by=admin)  # fmt: skip
     canary = Canary.objects.first()
     return {

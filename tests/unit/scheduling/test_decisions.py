@@ -268,7 +268,7 @@ def test_no_matching_rule_is_refused_with_the_shape(queues):
 # ---------------------------------------------------------------- check
 
 
-def test_default_site_admits_the_r14_tasks(pools, queues):
+def test_default_site_admits_the_launch_mix_tasks(pools, queues):
     assert (
         check(spec(cpus=1, estimate_s=5 * MIN), queues["inference-agent"], pools["inference-agent"])
         is None

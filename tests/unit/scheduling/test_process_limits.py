@@ -20,7 +20,7 @@ from scheduling.models import Pool, Queue
 
 @pytest.fixture
 def local_hpc(site) -> Queue:
-    """The seed's hpc queue, its pool on the local backend."""
+    """The default site's hpc queue, its pool on the local backend."""
     Pool.objects.filter(queues__name="hpc").update(backend="local")
     return Queue.objects.get(name="hpc")
 

@@ -42,7 +42,7 @@ def queue(name, pool, **kw) -> QueuePolicy:
     return QueuePolicy(name=name, pool=pool, task_types=(), **kw)
 
 
-# The seed's default site, as plain values.
+# The default site, as plain values.
 SITE = default_site().nodes_by_pool()
 QUEUES = list(default_site().queues)
 

@@ -119,7 +119,7 @@ def runs(hpc_admin) -> dict[str, SimulationRun]:
         "hpc_replay": _run("history", "admin", days=7, queues=["hpc"]),
         "training_replay": _run("history", "admin", days=7, queues=["training"]),
         "mixed_replay": _run("history", "admin", days=7, queues=["hpc", "training"]),
-        "model": _run("r14-burst", "admin", seed=1),  # no portal data in it
+        "model": _run("launch-mix", "admin", seed=1),  # no portal data in it
         "trace": _run("swf", "admin"),  # another operator's upload
     }
 

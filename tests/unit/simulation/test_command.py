@@ -1,4 +1,5 @@
-"""`manage.py simulate`: the R14 table, traces, the portal's own history, and bad input."""
+"""`manage.py simulate`: the validation day's table, traces, the portal's own history, and bad
+input."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.utils import timezone
 
 from scheduling import services
 from scheduling.models import Task
-from scheduling.simulation.r14 import CRITERIA, r14_report
+from scheduling.simulation.r14 import CRITERIA, validation_day_report
 from scheduling.simulation.traces import TraceError, read_swf
 from tests.conftest import ROOT, descriptor
 
@@ -25,9 +26,11 @@ def _run(*args) -> str:
     return out.getvalue()
 
 
-def test_r14_prints_each_criterion_with_fifo_and_easy_beside_it_and_pass_or_fail(tmp_path):
-    target = tmp_path / "r14.json"
-    text = _run("r14", "--seed", "2", "--json", str(target))
+def test_the_validation_day_prints_each_criterion_with_fifo_and_easy_beside_it_and_pass_or_fail(
+    tmp_path,
+):
+    target = tmp_path / "day.json"
+    text = _run("validation-day", "--seed", "2", "--json", str(target))
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows[0].split("|")[1:7] == [
         " criterion ",
@@ -39,7 +42,7 @@ def test_r14_prints_each_criterion_with_fifo_and_easy_beside_it_and_pass_or_fail
     ]
     assert len(rows) == 1 + len(CRITERIA)
     saved = json.loads(target.read_text())
-    again = r14_report(2)  # the same seed gives the same day, and the same numbers
+    again = validation_day_report(2)  # the same seed gives the same day, and the same numbers
     for row, line, fresh in zip(saved["criteria"], rows[1:], again["criteria"], strict=True):
         assert line.startswith(f"| {row['criterion']} | {row['target']} |")
         assert line.rstrip().endswith("| pass |" if row["passed"] else "| FAIL |")
@@ -48,6 +51,14 @@ def test_r14_prints_each_criterion_with_fifo_and_easy_beside_it_and_pass_or_fail
     # Agents: their own pool under Switchyard; behind the head of one queue under FIFO.
     agents = saved["criteria"][0]["values"]
     assert agents["switchyard"] < 30 < agents["fifo"]
+
+
+def test_the_old_workload_names_still_run_under_their_new_names(tmp_path):
+    target = tmp_path / "burst.json"
+    _run("r14-burst", "--seed", "2", "--policies", "fifo", "--json", str(target))
+    result = json.loads(target.read_text())
+    assert result["workload"] == "launch-mix" and result["seed"] == 2
+    assert result["jobs"] == 53 and list(result["policies"]) == ["fifo"]
 
 
 def test_an_swf_trace_runs_under_every_policy(tmp_path):
@@ -98,13 +109,15 @@ def test_history_replays_the_portals_own_tasks(site, researcher, tmp_path):
     ("args", "says"),
     [
         (("swf",), "files: swf takes 1 file(s), got 0"),
-        (("r14", "--policies", "fifo,bogus"), None),
+        (("validation-day", "--policies", "fifo,bogus"), None),
         (("swf", "/nonexistent.swf"), "No such file"),
         (("alibaba", "a.csv", "b.csv", "--compress", "0.5"), "compress"),
     ],
 )
 def test_bad_input_is_refused_with_what_was_expected(args, says, tmp_path):
-    if args[0] == "r14":  # r14 runs all three policies; a bad list is refused for traces
+    if (
+        args[0] == "validation-day"
+    ):  # the validation day runs all three policies; a bad list is refused for traces
         args = ("swf", str(TRACES / "lublin_256.swf"), "--policies", "fifo,bogus")
         says = "policies: expected some of fifo, easy, switchyard, got ['bogus']"
     with pytest.raises(CommandError) as err:

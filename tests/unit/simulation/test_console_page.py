@@ -46,7 +46,7 @@ def admin_page(site) -> Client:
 
 @pytest.fixture
 def quinn_page(site) -> Client:
-    return _page("quinn")  # the seed's queue admin
+    return _page("quinn")  # the demo site's queue admin
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def sent(django_capture_on_commit_callbacks):
 
 def _start(client: Client, sent, **fields):
     capture, _ = sent
-    data = {"workload": "r14-burst", "policies": ALL, **fields}
+    data = {"workload": "launch-mix", "policies": ALL, **fields}
     with capture():
         return client.post("/simulations/", data=data)
 
@@ -73,10 +73,10 @@ def _swf(lines: int = 40, name: str = "lublin-head.swf") -> SimpleUploadedFile:
     return SimpleUploadedFile(name, text.encode(), content_type="text/plain")
 
 
-def test_an_r14_run_started_by_a_platform_admin_runs_and_shows_the_criteria_and_charts(
+def test_a_validation_day_run_started_by_a_platform_admin_runs_and_shows_the_criteria_and_charts(
     admin_page, sent
 ):
-    response = _start(admin_page, sent, workload="r14", seed="1")
+    response = _start(admin_page, sent, workload="validation-day", seed="1")
     run = SimulationRun.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/simulations/{run.pk}/"
     assert (run.state, run.progress, run.parameters) == ("queued", 0, {"policies": ALL, "seed": 1})
@@ -121,19 +121,25 @@ def test_an_r14_run_started_by_a_platform_admin_runs_and_shows_the_criteria_and_
     assert 'id="simulation-policies"' in page
 
 
-def test_a_queue_admin_runs_an_r14_burst_and_the_header_links_the_page(quinn_page, sent):
+def test_a_queue_admin_runs_the_launch_mix_and_the_header_links_the_page(quinn_page, sent):
     assert 'href="/simulations/"' in quinn_page.get("/dashboard/").content.decode()
-    _start(quinn_page, sent, workload="r14-burst", seed="3", policies=["switchyard", "fifo"])
+    _start(quinn_page, sent, workload="launch-mix", seed="3", policies=["switchyard", "fifo"])
     tasks.simulations()
     run = SimulationRun.objects.get()
     assert run.state == "succeeded" and run.progress == 100
     assert list(run.result["policies"]) == ["fifo", "switchyard"] and run.result["seed"] == 3
     page = quinn_page.get(f"/simulations/{run.pk}/").content.decode()
-    assert 'id="simulation-criteria"' not in page  # criteria are r14's
+    assert 'id="simulation-criteria"' not in page  # criteria are the validation day's
     rows = page.split('id="simulation-policies"')[1].split("</table>")[0]
     assert "<td>FIFO</td><td>53</td>" in rows and "<td>Switchyard</td><td>53</td>" in rows
     listing = quinn_page.get("/simulations/").content.decode()
     assert f'id="simulation-{run.pk}"' in listing and "seed 3 · fifo, switchyard" in listing
+
+
+def test_a_run_started_under_an_old_workload_name_is_kept_under_the_new_one(admin_page, sent):
+    _start(admin_page, sent, workload="r14-burst", seed="2", policies=["fifo"])
+    run = SimulationRun.objects.get()
+    assert run.workload == "launch-mix" and run.parameters == {"policies": ["fifo"], "seed": 2}
 
 
 def test_a_researcher_gets_a_404_on_every_simulation_url(site, researcher, admin_page, sent):
@@ -148,7 +154,7 @@ def test_a_researcher_gets_a_404_on_every_simulation_url(site, researcher, admin
     ):
         assert alice.get(url).status_code == 404, url
         assert alice.get(url, HTTP_HX_REQUEST="true").status_code == 404, url
-    assert alice.post("/simulations/", data={"workload": "r14-burst"}).status_code == 404
+    assert alice.post("/simulations/", data={"workload": "launch-mix"}).status_code == 404
     assert SimulationRun.objects.count() == 1
     assert 'href="/simulations/"' not in alice.get("/dashboard/").content.decode()
 
@@ -156,7 +162,11 @@ def test_a_researcher_gets_a_404_on_every_simulation_url(site, researcher, admin
 @pytest.mark.parametrize(
     ("fields", "field", "says"),
     [
-        ({"workload": "alibaba"}, "workload", "expected one of r14, r14-burst, history, swf"),
+        (
+            {"workload": "alibaba"},
+            "workload",
+            "expected one of validation-day, launch-mix, history, swf",
+        ),
         ({"seed": "one"}, "seed", "expected a whole number"),
         ({"seed": "1.5"}, "seed", "expected a whole number"),
         ({"workload": "history", "days": "0"}, "days", "expected a number of days above 0"),
@@ -165,8 +175,12 @@ def test_a_researcher_gets_a_404_on_every_simulation_url(site, researcher, admin
         ({"workload": "swf"}, "file", "expected a Standard Workload Format file"),
         ({"policies": []}, "policies", "expected some of fifo, easy, switchyard"),
         ({"policies": ["fifo", "bogus"]}, "policies", "expected some of fifo, easy, switchyard"),
-        ({"workload": "r14", "policies": ["fifo"]}, "policies", "tick all three"),
-        ({"workload": "history", "seed": "4"}, "seed", "only r14 and r14-burst read it"),
+        ({"workload": "validation-day", "policies": ["fifo"]}, "policies", "tick all three"),
+        (
+            {"workload": "history", "seed": "4"},
+            "seed",
+            "only validation-day and launch-mix read it",
+        ),
         ({"days": "3"}, "days", "only history reads it"),
         ({"limit": "10"}, "limit", "only swf reads it"),
         ({"workload": "swf", "limit": "0", "file": "trace"}, "limit", "at least 1"),
@@ -274,12 +288,12 @@ def test_runs_are_kept_newest_first_and_two_compare_side_by_side(admin_page, sen
     for run in (first, second):
         said = content.split(f'id="compare-{run.pk}"')[1].split("</li>")[0]
         assert f"seed {run.parameters['seed']} · fifo, easy, switchyard" in said
-        assert table.count(f"<td>#{run.pk} r14-burst</td><td>53</td>") == 3  # one per policy
+        assert table.count(f"<td>#{run.pk} launch-mix</td><td>53</td>") == 3  # one per policy
     assert table.index("<td>FIFO</td>") < table.index("<td>EASY</td>")
     charts = _figures(content)
     assert [t["name"] for t in charts["chart-compare-waits"]["data"]] == [
-        f"#{first.pk} r14-burst",
-        f"#{second.pk} r14-burst",
+        f"#{first.pk} launch-mix",
+        f"#{second.pk} launch-mix",
     ]
     failed = admin_page.get(f"/simulations/compare/?run={first.pk}&run={broken.pk}")
     assert "x.swf:1: expected 18 columns, got 2" in failed.content.decode()

@@ -11,8 +11,8 @@ from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import summary
 from scheduling.simulation.model import Failure, SimJob, Site
-from scheduling.simulation.r14 import format_table, r14_report
-from scheduling.simulation.workloads import r14, site_model
+from scheduling.simulation.r14 import format_table, validation_day_report
+from scheduling.simulation.workloads import launch_mix, site_model
 from scheduling.sites.default import default_site
 from scheduling.sites.types import LeaseTemplate, QuotaTemplate
 from scheduling.spec import Resources, TaskSpec
@@ -188,9 +188,9 @@ def test_the_simulator_calls_the_functions_the_live_engine_calls():
     assert switchyard.place is baselines.place is capacity.place
 
 
-def test_the_r14_mix_on_the_idle_default_site_starts_at_once_under_every_policy():
+def test_the_launch_mix_on_the_idle_default_site_starts_at_once_under_every_policy():
     site = site_model(default_site())
-    jobs = r14(seed=7)
+    jobs = launch_mix(seed=7)
     assert [j.type for j in jobs].count("agent") == 50 and len(jobs) == 53
     for policy in ("fifo", "easy", "switchyard"):
         result = summary(simulate(jobs, site, policy), site.pools)
@@ -200,16 +200,18 @@ def test_the_r14_mix_on_the_idle_default_site_starts_at_once_under_every_policy(
             "ai-training": 2,
             "hpc-simulation": 1,
         }
-        # 40 nodes hold the whole mix: nothing waits (the R14 day adds the load).
+        # 40 nodes hold the whole mix: nothing waits (the validation day adds the load).
         assert all(v["mean_wait_s"] == 0 for v in result["types"].values())
         assert result["utilisation"]["gpu-train"]["gpu"] > 0
 
 
-def test_a_training_that_never_ran_fails_its_r14_row_rather_than_drop_out():
+def test_a_training_that_never_ran_fails_its_criterion_row_rather_than_drop_out():
     site = site_model(default_site())
     # Training nodes too small for any training of the day: each is refused, never runs.
     small = tuple(dataclasses.replace(n, gpus=1) for n in site.pools["gpu-train"])
-    report = r14_report(1, site=dataclasses.replace(site, pools={**site.pools, "gpu-train": small}))
+    report = validation_day_report(
+        1, site=dataclasses.replace(site, pools={**site.pools, "gpu-train": small})
+    )
     row = next(r for r in report["criteria"] if r["criterion"].startswith("training wait"))
     assert row["values"]["switchyard"] is None and row["passed"] is False
     assert report["summaries"]["switchyard"]["never_by_type"]["ai-training"] > 0
