@@ -120,7 +120,8 @@ class NodeHealth:
 
 @runtime_checkable
 class Backend(Protocol):
-    """Backends subclass it: `submit` and `close` are written once, here."""
+    """Backends subclass it: `submit` is written once, here, over `submit_many`, and `close`
+    does nothing unless the backend overrides it."""
 
     alias: str
 
