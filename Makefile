@@ -52,6 +52,13 @@ test: install system-deps browser-deps front-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob
 	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest $(PYTEST_ARGS)
 
+# The fast tests alone: tests/unit, without anything marked integration, browser or slurm
+# (they need no worker, browser, front or cluster).
+.PHONY: unit
+unit: install system-deps $(TEST_VAR)/secret-key
+	@bash docker/job-accounts.sh sy-alice sy-bob
+	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest tests/unit -m "not integration and not browser and not slurm" $(PYTEST_ARGS)
+
 # Regenerate docs/screenshots/ from the browser tests (each role's day, the phone view).
 screenshots: install system-deps browser-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob

@@ -14,7 +14,6 @@ from scheduling.backends.base import (
     Run,
     ShowsStarts,
     SubmitRequest,
-    submit_all,
 )
 
 __all__ = [
@@ -28,5 +27,4 @@ __all__ = [
     "Run",
     "ShowsStarts",
     "SubmitRequest",
-    "submit_all",
 ]

@@ -120,9 +120,23 @@ class NodeHealth:
 
 @runtime_checkable
 class Backend(Protocol):
+    """Backends subclass it: `submit` is written once, here, over `submit_many`, and `close`
+    does nothing unless the backend overrides it."""
+
     alias: str
 
-    def submit(self, request: SubmitRequest) -> Job: ...
+    def submit_many(self, requests: list[SubmitRequest]) -> list[Job | BackendError]:
+        """Submit many jobs: each request's job, or the error that refused it, in order.
+        A job already made under a request's key is found, not made twice. Once the backend
+        is unreachable the rest are not tried: each gets that error."""
+        ...
+
+    def submit(self, request: SubmitRequest) -> Job:
+        """One request's job, or the error that refused it, raised: `submit_many` of one."""
+        [result] = self.submit_many([request])
+        if isinstance(result, BackendError):
+            raise result
+        return result
 
     def find(self, key: str) -> Job | None: ...
 
@@ -156,6 +170,12 @@ class Backend(Protocol):
 
     def end_lease(self, lease: LeaseView) -> None: ...
 
+    def close(self) -> None:
+        """Stop or release what the backend keeps between calls (a resident process, a
+        connection) when the portal stops, like a Django cache backend's `close()`; the jobs
+        go on, and a later call may start it again. Most backends hold nothing."""
+        return None
+
 
 @runtime_checkable
 class ShowsStarts(Protocol):
@@ -164,31 +184,10 @@ class ShowsStarts(Protocol):
     def started(self, backend_ids: list[str], *, within_s: float) -> dict[str, Job]: ...
 
 
-def submit_all(backend: Backend, requests: list[SubmitRequest]) -> list[Job | BackendError]:
-    """Submit many jobs: each request's job, or the error that refused it, in order.
-
-    A backend that can take many at once has `submit_many` with this contract (the local
-    backend places them all in one scheduling pass); for the others each is submitted in turn.
-    Once the backend is unreachable the rest are not tried: each gets that error.
-    """
-    many = getattr(backend, "submit_many", None)
-    if many is not None:
-        return many(requests)
-    out: list[Job | BackendError] = []
-    for at, request in enumerate(requests):
-        try:
-            out.append(backend.submit(request))
-        except BackendUnavailable as exc:
-            return out + [exc] * (len(requests) - at)
-        except BackendError as exc:
-            out.append(exc)
-    return out
-
-
 def submit_concurrently(
     submit: Callable[[SubmitRequest], Job], requests: list[SubmitRequest], *, workers: int
 ) -> list[Job | BackendError]:
-    """`submit_all`'s contract for a backend whose submissions are independent commands
+    """`submit_many`'s contract for a backend whose submissions are independent commands
     (Slurm: one sbatch each, which the controller serves in parallel): up to `workers` run at
     once. Once one finds the backend unreachable, those not started yet are not tried."""
     results: list[Job | BackendError] = [BackendError("not submitted")] * len(requests)

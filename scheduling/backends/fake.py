@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from django.core.exceptions import ImproperlyConfigured
 
 from scheduling.backends.base import (
+    Backend,
     BackendError,
     Job,
     JobState,
@@ -50,7 +51,7 @@ def _test_scope() -> str:
     return current.rsplit(" (", 1)[0]
 
 
-class FakeBackend:
+class FakeBackend(Backend):
     _registry: ClassVar[dict[tuple[str, str], _Cluster]] = {}
     _lock: ClassVar[threading.RLock] = threading.RLock()
 
@@ -134,21 +135,15 @@ class FakeBackend:
 
     # -- protocol ----------------------------------------------------------------------
 
-    def submit(self, request: SubmitRequest) -> Job:
+    def submit_many(self, requests: list[SubmitRequest]) -> list[Job | BackendError]:
+        """Each request recorded as a `submit` call of its own, as tests count them."""
         with self._lock:
             cluster = self._cluster(self.alias)
-            cluster.calls.append(("submit", (request,)))
-            if request.key in cluster.jobs:  # idempotent by key, like the real backends
-                return cluster.jobs[request.key]
-            now = datetime.now(UTC)
-            job = Job(
-                backend_id=request.key,
-                state=JobState.RUNNING if self.start_immediately else JobState.PENDING,
-                started_at=now if self.start_immediately else None,
-            )
-            cluster.jobs[request.key] = job
-            cluster.requests[request.key] = request
-            return job
+            return [self._submit_locked(cluster, request) for request in requests]
+
+    def close(self) -> None:
+        """Holds nothing; recorded, so tests see who closes the backend."""
+        self._record("close")
 
     def find(self, key: str) -> Job | None:
         cluster = self._record("find", key)
@@ -246,6 +241,20 @@ class FakeBackend:
         return f"fake log of {backend_id}\n"[offset : offset + limit]
 
     # -- internals ---------------------------------------------------------------------
+
+    def _submit_locked(self, cluster: _Cluster, request: SubmitRequest) -> Job:
+        cluster.calls.append(("submit", (request,)))
+        if request.key in cluster.jobs:  # idempotent by key, like the real backends
+            return cluster.jobs[request.key]
+        now = datetime.now(UTC)
+        job = Job(
+            backend_id=request.key,
+            state=JobState.RUNNING if self.start_immediately else JobState.PENDING,
+            started_at=now if self.start_immediately else None,
+        )
+        cluster.jobs[request.key] = job
+        cluster.requests[request.key] = request
+        return job
 
     def _record(self, method: str, *args: Any) -> _Cluster:
         cluster = self._cluster(self.alias)

@@ -26,7 +26,6 @@ from scheduling.backends import (
     Job,
     JobState,
     SubmitRequest,
-    submit_all,
 )
 from scheduling.decisions.quota import Hold, Reject
 from scheduling.engine import admission
@@ -167,7 +166,7 @@ def dispatch_claimed(task_id: int) -> str:
 
 
 def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
-    """Dispatch claimed tasks together: one `submit_all` per backend (the local backend
+    """Dispatch claimed tasks together: one `submit_many` per backend (the local backend
     places them all in one scheduling pass). Returns how many were submitted and the ids
     whose backend was unreachable (released, to be tried again later)."""
     tasks = _claimed_tasks(task_ids)
@@ -190,7 +189,7 @@ def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
                 fresh.append(r)
             else:
                 outcomes.append((r, job))
-        outcomes += zip(fresh, submit_all(backend, [r.request for r in fresh]), strict=True)
+        outcomes += zip(fresh, backend.submit_many([r.request for r in fresh]), strict=True)
         taken: list[tuple[_Ready, Job]] = []
         for r, outcome in outcomes:
             if isinstance(outcome, BackendError):

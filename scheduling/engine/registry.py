@@ -14,8 +14,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from scheduling.backends import Backend
-from scheduling.backends.local import LocalBackend
-from scheduling.backends.local.launch import stop_launcher
 from scheduling.selectors import node_views_for_backend
 
 
@@ -48,10 +46,8 @@ def _build(alias: str, _key: str) -> Backend:
     return cls(alias=alias, **options)
 
 
-def stop_helpers() -> None:
-    """Stop what backends keep running between calls (the local backend's launcher), as when
-    `manage.py up` stops; the jobs themselves go on."""
+def close_backends() -> None:
+    """Close every configured backend (the local backend stops its launcher), as when
+    `manage.py up` stops, like Django's `close_caches`; the jobs themselves go on."""
     for alias in configured_aliases():
-        backend = get_backend(alias)
-        if isinstance(backend, LocalBackend):
-            stop_launcher(backend.root)
+        get_backend(alias).close()

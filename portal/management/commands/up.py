@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand
 
 from portal.serve import STATIC_MANIFEST_ENV, web_argv
 from portal.workers import worker_argv
-from scheduling.engine.registry import stop_helpers
+from scheduling.engine.registry import close_backends
 
 
 class Command(BaseCommand):
@@ -102,4 +102,4 @@ class Command(BaseCommand):
                     p.kill()
             # The local backends' launchers would leave after two idle minutes; they go now.
             # Jobs still running keep their supervisors (they outlive the worker).
-            stop_helpers()
+            close_backends()

@@ -22,6 +22,7 @@ from datetime import datetime
 from django.utils.module_loading import import_string
 
 from scheduling.backends.base import (
+    Backend,
     BackendError,
     Job,
     JobState,
@@ -57,7 +58,7 @@ SUPERVISOR_DIED = "the local supervisor died"
 NodeSource = Callable[[str], "Sequence[NodeView] | Mapping[str, Sequence[NodeView]]"]
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Runs jobs as processes on this machine; see jobstore.py for the files."""
 
     # The engine hands this backend the portal's node inventory (engine/registry.py).
@@ -126,18 +127,8 @@ class LocalBackend:
 
     # -- protocol ----------------------------------------------------------------------
 
-    def submit(self, request: SubmitRequest) -> Job:
-        launch.validate(request)
-        existing = self.find(request.key)
-        if existing is not None:
-            return existing
-        with self.store.locked():
-            self.store.create(request)  # False: submitted meanwhile by another process
-            self._schedule_locked()
-        return self.store.job(request.key)
-
     def submit_many(self, requests: list[SubmitRequest]) -> list[Job | BackendError]:
-        """Many jobs in one scheduling pass, under one lock (see `submit_all`)."""
+        """Many jobs in one scheduling pass, under one lock."""
         out: list[Job | BackendError | None] = [None] * len(requests)
         fresh = []
         for at, request in enumerate(requests):
@@ -152,7 +143,7 @@ class LocalBackend:
         if fresh:
             with self.store.locked():
                 for at in fresh:
-                    self.store.create(requests[at])
+                    self.store.create(requests[at])  # False: made meanwhile by another process
                 self._schedule_locked()
             for at in fresh:
                 out[at] = self.store.job(requests[at].key)
@@ -285,6 +276,11 @@ class LocalBackend:
             leases = self.store.leases()
             if leases.pop(lease.name, None) is not None:
                 self.store.write_leases(leases)
+
+    def close(self) -> None:
+        """Stop the root's resident launcher (the jobs' supervisors go on); the next submit
+        starts it again."""
+        launch.stop_launcher(self.root)
 
     def housekeep(self, now: float | None = None) -> int:
         """Remove the folders of jobs that ended more than `retention_s` ago, then the

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from scheduling.backends.base import (
+    Backend,
     BackendError,
     BackendUnavailable,
     Job,
@@ -62,7 +63,7 @@ _ALREADY_GONE = (
 )
 
 
-class SlurmBackend(SlurmCapacity, SlurmUsage):
+class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
     """The Backend protocol over Slurm's commands."""
 
     def __init__(
@@ -103,7 +104,11 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
 
     # -- submit ---------------------------------------------------------------------------
 
-    def submit(self, request: SubmitRequest) -> Job:
+    def submit_many(self, requests: list[SubmitRequest]) -> list[Job | BackendError]:
+        """Each its own sbatch, `submit_concurrency` at once (docs/slurm.md)."""
+        return submit_concurrently(self._sbatch, requests, workers=self.submit_concurrency)
+
+    def _sbatch(self, request: SubmitRequest) -> Job:
         if not _KEY_RE.match(request.key):
             raise BackendError(f"job key {request.key!r} is not in the safe alphabet")
         argv, script = self.sbatch_command(request)
@@ -124,10 +129,6 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
             state=JobState.PENDING,
             reason=PENDING_REASONS["None"],
         )
-
-    def submit_many(self, requests: list[SubmitRequest]) -> list[Job | BackendError]:
-        """Each its own sbatch, `submit_concurrency` at once (docs/slurm.md)."""
-        return submit_concurrently(self.submit, requests, workers=self.submit_concurrency)
 
     def sbatch_command(self, request: SubmitRequest) -> tuple[list[str], str]:
         """The sbatch argv and the script it reads on stdin."""
@@ -378,9 +379,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage):
                 result[backend_id] = ended[backend_id]
             elif not accounting_down:
                 result[backend_id] = Job(
-                    backend_id=backend_id,
-                    state=JobState.UNKNOWN,
-                    reason="Slurm no longer knows the job",
+                    backend_id, JobState.UNKNOWN, "Slurm no longer knows the job"
                 )
         return result
 

@@ -322,10 +322,10 @@ def test_a_batch_whose_backend_is_unreachable_is_released_for_a_retry(api, monke
     ids = dispatch.claim_many([t.pk for t in tasks])
     backend = get_backend("fake")
 
-    def down(request):
-        raise BackendUnavailable("the scheduler does not answer")
+    def down(requests):  # submit_many's answer when the backend cannot be reached
+        return [BackendUnavailable("the scheduler does not answer")] * len(requests)
 
-    monkeypatch.setattr(backend, "submit", down)
+    monkeypatch.setattr(backend, "submit_many", down)
     assert engine.dispatch_claimed_many(ids) == (0, ids)
     rows = Task.objects.filter(pk__in=ids)
     assert {(t.state, t.dispatch_lease_until) for t in rows} == {("pending", None)}

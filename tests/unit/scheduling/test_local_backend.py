@@ -28,7 +28,6 @@ from scheduling.backends.base import (
     JobState,
     SubmitRequest,
     raw_length,
-    submit_all,
 )
 from scheduling.backends.local import BWRAP_MISSING, SUPERVISOR_DIED, LocalBackend
 from scheduling.backends.local.shim import proc_start_time
@@ -737,7 +736,7 @@ def test_many_jobs_are_placed_in_one_scheduling_pass(make, monkeypatch):
     passes.clear()
     bad = request("many-bad", ["true"])
     bad = dataclasses.replace(bad, key="Not A Key")
-    results = submit_all(backend, [request(f"many-{i}", ["true"]) for i in range(4)] + [bad])
+    results = backend.submit_many([request(f"many-{i}", ["true"]) for i in range(4)] + [bad])
     assert passes == [1]  # one pass for the four new jobs
     assert results[0].backend_id == already.backend_id == "many-0"  # found, not made again
     assert [r.backend_id for r in results[1:4]] == ["many-1", "many-2", "many-3"]

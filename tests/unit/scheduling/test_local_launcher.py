@@ -22,6 +22,7 @@ import pytest
 from scheduling.backends.base import JobState
 from scheduling.backends.local import SUPERVISOR_DIED, launch, launcher
 from scheduling.backends.local.shim import proc_start_time
+from scheduling.engine.registry import close_backends, get_backend
 from tests.conftest import in_ci
 from tests.unit.scheduling.test_local_backend import (
     alive,
@@ -144,6 +145,25 @@ def test_supervisors_outlive_their_launcher_and_a_new_one_takes_over(make):
     assert launcher_pid(backend.root) != old
     backend.cancel("long-1")
     assert finished(backend, "long-1").state is JobState.CANCELLED
+
+
+def test_closing_the_backends_stops_the_launcher_and_closes_every_other_one(make, settings):
+    # What `manage.py up` does when it stops: each configured backend's close().
+    backend = make()
+    settings.COMPUTE_BACKENDS = {
+        "local": {
+            "BACKEND": "scheduling.backends.local.LocalBackend",
+            "OPTIONS": {"root": backend.root},
+        },
+        "fake": {"BACKEND": "scheduling.backends.fake.FakeBackend", "OPTIONS": {}},
+    }
+    backend.submit(request("kept-1", ["sleep", "30"]))
+    running(backend, "kept-1")
+    pid = launcher_pid(backend.root)
+    close_backends()
+    assert gone(pid)
+    assert ("close", ()) in get_backend("fake").calls
+    assert backend.poll(["kept-1"])["kept-1"].state is JobState.RUNNING  # the job goes on
 
 
 def test_a_launcher_of_older_code_makes_way_for_the_new(make, tmp_path):
