@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from portal.charts import figure_json
+from scheduling.simulation.criteria import format_value
 from scheduling.simulation.model import POLICIES
-from scheduling.simulation.r14 import format_value
 
 NAMES = {"switchyard": "Switchyard", "fifo": "FIFO", "easy": "EASY"}
 CRITERIA_ORDER = (

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from scheduling.simulation.criteria import validation_day_report
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import bound, summary
 from scheduling.simulation.model import POLICIES, SimJob, Site
-from scheduling.simulation.r14 import validation_day_report
 from scheduling.simulation.traces import alibaba_site, read_alibaba, read_swf, swf_site
 from scheduling.simulation.workloads import launch_mix, site_model
 from scheduling.sites.default import default_site

@@ -19,8 +19,8 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduling.selectors.replay import history_workload
+from scheduling.simulation.criteria import format_table
 from scheduling.simulation.model import POLICIES
-from scheduling.simulation.r14 import format_table
 from scheduling.simulation.runner import (
     ALIASES,
     WORKLOADS,

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from scheduling import services
 from scheduling.models import Task
-from scheduling.simulation.r14 import CRITERIA, validation_day_report
+from scheduling.simulation.criteria import CRITERIA, validation_day_report
 from scheduling.simulation.traces import TraceError, read_swf
 from tests.conftest import ROOT, descriptor
 

@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from scheduling import outbox, tasks
 from scheduling.models import SimulationRun
 from scheduling.services.simulation import ORPHANED
-from scheduling.simulation.r14 import CRITERIA, format_value
+from scheduling.simulation.criteria import CRITERIA, format_value
 from tests.conftest import ROOT
 
 TRACES = ROOT.parent / "shared" / "traces"

@@ -8,10 +8,10 @@ import sys
 
 from scheduling.decisions.levels import HIGH, LOW, LevelRule
 from scheduling.decisions.types import NodeView, QueuePolicy
+from scheduling.simulation.criteria import format_table, validation_day_report
 from scheduling.simulation.engine import simulate
 from scheduling.simulation.metrics import summary
 from scheduling.simulation.model import Failure, SimJob, Site
-from scheduling.simulation.r14 import format_table, validation_day_report
 from scheduling.simulation.workloads import launch_mix, site_model
 from scheduling.sites.default import default_site
 from scheduling.sites.types import LeaseTemplate, QuotaTemplate
