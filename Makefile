@@ -8,10 +8,11 @@ TEST_VAR := $(CURDIR)/var/test
 
 .PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench slurm-up slurm-down clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml clients/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e ./clients  # the command line, a package of its own
 	touch $@
 
 install: $(VENV)/.installed $(VAR)/secret-key

@@ -6,12 +6,31 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
+import tomllib
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
+from switchyard_cli import cli
 
-from portal import cli
+CLIENTS = Path(__file__).resolve().parents[3] / "clients"
+
+
+def test_the_command_line_is_a_package_of_its_own_that_loads_nothing_of_the_portal():
+    declared = tomllib.loads((CLIENTS / "pyproject.toml").read_text())["project"]
+    assert [d.split("==")[0] for d in declared["dependencies"]] == ["PyYAML"]
+    # From `/`, in isolated mode: only what the installed package itself imports.
+    code = (
+        "import sys, switchyard_cli; print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'django', 'rest_framework', 'celery', 'portal', 'scheduling', 'accounting'}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], cwd="/", capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
 
 
 class _Html(BaseHTTPRequestHandler):
