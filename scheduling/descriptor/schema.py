@@ -98,6 +98,27 @@ def _depends_on_schema(*, names: bool) -> dict[str, Any]:
     )
 
 
+# A task's environment: names a job may be given, values on one line.
+_ENV: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": _MAX_ENV,
+    "propertyNames": {
+        "pattern": ENV_NAME_PATTERN,
+        "maxLength": _MAX_ENV_NAME,
+        "not": {
+            "anyOf": [
+                {"enum": sorted(_ENV_RESERVED_NAMES)},
+                {"pattern": "^(" + "|".join(p for p, _ in _ENV_RESERVED_PREFIXES) + ")"},
+            ]
+        },
+    },
+    "additionalProperties": {
+        "type": "string",
+        "maxLength": _MAX_ENV_VALUE,
+        "pattern": _NO_NUL_CR_LF,
+    },
+}
+
 # The fields of a task body, shared by kind Task and the entries of a workflow's tasks.
 _TASK_BODY_PROPERTIES: dict[str, Any] = {
     "name": _NAME_SCHEMA,
@@ -168,49 +189,9 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
         }
     ),
     "image": _nullable(_pattern_string(IMAGE_PATTERN, _MAX_IMAGE, "container image")),
-    "env": _nullable(
-        {
-            "type": "object",
-            "maxProperties": _MAX_ENV,
-            "propertyNames": {
-                "pattern": ENV_NAME_PATTERN,
-                "maxLength": _MAX_ENV_NAME,
-                "not": {
-                    "anyOf": [
-                        {"enum": sorted(_ENV_RESERVED_NAMES)},
-                        {"pattern": "^(" + "|".join(p for p, _ in _ENV_RESERVED_PREFIXES) + ")"},
-                    ]
-                },
-            },
-            "additionalProperties": {
-                "type": "string",
-                "maxLength": _MAX_ENV_VALUE,
-                "pattern": _NO_NUL_CR_LF,
-            },
-        }
-    ),
+    "env": _nullable(_ENV),
     # The same names and values as env; never shown back (docs/descriptor.md).
-    "secret_env": _nullable(
-        {
-            "type": "object",
-            "maxProperties": _MAX_ENV,
-            "propertyNames": {
-                "pattern": ENV_NAME_PATTERN,
-                "maxLength": _MAX_ENV_NAME,
-                "not": {
-                    "anyOf": [
-                        {"enum": sorted(_ENV_RESERVED_NAMES)},
-                        {"pattern": "^(" + "|".join(p for p, _ in _ENV_RESERVED_PREFIXES) + ")"},
-                    ]
-                },
-            },
-            "additionalProperties": {
-                "type": "string",
-                "maxLength": _MAX_ENV_VALUE,
-                "pattern": _NO_NUL_CR_LF,
-            },
-        }
-    ),
+    "secret_env": _nullable(_ENV),
     "depends_on": _depends_on_schema(names=True),
     "retry_count": _nullable(
         {"type": "integer", "minimum": 0, "maximum": _MAX_RETRIES, "default": 0}
