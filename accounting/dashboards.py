@@ -20,7 +20,6 @@ from django.utils import timezone
 from accounting import charts, reports
 from portal import roles
 from portal.models import Project, UserSettings
-from scheduling.efficiency import efficiency_report
 from scheduling.engine.samples import WAITING, load_now
 from scheduling.models import (
     Attempt,
@@ -33,6 +32,7 @@ from scheduling.models import (
     Task,
     TaskState,
 )
+from scheduling.presenters.efficiency import efficiency_report
 from scheduling.selectors.access import task_list_for_member
 from scheduling.selectors.quota import project_quotas
 

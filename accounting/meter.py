@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from accounting import metrics
 from accounting.models import Metered, Rate, UsageDaily, UsageRecord
-from portal.bulk import update_rows
+from config.bulk import update_rows
 from scheduling import outbox
 from scheduling.engine import usage
 from scheduling.engine.usage import Run

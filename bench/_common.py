@@ -32,7 +32,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from portal import serve, workers  # noqa: E402 - the one web and worker command lines
+from config.runtime import serve, workers  # noqa: E402 - the one web and worker command lines
 
 PY = sys.executable
 MANAGE = str(ROOT / "manage.py")
@@ -112,7 +112,7 @@ def django_env(var_dir: Path, *, database_url: str | None = None, **extra: str) 
     for name in ("REDIS_URL", "SWITCHYARD_LOCAL_ROOT", "DATABASE_URL", "CELERY_TASK_ALWAYS_EAGER"):
         env.pop(name, None)
     env.update(
-        DJANGO_SETTINGS_MODULE="portal.settings",
+        DJANGO_SETTINGS_MODULE="config.settings",
         SWITCHYARD_VAR_DIR=str(var_dir),
         DJANGO_DEBUG="0",
         PYTHONUNBUFFERED="1",
@@ -331,7 +331,7 @@ def runserver_argv(port: int) -> list[str]:
 
 
 def gunicorn_argv(port: int, workers: int | None = None) -> list[str]:
-    # What `manage.py up` serves with (portal/serve.py).
+    # What `manage.py up` serves with (config/runtime/serve.py).
     return serve.web_argv(f"{HOST}:{port}", workers=workers, python=PY)
 
 

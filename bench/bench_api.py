@@ -17,7 +17,7 @@ Variants:
 - `inprocess`: DRF's APIClient with token auth in one process: the portal's own cost per
   request (middleware, DRF, service, ORM, broker), without sockets or an HTTP server.
 - `http-gunicorn-cN`: real HTTP/1.1 keep-alive from N client threads (http.client) to
-  gunicorn as `manage.py up` starts it (portal/serve.py: cores + 1 processes, 4 threads each).
+  gunicorn as `manage.py up` starts it (config/runtime/serve.py: cores + 1 processes, 4 threads each).
 - `http-gunicorn-batch100-cN`: the same tasks as batches of 100 (`POST /api/v1/tasks/batch/`).
 - `http-runserver-cN`: the same against `manage.py runserver --noreload` (what `manage.py up
   --dev` serves with: one process, a thread per connection), for comparison.

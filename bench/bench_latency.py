@@ -6,7 +6,7 @@ on PostgreSQL and Redis). Prints one JSON line; `run()` returns the same dict fo
 `bench/run_all.py`.
 
 Starts the real stack as subprocesses on a fresh SWITCHYARD_VAR_DIR (migrated and seeded like
-`manage.py up` does): gunicorn (portal/serve.py) and `celery -A portal worker -B
+`manage.py up` does): gunicorn (config/runtime/serve.py) and `celery -A config worker -B
 --concurrency=2`, with beat polling the backends every SWITCHYARD_POLL_MS = 100 ms. Then, in
 three phases on that one stack, it submits agent tasks (`type: agent`, 1 cpu, walltime 5m,
 `sleep 0.1`) over HTTP, open-loop at a steady rate from 4 keep-alive connections, and waits for

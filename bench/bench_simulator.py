@@ -19,11 +19,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduling.simulation.engine import simulate  # noqa: E402
-from scheduling.simulation.metrics import summary  # noqa: E402
-from scheduling.simulation.model import POLICIES  # noqa: E402
-from scheduling.simulation.runner import run_named  # noqa: E402
-from scheduling.simulation.traces import read_swf, swf_site  # noqa: E402
+from simulation.simulator.engine import simulate  # noqa: E402
+from simulation.simulator.metrics import summary  # noqa: E402
+from simulation.simulator.model import POLICIES  # noqa: E402
+from simulation.simulator.runner import run_named  # noqa: E402
+from simulation.simulator.traces import read_swf, swf_site  # noqa: E402
 
 TARGET_S = 60.0
 REPEAT = 10

@@ -403,7 +403,7 @@ def write_doc(
             "message). `inprocess` is DRF's APIClient in one process (the portal's own cost per "
             "request, no HTTP); `http-*` are real HTTP/1.1 keep-alive connections from N client "
             "threads of the bench process, which shares the 2 cores with the server: "
-            "`gunicorn` as `manage.py up` runs it (portal/serve.py), `runserver` as `manage.py "
+            "`gunicorn` as `manage.py up` runs it (config/runtime/serve.py), `runserver` as `manage.py "
             "up --dev` does. Peers: Slurm accepts ~500 submissions/s when tuned, Kueue ~43/s.",
             "",
             *_api_section(a),
@@ -414,8 +414,8 @@ def write_doc(
         out += [
             "## Agent submit → running (local backend)",
             "",
-            "The real stack as subprocesses on a fresh var dir: gunicorn (portal/serve.py) "
-            "and `celery -A portal worker -B --concurrency=2` (as `manage.py up` "
+            "The real stack as subprocesses on a fresh var dir: gunicorn (config/runtime/serve.py) "
+            "and `celery -A config worker -B --concurrency=2` (as `manage.py up` "
             "starts them). Agent tasks (`type: agent`, 1 cpu, walltime 5m, `sleep 0.1`, run in "
             "bubblewrap) are submitted over HTTP open-loop at a steady rate from 4 keep-alive "
             "connections; each phase waits for all its tasks to end. The inference-agent pool "

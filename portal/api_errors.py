@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from portal import outage
+from config import outage
 from portal.errors import ApplicationError
 
 
@@ -19,7 +19,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, ApplicationError):
         return Response(exc.as_payload(), status=exc.status)
     if outage.is_database_outage(exc):
-        # A restart of the database, not a fault of the request: try again (portal/outage.py).
+        # A restart of the database, not a fault of the request: try again (config/outage.py).
         set_rollback()
         return Response(
             outage.api_payload(),

@@ -16,8 +16,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse
 
+from config.proxies import client_address
 from portal.models import AuditEvent
-from portal.proxies import client_address
 
 _request: ContextVar[HttpRequest | None] = ContextVar("switchyard_request", default=None)
 _reason: ContextVar[str] = ContextVar("switchyard_reason", default="")

@@ -7,7 +7,7 @@ endpoint alike, are counted by django-axes per (username, client address): past 
 that pair is locked out for the cool-off time, answered 429. A username is never locked out
 by itself — anyone may type it — but past a ceiling of failures from any addresses its
 attempts are paced: one at a time, a few seconds apart, except from an address the user
-recently logged in from. The address is portal.proxies.client_address. docs/security.md has
+recently logged in from. The address is config.proxies.client_address. docs/security.md has
 the details.
 """
 
@@ -38,8 +38,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from config.proxies import client_address
 from portal.errors import ApplicationError
-from portal.proxies import client_address
 
 
 class RevokeTokensOnPasswordChange:

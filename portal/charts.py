@@ -1,7 +1,7 @@
 """Chart figures as plain plotly JSON, drawn in the browser by plotly.js
 (static/switchyard-charts.js): the one layout every console chart shares, and a figure that
 says so in words when it has nothing to draw. Used by the usage dashboards
-(accounting/charts.py) and the simulation pages (scheduling/simulation_report.py)."""
+(accounting/charts.py) and the simulation pages (simulation/presenters.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from portal.models import PriorityRequest
 from scheduling import sealed
 from scheduling.decisions.levels import LEVELS
 from scheduling.models import Attempt, Task, TaskEvent, Workflow
-from scheduling.waiting import explain
+from scheduling.selectors.waiting import explain
 
 
 class TaskEventSerializer(serializers.ModelSerializer):

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from portal.bulk import update_rows
+from config.bulk import update_rows
 from scheduling import hooks
 from scheduling.decisions import lifecycle
 from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent

@@ -14,8 +14,8 @@ from django.conf import settings
 from scheduling import engine, notifications, outbox
 from scheduling.engine import capacity, health, levels, samples, settle
 from scheduling.engine.locks import exclusive
-from scheduling.selectors.simulation import next_queued_simulation
-from scheduling.services.simulation import simulation_fail_orphans, simulation_run
+from simulation.selectors import next_queued_simulation
+from simulation.services import simulation_fail_orphans, simulation_run
 
 
 @shared_task(

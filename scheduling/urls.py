@@ -1,13 +1,11 @@
 from django.urls import path
 
-from scheduling import (
-    views,
-    views_canary,
-    views_capacity,
-    views_console,
-    views_policy,
-    views_simulation,
-)
+from scheduling.views import canary as views_canary
+from scheduling.views import capacity as views_capacity
+from scheduling.views import console as views_console
+from scheduling.views import policy as views_policy
+from scheduling.views import tasks as views
+from simulation import views as views_simulation
 
 urlpatterns = [
     path("", views.task_list, name="task-list"),

@@ -1,6 +1,9 @@
 from django.urls import path
 
-from scheduling import api, api_capacity, api_console, api_policy
+from scheduling.api import capacity as api_capacity
+from scheduling.api import console as api_console
+from scheduling.api import policy as api_policy
+from scheduling.api import tasks as api
 
 urlpatterns = [
     path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),

@@ -20,9 +20,9 @@ from scheduling import outbox
 from scheduling.decisions.quota import Admit, Ask, Hold, Reject, Usage, admit
 from scheduling.models import Hold as HoldKind
 from scheduling.models import Task, TaskState
-from scheduling.policy import ordered, site_minute
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
+from scheduling.selectors.policy import ordered, site_minute
 from scheduling.selectors.quota import queue_usage, with_budgets
 from scheduling.states import task_set_state
 

@@ -43,9 +43,9 @@ from scheduling.models import (
     TaskEvent,
     TaskState,
 )
-from scheduling.policy import ordered, site_minute
 from scheduling.selectors import site_view, site_view_invalidate
 from scheduling.selectors.occupancy import running_on
+from scheduling.selectors.policy import ordered, site_minute
 from scheduling.spec import TaskSpec
 from scheduling.states import attempt_end, task_set_state
 

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from portal.bulk import update_rows
+from config.bulk import update_rows
 from scheduling import hooks, outbox
 from scheduling.backends import BackendUnavailable, Job, JobState
 from scheduling.decisions import lifecycle

@@ -17,7 +17,7 @@ from typing import TypeVar
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.bulk import bulk_insert
+from config.bulk import bulk_insert
 from portal.models import PriorityRequest
 from portal.notify import notify
 from scheduling.backends import BackendError
@@ -25,9 +25,9 @@ from scheduling.decisions.levels import LEVELS
 from scheduling.engine.admission import release_held
 from scheduling.engine.registry import get_backend
 from scheduling.models import Task, TaskEvent, TaskState
-from scheduling.policy import site_minute, task_level, task_value
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
+from scheduling.selectors.policy import site_minute, task_level, task_value
 
 log = logging.getLogger(__name__)
 # A floor's key: a task id, or a (project id, queue id) scope.
@@ -141,7 +141,7 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
             Task.objects.filter(pk__in=ids[start : start + 5000]).update(
                 level=lvl_, level_reason=reason, priority_value=value
             )
-    bulk_insert(events)  # COPY on PostgreSQL (portal/bulk.py)
+    bulk_insert(events)  # COPY on PostgreSQL (config/bulk.py)
     for alias, jobs in pushes.items():
         _push(alias, jobs)
     return len(events)

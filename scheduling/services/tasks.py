@@ -18,8 +18,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.bulk import bulk_insert, insert_together, next_id
 from portal import audit, hot
-from portal.bulk import bulk_insert, insert_together, next_id
 from portal.errors import ApplicationError, ErrorItem
 from portal.models import Project
 from portal.selectors import project_get_for_member, project_get_for_user
@@ -29,8 +29,8 @@ from scheduling.decisions.quota import Ask, Reject, admit
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.engine import settle
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
-from scheduling.policy import site_minute, task_level, task_value
 from scheduling.selectors import site_view, tasks_visible_by_ids
+from scheduling.selectors.policy import site_minute, task_level, task_value
 from scheduling.selectors.quota import queue_usage, with_budgets
 from scheduling.services.priority import (
     priority_request_from_descriptor,

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from portal.workers import worker_argv
+from config.runtime.workers import worker_argv
 from scheduling.outbox import PUBLISHER
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import ROOT, no_lease_schedules
@@ -68,7 +68,7 @@ def site(transactional_db, local_root):
 
 @pytest.fixture
 def purge_broker():
-    from portal.celery import app
+    from config.celery import app
 
     def purge() -> None:
         # What this process committed is published by its publisher thread: sent first, so

@@ -1,4 +1,4 @@
-"""Through the real web server (portal/serve.py's gunicorn): a forwarded address counts only
+"""Through the real web server (config/runtime/serve.py's gunicorn): a forwarded address counts only
 from a trusted proxy, so a forged X-Forwarded-For neither escapes the throttle nor locks out
 another client of the proxy."""
 
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from portal.serve import web_argv
+from config.runtime.serve import web_argv
 from tests.conftest import ROOT
 from tests.integration.conftest import database_url
 

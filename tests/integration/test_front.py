@@ -1,5 +1,5 @@
 """The front (docker/nginx/switchyard.conf) before a real gunicorn of the portal, and the
-portal's own body limits (portal/middleware.py) with nothing before it.
+portal's own body limits (config/middleware.py) with nothing before it.
 
 Debian's nginx runs the shipped config with only its ports and paths replaced, as this test's
 own process; gunicorn runs the command line `make run` and the image use. Slow and oversized
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from portal.serve import web_argv
+from config.runtime.serve import web_argv
 from tests.conftest import ROOT
 
 NGINX = "/usr/sbin/nginx"

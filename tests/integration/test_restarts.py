@@ -50,7 +50,7 @@ class Portal:
         self.port = free_port()
         self.env = {k: v for k, v in os.environ.items() if k not in ("CELERY_TASK_ALWAYS_EAGER",)}
         self.env.update(
-            DJANGO_SETTINGS_MODULE="portal.settings",
+            DJANGO_SETTINGS_MODULE="config.settings",
             DATABASE_URL=pg.url,
             REDIS_URL=redis.url,
             SWITCHYARD_VAR_DIR=str(folder / "var"),
@@ -312,8 +312,8 @@ def hold_task_table(transactional_db):
 def test_a_worker_survives_a_redis_restart_with_a_task_unacknowledged(
     site, local_root, hold_task_table
 ):
-    from portal.celery import app
-    from portal.workers import worker_argv
+    from config.celery import app
+    from config.runtime.workers import worker_argv
     from tests.integration.conftest import database_url, stop_worker
 
     folder = Path(tempfile.mkdtemp(prefix="switchyard-redis-restart-"))

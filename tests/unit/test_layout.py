@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("portal", "scheduling", "accounting")
+PACKAGES = ("config", "portal", "scheduling", "accounting", "simulation")
 MAX_LINES = 500
 # A longer file must say why in its docstring, with these words.
 LONG_ON_PURPOSE = "long on purpose:"

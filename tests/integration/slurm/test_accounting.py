@@ -24,8 +24,8 @@ from accounting.models import Metered, UsageRecord
 from accounting.reconcile import reconcile
 from scheduling import engine
 from scheduling.backends.slurm.usage import parse_tres
-from scheduling.efficiency import task_efficiency
 from scheduling.models import Attempt, Task
+from scheduling.presenters.efficiency import task_efficiency
 from tests.integration.conftest import wait_for, worker_log
 from tests.integration.slurm.conftest import CLUSTER_SH, STATE_DIR, drive, submit_task
 

@@ -15,10 +15,10 @@ import time
 
 from scheduling import engine
 from scheduling.models import Attempt
-from scheduling.selectors.replay import portal_site
-from scheduling.simulation.engine import simulate
-from scheduling.simulation.model import SimJob
 from scheduling.spec import TaskSpec
+from simulation.replay import portal_site
+from simulation.simulator.engine import simulate
+from simulation.simulator.model import SimJob
 from tests.integration.slurm.conftest import drive, submit_task
 
 # Slurm starts a job 1-3 s after it is submitted on an idle cluster (its scheduling loop and

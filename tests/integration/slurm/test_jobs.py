@@ -242,7 +242,7 @@ def test_a_worker_killed_after_sbatch_leaves_exactly_one_job_20_times(site, api,
         **os.environ,
         "DATABASE_URL": database_url(),
         "PYTHONPATH": str(ROOT),
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
     }
     ids = [submit_task(api, name=f"crash{i}", command=["true"]) for i in range(20)]
     for pk in ids:

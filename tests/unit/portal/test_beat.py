@@ -1,4 +1,4 @@
-"""One beat sends at a time (portal/beat.py): the file lock on one machine, the Redis lock
+"""One beat sends at a time (config/runtime/beat.py): the file lock on one machine, the Redis lock
 across hosts; a beat without the lock stands by and sends nothing."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from portal import beat
+from config.runtime import beat
 from tests.conftest import in_ci
 from tests.servers import RedisServer
 

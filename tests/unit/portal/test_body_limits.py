@@ -1,5 +1,5 @@
 """Request bodies over their path's limit are refused before anything reads them
-(portal/middleware.py, BodyLimit): anonymous ones at the small limit on every path, signed-in
+(config/middleware.py, BodyLimit): anonymous ones at the small limit on every path, signed-in
 ones at their path's; a chunked body is read up to the limit and no further."""
 
 from __future__ import annotations

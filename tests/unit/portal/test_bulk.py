@@ -8,7 +8,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from portal.bulk import bulk_insert, insert_together, next_id, update_rows
+from config.bulk import bulk_insert, insert_together, next_id, update_rows
 from portal.models import AuditEvent
 from scheduling.models import Task, TaskEvent
 from tests.conftest import descriptor, submit

@@ -12,10 +12,10 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
+from config.env import env_networks
+from config.proxies import derive_client_address
 from portal.auth import pace_delay
-from portal.env import env_networks
 from portal.models import AuditEvent
-from portal.proxies import derive_client_address
 from tests.unit.portal.test_production_settings import manage
 
 TOKEN_URL = "/api/v1/auth/token/"

@@ -13,9 +13,9 @@ from django.utils import timezone
 from accounting import dashboards
 from portal.models import UserSettings
 from scheduling import notifications
-from scheduling.efficiency import task_efficiency
 from scheduling.engine.samples import take_sample
 from scheduling.models import Attempt, AttemptState, LoadSample, Queue, Task
+from scheduling.presenters.efficiency import task_efficiency
 from scheduling.states import task_set_state
 from tests.conftest import descriptor, submit
 

@@ -1,4 +1,4 @@
-"""Credentials anyone could know (portal/credentials.py): the decision, without a process."""
+"""Credentials anyone could know (config/credentials.py): the decision, without a process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 import pytest
 
-from portal.credentials import credential_problems, with_password
+from config.credentials import credential_problems, with_password
 
 
 @pytest.mark.parametrize(

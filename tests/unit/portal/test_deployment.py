@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from portal.serve import web_argv
-from portal.workers import beat_argv, worker_argv
+from config.runtime.serve import web_argv
+from config.runtime.workers import beat_argv, worker_argv
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())

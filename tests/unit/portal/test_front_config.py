@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
-from portal.middleware import LARGER_BODIES, body_limit
+from config.middleware import LARGER_BODIES, body_limit
 from tests.conftest import ROOT
 
 CONFIG = (ROOT / "docker/nginx/switchyard.conf").read_text()

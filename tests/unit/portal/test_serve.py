@@ -1,4 +1,4 @@
-"""The production web server (portal/serve.py): gunicorn serves the portal and its static
+"""The production web server (config/runtime/serve.py): gunicorn serves the portal and its static
 files (WhiteNoise: hashed names, compressed, cached for a year), as `manage.py up` starts it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from portal.serve import STATIC_MANIFEST_ENV, web_argv
+from config.runtime.serve import STATIC_MANIFEST_ENV, web_argv
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -84,7 +84,7 @@ def test_gunicorn_serves_the_pages_and_hashed_static_files(served):
 
 def test_the_web_command_line_is_gunicorn_with_threads():
     argv = web_argv("127.0.0.1:9", workers=3, threads=2, python="py")
-    assert argv[:4] == ["py", "-m", "gunicorn", "portal.wsgi:application"]
+    assert argv[:4] == ["py", "-m", "gunicorn", "config.wsgi:application"]
     assert argv[argv.index("--workers") + 1] == "3"
     assert argv[argv.index("--worker-class") + 1] == "gthread"
     assert argv[argv.index("--threads") + 1] == "2"

@@ -1,4 +1,4 @@
-"""A worker keeps its database connection from one task to the next (portal/celery.py)."""
+"""A worker keeps its database connection from one task to the next (config/celery.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from celery import signals
 from celery.fixups.django import DjangoWorkerFixup
 from django.db import connection
 
-from portal.celery import app
+from config.celery import app
 
 TASK = SimpleNamespace(request=SimpleNamespace(is_eager=False))
 

@@ -126,7 +126,7 @@ RAW_BAD = {
 def test_malformed_documents_get_a_400_in_the_error_shape(api, case):
     body, content_type = RAW_BAD[case]
     response = submit(api, body, content_type)
-    # Over the path's body limit, refused before it is read (portal/middleware.py).
+    # Over the path's body limit, refused before it is read (config/middleware.py).
     expected = 413 if case == "10 MB document" else 400
     assert response.status_code == expected, response.content[:300]
     assert response.json()["errors"][0]["message"]

@@ -4,7 +4,7 @@ while the thread is busy leave together, a lone id leaves alone."""
 
 from __future__ import annotations
 
-from portal.celery import app
+from config.celery import app
 from scheduling import outbox
 
 

@@ -11,9 +11,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduling import services, views
-from scheduling.dag import dag_picture
+from scheduling import services
 from scheduling.models import Task, Workflow
+from scheduling.presenters.dag import dag_picture
+from scheduling.views import tasks as views
 from tests.conftest import descriptor
 from tests.unit.scheduling.test_workflows import DIAMOND, task, workflow
 

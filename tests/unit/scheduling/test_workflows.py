@@ -59,7 +59,7 @@ DIAMOND = (task("a"), task("b", "a"), task("c", "a"), task("d", "b", "c"))
 @pytest.fixture(autouse=True)
 def _eager_celery():
     """A dispatch enqueued on commit runs at once, in this process, not through a broker."""
-    from portal.celery import app
+    from config.celery import app
 
     saved = app.conf.task_always_eager, app.conf.task_eager_propagates
     app.conf.task_always_eager = app.conf.task_eager_propagates = True

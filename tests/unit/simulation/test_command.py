@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from scheduling import services
 from scheduling.models import Task
-from scheduling.simulation.criteria import CRITERIA, validation_day_report
-from scheduling.simulation.traces import TraceError, read_swf
+from simulation.simulator.criteria import CRITERIA, validation_day_report
+from simulation.simulator.traces import TraceError, read_swf
 from tests.conftest import ROOT, descriptor
 
 TRACES = ROOT.parent / "shared" / "traces"

@@ -20,8 +20,8 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduling import outbox, tasks
 from scheduling.models import SimulationRun
-from scheduling.services.simulation import ORPHANED
-from scheduling.simulation.criteria import CRITERIA, format_value
+from simulation.services import ORPHANED
+from simulation.simulator.criteria import CRITERIA, format_value
 from tests.conftest import ROOT
 
 TRACES = ROOT.parent / "shared" / "traces"
@@ -243,7 +243,7 @@ def test_a_malformed_trace_ends_the_run_failed_with_the_line_at_fault(admin_page
 
 def test_a_run_that_breaks_is_kept_failed_with_the_error(admin_page, sent):
     _start(admin_page, sent)
-    with mock.patch("scheduling.services.simulation.run_named", autospec=True,
+    with mock.patch("simulation.services.run_named", autospec=True,
                     side_effect=RuntimeError("boom")):  # fmt: skip
         tasks.simulations()
     run = SimulationRun.objects.get()

@@ -8,14 +8,14 @@ import sys
 
 from scheduling.decisions.levels import HIGH, LOW, LevelRule
 from scheduling.decisions.types import NodeView, QueuePolicy
-from scheduling.simulation.criteria import format_table, validation_day_report
-from scheduling.simulation.engine import simulate
-from scheduling.simulation.metrics import summary
-from scheduling.simulation.model import Failure, SimJob, Site
-from scheduling.simulation.workloads import launch_mix, site_model
 from scheduling.sites.default import default_site
 from scheduling.sites.types import LeaseTemplate, QuotaTemplate
 from scheduling.spec import Resources, TaskSpec
+from simulation.simulator.criteria import format_table, validation_day_report
+from simulation.simulator.engine import simulate
+from simulation.simulator.metrics import summary
+from simulation.simulator.model import Failure, SimJob, Site
+from simulation.simulator.workloads import launch_mix, site_model
 from tests.conftest import ROOT
 
 ONE_NODE = Site(
@@ -168,7 +168,7 @@ def test_a_failed_node_loses_its_work_which_starts_again_elsewhere():
 
 def test_the_simulator_imports_no_django_and_uses_the_engines_decisions():
     code = (
-        "import sys; import scheduling.simulation.engine, scheduling.simulation.runner; "
+        "import sys; import simulation.simulator.engine, simulation.simulator.runner; "
         "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules), "
         "sorted(m for m in sys.modules if m.startswith('django'))[:5]; print('ok')"
     )
@@ -179,7 +179,7 @@ def test_the_simulator_imports_no_django_and_uses_the_engines_decisions():
 def test_the_simulator_calls_the_functions_the_live_engine_calls():
     from scheduling.backends.local import backend as local
     from scheduling.engine import admission, capacity
-    from scheduling.simulation import baselines, switchyard
+    from simulation.simulator import baselines, switchyard
 
     assert switchyard.schedule_pass is local.schedule_pass
     assert switchyard.lend is local.lend

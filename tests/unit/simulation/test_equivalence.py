@@ -14,14 +14,14 @@ from scheduling.decisions.order import priority_value, weight_at
 from scheduling.decisions.place import place
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeView, QueuePolicy
-from scheduling.simulation import engine
-from scheduling.simulation.baselines import ONE_QUEUE, Baseline, Room, _common
-from scheduling.simulation.engine import simulate
-from scheduling.simulation.model import Failure, SimJob, Site
-from scheduling.simulation.state import WHOLE_SITE
-from scheduling.simulation.switchyard import SitePolicy
 from scheduling.sites.types import LeaseTemplate, QuotaTemplate
 from scheduling.spec import Resources, TaskSpec
+from simulation.simulator import engine
+from simulation.simulator.baselines import ONE_QUEUE, Baseline, Room, _common
+from simulation.simulator.engine import simulate
+from simulation.simulator.model import Failure, SimJob, Site
+from simulation.simulator.state import WHOLE_SITE
+from simulation.simulator.switchyard import SitePolicy
 
 GIB = 1024
 

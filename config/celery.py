@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import os
+
+from celery import Celery, signals
+from celery.worker.consumer import Consumer as CeleryConsumer
+
+from config.runtime import broker
+
+broker.register()
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("switchyard")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+# Database connections in workers live as long as in web processes (CONN_MAX_AGE, closed at
+# once when an error left them unusable). Celery's Django fix-up closes every connection
+# before and after every task unless CELERY_DB_REUSE_MAX is set: on PostgreSQL that was a new
+# server process per task, most of a dispatch's time. settings.py sets it high, so the
+# fix-up closes only now and then, and Django's own rule decides in between.
+@signals.task_prerun.connect(weak=False)
+@signals.task_postrun.connect(weak=False)
+def _close_old_connections(sender=None, **_kwargs) -> None:
+    if sender is not None and getattr(sender.request, "is_eager", False):
+        return  # run where it was sent (tests): the caller's connection, maybe mid-transaction
+    from django.db import close_old_connections
+
+    close_old_connections()
+
+
+class Consumer(CeleryConsumer):
+    """Celery's consumer, kept alive through a broker restart (`CELERY_WORKER_CONSUMER`).
+
+    When the broker connection breaks, Celery 5.7.0 collects it — which detaches its
+    transport from the connection's settings — and then closes it. With messages
+    unacknowledged (any `acks_late` task running at that moment, which under load is nearly
+    always), the close hands them back through that transport, and the running task's own
+    ack later goes through it too; both need the settings to reach Redis and fail with
+    `AttributeError: 'NoneType' object has no attribute 'hostname'`, which Celery takes for
+    an unrecoverable error: the worker exits and every later task stays pending.
+
+    So the transport gets its settings back right after the collect: the close then hands
+    the messages back if Redis is there again (a connection error if not, which Celery
+    ignores), and a running task's ack reaches the restarted Redis, or is logged as not
+    acknowledged; Redis then delivers that message again after the visibility timeout (the
+    tasks are safe to repeat). The consumer reconnects as after any connection loss.
+    """
+
+    def on_connection_error_after_connected(self, exc):
+        connection = self.connection
+        if connection is not None and connection._transport is not None:
+            transport, collect = connection._transport, connection.collect
+
+            def collect_keeping_settings(*args, **kwargs):
+                try:
+                    collect(*args, **kwargs)
+                finally:
+                    transport.client = connection
+
+            connection.collect = collect_keeping_settings
+        super().on_connection_error_after_connected(exc)

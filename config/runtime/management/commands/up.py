@@ -1,0 +1,105 @@
+"""Run the whole portal on this machine: web server, Celery worker and beat, seeded demo site.
+
+Ctrl-C stops everything. The embedded default needs no server: SQLite and a filesystem broker.
+The web server is gunicorn (config/runtime/serve.py); `--dev` serves with Django's runserver instead,
+which reloads on code changes and is for development only (docs/deployment.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from config.runtime.serve import STATIC_MANIFEST_ENV, web_argv
+from config.runtime.workers import worker_argv
+from scheduling.engine.registry import close_backends
+
+
+class Command(BaseCommand):
+    help = "Migrate, seed the demo site, and run web + worker + beat until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--addr", default="127.0.0.1:8000")
+        parser.add_argument("--no-seed", action="store_true")
+        parser.add_argument("--backend", default="local", help="backend alias for the demo pools")
+        parser.add_argument(
+            "--web-workers",
+            type=int,
+            default=None,
+            help="web server processes (default: cores + 1)",
+        )
+        parser.add_argument(
+            "--dev",
+            action="store_true",
+            help="serve with Django's runserver (reloads on code changes; development only)",
+        )
+
+    def handle(self, *args, addr: str, no_seed: bool, backend: str, dev: bool, **options):
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        for folder in ("queue", "processed"):
+            (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+        call_command("migrate", interactive=False, verbosity=0)
+        # Static files with hashed names, for the web server to cache (config/runtime/serve.py).
+        web_env = {**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "0")}
+        if not dev:
+            web_env[STATIC_MANIFEST_ENV] = "1"
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        subprocess.run(
+            [*manage, "collectstatic", "--noinput", "--verbosity=0"],
+            cwd=settings.BASE_DIR,
+            env=web_env,
+            check=True,
+        )
+        if not no_seed:
+            call_command("seed_demo", backend=backend)
+
+        if dev:
+            web = [*manage, "runserver", addr]
+        else:
+            web = web_argv(
+                addr,
+                workers=options["web_workers"],
+                control_socket=str(settings.VAR_DIR / "gunicorn.ctl"),
+            )
+        procs = {
+            "worker": subprocess.Popen(
+                worker_argv(beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),
+                cwd=settings.BASE_DIR,
+            ),
+            "web": subprocess.Popen(web, cwd=settings.BASE_DIR, env=web_env),
+        }
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nSwitchyard is up: http://{addr}/  (log in as alice / alice-demo-pass)"
+            )
+        )
+        self.stdout.write(f"API docs: http://{addr}/api/v1/docs/   Admin: http://{addr}/admin/")
+        self.stdout.write("Press Ctrl-C to stop the web server, worker and beat.\n")
+        # A SIGTERM (from a supervisor, or `timeout`) stops the children too, like Ctrl-C.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            while all(p.poll() is None for p in procs.values()):
+                time.sleep(0.5)
+            dead = [name for name, p in procs.items() if p.poll() is not None]
+            self.stderr.write(f"{', '.join(dead)} stopped; shutting down the rest")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs.values():
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            # The local backends' launchers would leave after two idle minutes; they go now.
+            # Jobs still running keep their supervisors (they outlive the worker).
+            close_backends()

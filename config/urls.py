@@ -1,0 +1,43 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+
+from portal import api, views
+from portal.auth import TokenCurrent, TokenObtain
+
+# A database outage is a 503 with Retry-After, on pages too (config/outage.py).
+handler500 = "config.outage.server_error"
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/", include("scheduling.urls_api")),
+    path("api/v1/", include("accounting.urls_api")),
+    path("api/v1/auth/token/", TokenObtain.as_view(), name="api-token"),
+    path("api/v1/auth/token/current/", TokenCurrent.as_view(), name="api-token-current"),
+    path("api/v1/audit/", api.AuditList.as_view(), name="api-audit"),
+    path("api/v1/config/versions/", api.ConfigVersionList.as_view(), name="api-config-versions"),
+    path(
+        "api/v1/config/versions/<int:pk>/rollback/",
+        api.ConfigRollback.as_view(),
+        name="api-config-rollback",
+    ),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    # The split view serves Swagger UI's start-up script as a file of its own: the page
+    # runs under the Content-Security-Policy, which allows no inline script.
+    path(
+        "api/v1/docs/",
+        SpectacularSwaggerSplitView.as_view(
+            url_name="api-schema", template_name="portal/api_docs.html"
+        ),
+        name="api-docs",
+    ),
+    path("audit/", views.audit_log, name="audit"),
+    path("config/", views.config_history, name="config-history"),
+    path("config/<int:pk>/", views.config_version, name="config-version"),
+    path("config/<int:pk>/rollback/", views.config_rollback, name="config-rollback"),
+    path("", include("accounting.urls")),
+    path("", include("scheduling.urls")),
+]

@@ -1,0 +1,127 @@
+"""REST API v1 for capacity: node leases, current and past (docs/capacity.md).
+
+Leases are shown to whom the Capacity page shows them (`selectors.capacity`): a lease anyone
+else asks for does not exist for them."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.generics import ListCreateAPIView, RetrieveAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.errors import ApplicationError
+from portal.selectors import checked_pk
+from scheduling import services
+from scheduling.api.policy import parse_until
+from scheduling.models import NodeLease
+from scheduling.selectors.capacity import lease_list_for_user
+
+
+class LeaseSerializer(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool.name")
+    queue = serializers.CharField(source="queue.name")
+    nodes = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
+    created_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodeLease
+        fields = [
+            "id",
+            "pool",
+            "queue",
+            "nodes",
+            "starts_at",
+            "ends_at",
+            "state",
+            "created_by",
+            "reason",
+            "reclaimed_at",
+            "requeued",
+        ]
+
+    def get_created_by(self, lease: NodeLease) -> str | None:
+        return lease.created_by.get_username() if lease.created_by else None
+
+
+class LeaseList(ListCreateAPIView):
+    serializer_class = LeaseSerializer
+
+    def get_queryset(self):
+        leases = lease_list_for_user(self.request.user)
+        state = self.request.query_params.get("state")
+        if state is not None:
+            if state not in NodeLease.State.values:
+                raise ApplicationError("must be active or ended", field="state", got=state[:80])
+            leases = leases.filter(state=state)
+        return leases
+
+    @extend_schema(
+        parameters=[OpenApiParameter("state", str, description="active or ended")],
+        description="The leases the Capacity page shows you: every lease for a platform admin, "
+        "those out of or into your queues' pools for a queue admin, none for anyone else.",
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        request=inline_serializer(
+            "LeaseCreate",
+            {
+                "pool": serializers.CharField(),
+                "queue": serializers.CharField(),
+                "count": serializers.IntegerField(),
+                "until": serializers.CharField(help_text="a duration (4h) or an ISO time"),
+                "reason": serializers.CharField(required=False),
+            },
+        ),
+        responses={201: LeaseSerializer},
+        description="Lend idle nodes of a pool to another pool's queue (platform admins).",
+    )
+    def post(self, request: Request, *args, **kwargs) -> Response:
+        data = request.data if isinstance(request.data, dict) else {}
+        count = data.get("count")
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise ApplicationError("must be a whole number of nodes", field="count", got=count)
+        until = parse_until(data.get("until"))
+        lease = services.lease_open(
+            user=request.user,
+            pool=str(data.get("pool") or ""),
+            queue=str(data.get("queue") or ""),
+            count=count,
+            duration_s=int((until - timezone.now()).total_seconds()),
+            reason=str(data.get("reason") or ""),
+        )
+        return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
+
+
+def _visible_lease(request: Request, pk: int) -> NodeLease:
+    try:
+        lease = lease_list_for_user(request.user).filter(pk=checked_pk(pk)).first()
+    except ValueError:  # an id no database holds
+        lease = None
+    if lease is None:
+        raise ApplicationError("no such lease", status=404)
+    return lease
+
+
+class LeaseDetail(RetrieveAPIView):
+    serializer_class = LeaseSerializer
+
+    def get_object(self) -> NodeLease:
+        return _visible_lease(self.request, self.kwargs["pk"])
+
+
+class LeaseEnd(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: LeaseSerializer},
+        description="Take a lease's nodes back now (platform admins): work still on them is "
+        "requeued by the next capacity pass, which this asks for at once.",
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        lease = services.lease_end(user=request.user, lease_id=_visible_lease(request, pk).pk)
+        return Response(LeaseSerializer(lease).data)

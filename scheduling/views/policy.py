@@ -1,0 +1,124 @@
+"""Policy pages: ask for a higher level, the admins' inbox, the queues and their rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from portal import roles
+from portal.errors import ApplicationError
+from portal.models import PriorityRequest
+from portal.selectors import project_list_for_user
+from scheduling import services
+from scheduling.api.policy import parse_until
+from scheduling.decisions.levels import LEVELS, rule_for
+from scheduling.decisions.order import format_window
+from scheduling.models import Queue
+from scheduling.selectors import site_view, task_get_for_user
+from scheduling.selectors.policy import site_minute
+from scheduling.selectors.quota import project_quotas
+from scheduling.selectors.requests import (
+    inbox_for,
+    is_decider,
+    request_get_for_user,
+    requests_visible_to,
+)
+from scheduling.spec import TASK_TYPES
+
+
+@login_required
+@require_POST
+def task_priority_request(request: HttpRequest, pk: int) -> HttpResponse:
+    task = task_get_for_user(request.user, pk, change=True)
+    try:
+        made = services.priority_request_create(
+            user=request.user,
+            task=task,
+            level=request.POST.get("level", ""),
+            reason=request.POST.get("reason", ""),
+            until=parse_until(request.POST.get("until", "")),
+        )
+    except ApplicationError as exc:
+        messages.error(request, f"{exc.errors[0].field or 'request'}: {exc}")
+    else:
+        messages.success(
+            request, f"Request #{made.pk} sent: a queue admin of {task.queue.name} decides."
+        )
+    return redirect("task-detail", pk=task.pk)
+
+
+@login_required
+def priority_requests(request: HttpRequest) -> HttpResponse:
+    decider = is_decider(request.user)
+    # A sweep can fill an inbox: it is paged (`?page=`), the oldest first; the recent list is
+    # the newest 50 (the API pages through all of them).
+    inbox = inbox_for(request.user) if decider else PriorityRequest.objects.none()
+    page = Paginator(inbox, 50).get_page(request.GET.get("page"))
+    context = {
+        "decider": decider,
+        "inbox": page.object_list,
+        "page": page,
+        "recent": list(requests_visible_to(request.user).order_by("-id")[:50]),
+        "levels": LEVELS,
+    }
+    return render(request, "scheduling/priority_requests.html", context)
+
+
+@login_required
+@require_POST
+def priority_request_decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
+    if verdict not in ("approve", "reject"):
+        raise Http404("no such decision")
+    found = request_get_for_user(request.user, pk)
+    try:
+        services.priority_request_decide(
+            user=request.user,
+            request=found,
+            approve=verdict == "approve",
+            comment=request.POST.get("comment", ""),
+        )
+    except ApplicationError as exc:
+        if exc.status == 403:  # they see the request (their project's) but do not decide it
+            raise PermissionDenied(str(exc)) from None
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Request #{found.pk} {found.state}.")
+    return redirect("priority-requests")
+
+
+@login_required
+def queue_list(request: HttpRequest) -> HttpResponse:
+    """Every queue with its rules, its weights now, and the quotas of the user's projects."""
+    site = site_view()
+    now = timezone.now()
+    minute = site_minute(now)
+    quotas: dict[str, list[dict[str, Any]]] = {}
+    for project in project_list_for_user(request.user).order_by("slug"):
+        for row in project_quotas(project):
+            quotas.setdefault(row["queue"], []).append({"project": project.slug, **row})
+    queues = []
+    for queue in Queue.objects.select_related("pool").prefetch_related("admins"):
+        policy = site.queues[queue.name]
+        windows = site.weights.get(queue.name, ())
+        types = policy.task_types or TASK_TYPES
+        queues.append(
+            {
+                "queue": queue,
+                "types": types,
+                "levels": [rule_for(site.level_rules, t, queue.name).describe() for t in types],
+                "windows": [(format_window(w), w.covers(minute)) for w in windows],
+                "quotas": quotas.get(queue.name, []),
+                "admins": [a.get_username() for a in queue.admins.all()],
+                "can_edit": roles.administers_queue(request.user, queue.pk),
+            }
+        )
+    context = {"queues": queues, "now": now, "classifier": site.classifier}
+    return render(request, "scheduling/queue_list.html", context)

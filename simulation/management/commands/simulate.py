@@ -1,0 +1,99 @@
+"""`manage.py simulate`: what-if runs of the site's policy beside FIFO and EASY backfill.
+
+    manage.py simulate validation-day [--seed N]       the validation day's criteria, pass/fail per row
+    manage.py simulate launch-mix [--seed N]           the launch mix alone, on the idle site
+    manage.py simulate swf FILE [--limit N] [--repeat K]
+    manage.py simulate alibaba PODS.csv NODES.csv [--limit N] [--compress K] [--node-share F]
+    manage.py simulate history [--days 7]              the portal's own tasks, replayed
+
+Each prints a table (Markdown) and, with `--json FILE` (`-` for stdout), the full result.
+docs/simulation.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from simulation.replay import history_workload
+from simulation.simulator.criteria import format_table
+from simulation.simulator.model import POLICIES
+from simulation.simulator.runner import (
+    ALIASES,
+    WORKLOADS,
+    WorkloadError,
+    compare,
+    format_summary,
+    run_named,
+)
+from simulation.simulator.traces import TraceError
+
+
+class Command(BaseCommand):
+    help = "Replay a workload in virtual time under the site's policy, FIFO and EASY backfill."
+
+    def add_arguments(self, parser):
+        # The old names (ALIASES) are still accepted, so that scripts keep working.
+        parser.add_argument("workload", choices=[*WORKLOADS, *ALIASES])
+        parser.add_argument("files", nargs="*", help="swf: FILE; alibaba: PODS.csv NODES.csv")
+        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--policies", default=",".join(POLICIES),
+                            help="comma-separated, of: " + ", ".join(POLICIES))  # fmt: skip
+        parser.add_argument("--limit", type=int, help="read at most this many jobs")
+        parser.add_argument("--repeat", type=int, default=1, help="swf: replay it K times")
+        parser.add_argument("--days", type=float, default=7, help="history: how far back")
+        parser.add_argument("--compress", type=float, default=1.0,
+                            help="alibaba: arrivals this many times closer together")  # fmt: skip
+        parser.add_argument("--node-share", type=float, default=1.0,
+                            help="alibaba: run on this share of the cluster's nodes")  # fmt: skip
+        parser.add_argument("--json", metavar="FILE", help="write the full result (- = stdout)")
+
+    def handle(self, *args, workload: str, files: list[str], **opts):
+        workload = ALIASES.get(workload, workload)
+        policies = [p.strip() for p in opts["policies"].split(",") if p.strip()]
+        want = {"swf": 1, "alibaba": 2}.get(workload, 0)
+        if len(files) != want:
+            raise CommandError(f"files: {workload} takes {want} file(s), got {len(files)}")
+        started = time.perf_counter()
+        try:
+            if workload == "history":
+                jobs, site, left_out = history_workload(opts["days"])
+                result = compare(jobs, site, policies, progress=self._progress)
+                result.update(workload="history", days=opts["days"], left_out=left_out)
+            else:
+                result = run_named(
+                    workload, seed=opts["seed"], policies=policies,
+                    swf=files[0] if workload == "swf" else None,
+                    pods=files[0] if workload == "alibaba" else None,
+                    nodes=files[1] if workload == "alibaba" else None,
+                    limit=opts["limit"], repeat=opts["repeat"], compress=opts["compress"],
+                    node_share=opts["node_share"],
+                    progress=self._progress,
+                )  # fmt: skip
+        except (WorkloadError, TraceError, OSError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stderr.write("")
+        seconds = time.perf_counter() - started
+        if workload == "validation-day":
+            self.stdout.write(f"validation day, seed {result['seed']}, {result['jobs']} jobs\n")
+            self.stdout.write(format_table(result))
+        else:
+            self.stdout.write(f"{workload}: {result['jobs']:,} jobs\n")
+            self.stdout.write(format_summary(result))
+            if result.get("left_out"):
+                self.stdout.write(f"\nleft out: {result['left_out']}")
+        self.stdout.write(f"\n({seconds:.1f} s)")
+        if opts["json"]:
+            text = json.dumps(result, indent=1, sort_keys=True, default=str)
+            if opts["json"] == "-":
+                sys.stdout.write(text + "\n")
+            else:
+                with open(opts["json"], "w") as f:
+                    f.write(text + "\n")
+
+    def _progress(self, done: int, total: int) -> None:
+        if sys.stderr.isatty():
+            self.stderr.write(f"\r{100 * done // max(total, 1):3d} %", ending="")

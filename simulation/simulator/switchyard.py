@@ -1,0 +1,491 @@
+"""The site's own policy in the simulator, through the live engine's decision functions.
+
+What the portal does around a backend's scheduling pass, in the same order: admission against
+the quotas (`admit`; held work is reconsidered when its scope's work ends), levels that move
+while a task waits (`level`, `next_change`), the start order (`priority_value` from the level,
+the time of day's `weight_at` and the fair-share factor of `share_factors` over
+`decayed_usage`), the pass itself (`schedule_pass`, per pool), preemption (`whom_to_preempt`,
+for tasks waiting longer than the site's preempt delay) and daily leases (`lend`, nodes taken
+back at the lease's end). docs/simulation.md says what is simplified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from scheduling.decisions.lend import Loan, lend
+from scheduling.decisions.levels import Waiting, cap_of, level, next_change, rule_for
+from scheduling.decisions.order import Run as UsageRun
+from scheduling.decisions.order import (
+    decayed_usage,
+    order_key,
+    priority_value,
+    share_factors,
+    weight_at,
+)
+from scheduling.decisions.place import cpu_ratio, free_view, place
+from scheduling.decisions.preempt import Running, whom_to_preempt
+from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
+from scheduling.decisions.schedule import (
+    Fail,
+    PoolRoom,
+    Start,
+    WaitingJob,
+    schedule_pass,
+)
+from scheduling.spec import Resources, TaskSpec
+from simulation.simulator.model import SimJob
+from simulation.simulator.state import LEASE_END, LEASE_OPEN, TICK, Sim
+
+EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
+DAY_S = 24 * 3600
+
+
+def _shape(job: SimJob) -> tuple:
+    """What a job asks: jobs of one shape fit, or not, alike (on nodes not lent: there the
+    walltime matters too, see `_pass`)."""
+    r = job.spec.resources
+    return (job.queue, r.cpus, r.gpus, r.memory_mib, r.nodes, r.gpu_type)
+
+
+def _push(heads: list, stream: tuple, tie, seq: dict[str, int]) -> None:
+    """The stream's next job onto the heap, in schedule_pass's order (priority, then seq)."""
+    job = next(stream[3], None)
+    if job is not None:
+        heapq.heappush(heads, (-stream[2], seq[job.key], next(tie), job, stream))
+
+
+def _clock(t: float) -> datetime:
+    return EPOCH + timedelta(seconds=t)
+
+
+class SitePolicy:
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        site = sim.site
+        self.pools = {name: tuple(nodes) for name, nodes in site.pools.items()}
+        self.loans: dict[str, Loan] = {}
+        self.leases: dict[str, tuple[str, ...]] = {}
+        self._lend()
+        self.preemptible = {q.pool for q in site.queues.values() if q.preemptible}
+        self.pool_of_queue = {q.name: q.pool for q in site.queues.values()}
+        # The waiting jobs per pool: by request (`_shape`), then by rank in the order (level,
+        # type, project), each group in submit order (`seq`); where each job is kept.
+        self.groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]] = defaultdict(dict)
+        self.where: dict[str, tuple[str, tuple, tuple]] = {}
+        self.unsorted: set[tuple] = set()
+        self.fresh: dict[str, dict[str, SimJob]] = defaultdict(dict)  # ready since the last pass
+        self.level: dict[str, int] = {}
+        self.seq: dict[str, int] = {}
+        self._seq = itertools.count()
+        self.admitted: set[str] = set()
+        self.held: dict[str, SimJob] = {}
+        self.usage: dict[tuple[str, str, str | None], Usage] = {}
+        # Fair share per queue and project: decayed use of ended runs as of a time, and the
+        # runs going on now.
+        self.spent: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+        self.going: dict[str, dict[str, UsageRun]] = defaultdict(dict)
+        self._ever: dict[str, tuple] = {}  # pool → (its nodes, emptied, shape → never fits)
+        for i, lease in enumerate(site.leases):
+            hour, minute = (int(x) for x in lease.start.split(":"))
+            offset = ((hour * 60 + minute - site.start_minute) % (24 * 60)) * 60
+            sim.at(float(offset), LEASE_OPEN, str(i))
+
+    # -- the loop's calls ---------------------------------------------------------------
+
+    def arrive(self, job: SimJob, now: float) -> None:
+        sim, queue = self.sim, self.sim.site.queues.get(job.queue)
+        if queue is None:
+            sim.refuse(job.key, f"no queue {job.queue!r} in the site")
+            return
+        # Whether the pool had room for it on arrival, whatever its quota says.
+        if sim.record_room:
+            sim.room[job.key] = place(job.spec, queue, sim.views(queue.pool), now=now) is not None
+        decision = admit(self._ask(job), self._rules(job), self.usage)
+        if isinstance(decision, Reject):
+            sim.refuse(job.key, f"refused: {decision.reason}")
+            return
+        if not isinstance(decision, Admit):
+            self.held[job.key] = job
+            return
+        self._admit(job)
+        self._ready(job, now)
+
+    def ended(self, job: SimJob, now: float) -> None:
+        self._stopped(job, now)
+        self._release(job, now)
+
+    def _release(self, job: SimJob, now: float) -> None:
+        """The job is done (ended, or failed): its quota use goes back; held work may start."""
+        if job.key in self.admitted:
+            self.admitted.discard(job.key)
+            ask = self._ask(job)
+            for scope in self._scopes(job):
+                u = self.usage[scope]
+                self.usage[scope] = Usage(u.gpus - ask.gpus, u.cpus - ask.cpus, u.tasks - 1)
+            self._release_held(job, now)
+
+    def requeued(self, job: SimJob, now: float, why: str) -> None:
+        self._stopped(job, now)
+        self._ready(job, now)
+
+    def event(self, kind: int, key: str, now: float) -> None:
+        if kind == TICK:
+            job = self.sim.waiting.get(key)
+            if job is not None:
+                level = self._level(job, now)
+                if level != self.level[key]:
+                    self._unbucket(job)
+                    self.level[key] = level
+                    self._bucket(job)
+                pool = self.sim.site.queues[job.queue].pool
+                if pool in self.preemptible:
+                    self.sim.dirty.add(pool)
+        elif kind == LEASE_OPEN:
+            self._open_lease(int(key), now)
+        elif kind == LEASE_END:
+            self._end_lease(key, now)
+
+    def schedule(self, now: float) -> None:
+        sim = self.sim
+        for _ in range(3):  # a preemption frees room: one more pass for what it left
+            pools, sim.dirty = sorted(sim.dirty), set()
+            for pool in pools:
+                if pool in self.pools:
+                    self._pass(pool, now)
+                    if pool in self.preemptible:
+                        self._preempt(pool, now)
+            if not sim.dirty:
+                return
+
+    # -- one pool's pass --------------------------------------------------------------------
+
+    def _pass(self, pool: str, now: float) -> None:
+        """Offer the pool's waiting jobs to `schedule_pass`, in its own order, a batch at a
+        time, each batch on the room the last one left: the same decisions as one call over
+        every waiting job, without building the ones that could not start.
+
+        Waiting jobs are kept in groups of the same request and the same place in the order
+        (queue, level, type, project), each group in submit order: when a group's first job
+        must wait, so must the rest. Only room freed (an end, a node back, a lease) can start
+        a job that waited after the last pass; with none, only the jobs that became ready
+        since are offered.
+        """
+        sim, site = self.sim, self.sim.site
+        fresh = self.fresh.pop(pool, {})
+        groups = self.groups.get(pool)
+        if not groups:
+            return
+        views = sim.views(pool)
+        room = PoolRoom({v.name: v for v in views})
+        ratios = {name: cpu_ratio(q) for name, q in site.queues.items()}
+        minute = self._minute(now)
+        shares: dict[str, dict[str, float]] = {}
+        values: dict[tuple, int] = {}
+
+        def value(queue: str, rank: tuple) -> int:  # rank: (level, type, project)
+            if (queue, rank) not in values:
+                if queue not in shares:
+                    shares[queue] = self._shares(queue, now)
+                values[(queue, rank)] = priority_value(
+                    level=rank[0],
+                    weight=weight_at(site.weights.get(queue, ()), rank[1], minute),
+                    share=shares[queue].get(rank[2], 1.0),
+                )
+            return values[(queue, rank)]
+
+        nodes = sim.pool_nodes(pool)
+        never = self._never(pool, nodes)  # shape → True if it fits not even the emptied pool
+
+        def hopeless(shape: tuple) -> bool:  # too big for the room now, yet it could fit some day
+            if shape[2] <= room.gpus and shape[1] <= room.cpus(ratios[shape[0]]):
+                return False
+            return not never(shape, site.queues[shape[0]])  # else schedule_pass must fail it
+
+        heads: list = []  # (-value, seq, tie, stream): the next job of each stream
+        tie = itertools.count()
+        if pool in sim.freed:
+            sim.freed.discard(pool)
+            for shape, ranks in groups.items():
+                if hopeless(shape):
+                    continue  # nothing this pass frees room, so none of them would start
+                for rank, members in ranks.items():
+                    self._sort(pool, shape, rank)
+                    stream = (shape, rank, value(shape[0], rank), iter(members.values()))
+                    _push(heads, stream, tie, self.seq)
+        else:
+            for job in fresh.values():
+                if job.key in sim.waiting:
+                    shape, rank = self.where[job.key][1:]
+                    _push(heads, (shape, rank, value(shape[0], rank), iter((job,))), tie, self.seq)
+        size, done, stuck = 8, [], set()
+        # On a lent node only work that ends before the lease does may start: there one job
+        # of a shape may wait while a shorter one starts.
+        lent = any(n.available_until is not None for n in nodes)
+        while heads:
+            batch: list[WaitingJob] = []
+            while heads and len(batch) < size:
+                _, _, _, job, stream = heapq.heappop(heads)
+                shape, rank, prio, _ = stream
+                if (shape, rank) in stuck:
+                    continue
+                if hopeless(shape):
+                    stuck.add((shape, rank))
+                    continue
+                batch.append(WaitingJob(job.key, job.spec, site.queues[shape[0]], prio,
+                                        self.seq[job.key]))  # fmt: skip
+                _push(heads, stream, tie, self.seq)
+            size *= 2
+            if not batch:
+                break
+            decisions = schedule_pass(
+                batch,
+                pools={pool: nodes},
+                allocations=sim.allocations,
+                running=sim.per_queue,
+                drained=sim.down,
+                now=now,
+                rooms={pool: room},  # the pass updates it as it starts jobs
+            )
+            for d in decisions:
+                job = sim.waiting[d.key]
+                if isinstance(d, Start):
+                    self._start(job, d.placement, now)
+                    done.append(job)
+                elif isinstance(d, Fail):
+                    done.append(job)
+                    sim.refuse(d.key, d.reason)
+                    self._release(job, now)
+                elif not lent:  # the rest of its group would wait too
+                    stuck.add(self.where[d.key][1:])
+        for job in done:
+            self._unbucket(job)
+
+    def _never(self, pool: str, nodes: tuple):
+        """Whether a request can never fit the pool as it is now (a lease may shrink it): as
+        schedule_pass judges it, on its nodes emptied and up; kept until the nodes change."""
+        cached = self._ever.get(pool)
+        if cached is None or cached[0] is not nodes:
+            emptied = [
+                free_view(dataclasses.replace(n, available=True, available_until=None), ())
+                for n in nodes
+            ]
+            cached = self._ever[pool] = (nodes, emptied, {})
+        _, emptied, known = cached
+
+        def never(shape: tuple, queue) -> bool:
+            if shape not in known:
+                spec = TaskSpec(name="shape", project="", resources=Resources(
+                    cpus=shape[1], gpus=shape[2], memory_mib=shape[3], nodes=shape[4],
+                    gpu_type=shape[5]))  # fmt: skip
+                known[shape] = place(spec, queue, emptied) is None
+            return known[shape]
+
+        return never
+
+    def _preempt(self, pool: str, now: float) -> None:
+        sim, site = self.sim, self.sim.site
+        after = site.preempt_after_s
+        waiting = [
+            j
+            for j in sim.waiting.values()
+            if site.queues[j.queue].pool == pool and now - sim.ready[j.key] >= after
+        ]
+        if not waiting:
+            return
+        names = {name for name, p in sim.pool_of.items() if p == pool}
+        nodes = [sim.nodes[name] for name in names]
+        running = [
+            Running(key, o.type, self.level.get(key, 0), site.queues[sim.jobs[key].queue].preemptible,
+                    o.allocations, o.start)
+            for key, o in sim.running.items()
+            if any(a.node in names for a in o.allocations)
+        ]  # fmt: skip
+        minute = self._minute(now)
+
+        def order(job: SimJob) -> tuple:
+            weight = weight_at(site.weights.get(job.queue, ()), job.type, minute)
+            return order_key(level=self.level[job.key], weight=weight, share=1.0,
+                             ready_at=sim.ready[job.key], task_id=self.seq[job.key])  # fmt: skip
+
+        for job in sorted(waiting, key=order):
+            queue = site.queues[job.queue]
+            decision = whom_to_preempt(
+                job.spec, queue, self.level[job.key], nodes, running, now=now
+            )
+            if decision is None:
+                continue
+            for victim in decision.victims:
+                self.requeued(sim.stop(victim, now, "preempted"), now, "preempted")
+            running = [r for r in running if r.key not in decision.victims]
+            self._unbucket(job)
+            self._start(job, decision.placement, now)
+            running.append(Running(job.key, job.type, self.level[job.key], queue.preemptible,
+                                   decision.placement.allocations, now))  # fmt: skip
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _start(self, job: SimJob, placement, now: float) -> None:
+        self.sim.start(job, placement, now)
+        if self.sim.site.queues[job.queue].policy == "fairshare":
+            units = float(job.spec.resources.gpus or job.spec.resources.cpus)
+            self.going[job.queue][job.key] = UsageRun(units, now)
+
+    def _bucket(self, job: SimJob) -> None:
+        pool = self.pool_of_queue[job.queue]
+        shape, rank = _shape(job), (self.level[job.key], job.type, job.project)
+        members = self.groups[pool].setdefault(shape, {}).setdefault(rank, {})
+        if members and self.seq[next(reversed(members))] > self.seq[job.key]:
+            self.unsorted.add((pool, shape, rank))  # moved here by a level change
+        members[job.key] = job
+        self.where[job.key] = (pool, shape, rank)
+
+    def _unbucket(self, job: SimJob) -> None:
+        pool, shape, rank = self.where.pop(job.key)
+        ranks = self.groups[pool][shape]
+        del ranks[rank][job.key]
+        if not ranks[rank]:
+            del ranks[rank]
+            if not ranks:
+                del self.groups[pool][shape]
+
+    def _sort(self, pool: str, shape: tuple, rank: tuple) -> None:
+        if (pool, shape, rank) in self.unsorted:
+            self.unsorted.discard((pool, shape, rank))
+            members = self.groups[pool][shape][rank]
+            ordered = sorted(members.values(), key=lambda j: self.seq[j.key])
+            members.clear()
+            members.update((j.key, j) for j in ordered)
+
+    def _stopped(self, job: SimJob, now: float) -> None:
+        run = self.going[job.queue].pop(job.key, None)
+        if run is None:
+            return
+        half = self.sim.site.half_life_s
+        spent, since = self.spent[job.queue].get(job.project, (0.0, now))
+        spent = spent * 2 ** (-(now - since) / half)
+        spent += decayed_usage([UsageRun(run.units, run.start, now)], now, half)
+        self.spent[job.queue][job.project] = (spent, now)
+
+    def _shares(self, queue: str, now: float) -> dict[str, float]:
+        if self.sim.site.queues[queue].policy != "fairshare":
+            return {}
+        half = self.sim.site.half_life_s
+        usage: dict[str, float] = {
+            project: spent * 2 ** (-(now - since) / half)
+            for project, (spent, since) in self.spent[queue].items()
+        }
+        for key, run in self.going[queue].items():
+            project = self.sim.jobs[key].project
+            usage[project] = usage.get(project, 0.0) + decayed_usage([run], now, half)
+        return share_factors(usage, self.sim.site.shares)
+
+    def _ready(self, job: SimJob, now: float) -> None:
+        sim = self.sim
+        sim.enqueue(job, now)
+        pool = self.pool_of_queue[job.queue]
+        self.fresh[pool][job.key] = job
+        self.seq[job.key] = next(self._seq)
+        self.level[job.key] = self._level(job, now)
+        self._bucket(job)
+        pool = sim.site.queues[job.queue].pool
+        if pool in self.preemptible:
+            sim.at(now + sim.site.preempt_after_s, TICK, job.key)
+        sim.dirty.add(pool)
+
+    def _level(self, job: SimJob, now: float) -> int:
+        rule = rule_for(self.sim.site.level_rules, job.type, job.queue)
+        task = Waiting(job.type, job.queue, _clock(self.sim.ready[job.key]),
+                       cap=cap_of(job.spec.priority))  # fmt: skip
+        moves = next_change(task, rule, _clock(now))
+        if moves is not None:  # a millisecond late, so the level has surely moved
+            self.sim.at(now + moves + 0.001, TICK, job.key)
+        return level(task, rule, _clock(now)).level
+
+    def _minute(self, now: float) -> int:
+        return int(self.sim.site.start_minute + now // 60) % (24 * 60)
+
+    def _ask(self, job: SimJob) -> Ask:
+        r = job.spec.resources
+        return Ask(job.project, job.queue, job.user, gpus=r.gpus, cpus=r.cpus)
+
+    def _rules(self, job: SimJob) -> list[QuotaRule]:
+        rules = []
+        for q in self.sim.site.quotas:
+            if isinstance(q, QuotaRule):  # one project's own
+                if (q.project, q.queue) == (job.project, job.queue):
+                    rules.append(q)
+            elif q.queue == job.queue:  # every project's
+                rules.append(QuotaRule(job.project, q.queue, q.resource, q.limit, q.over_quota))
+        return rules
+
+    def _scopes(self, job: SimJob):
+        return ((job.project, job.queue, None), (job.project, job.queue, job.user))
+
+    def _admit(self, job: SimJob) -> None:
+        self.admitted.add(job.key)
+        ask = self._ask(job)
+        for scope in self._scopes(job):
+            self.usage[scope] = self.usage.get(scope, Usage()).plus(ask)
+
+    def _release_held(self, ended: SimJob, now: float) -> None:
+        for job in [
+            j for j in self.held.values() if (j.project, j.queue) == (ended.project, ended.queue)
+        ]:
+            decision = admit(self._ask(job), self._rules(job), self.usage)
+            if isinstance(decision, Admit):
+                del self.held[job.key]
+                self._admit(job)
+                self._ready(job, now)
+
+    # -- leases -----------------------------------------------------------------------------
+
+    def _lend(self) -> None:
+        sim = self.sim
+        for pool, nodes in lend(self.pools, self.loans).items():
+            for node in nodes:
+                was = sim.nodes[node.name]
+                if (
+                    sim.pool_of.get(node.name) != pool
+                    or was.available_until != node.available_until
+                ):
+                    sim.set_node(dataclasses.replace(node, available=node.name not in sim.down))
+                    sim.move(node.name, pool)
+
+    def _open_lease(self, i: int, now: float) -> None:
+        sim, lease = self.sim, self.sim.site.leases[i]
+        sim.at(now + DAY_S, LEASE_OPEN, str(i))
+        borrower = sim.site.queues[lease.queue].pool
+        idle = sorted(
+            (sim.nodes[name] for name, p in sim.pool_of.items()
+             if p == lease.pool and name not in sim.down and not sim.allocations[name]
+             and name not in self.loans),
+            key=lambda n: (-n.gpus, n.name),
+        )  # fmt: skip
+        if len(idle) < lease.count:
+            sim.run.notes.append(
+                f"t={now:.0f}s: lease of {lease.count} {lease.pool} nodes not opened: "
+                f"{len(idle)} idle"
+            )
+            return
+        until = now + lease.duration_s
+        chosen = tuple(n.name for n in idle[: lease.count])
+        for name in chosen:
+            self.loans[name] = Loan(borrower, until)
+        key = f"{i}@{now:.0f}"
+        self.leases[key] = chosen
+        sim.run.leases.append((now, until, chosen))
+        sim.at(until, LEASE_END, key)
+        self._lend()
+
+    def _end_lease(self, key: str, now: float) -> None:
+        sim = self.sim
+        for name in self.leases.pop(key, ()):
+            for holder in sim.holders(name):
+                self.requeued(sim.stop(holder, now, "reclaimed"), now, "reclaimed")
+            self.loans.pop(name, None)
+        self._lend()
