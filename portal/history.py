@@ -45,7 +45,7 @@ TRACKED: dict[str, frozenset[str]] = {
     "scheduling.levelrule": frozenset(),
     "scheduling.classifiersettings": frozenset(),
     "scheduling.leaseschedule": frozenset(),
-    "portal.quota": frozenset({"updated_at"}),
+    "scheduling.quota": frozenset({"updated_at"}),
     "portal.project": frozenset({"created_at"}),
     "accounting.rate": frozenset(),
 }

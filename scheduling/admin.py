@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from portal.admin import ProjectAdmin as OrganisationProjectAdmin
+from portal.models import Project
 from scheduling.models import (
     Alert,
     Attempt,
@@ -9,7 +11,9 @@ from scheduling.models import (
     Node,
     NodeLease,
     Pool,
+    PriorityRequest,
     Queue,
+    Quota,
     RoutingRule,
     Task,
     TaskEvent,
@@ -148,6 +152,40 @@ class AlertAdmin(admin.ModelAdmin):
     list_display = ["at", "kind", "subject", "node", "task"]
     list_filter = ["kind"]
     readonly_fields = [f.name for f in Alert._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+
+class QuotaInline(admin.TabularInline):
+    model = Quota
+    extra = 0
+
+
+# A project's admin page shows its quotas too; the organisation's admin knows nothing of
+# queues, so the scheduling app (loaded after it) extends it, as one extends the User admin.
+admin.site.unregister(Project)
+
+
+@admin.register(Project)
+class ProjectAdmin(OrganisationProjectAdmin):
+    inlines = [*OrganisationProjectAdmin.inlines, QuotaInline]
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ["project", "queue", "user", "resource", "limit", "over_quota", "updated_at"]
+    list_filter = ["queue", "resource", "over_quota"]
+    list_editable = ["limit", "over_quota"]
+    search_fields = ["project__slug", "user__username"]
+
+
+@admin.register(PriorityRequest)
+class PriorityRequestAdmin(admin.ModelAdmin):
+    list_display = ["id", "requester", "project", "queue", "task", "level", "state", "until"]
+    list_filter = ["state", "queue"]
+    # Decisions go through the inbox (they notify and re-level), never through this form.
+    readonly_fields = [f.name for f in PriorityRequest._meta.fields]
 
     def has_add_permission(self, request):
         return False

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from portal.models import PriorityRequest
 from scheduling import sealed
 from scheduling.decisions.levels import LEVELS
-from scheduling.models import Attempt, Task, TaskEvent, Workflow
+from scheduling.models import Attempt, PriorityRequest, Task, TaskEvent, Workflow
 from scheduling.selectors.waiting import explain
 
 

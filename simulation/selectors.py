@@ -17,7 +17,8 @@ from django.http import Http404
 
 from portal import roles
 from portal.selectors import checked_pk
-from scheduling.models import Queue, SimulationRun
+from scheduling.models import Queue
+from simulation.models import SimulationRun
 
 MODEL_ONLY = (SimulationRun.Workload.DAY, SimulationRun.Workload.BURST)
 

@@ -33,7 +33,7 @@ from django.utils.text import get_valid_filename
 from portal import roles
 from portal.errors import ApplicationError, ErrorItem
 from scheduling import outbox
-from scheduling.models import SimulationRun
+from simulation.models import SimulationRun
 from simulation.replay import history_workload
 from simulation.selectors import replayable_queues
 from simulation.simulator.model import POLICIES

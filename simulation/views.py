@@ -14,8 +14,8 @@ from django.shortcuts import redirect, render
 
 from portal import roles
 from portal.errors import ApplicationError
-from scheduling.models import SimulationRun
 from simulation import presenters as report
+from simulation.models import SimulationRun
 from simulation.selectors import (
     replayable_queues,
     simulation_get_for_user,

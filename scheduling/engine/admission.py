@@ -15,11 +15,10 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from portal.models import Quota
 from scheduling import outbox
 from scheduling.decisions.quota import Admit, Ask, Hold, Reject, Usage, admit
 from scheduling.models import Hold as HoldKind
-from scheduling.models import Task, TaskState
+from scheduling.models import Quota, Task, TaskState
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
 from scheduling.selectors.policy import ordered, site_minute

@@ -18,13 +18,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from config.bulk import bulk_insert
-from portal.models import PriorityRequest
 from portal.notify import notify
 from scheduling.backends import BackendError
 from scheduling.decisions.levels import LEVELS
 from scheduling.engine.admission import release_held
 from scheduling.engine.registry import get_backend
-from scheduling.models import Task, TaskEvent, TaskState
+from scheduling.models import PriorityRequest, Task, TaskEvent, TaskState
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
 from scheduling.selectors.policy import site_minute, task_level, task_value

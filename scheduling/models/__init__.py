@@ -1,10 +1,11 @@
 """The scheduling app's tables: the site (`site`), work (`tasks`), capacity (`capacity`), and
-what-if runs of the simulator (`simulation`)."""
+what projects may use of a queue (`quotas`, `priority`)."""
 
 from __future__ import annotations
 
 from scheduling.models.capacity import Alert, LeaseSchedule, LoadSample, NodeLease
-from scheduling.models.simulation import SimulationRun
+from scheduling.models.priority import PriorityRequest
+from scheduling.models.quotas import Quota
 from scheduling.models.site import (
     Canary,
     ClassifierSettings,
@@ -46,9 +47,10 @@ __all__ = [
     "LevelRule",
     "Node",
     "Pool",
+    "PriorityRequest",
     "Queue",
+    "Quota",
     "RoutingRule",
-    "SimulationRun",
     "Task",
     "TaskEvent",
     "TaskState",

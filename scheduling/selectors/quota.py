@@ -15,10 +15,10 @@ from typing import Any
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from portal.models import Project, Quota
+from portal.models import Project
 from scheduling import hooks
 from scheduling.decisions.quota import BUDGETS, QuotaRule, Usage, quota_text
-from scheduling.models import TERMINAL_STATES, Task
+from scheduling.models import TERMINAL_STATES, Quota, Task
 from scheduling.selectors.site import quota_rule
 
 Scope = tuple[str, str, str | None]

@@ -10,8 +10,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from portal.models import PriorityRequest
 from portal.selectors import checked_pk
+from scheduling.models import PriorityRequest
 
 
 def requests_visible_to(user: AbstractBaseUser) -> QuerySet[PriorityRequest]:

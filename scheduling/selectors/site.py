@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from portal.models import Project, Quota
+from portal.models import Project
 from scheduling.decisions import PoolCapacity, pool_capacity
 from scheduling.decisions.canary import CanaryError, parse_rule_set
 from scheduling.decisions.classify import DEFAULT_CLASSIFIER, ClassifierPolicy
@@ -23,6 +23,7 @@ from scheduling.models import (
     Node,
     NodeLease,
     Queue,
+    Quota,
     RoutingRule,
 )
 from scheduling.models import LevelRule as LevelRuleRow

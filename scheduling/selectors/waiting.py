@@ -15,10 +15,10 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.models import PriorityRequest, Project
+from portal.models import Project
 from scheduling.decisions.estimate import Ahead, Busy, estimate_start
 from scheduling.decisions.levels import LEVELS
-from scheduling.models import Hold, Task, TaskState
+from scheduling.models import Hold, PriorityRequest, Task, TaskState
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
 from scheduling.selectors.occupancy import running_on

@@ -22,12 +22,12 @@ from django.utils import timezone
 
 from portal import audit
 from portal.errors import ApplicationError
-from portal.models import PriorityRequest, Project
+from portal.models import Project
 from portal.notify import notify
 from portal.selectors import project_get_for_member
 from scheduling.decisions.levels import HIGH, LEVELS, MEDIUM
 from scheduling.engine import levels as engine_levels
-from scheduling.models import TERMINAL_STATES, Queue, Task, TaskEvent
+from scheduling.models import TERMINAL_STATES, PriorityRequest, Queue, Task, TaskEvent
 from scheduling.selectors.requests import can_decide
 
 R = PriorityRequest.State

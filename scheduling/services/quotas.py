@@ -13,8 +13,8 @@ from django.db import transaction
 
 from portal import audit, roles
 from portal.errors import ApplicationError
-from portal.models import Membership, Project, Quota
-from scheduling.models import Queue
+from portal.models import Membership, Project
+from scheduling.models import Queue, Quota
 from scheduling.selectors import site_view_invalidate
 
 

@@ -11,8 +11,8 @@ from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
-from portal.models import Project, Quota
-from scheduling.models import Queue
+from portal.models import Project
+from scheduling.models import Queue, Quota
 from scheduling.selectors.quota import project_quotas
 from scheduling.services.queues import QueueForm, queue_update
 from scheduling.services.quotas import member_add, member_remove, quota_delete, quota_set

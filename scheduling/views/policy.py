@@ -15,13 +15,12 @@ from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
-from portal.models import PriorityRequest
 from portal.selectors import project_list_for_user
 from scheduling import services
 from scheduling.api.policy import parse_until
 from scheduling.decisions.levels import LEVELS, rule_for
 from scheduling.decisions.order import format_window
-from scheduling.models import Queue
+from scheduling.models import PriorityRequest, Queue
 from scheduling.selectors import site_view, task_get_for_user
 from scheduling.selectors.policy import site_minute
 from scheduling.selectors.quota import project_quotas

@@ -15,8 +15,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from portal.models import PriorityRequest
-from scheduling.models import Node, RoutingRule, Task
+from scheduling.models import Node, PriorityRequest, RoutingRule, Task
 from scheduling.selectors import site_view_invalidate
 from scheduling.services.quotas import quota_set
 from tests.browser.test_priority_flow import log_in

@@ -11,8 +11,8 @@ from django.db import transaction
 
 from accounting.models import Rate
 from portal.auth import issue_token
-from portal.models import Membership, Project, Quota
-from scheduling.models import LeaseSchedule, LevelRule, Node, Pool, Queue, RoutingRule
+from portal.models import Membership, Project
+from scheduling.models import LeaseSchedule, LevelRule, Node, Pool, Queue, Quota, RoutingRule
 from scheduling.selectors import site_view_invalidate
 from scheduling.sites import default_site
 

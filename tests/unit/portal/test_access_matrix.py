@@ -18,11 +18,12 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.models import AuditEvent, ConfigVersion, Membership, PriorityRequest, Project, Quota
+from portal.models import AuditEvent, ConfigVersion, Membership, Project
 from scheduling.engine.capacity import open_lease
-from scheduling.models import Node, NodeLease, Pool, Queue, SimulationRun, Task
+from scheduling.models import Node, NodeLease, Pool, PriorityRequest, Queue, Quota, Task
 from scheduling.services.queues import queue_form_data
 from scheduling.services.quotas import quota_set
+from simulation.models import SimulationRun
 from tests.conftest import descriptor, submit
 
 ROLES = ("anonymous", "member", "lead", "other", "queue_admin", "finance", "platform_admin")

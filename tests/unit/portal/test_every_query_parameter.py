@@ -22,9 +22,10 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve, reverse
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
-from portal.models import ConfigVersion, PriorityRequest
+from portal.models import ConfigVersion
 from scheduling.engine.capacity import open_lease
-from scheduling.models import Canary, Pool, Queue, SimulationRun, Task, Workflow
+from scheduling.models import Canary, Pool, PriorityRequest, Queue, Task, Workflow
+from simulation.models import SimulationRun
 from tests.conftest import descriptor, submit
 
 HOSTILE = [

@@ -15,12 +15,11 @@ from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.models import PriorityRequest, Quota
 from scheduling import engine
 from scheduling.backends import JobState
 from scheduling.engine import get_backend
 from scheduling.engine.levels import policy_pass, relevel
-from scheduling.models import ClassifierSettings, Task
+from scheduling.models import ClassifierSettings, PriorityRequest, Quota, Task
 from scheduling.selectors import site_view_invalidate
 from scheduling.services.quotas import quota_set
 from tests.conftest import descriptor, submit

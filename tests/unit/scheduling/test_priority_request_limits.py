@@ -13,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.models import Membership, PriorityRequest, Project
-from scheduling.models import Queue, Task
+from portal.models import Membership, Project
+from scheduling.models import PriorityRequest, Queue, Task
 from tests.conftest import descriptor, submit
 
 

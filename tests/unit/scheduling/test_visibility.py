@@ -14,7 +14,8 @@ from rest_framework.test import APIClient
 
 from portal.models import Membership
 from scheduling.engine.capacity import open_lease
-from scheduling.models import NodeLease, Pool, Queue, SimulationRun, Task
+from scheduling.models import NodeLease, Pool, Queue, Task
+from simulation.models import SimulationRun
 from simulation.replay import history_workload
 from tests.conftest import descriptor, submit
 

@@ -19,7 +19,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from scheduling import outbox, tasks
-from scheduling.models import SimulationRun
+from simulation.models import SimulationRun
 from simulation.services import ORPHANED
 from simulation.simulator.criteria import CRITERIA, format_value
 from tests.conftest import ROOT

@@ -1,5 +1,7 @@
 """What-if runs of the simulator started on the console (docs/simulation.md): what was asked,
-how far it got, and what it found. Kept, so that runs can be compared later."""
+how far it got, and what it found. Kept, so that runs can be compared later.
+
+The table keeps the name it had when runs were scheduling's (scheduling_simulationrun)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ class SimulationRun(models.Model):
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
 
-    # The only moves a run makes; services/simulation.py makes each as a compare-and-set.
+    # The only moves a run makes; simulation/services.py makes each as a compare-and-set.
     MOVES = {
         State.QUEUED: {State.RUNNING, State.FAILED},
         State.RUNNING: {State.SUCCEEDED, State.FAILED},
@@ -51,6 +53,7 @@ class SimulationRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "scheduling_simulationrun"
         ordering = ["-id"]
 
     def __str__(self) -> str:
