@@ -16,7 +16,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from portal import roles
-from portal.selectors import checked_pk
+from portal.parsing import checked_pk
 from scheduling.models import Queue, SimulationRun
 
 MODEL_ONLY = (SimulationRun.Workload.DAY, SimulationRun.Workload.BURST)

@@ -17,7 +17,7 @@ from django.http import Http404
 
 from portal.errors import ApplicationError
 from portal.models import Membership
-from portal.selectors import checked_pk
+from portal.parsing import checked_pk
 from scheduling.models import Queue, Task, Workflow
 
 

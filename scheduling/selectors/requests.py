@@ -11,7 +11,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from portal.models import PriorityRequest
-from portal.selectors import checked_pk
+from portal.parsing import checked_pk
 
 
 def requests_visible_to(user: AbstractBaseUser) -> QuerySet[PriorityRequest]:
