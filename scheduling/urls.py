@@ -6,6 +6,7 @@ from scheduling.views import policy as views_policy
 from scheduling.views import queues as views_queues
 from scheduling.views import quotas as views_quotas
 from scheduling.views import tasks as views
+from scheduling.views import workflows as views_workflows
 from simulation import views as views_simulation
 
 urlpatterns = [
@@ -13,10 +14,10 @@ urlpatterns = [
     path("tasks/new/", views.task_submit, name="task-submit"),
     path("tasks/<int:pk>/", views.task_detail, name="task-detail"),
     path("tasks/<int:pk>/cancel/", views.task_cancel, name="task-cancel"),
-    path("workflows/", views.workflow_list, name="workflow-list"),
-    path("workflows/<int:pk>/", views.workflow_detail, name="workflow-detail"),
-    path("workflows/<int:pk>/cancel/", views.workflow_cancel, name="workflow-cancel"),
-    path("workflows/<int:pk>/changes/", views.workflow_changes, name="workflow-changes"),
+    path("workflows/", views_workflows.workflow_list, name="workflow-list"),
+    path("workflows/<int:pk>/", views_workflows.workflow_detail, name="workflow-detail"),
+    path("workflows/<int:pk>/cancel/", views_workflows.workflow_cancel, name="workflow-cancel"),
+    path("workflows/<int:pk>/changes/", views_workflows.workflow_changes, name="workflow-changes"),
     path(
         "tasks/<int:pk>/priority/",
         views_policy.task_priority_request,

@@ -6,6 +6,7 @@ from scheduling.api import policy as api_policy
 from scheduling.api import queues as api_queues
 from scheduling.api import quotas as api_quotas
 from scheduling.api import tasks as api
+from scheduling.api import workflows as api_workflows
 
 urlpatterns = [
     path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),
@@ -13,9 +14,13 @@ urlpatterns = [
     path("tasks/<int:pk>/", api.TaskDetail.as_view(), name="api-task-detail"),
     path("tasks/<int:pk>/cancel/", api.TaskCancel.as_view(), name="api-task-cancel"),
     path("tasks/<int:pk>/log/", api.TaskLog.as_view(), name="api-task-log"),
-    path("workflows/", api.WorkflowListCreate.as_view(), name="api-workflow-list"),
-    path("workflows/<int:pk>/", api.WorkflowDetail.as_view(), name="api-workflow-detail"),
-    path("workflows/<int:pk>/cancel/", api.WorkflowCancel.as_view(), name="api-workflow-cancel"),
+    path("workflows/", api_workflows.WorkflowListCreate.as_view(), name="api-workflow-list"),
+    path("workflows/<int:pk>/", api_workflows.WorkflowDetail.as_view(), name="api-workflow-detail"),
+    path(
+        "workflows/<int:pk>/cancel/",
+        api_workflows.WorkflowCancel.as_view(),
+        name="api-workflow-cancel",
+    ),
     path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
     path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
     path("leases/<int:pk>/", api_capacity.LeaseDetail.as_view(), name="api-lease"),

@@ -1,7 +1,8 @@
 """What other apps may read of scheduling, and the one thing they tell it.
 
-The portal's project page shows the project's quotas and offers its queues; when a member
-leaves a project, their own quotas go with them. Everything else of scheduling stays behind
+The portal's project page shows the project's quotas and offers its queues; the usage report
+offers the queues and pools to group by; when a member leaves a project, their own quotas go
+with them. Everything else of scheduling stays behind
 this module.
 """
 
@@ -14,10 +15,16 @@ from django.db import transaction
 
 from portal.models import Project, Quota
 from scheduling.selectors import site_view_invalidate
-from scheduling.selectors.queues import queue_names
+from scheduling.selectors.queues import pool_names, queue_names
 from scheduling.selectors.quota import project_quotas
 
-__all__ = ["member_quotas_delete", "project_quotas", "queue_names", "quota_resources"]
+__all__ = [
+    "member_quotas_delete",
+    "pool_names",
+    "project_quotas",
+    "queue_names",
+    "quota_resources",
+]
 
 
 def quota_resources() -> list[tuple[str, Any]]:

@@ -1,10 +1,11 @@
-"""Reads of queues for the pages and the API: by name, all of them, their names."""
+"""Reads of queues for the pages and the API: by name, all of them, their names (and the
+pools')."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from scheduling.models import Queue
+from scheduling.models import Pool, Queue
 
 
 def queue_by_name(name: str) -> Queue | None:
@@ -22,3 +23,7 @@ def queue_list_by_name() -> QuerySet[Queue]:
 
 def queue_names() -> list[str]:
     return list(Queue.objects.order_by("name").values_list("name", flat=True))
+
+
+def pool_names() -> list[str]:
+    return list(Pool.objects.order_by("name").values_list("name", flat=True))
