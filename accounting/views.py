@@ -17,7 +17,7 @@ from accounting.models import Reconciliation
 from portal import roles
 from portal.errors import ApplicationError
 from portal.models import Project
-from scheduling.models import Pool, Queue
+from scheduling import usage as scheduling_usage
 from scheduling.selectors.access import task_get_for_user
 from scheduling.spec import TASK_TYPES
 
@@ -89,8 +89,8 @@ def _options(request: HttpRequest) -> dict:
         projects = projects.filter(memberships__user=request.user)
     return {
         "project": list(projects.values_list("slug", flat=True)),
-        "queue": list(Queue.objects.order_by("name").values_list("name", flat=True)),
-        "pool": list(Pool.objects.order_by("name").values_list("name", flat=True)),
+        "queue": scheduling_usage.queue_names(),
+        "pool": scheduling_usage.pool_names(),
         "type": list(TASK_TYPES),
         "metric": list(METRICS),
         "group_by": list(reports.GROUPS),

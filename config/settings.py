@@ -3,9 +3,11 @@
 Defaults run with no server at all: SQLite, Celery on kombu's filesystem transport, the local
 backend. `DATABASE_URL` switches to PostgreSQL, `REDIS_URL` to a Redis broker.
 
-This module is long on purpose: Django reads its settings from one module, and each setting
-here sits beside the reason for its default; parts star-imported from other modules would
-hide where a name comes from.
+Django reads its settings from this one module. Each setting sits beside the reason for its
+default, here or in the module it is imported from by name: config/settings_engine.py (the
+engine's passes, capacity, accounting, the policy, what-if runs) and
+config/settings_backends.py (the compute backends and what a job may use); config/paths.py
+places the var folder.
 """
 
 from __future__ import annotations
@@ -21,17 +23,53 @@ from django.core.exceptions import ImproperlyConfigured
 from config.content_security import CONTENT_SECURITY_POLICY  # noqa: F401 - a setting
 from config.credentials import credential_problems, with_password
 from config.env import env_bool, env_int, env_list, env_networks, env_str
-
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("SWITCHYARD_VAR_DIR", str(BASE_DIR / "var")))
-
-# What the portal writes (database, broker messages, logs) is private to its own user: jobs
-# run as other accounts (docs/security.md). The var folder itself may be passed through, so
-# that a job's account reaches its own work folder below it, but not listed.
-os.umask(0o077)
-VAR_DIR.mkdir(parents=True, exist_ok=True)
-if VAR_DIR.stat().st_uid == os.geteuid():
-    VAR_DIR.chmod(0o711)
+from config.paths import BASE_DIR, VAR_DIR
+from config.settings_backends import (  # noqa: F401 - settings, each read by name
+    COMPUTE_BACKENDS,
+    SWITCHYARD_JOB_ACCOUNT,
+    SWITCHYARD_JOB_BLOCKED_NETWORKS,
+    SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT,
+    SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER,
+    SWITCHYARD_JOB_MAX_DISK_MB,
+    SWITCHYARD_JOB_MAX_OUTPUT_MB,
+    SWITCHYARD_JOB_MAX_PROCESSES,
+    SWITCHYARD_JOB_RETENTION_HOURS,
+    SWITCHYARD_SLURM_DIR,
+)
+from config.settings_engine import (  # noqa: F401 - settings, each read by name
+    CELERY_BEAT_SCHEDULE,
+    CELERY_BEAT_SCHEDULER,
+    SWITCHYARD_CAPACITY_SECONDS,
+    SWITCHYARD_CURRENCY,
+    SWITCHYARD_DISPATCH_LEASE_SECONDS,
+    SWITCHYARD_FAIRSHARE_HALF_LIFE_HOURS,
+    SWITCHYARD_HEALTH_SECONDS,
+    SWITCHYARD_LEASE_MAX_HOURS,
+    SWITCHYARD_METER_SECONDS,
+    SWITCHYARD_PENDING_GRACE_SECONDS,
+    SWITCHYARD_POLICY_SECONDS,
+    SWITCHYARD_POLL_EXPIRES_SECONDS,
+    SWITCHYARD_POLL_SECONDS,
+    SWITCHYARD_PREEMPT_AFTER_S,
+    SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS,
+    SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS,
+    SWITCHYARD_PRIORITY_REQUEST_MAX_PENDING,
+    SWITCHYARD_PUBLISH_IN_BACKGROUND,
+    SWITCHYARD_RECONCILE_SECONDS,
+    SWITCHYARD_RECONCILE_TOLERANCE,
+    SWITCHYARD_RECONCILE_WINDOW_HOURS,
+    SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS,
+    SWITCHYARD_RETRY_BACKOFF_SECONDS,
+    SWITCHYARD_SAMPLE_SECONDS,
+    SWITCHYARD_SIMULATION_DIR,
+    SWITCHYARD_SIMULATION_SWEEP_SECONDS,
+    SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES,
+    SWITCHYARD_SITE_TIMEZONE,
+    SWITCHYARD_START_WAIT_SECONDS,
+    SWITCHYARD_SWEEP_SECONDS,
+    SWITCHYARD_TRIGGER_ROOTS,
+    SWITCHYARD_TRIGGER_SECONDS,
+)
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
 # A secret from the environment, or the one `make run` generated in var/ for this install;
@@ -361,74 +399,6 @@ CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CONSUMER = "config.celery:Consumer"
 
-SWITCHYARD_POLL_SECONDS = float(env_int("SWITCHYARD_POLL_MS", 1000)) / 1000
-# A poll message not run within this long is dropped. Generous on purpose: under load polls
-# wait behind dispatches, and one dropped after twice the interval (as before) meant a busy
-# worker stopped polling at all; the extra ones are skipped cheaply (scheduling/tasks.py).
-SWITCHYARD_POLL_EXPIRES_SECONDS = max(SWITCHYARD_POLL_SECONDS * 2, 10.0)
-# How long a dispatch waits for the jobs it just submitted to start, so that a local job
-# shows `running` at once rather than at the next poll (scheduling/engine/dispatch.py); 0: never.
-SWITCHYARD_START_WAIT_SECONDS = env_int("SWITCHYARD_START_WAIT_MS", 50) / 1000
-SWITCHYARD_SWEEP_SECONDS = env_int("SWITCHYARD_SWEEP_SECONDS", 15)
-# A task still `pending` this long after its last change is dispatched again by the sweep.
-SWITCHYARD_PENDING_GRACE_SECONDS = env_int("SWITCHYARD_PENDING_GRACE_SECONDS", 10)
-# How long one dispatcher owns a task before another may take it over (worker died mid-way).
-SWITCHYARD_DISPATCH_LEASE_SECONDS = env_int("SWITCHYARD_DISPATCH_LEASE_SECONDS", 60)
-
-SWITCHYARD_RETRY_BACKOFF_SECONDS = float(env_int("SWITCHYARD_RETRY_BACKOFF_MS", 1000)) / 1000
-SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS = 60.0
-SWITCHYARD_TRIGGER_SECONDS = float(env_int("SWITCHYARD_TRIGGER_MS", 2000)) / 1000
-# Trigger files must lie under one of these folders (users cannot probe the filesystem).
-SWITCHYARD_TRIGGER_ROOTS = env_list("SWITCHYARD_TRIGGER_ROOTS", [str(VAR_DIR / "triggers")])
-
-# --- Capacity (docs/capacity.md) --------------------------------------------------------------
-# A lease lasts at most this long (the default site lends inference GPUs for 4 h).
-SWITCHYARD_LEASE_MAX_HOURS = env_int("SWITCHYARD_LEASE_MAX_HOURS", 8)
-# A waiting task preempts lower-level preemptible work only after waiting this long.
-SWITCHYARD_PREEMPT_AFTER_S = env_int("SWITCHYARD_PREEMPT_AFTER_S", 10)
-# How often the capacity pass (preemption, leases, start-up timeouts) and the health
-# checks run.
-SWITCHYARD_CAPACITY_SECONDS = float(env_int("SWITCHYARD_CAPACITY_MS", 5000)) / 1000
-SWITCHYARD_HEALTH_SECONDS = float(env_int("SWITCHYARD_HEALTH_MS", 30000)) / 1000
-
-# --- Accounting (docs/accounting.md) --------------------------------------------------------
-# The currency of new rates.
-SWITCHYARD_CURRENCY = env_str("SWITCHYARD_CURRENCY", "CNY")
-# How often ended attempts are metered (the ones the attempt-end hook could not meter yet),
-# and how often the backends' accounting is reconciled with the records (and over how long).
-SWITCHYARD_METER_SECONDS = float(env_int("SWITCHYARD_METER_MS", 60_000)) / 1000
-SWITCHYARD_RECONCILE_SECONDS = float(env_int("SWITCHYARD_RECONCILE_MS", 3_600_000)) / 1000
-SWITCHYARD_RECONCILE_WINDOW_HOURS = env_int("SWITCHYARD_RECONCILE_WINDOW_HOURS", 48)
-# A record may differ from the backend's own by this fraction before it is a mismatch.
-SWITCHYARD_RECONCILE_TOLERANCE = env_str("SWITCHYARD_RECONCILE_TOLERANCE", "0.001")
-
-# --- Policy (docs/policy.md) ----------------------------------------------------------------
-# Time-of-day weights are read in the site's time zone.
-SWITCHYARD_SITE_TIMEZONE = env_str("SWITCHYARD_SITE_TIMEZONE", "UTC")
-# Fair-share usage halves every this many hours.
-SWITCHYARD_FAIRSHARE_HALF_LIFE_HOURS = env_int("SWITCHYARD_FAIRSHARE_HALF_LIFE_HOURS", 7 * 24)
-# How often the levels pass runs (levels move, approvals expire, quota-held tasks are
-# reconsidered).
-SWITCHYARD_POLICY_SECONDS = float(env_int("SWITCHYARD_POLICY_MS", 5000)) / 1000
-# Every queue's load is sampled this often, for the dashboards (docs/console.md).
-SWITCHYARD_SAMPLE_SECONDS = float(env_int("SWITCHYARD_SAMPLE_MS", 60_000)) / 1000
-# A priority-raise request lasts at most this long; a descriptor's `priority: high` asks
-# for this long.
-SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_MAX_HOURS", 30 * 24)
-SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS = env_int("SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS", 24)
-# The most priority requests one person may have pending at once (a sweep asks once for its
-# project's tasks in a queue, not once per task).
-SWITCHYARD_PRIORITY_REQUEST_MAX_PENDING = env_int("SWITCHYARD_PRIORITY_REQUEST_MAX_PENDING", 20)
-
-# --- What-if simulations (docs/simulation.md) ---------------------------------------------
-# Traces uploaded on the console's Simulations page, one folder per upload; the largest
-# accepted; how often a worker looks for runs no message announced (a broker that was down).
-SWITCHYARD_SIMULATION_DIR = Path(env_str("SWITCHYARD_SIMULATION_DIR", str(VAR_DIR / "simulations")))
-SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES = env_int(
-    "SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES", 20 * 1024 * 1024
-)
-SWITCHYARD_SIMULATION_SWEEP_SECONDS = env_int("SWITCHYARD_SIMULATION_SWEEP_SECONDS", 60)
-
 # Mail (priority-request decisions): the console in development, SMTP when EMAIL_HOST is set.
 EMAIL_HOST = env_str("EMAIL_HOST", "") or ""
 EMAIL_BACKEND = (
@@ -444,32 +414,6 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "switchyard@localhost")
 # The portal's address as users reach it, for links in mails.
 SWITCHYARD_PUBLIC_URL = env_str("SWITCHYARD_PUBLIC_URL", "http://127.0.0.1:8000")
 
-# One beat sends, however many run: the others wait on its lock (config/runtime/beat.py).
-CELERY_BEAT_SCHEDULER = "config.runtime.beat:SingleBeatScheduler"
-# Each periodic task: how often it is sent, and how long its message may wait before it is
-# dropped (twice the period unless said: the next one is already on its way).
-CELERY_BEAT_SCHEDULE = {
-    name: {"task": task, "schedule": float(every), "options": {"expires": expires or every * 2}}
-    for name, task, every, expires in (
-        ("poll-backends", "scheduling.poll_backends", SWITCHYARD_POLL_SECONDS,
-         SWITCHYARD_POLL_EXPIRES_SECONDS),
-        ("timers", "scheduling.timers", SWITCHYARD_TRIGGER_SECONDS, None),
-        ("policy", "scheduling.policy_pass", SWITCHYARD_POLICY_SECONDS, None),
-        ("capacity", "scheduling.capacity_pass", SWITCHYARD_CAPACITY_SECONDS, None),
-        ("health", "scheduling.health_pass", SWITCHYARD_HEALTH_SECONDS, None),
-        ("sweep-pending", "scheduling.sweep_pending", SWITCHYARD_SWEEP_SECONDS, None),
-        ("meter", "accounting.meter_pass", SWITCHYARD_METER_SECONDS, None),
-        ("reconcile", "accounting.reconcile_pass", SWITCHYARD_RECONCILE_SECONDS, None),
-        ("load-sample", "scheduling.load_sample", SWITCHYARD_SAMPLE_SECONDS, None),
-        ("simulations", "scheduling.simulations", SWITCHYARD_SIMULATION_SWEEP_SECONDS, None),
-        ("housekeeping", "scheduling.housekeeping", 600.0, None),
-    )
-}  # fmt: skip
-
-# A web process hands a stored task's dispatch to a thread of its own, which sends what has
-# gathered as one message (scheduling/outbox.py); off, each request publishes its own.
-SWITCHYARD_PUBLISH_IN_BACKGROUND = env_bool("SWITCHYARD_PUBLISH_IN_BACKGROUND", default=True)
-
 # --- Descriptors ----------------------------------------------------------------------------
 SWITCHYARD_DESCRIPTOR_MAX_BYTES = env_int("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 256 * 1024)
 # POST /api/v1/tasks/batch/: many independent tasks (a parameter sweep) in one request.
@@ -480,64 +424,6 @@ SWITCHYARD_BATCH_MAX_BYTES = env_int("SWITCHYARD_BATCH_MAX_BYTES", 16 * 1024 * 1
 # own larger limit (a batch, a descriptor, a simulation trace).
 SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS = env_int("SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS", 64 * 1024)
 SWITCHYARD_BODY_MAX_BYTES = env_int("SWITCHYARD_BODY_MAX_BYTES", 1024 * 1024)
-
-# --- Compute backends, by alias (a pool names one) ----------------------------------------
-# Jobs never run as root (docs/security.md): as the researcher's own cluster account where
-# one is mapped, else as this unprivileged account (docker/job-accounts.sh creates it).
-SWITCHYARD_JOB_ACCOUNT = env_str("SWITCHYARD_JOB_ACCOUNT", "switchyard-job")
-# What every local job may use beyond what it asked for.
-SWITCHYARD_JOB_MAX_PROCESSES = env_int("SWITCHYARD_JOB_MAX_PROCESSES", 512)
-SWITCHYARD_JOB_MAX_OUTPUT_MB = env_int("SWITCHYARD_JOB_MAX_OUTPUT_MB", 64)
-SWITCHYARD_JOB_MAX_DISK_MB = env_int("SWITCHYARD_JOB_MAX_DISK_MB", 10 * 1024)
-SWITCHYARD_JOB_RETENTION_HOURS = env_int("SWITCHYARD_JOB_RETENTION_HOURS", 7 * 24)
-# Ended jobs' folders of one user / one project together: past it the oldest go before their
-# retention ends (0: no total).
-SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER = env_int("SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER", 50)
-SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT = env_int(
-    "SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT", 200
-)
-# Networks no batch job may reach (CIDRs, comma-separated), besides the control plane's own
-# addresses, which are always blocked (docs/security.md, "Network").
-SWITCHYARD_JOB_BLOCKED_NETWORKS = [str(n) for n in env_networks("SWITCHYARD_JOB_BLOCKED_NETWORKS")]
-COMPUTE_BACKENDS = {
-    "local": {
-        "BACKEND": "scheduling.backends.local.LocalBackend",
-        "OPTIONS": {
-            "root": env_str("SWITCHYARD_LOCAL_ROOT") or str(VAR_DIR / "local-backend"),
-            "bwrap": env_str("SWITCHYARD_BWRAP", "bwrap"),
-            "slirp4netns": env_str("SWITCHYARD_SLIRP4NETNS", "slirp4netns"),
-            "inventory_ttl_s": 2.0,
-            "job_account": SWITCHYARD_JOB_ACCOUNT,
-            "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,
-            "max_output_bytes": SWITCHYARD_JOB_MAX_OUTPUT_MB << 20,
-            "max_disk_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
-            "retention_s": SWITCHYARD_JOB_RETENTION_HOURS * 3600,
-            "max_folder_bytes_per_user": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER << 30,
-            "max_folder_bytes_per_project": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT << 30,
-            # The node check (docs/capacity.md): the host's load, disk and GPU temperatures,
-            # or a site's own function.
-            "health_probe": env_str(
-                "SWITCHYARD_LOCAL_HEALTH_PROBE", "scheduling.backends.local.health.host_probe"
-            ),
-        },
-    },
-}
-# The localhost cluster (docker/slurm/cluster.sh) writes its settings to <dir>/env.
-SWITCHYARD_SLURM_DIR = env_str("SWITCHYARD_SLURM_DIR", "/var/tmp/switchyard-slurm")
-COMPUTE_BACKENDS["slurm"] = {
-    "BACKEND": "scheduling.backends.slurm.SlurmBackend",
-    "OPTIONS": {
-        "cluster": env_str("SWITCHYARD_SLURM_CLUSTER", "switchyard"),
-        "slurm_conf": env_str("SLURM_CONF") or f"{SWITCHYARD_SLURM_DIR}/etc/slurm.conf",
-        "workdir": env_str("SWITCHYARD_SLURM_WORKDIR") or str(VAR_DIR / "slurm-jobs"),
-        "command_timeout_s": float(env_int("SWITCHYARD_SLURM_TIMEOUT_S", 20)),
-        "service_account": env_str("SWITCHYARD_SLURM_SERVICE_ACCOUNT") or SWITCHYARD_JOB_ACCOUNT,
-        "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,
-        "max_file_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
-        # sbatch calls a dispatch batch runs at once (docs/slurm.md)
-        "submit_concurrency": env_int("SWITCHYARD_SLURM_SUBMIT_CONCURRENCY", 4),
-    },
-}
 
 LOGGING = {
     "version": 1,

@@ -18,6 +18,12 @@ urlpatterns = [
     path("api/v1/auth/token/", TokenObtain.as_view(), name="api-token"),
     path("api/v1/auth/token/current/", TokenCurrent.as_view(), name="api-token-current"),
     path("api/v1/audit/", api.AuditList.as_view(), name="api-audit"),
+    path("api/v1/projects/<slug:slug>/members/", api.ProjectMembers.as_view(), name="api-members"),
+    path(
+        "api/v1/projects/<slug:slug>/members/<str:username>/",
+        api.ProjectMember.as_view(),
+        name="api-member",
+    ),
     path("api/v1/config/versions/", api.ConfigVersionList.as_view(), name="api-config-versions"),
     path(
         "api/v1/config/versions/<int:pk>/rollback/",
@@ -38,6 +44,9 @@ urlpatterns = [
     path("config/", views.config_history, name="config-history"),
     path("config/<int:pk>/", views.config_version, name="config-version"),
     path("config/<int:pk>/rollback/", views.config_rollback, name="config-rollback"),
+    path("projects/", views.project_list, name="project-list"),
+    path("projects/<slug:slug>/", views.project_detail, name="project-detail"),
+    path("projects/<slug:slug>/members/", views.project_members, name="project-members"),
     path("", include("accounting.urls")),
     path("", include("scheduling.urls")),
 ]

@@ -1,4 +1,9 @@
-"""REST API v1 of the portal itself: the audit log and the configuration history."""
+"""REST API v1 of the portal itself: the audit log, the configuration history, and the
+members of a project.
+
+What a user may not act on does not exist for them (404); what they may see but not change is a
+403 with the reason.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,14 @@ from rest_framework.views import APIView
 from portal import history, roles
 from portal.errors import ApplicationError
 from portal.models import AuditEvent, ConfigVersion
-from portal.selectors import audit_filter, audit_visible_to, checked_pk
+from portal.parsing import checked_pk, json_object
+from portal.selectors import (
+    audit_filter,
+    audit_visible_to,
+    project_get_visible,
+    project_memberships,
+)
+from portal.services import member_add, member_remove
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
@@ -111,3 +123,42 @@ class ConfigRollback(APIView):
             raise ApplicationError("required: why you roll back", field="reason", got=reason)
         made = history.rollback(user=request.user, version=version, reason=reason)
         return Response(ConfigVersionSerializer(made).data, status=201)
+
+
+def _project(request: Request, slug: str):
+    project = project_get_visible(request.user, slug)
+    if project is None:
+        raise ApplicationError("not found", status=404)
+    return project
+
+
+_MEMBER = inline_serializer(
+    "Member", {"username": serializers.CharField(), "role": serializers.CharField()}
+)
+
+
+class ProjectMembers(APIView):
+    @extend_schema(responses={200: _MEMBER})
+    def get(self, request: Request, slug: str) -> Response:
+        rows = project_memberships(_project(request, slug))
+        return Response([{"username": m.user.username, "role": m.role} for m in rows])
+
+    @extend_schema(
+        request=inline_serializer("MemberAdd", {"username": serializers.CharField()}),
+        responses={201: _MEMBER},
+        description="The project's lead (or a platform admin) adds an existing account.",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        project = _project(request, slug)
+        username = json_object(request).get("username")
+        if not isinstance(username, str) or not username:
+            raise ApplicationError("required: a username", field="username", got=username)
+        made = member_add(by=request.user, project=project, username=username)
+        return Response({"username": username, "role": made.role}, status=201)
+
+
+class ProjectMember(APIView):
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, slug: str, username: str) -> Response:
+        member_remove(by=request.user, project=_project(request, slug), username=username)
+        return Response(status=204)

@@ -1,4 +1,4 @@
-"""Reads with permission checks: projects, the audit log."""
+"""Reads with permission checks: projects, their members, the audit log."""
 
 from __future__ import annotations
 
@@ -21,6 +21,29 @@ def project_get_for_user(user: AbstractBaseUser, slug: str) -> Project | None:
     return Project.objects.filter(slug=slug, memberships__user=user).first()
 
 
+def project_get_visible(user: AbstractBaseUser, slug: str) -> Project | None:
+    """The project page's project: a platform admin sees every project, anyone else those
+    they are a member of; None for the rest (the caller answers 404)."""
+    found = Project.objects.filter(slug=slug).first()
+    if found is None or not (
+        roles.is_platform_admin(user) or found.memberships.filter(user=user).exists()
+    ):
+        return None
+    return found
+
+
+def project_list_visible(user: AbstractBaseUser) -> QuerySet[Project]:
+    """The projects page: every project for a platform admin, one's own for anyone else."""
+    projects = Project.objects.order_by("slug").select_related("pi")
+    if not roles.is_platform_admin(user):
+        projects = projects.filter(memberships__user=user)
+    return projects
+
+
+def project_memberships(project: Project, *, order: tuple[str, ...] = ("user__username",)):
+    return project.memberships.select_related("user").order_by(*order)
+
+
 def project_get_for_member(user: AbstractBaseUser, slug: str, *, field: str = "project") -> Project:
     """A project the user is a member of, or a 400 naming the field (never says whether the
     project exists: outsiders learn nothing)."""
@@ -28,17 +51,6 @@ def project_get_for_member(user: AbstractBaseUser, slug: str, *, field: str = "p
     if project is None:
         raise ApplicationError("you are not a member of this project", field=field, got=slug)
     return project
-
-
-# Ids the database can hold (a bigint): a larger number in a URL is a 404, not a 500.
-_MAX_ID = 2**63 - 1
-
-
-def checked_pk(pk: int | str) -> int:
-    value = int(pk)
-    if not 0 < value <= _MAX_ID:
-        raise ValueError(pk)
-    return value
 
 
 def audit_visible_to(user: AbstractBaseUser) -> QuerySet[AuditEvent]:

@@ -1,9 +1,12 @@
-"""Console pages of the portal itself: the configuration history and the audit log."""
+"""Console pages of the portal itself: the configuration history, the audit log, and the
+projects with their members (a project's quotas are set on its page through scheduling's
+quota view)."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -11,8 +14,17 @@ from django.views.decorators.http import require_POST
 
 from portal import history, roles
 from portal.errors import ApplicationError
-from portal.models import AuditEvent, ConfigVersion
-from portal.selectors import audit_filter, audit_visible_to, checked_pk
+from portal.models import AuditEvent, ConfigVersion, Project
+from portal.parsing import checked_pk
+from portal.selectors import (
+    audit_filter,
+    audit_visible_to,
+    project_get_visible,
+    project_list_visible,
+    project_memberships,
+)
+from portal.services import member_add, member_remove
+from scheduling import usage
 
 
 @login_required
@@ -105,3 +117,50 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     }
     template = "portal/_audit_rows.html" if request.htmx else "portal/audit.html"
     return render(request, template, context)
+
+
+def _project(request: HttpRequest, slug: str) -> Project:
+    found = project_get_visible(request.user, slug)
+    if found is None:
+        raise Http404("no such project")
+    return found
+
+
+@login_required
+def project_list(request: HttpRequest) -> HttpResponse:
+    projects = project_list_visible(request.user)
+    return render(request, "portal/project_list.html", {"projects": projects})
+
+
+@login_required
+def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    project = _project(request, slug)
+    context = {
+        "project": project,
+        "members": project_memberships(project, order=("role", "user__username")),
+        "quotas": usage.project_quotas(project),
+        "leads": roles.leads_project(request.user, project),
+        "queues": usage.queue_names(),
+        "resources": usage.quota_resources(),
+    }
+    return render(request, "portal/project_detail.html", context)
+
+
+@login_required
+@require_POST
+def project_members(request: HttpRequest, slug: str) -> HttpResponse:
+    """Add (`username`) or remove (`remove`) a member."""
+    project = _project(request, slug)
+    try:
+        if request.POST.get("remove"):
+            member_remove(by=request.user, project=project, username=request.POST["remove"])
+            messages.success(request, f"{request.POST['remove']} is no longer a member.")
+        else:
+            username = request.POST.get("username", "").strip()
+            member_add(by=request.user, project=project, username=username)
+            messages.success(request, f"{username} is now a member of {project.slug}.")
+    except ApplicationError as exc:
+        if exc.status == 403:
+            raise PermissionDenied(str(exc)) from None
+        messages.error(request, f"{exc.errors[0].field or 'member'}: {exc}")
+    return redirect("project-detail", slug=project.slug)

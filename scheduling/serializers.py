@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from portal import roles
 from scheduling import sealed
 from scheduling.decisions.levels import LEVELS
-from scheduling.models import Attempt, PriorityRequest, Task, TaskEvent, Workflow
+from scheduling.models import Attempt, NodeLease, PriorityRequest, Queue, Task, TaskEvent, Workflow
 from scheduling.selectors.waiting import explain
+from scheduling.services.queues import EDITABLE
 
 
 class TaskEventSerializer(serializers.ModelSerializer):
@@ -236,3 +238,42 @@ class PriorityRequestSerializer(serializers.ModelSerializer):
 
     def get_decided_by(self, request: PriorityRequest) -> str | None:
         return request.decided_by.get_username() if request.decided_by else None
+
+
+class QueueSerializer(serializers.ModelSerializer):
+    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    admins = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
+    editable = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Queue
+        fields = ["name", "pool", "admins", "editable", *EDITABLE]
+
+    def get_editable(self, queue: Queue) -> bool:
+        return roles.administers_queue(self.context["request"].user, queue.pk)
+
+
+class LeaseSerializer(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool.name")
+    queue = serializers.CharField(source="queue.name")
+    nodes = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
+    created_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodeLease
+        fields = [
+            "id",
+            "pool",
+            "queue",
+            "nodes",
+            "starts_at",
+            "ends_at",
+            "state",
+            "created_by",
+            "reason",
+            "reclaimed_at",
+            "requeued",
+        ]
+
+    def get_created_by(self, lease: NodeLease) -> str | None:
+        return lease.created_by.get_username() if lease.created_by else None

@@ -2,9 +2,11 @@ from django.urls import path
 
 from scheduling.views import canary as views_canary
 from scheduling.views import capacity as views_capacity
-from scheduling.views import console as views_console
 from scheduling.views import policy as views_policy
+from scheduling.views import queues as views_queues
+from scheduling.views import quotas as views_quotas
 from scheduling.views import tasks as views
+from scheduling.views import workflows as views_workflows
 from simulation import views as views_simulation
 
 urlpatterns = [
@@ -12,10 +14,10 @@ urlpatterns = [
     path("tasks/new/", views.task_submit, name="task-submit"),
     path("tasks/<int:pk>/", views.task_detail, name="task-detail"),
     path("tasks/<int:pk>/cancel/", views.task_cancel, name="task-cancel"),
-    path("workflows/", views.workflow_list, name="workflow-list"),
-    path("workflows/<int:pk>/", views.workflow_detail, name="workflow-detail"),
-    path("workflows/<int:pk>/cancel/", views.workflow_cancel, name="workflow-cancel"),
-    path("workflows/<int:pk>/changes/", views.workflow_changes, name="workflow-changes"),
+    path("workflows/", views_workflows.workflow_list, name="workflow-list"),
+    path("workflows/<int:pk>/", views_workflows.workflow_detail, name="workflow-detail"),
+    path("workflows/<int:pk>/cancel/", views_workflows.workflow_cancel, name="workflow-cancel"),
+    path("workflows/<int:pk>/changes/", views_workflows.workflow_changes, name="workflow-changes"),
     path(
         "tasks/<int:pk>/priority/",
         views_policy.task_priority_request,
@@ -28,17 +30,14 @@ urlpatterns = [
         name="priority-request-decide",
     ),
     path("queues/", views_policy.queue_list, name="queue-list"),
-    path("queues/<slug:name>/edit/", views_console.queue_edit, name="queue-edit"),
-    path("projects/", views_console.project_list, name="project-list"),
+    path("queues/<slug:name>/edit/", views_queues.queue_edit, name="queue-edit"),
     path("config/canary/", views_canary.canary_page, name="canary"),
     path(
         "config/canary/<int:pk>/<str:verdict>/",
         views_canary.canary_decide,
         name="canary-decide",
     ),
-    path("projects/<slug:slug>/", views_console.project_detail, name="project-detail"),
-    path("projects/<slug:slug>/members/", views_console.project_members, name="project-members"),
-    path("projects/<slug:slug>/quotas/", views_console.project_quota, name="project-quota"),
+    path("projects/<slug:slug>/quotas/", views_quotas.project_quota, name="project-quota"),
     path("capacity/", views_capacity.capacity, name="capacity"),
     path("capacity/lend/", views_capacity.lend, name="capacity-lend"),
     path("capacity/leases/<int:pk>/end/", views_capacity.lease_end, name="capacity-lease-end"),

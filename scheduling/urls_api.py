@@ -1,9 +1,12 @@
 from django.urls import path
 
+from scheduling.api import canary as api_canary
 from scheduling.api import capacity as api_capacity
-from scheduling.api import console as api_console
 from scheduling.api import policy as api_policy
+from scheduling.api import queues as api_queues
+from scheduling.api import quotas as api_quotas
 from scheduling.api import tasks as api
+from scheduling.api import workflows as api_workflows
 
 urlpatterns = [
     path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),
@@ -11,34 +14,32 @@ urlpatterns = [
     path("tasks/<int:pk>/", api.TaskDetail.as_view(), name="api-task-detail"),
     path("tasks/<int:pk>/cancel/", api.TaskCancel.as_view(), name="api-task-cancel"),
     path("tasks/<int:pk>/log/", api.TaskLog.as_view(), name="api-task-log"),
-    path("workflows/", api.WorkflowListCreate.as_view(), name="api-workflow-list"),
-    path("workflows/<int:pk>/", api.WorkflowDetail.as_view(), name="api-workflow-detail"),
-    path("workflows/<int:pk>/cancel/", api.WorkflowCancel.as_view(), name="api-workflow-cancel"),
+    path("workflows/", api_workflows.WorkflowListCreate.as_view(), name="api-workflow-list"),
+    path("workflows/<int:pk>/", api_workflows.WorkflowDetail.as_view(), name="api-workflow-detail"),
+    path(
+        "workflows/<int:pk>/cancel/",
+        api_workflows.WorkflowCancel.as_view(),
+        name="api-workflow-cancel",
+    ),
     path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
     path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
     path("leases/<int:pk>/", api_capacity.LeaseDetail.as_view(), name="api-lease"),
     path("leases/<int:pk>/end/", api_capacity.LeaseEnd.as_view(), name="api-lease-end"),
-    path("projects/<slug:slug>/quotas/", api_console.ProjectQuotas.as_view(), name="api-quotas"),
-    path("projects/<slug:slug>/members/", api_console.ProjectMembers.as_view(), name="api-members"),
-    path(
-        "projects/<slug:slug>/members/<str:username>/",
-        api_console.ProjectMember.as_view(),
-        name="api-member",
-    ),
-    path("canaries/", api_console.CanaryList.as_view(), name="api-canaries"),
+    path("projects/<slug:slug>/quotas/", api_quotas.ProjectQuotas.as_view(), name="api-quotas"),
+    path("canaries/", api_canary.CanaryList.as_view(), name="api-canaries"),
     path(
         "canaries/<int:pk>/promote/",
-        api_console.CanaryDecide.as_view(promote=True),
+        api_canary.CanaryDecide.as_view(promote=True),
         name="api-canary-promote",
     ),
     path(
         "canaries/<int:pk>/abandon/",
-        api_console.CanaryDecide.as_view(promote=False),
+        api_canary.CanaryDecide.as_view(promote=False),
         name="api-canary-abandon",
     ),
-    path("queues/", api_console.QueueList.as_view(), name="api-queues"),
-    path("queues/<slug:name>/", api_console.QueueDetail.as_view(), name="api-queue"),
-    path("nodes/<str:name>/<str:state>/", api_console.NodeState.as_view(), name="api-node-state"),
+    path("queues/", api_queues.QueueList.as_view(), name="api-queues"),
+    path("queues/<slug:name>/", api_queues.QueueDetail.as_view(), name="api-queue"),
+    path("nodes/<str:name>/<str:state>/", api_capacity.NodeState.as_view(), name="api-node-state"),
     path(
         "priority-requests/",
         api_policy.PriorityRequestList.as_view(),

@@ -16,11 +16,14 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from portal import roles
-from portal.selectors import checked_pk
+from portal.parsing import checked_pk
 from scheduling.models import Queue
 from simulation.models import SimulationRun
 
-MODEL_ONLY = (SimulationRun.Workload.DAY, SimulationRun.Workload.BURST)
+# What a run can model and the states it goes through, for the pages to offer and show.
+Workload = SimulationRun.Workload
+RunState = SimulationRun.State
+MODEL_ONLY = (Workload.DAY, Workload.BURST)
 
 
 def simulation_list_for_user(user: AbstractBaseUser) -> QuerySet[SimulationRun]:

@@ -15,8 +15,9 @@ from django.shortcuts import redirect, render
 from portal import roles
 from portal.errors import ApplicationError
 from simulation import presenters as report
-from simulation.models import SimulationRun
 from simulation.selectors import (
+    RunState,
+    Workload,
     replayable_queues,
     simulation_get_for_user,
     simulation_list_for_user,
@@ -39,7 +40,7 @@ def _operator(request: HttpRequest) -> None:
 def simulation_list(request: HttpRequest) -> HttpResponse:
     _operator(request)
     form: dict[str, Any] = {name: "" for name in FIELDS}
-    form.update(workload=SimulationRun.Workload.DAY, policies=list(POLICIES), queues=[])
+    form.update(workload=Workload.DAY, policies=list(POLICIES), queues=[])
     errors = []
     if request.method == "POST":
         form = {name: request.POST.get(name, "") for name in FIELDS}
@@ -68,7 +69,7 @@ def simulation_list(request: HttpRequest) -> HttpResponse:
         "form": form,
         "errors": errors,
         "error_fields": {e.field for e in errors},
-        "workloads": SimulationRun.Workload.choices,
+        "workloads": Workload.choices,
         "policies": POLICIES,
         "max_repeat": MAX_REPEAT,
         "queues": replayable_queues(request.user),
@@ -111,8 +112,8 @@ def simulation_compare(request: HttpRequest) -> HttpResponse:
     return render(request, "scheduling/simulation_compare.html", context)
 
 
-def _shown(run: SimulationRun) -> dict[str, Any]:
-    done = run.state == SimulationRun.State.SUCCEEDED
+def _shown(run) -> dict[str, Any]:
+    done = run.state == RunState.SUCCEEDED
     return {
         "run": run,
         "criteria": report.criteria_rows(run.result),

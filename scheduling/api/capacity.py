@@ -1,4 +1,4 @@
-"""REST API v1 for capacity: node leases, current and past (docs/capacity.md).
+"""REST API v1 for capacity: node leases, current and past, and node states (docs/capacity.md).
 
 Leases are shown to whom the Capacity page shows them (`selectors.capacity`): a lease anyone
 else asks for does not exist for them."""
@@ -13,38 +13,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal import roles
 from portal.errors import ApplicationError
-from portal.selectors import checked_pk
+from portal.parsing import checked_pk, json_object, parse_until
 from scheduling import services
-from scheduling.api.policy import parse_until
-from scheduling.models import NodeLease
-from scheduling.selectors.capacity import lease_list_for_user
-
-
-class LeaseSerializer(serializers.ModelSerializer):
-    pool = serializers.CharField(source="pool.name")
-    queue = serializers.CharField(source="queue.name")
-    nodes = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
-    created_by = serializers.SerializerMethodField()
-
-    class Meta:
-        model = NodeLease
-        fields = [
-            "id",
-            "pool",
-            "queue",
-            "nodes",
-            "starts_at",
-            "ends_at",
-            "state",
-            "created_by",
-            "reason",
-            "reclaimed_at",
-            "requeued",
-        ]
-
-    def get_created_by(self, lease: NodeLease) -> str | None:
-        return lease.created_by.get_username() if lease.created_by else None
+from scheduling.selectors.capacity import LeaseStates, NodeStates, lease_list_for_user, node_by_name
+from scheduling.serializers import LeaseSerializer
 
 
 class LeaseList(ListCreateAPIView):
@@ -54,7 +28,7 @@ class LeaseList(ListCreateAPIView):
         leases = lease_list_for_user(self.request.user)
         state = self.request.query_params.get("state")
         if state is not None:
-            if state not in NodeLease.State.values:
+            if state not in LeaseStates.values:
                 raise ApplicationError("must be active or ended", field="state", got=state[:80])
             leases = leases.filter(state=state)
         return leases
@@ -98,7 +72,7 @@ class LeaseList(ListCreateAPIView):
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
 
-def _visible_lease(request: Request, pk: int) -> NodeLease:
+def _visible_lease(request: Request, pk: int):
     try:
         lease = lease_list_for_user(request.user).filter(pk=checked_pk(pk)).first()
     except ValueError:  # an id no database holds
@@ -111,7 +85,7 @@ def _visible_lease(request: Request, pk: int) -> NodeLease:
 class LeaseDetail(RetrieveAPIView):
     serializer_class = LeaseSerializer
 
-    def get_object(self) -> NodeLease:
+    def get_object(self):
         return _visible_lease(self.request, self.kwargs["pk"])
 
 
@@ -125,3 +99,36 @@ class LeaseEnd(APIView):
     def post(self, request: Request, pk: int) -> Response:
         lease = services.lease_end(user=request.user, lease_id=_visible_lease(request, pk).pk)
         return Response(LeaseSerializer(lease).data)
+
+
+class NodeState(APIView):
+    @extend_schema(
+        request=inline_serializer("NodeStateChange", {"reason": serializers.CharField()}),
+        responses={
+            200: inline_serializer(
+                "NodeStateAnswer",
+                {
+                    "node": serializers.CharField(),
+                    "state": serializers.CharField(),
+                    "changed": serializers.BooleanField(),
+                },
+            )
+        },
+        description="Drain (`drained`), mark down (`down`) or resume (`up`) a node: platform "
+        "admins any node, queue admins the nodes of their queues' pools.",
+    )
+    def post(self, request: Request, name: str, state: str) -> Response:
+        node = node_by_name(name)
+        if node is None or not roles.administers_pool(request.user, node.pool_id):
+            raise ApplicationError("not found", status=404)
+        if state not in NodeStates.values:
+            raise ApplicationError("must be up, drained or down", field="state", got=state[:20])
+        reason = json_object(request).get("reason") if request.data else None
+        changed = services.nodes_set_state(
+            nodes=[node],
+            state=state,
+            reason=str(reason or f"set {state} through the API"),
+            by=request.user.get_username(),
+            user=request.user,
+        )
+        return Response({"node": node.name, "state": state, "changed": bool(changed)})

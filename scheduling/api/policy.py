@@ -1,15 +1,10 @@
-"""REST API v1 for the policy: a project's quotas, and priority-raise requests.
+"""REST API v1 for priority-raise requests: ask for a higher level, decide.
 
 Thin, like scheduling/api/tasks.py: read the request, call one service or selector, answer.
 """
 
 from __future__ import annotations
 
-import contextlib
-from datetime import UTC, datetime, timedelta
-
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListCreateAPIView
@@ -18,40 +13,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
-from portal.models import Project
-from portal.selectors import project_get_for_user
+from portal.parsing import parse_until, text_or_none
 from scheduling import services
-from scheduling.descriptor import parse_duration
 from scheduling.selectors import task_get_for_user
-from scheduling.selectors.quota import project_quotas
 from scheduling.selectors.requests import inbox_for, request_get_for_user, requests_visible_to
 from scheduling.serializers import PriorityRequestSerializer
-
-_QUOTAS = inline_serializer(
-    "QuotaUse",
-    many=True,
-    fields={
-        "queue": serializers.CharField(),
-        "user": serializers.CharField(allow_null=True),
-        "resource": serializers.ChoiceField(["gpus", "cpus", "tasks", "gpu_hours", "core_hours"]),
-        "limit": serializers.IntegerField(),
-        "used": serializers.FloatField(help_text="hours for a budget"),
-        "over_quota": serializers.ChoiceField(["queue", "reject"]),
-        "period": serializers.CharField(allow_null=True, help_text="a budget's period"),
-        "text": serializers.CharField(),
-    },
-)
-
-
-class ProjectQuotas(APIView):
-    @extend_schema(responses={200: _QUOTAS})
-    def get(self, request: Request, slug: str) -> Response:
-        project = project_get_for_user(request.user, slug)
-        if project is None and request.user.is_superuser:
-            project = Project.objects.filter(slug=slug).first()
-        if project is None:
-            raise ApplicationError("not found", status=404)
-        return Response(project_quotas(project))
 
 
 class PriorityRequestList(ListCreateAPIView):
@@ -105,10 +71,10 @@ class PriorityRequestList(ListCreateAPIView):
         made = services.priority_request_create(
             user=request.user,
             task=task,
-            project=_text(data, "project"),
-            queue=_text(data, "queue"),
-            level=_text(data, "level") or "",
-            reason=_text(data, "reason") or "",
+            project=text_or_none(data, "project"),
+            queue=text_or_none(data, "queue"),
+            level=text_or_none(data, "level") or "",
+            reason=text_or_none(data, "reason") or "",
             until=parse_until(data.get("until")),
         )
         return Response(PriorityRequestSerializer(made).data, status=status.HTTP_201_CREATED)
@@ -128,33 +94,6 @@ class PriorityRequestDecide(APIView):
             user=request.user,
             request=found,
             approve=self.approve,
-            comment=_text(data, "comment") or "",
+            comment=text_or_none(data, "comment") or "",
         )
         return Response(PriorityRequestSerializer(decided).data)
-
-
-def _text(data: dict, name: str) -> str | None:
-    value = data.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ApplicationError("must be text", field=name, got=value)
-    return value
-
-
-def parse_until(raw: object) -> datetime:
-    """An ISO 8601 time (UTC if it names no zone), or a duration from now (`4h`, `2d`)."""
-    if not isinstance(raw, str) or not raw.strip():
-        raise ApplicationError("required: a time (ISO 8601) or a duration (4h)", field="until")
-    try:
-        return timezone.now() + timedelta(seconds=parse_duration(raw.strip()))
-    except ValueError:
-        pass  # not a duration: a time, then
-    when = None
-    with contextlib.suppress(ValueError):  # a well-formed but impossible time: refused below
-        when = parse_datetime(raw.strip())
-    if when is None:
-        raise ApplicationError(
-            "must be a time (2026-12-03T18:00Z) or a duration (4h)", field="until", got=raw[:80]
-        )
-    return when if when.tzinfo else when.replace(tzinfo=UTC)

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import re
 
-from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.generics import ListCreateAPIView, RetrieveAPIView
-from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
+from portal.parsing import (
+    DESCRIPTOR_PARSERS,
+    JSON_PARSERS,
+    JSON_TYPES,
+    descriptor_request,
+    media_type,
+    raw_body,
+    read_descriptor,
+)
 from scheduling import engine, services
 from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA, slug_problem
 from scheduling.models import TaskState
@@ -25,134 +32,17 @@ from scheduling.selectors import (
     site_view,
     task_get_for_user,
     task_list_for_user,
-    workflow_get_for_user,
-    workflow_list_for_user,
 )
 from scheduling.serializers import (
     TaskDetailSerializer,
     TaskSerializer,
-    WorkflowDetailSerializer,
-    WorkflowSerializer,
     task_created_data,
 )
 from scheduling.spec import TASK_TYPES
 
-_JSON_TYPES = {"application/json"}
-_YAML_TYPES = {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"}
-# Room for the multipart framing around a descriptor file or field.
-_MULTIPART_SLACK = 64 * 1024
 # Offsets and ids are exact in every JSON client and fit a PostgreSQL bigint.
 _MAX_INT = 2**53 - 1
 _INTEGER = re.compile(r"-?[0-9]{1,20}")
-
-
-def _content_type(request: Request) -> str:
-    return (request.content_type or "").split(";")[0].strip().lower()
-
-
-def _declared_length(request) -> int:
-    try:
-        return max(0, int(request.META.get("CONTENT_LENGTH") or 0))
-    except ValueError:
-        return 0
-
-
-class RawBody(BaseParser):
-    """A JSON or YAML body as bytes: the descriptor module parses it, with its own limits.
-
-    Being a parser (not a raw read in the view) is what lets a browser session send JSON or
-    YAML: DRF's CSRF check reads `request.POST`, which parses the body first. The limit is
-    the view's `body_limit` setting; a body declared larger is refused before it is read,
-    and one sent without a length is read one byte past the limit, so that the descriptor's
-    own size check still refuses it instead of it being cut silently.
-    """
-
-    def parse(self, stream, media_type=None, parser_context=None) -> bytes:
-        view = (parser_context or {}).get("view")
-        limit = getattr(settings, getattr(view, "body_limit", "SWITCHYARD_DESCRIPTOR_MAX_BYTES"))
-        what = getattr(view, "body_what", "descriptor")
-        request = (parser_context or {}).get("request")
-        length = _declared_length(request) if request is not None else 0
-        if length > limit:
-            raise ApplicationError(
-                f"the {what} is {length} bytes; the limit is {limit}", got=length
-            )
-        return stream.read(limit + 1) if stream is not None else b""
-
-
-def _raw_parser(media: str) -> type[RawBody]:
-    name = "Raw" + "".join(part.title() for part in media.replace("/", "-").split("-"))
-    return type(name, (RawBody,), {"media_type": media})
-
-
-JSON_PARSERS = [_raw_parser(media) for media in sorted(_JSON_TYPES)]
-DESCRIPTOR_PARSERS = [
-    MultiPartParser,
-    *JSON_PARSERS,
-    *(_raw_parser(m) for m in sorted(_YAML_TYPES)),
-]
-
-
-def _body(request: Request) -> bytes:
-    data = request.data
-    return data if isinstance(data, bytes) else b""
-
-
-def read_descriptor(request: Request) -> tuple[bytes, str | None]:
-    """The descriptor's bytes and format from a JSON, YAML or multipart request."""
-    limit = settings.SWITCHYARD_DESCRIPTOR_MAX_BYTES
-    content_type = _content_type(request)
-    if content_type == "multipart/form-data":
-        length = _declared_length(request)
-        if length > limit + _MULTIPART_SLACK:
-            raise ApplicationError(
-                f"the request is {length} bytes; a descriptor may be at most {limit}",
-                field="descriptor",
-                got=length,
-            )
-        upload = request.FILES.get("descriptor")
-        if upload is None:
-            text = request.POST.get("descriptor")
-            if text is None:
-                raise ApplicationError(
-                    "send the descriptor as the multipart field 'descriptor'", field="descriptor"
-                )
-            return text.encode("utf-8"), None
-        if upload.size > limit:
-            raise ApplicationError(
-                f"the descriptor is {upload.size} bytes; the limit is {limit}",
-                field="descriptor",
-                got=upload.size,
-            )
-        name = (upload.name or "").lower()
-        fmt = (
-            "json"
-            if name.endswith(".json")
-            else "yaml"
-            if name.endswith((".yaml", ".yml"))
-            else None
-        )
-        return upload.read(), fmt
-    if content_type in _JSON_TYPES or content_type in _YAML_TYPES:
-        return _body(request), "json" if content_type in _JSON_TYPES else "yaml"
-    raise ApplicationError(
-        "send the descriptor as application/json, application/yaml, or multipart field "
-        "'descriptor'",
-        field=None,
-        got=content_type or None,
-        status=415,
-    )
-
-
-def _descriptor_request(upload_name: str) -> dict:
-    """The three ways a descriptor arrives, for the OpenAPI schema."""
-    return {
-        "application/json": OpenApiTypes.OBJECT,
-        "application/yaml": OpenApiTypes.STR,
-        "multipart/form-data": inline_serializer(
-            upload_name, {"descriptor": serializers.FileField()}
-        ),
-    }
 
 
 _FILTERS = {
@@ -197,7 +87,7 @@ class TaskListCreate(ListCreateAPIView):
         return super().get(request, *args, **kwargs)
 
     @extend_schema(
-        request=_descriptor_request("DescriptorUpload"),
+        request=descriptor_request("DescriptorUpload"),
         responses={201: TaskSerializer},
         description="Submit one task descriptor (see /api/v1/descriptor-schema/).",
     )
@@ -228,12 +118,12 @@ class TaskBatch(APIView):
         "All are stored or none; errors name `tasks[i].field`.",
     )
     def post(self, request: Request) -> Response:
-        content_type = _content_type(request)
-        if content_type not in _JSON_TYPES:
+        content_type = media_type(request)
+        if content_type not in JSON_TYPES:
             raise ApplicationError(
                 "send the batch as application/json", got=content_type or None, status=415
             )
-        ids = services.task_submit_batch(user=request.user, text=_body(request))
+        ids = services.task_submit_batch(user=request.user, text=raw_body(request))
         return Response({"count": len(ids), "ids": ids}, status=status.HTTP_201_CREATED)
 
 
@@ -312,37 +202,3 @@ def _is_id(value: str) -> bool:
 @permission_classes([AllowAny])
 def descriptor_schema(request: Request) -> Response:
     return Response(DESCRIPTOR_JSON_SCHEMA)
-
-
-class WorkflowListCreate(ListCreateAPIView):
-    serializer_class = WorkflowSerializer
-    parser_classes = DESCRIPTOR_PARSERS
-
-    def get_queryset(self):
-        return workflow_list_for_user(self.request.user).order_by("-id")
-
-    @extend_schema(
-        request=_descriptor_request("WorkflowUpload"),
-        responses={201: WorkflowDetailSerializer},
-        description="Submit a `kind: Workflow` descriptor: a DAG of tasks.",
-    )
-    def post(self, request: Request, *args, **kwargs) -> Response:
-        body, fmt = read_descriptor(request)
-        workflow = services.workflow_submit(user=request.user, text=body, fmt=fmt)
-        data = WorkflowDetailSerializer(workflow, context={"request": request}).data
-        return Response(data, status=status.HTTP_201_CREATED)
-
-
-class WorkflowDetail(RetrieveAPIView):
-    serializer_class = WorkflowDetailSerializer
-
-    def get_object(self):
-        return workflow_get_for_user(self.request.user, self.kwargs["pk"])
-
-
-class WorkflowCancel(APIView):
-    @extend_schema(request=None, responses={200: WorkflowSerializer})
-    def post(self, request: Request, pk: int) -> Response:
-        workflow = workflow_get_for_user(request.user, pk)
-        workflow = services.workflow_cancel(user=request.user, workflow=workflow)
-        return Response(WorkflowSerializer(workflow, context={"request": request}).data)

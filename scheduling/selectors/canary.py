@@ -13,6 +13,23 @@ from scheduling.models import Canary, Task, TaskState
 WAIT_SAMPLE = 20_000
 
 
+def canary_get(pk: int) -> Canary | None:
+    return Canary.objects.filter(pk=pk).first()
+
+
+def canary_list(limit: int) -> list[Canary]:
+    """The newest canaries first."""
+    return list(Canary.objects.all()[:limit])
+
+
+def canary_active() -> Canary | None:
+    return Canary.objects.filter(state=Canary.State.ACTIVE).first()
+
+
+def canary_past(limit: int) -> list[Canary]:
+    return list(Canary.objects.exclude(state="active")[:limit])
+
+
 def canary_results(canary: Canary) -> list[dict[str, Any]]:
     """One row per arm (the current rules, the canary): tasks, where they went, how long they
     waited to start (mean, p95), how many have started, failed, are still waiting."""

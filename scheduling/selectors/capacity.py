@@ -13,7 +13,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 
 from portal import roles
-from scheduling.models import Alert, NodeLease, Pool
+from scheduling.models import Alert, Node, NodeLease, Pool
+
+# The states a node and a lease can be in, for the pages and the API to check and filter by.
+NodeStates = Node.State
+LeaseStates = NodeLease.State
 
 
 def capacity_pools_for_user(user: AbstractBaseUser) -> QuerySet[Pool]:
@@ -23,6 +27,14 @@ def capacity_pools_for_user(user: AbstractBaseUser) -> QuerySet[Pool]:
     if roles.is_platform_admin(user):
         return pools
     return pools.filter(pk__in=roles.administered_pool_ids(user))
+
+
+def node_by_name(name: str) -> Node | None:
+    return Node.objects.select_related("pool").filter(name=name).first()
+
+
+def node_in_pools(pk: int, pools: QuerySet[Pool]) -> Node | None:
+    return Node.objects.filter(pk=pk, pool__in=pools).select_related("pool").first()
 
 
 def lease_list_for_user(user: AbstractBaseUser) -> QuerySet[NodeLease]:

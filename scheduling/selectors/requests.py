@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from portal.selectors import checked_pk
+from portal.parsing import checked_pk
 from scheduling.models import PriorityRequest
 
 

@@ -14,8 +14,7 @@ from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
-from scheduling.models import Canary
-from scheduling.selectors.canary import canary_results
+from scheduling.selectors.canary import canary_active, canary_get, canary_past, canary_results
 from scheduling.services.canary import canary_end, canary_start, current_rule_set
 
 
@@ -60,11 +59,11 @@ def canary_page(request: HttpRequest) -> HttpResponse:
                     request, f"Canary {made.name} takes {made.share_percent} % of new submissions."
                 )
                 return redirect("canary")
-    active = Canary.objects.filter(state=Canary.State.ACTIVE).first()
+    active = canary_active()
     context = {
         "active": active,
         "results": canary_results(active) if active else [],
-        "past": [(c, canary_results(c)) for c in Canary.objects.exclude(state="active")[:5]],
+        "past": [(c, canary_results(c)) for c in canary_past(5)],
         "form": form,
         "errors": errors,
         "active_rules": json.dumps(
@@ -83,7 +82,7 @@ def canary_decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
     _admin(request)
     if verdict not in ("promote", "abandon"):
         raise Http404("no such decision")
-    canary = Canary.objects.filter(pk=pk).first()
+    canary = canary_get(pk)
     if canary is None:
         raise Http404("no such canary")
     try:

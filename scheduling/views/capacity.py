@@ -12,14 +12,17 @@ from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.parsing import parse_until
 from scheduling import services
-from scheduling.api.policy import parse_until
-from scheduling.models import Node, NodeLease, Queue
 from scheduling.selectors.capacity import (
+    LeaseStates,
+    NodeStates,
     alert_list_for_user,
     capacity_pools_for_user,
     lease_list_for_user,
+    node_in_pools,
 )
+from scheduling.selectors.queues import queue_list_by_name
 
 
 def _platform_admin(request: HttpRequest) -> None:
@@ -42,9 +45,9 @@ def capacity(request: HttpRequest) -> HttpResponse:
     context = {
         "platform_admin": admin,
         "pools": pools,
-        "queues": Queue.objects.select_related("pool").order_by("name"),
-        "active": leases.filter(state=NodeLease.State.ACTIVE),
-        "past": leases.filter(state=NodeLease.State.ENDED)[:20],
+        "queues": queue_list_by_name(),
+        "active": leases.filter(state=LeaseStates.ACTIVE),
+        "past": leases.filter(state=LeaseStates.ENDED)[:20],
         "alerts": alerts[:30],
         "now": timezone.now(),
     }
@@ -54,9 +57,9 @@ def capacity(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def node_state(request: HttpRequest, pk: int, state: str) -> HttpResponse:
-    if state not in Node.State.values:
+    if state not in NodeStates.values:
         raise Http404("no such state")
-    node = Node.objects.filter(pk=pk, pool__in=_pools(request)).select_related("pool").first()
+    node = node_in_pools(pk, _pools(request))
     if node is None:
         raise Http404("no such node")
     services.nodes_set_state(

@@ -15,14 +15,14 @@ from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.parsing import parse_until
 from portal.selectors import project_list_for_user
 from scheduling import services
-from scheduling.api.policy import parse_until
 from scheduling.decisions.levels import LEVELS, rule_for
 from scheduling.decisions.order import format_window
-from scheduling.models import PriorityRequest, Queue
 from scheduling.selectors import site_view, task_get_for_user
 from scheduling.selectors.policy import site_minute
+from scheduling.selectors.queues import queue_list as queues_with_admins
 from scheduling.selectors.quota import project_quotas
 from scheduling.selectors.requests import (
     inbox_for,
@@ -59,7 +59,7 @@ def priority_requests(request: HttpRequest) -> HttpResponse:
     decider = is_decider(request.user)
     # A sweep can fill an inbox: it is paged (`?page=`), the oldest first; the recent list is
     # the newest 50 (the API pages through all of them).
-    inbox = inbox_for(request.user) if decider else PriorityRequest.objects.none()
+    inbox = inbox_for(request.user) if decider else []
     page = Paginator(inbox, 50).get_page(request.GET.get("page"))
     context = {
         "decider": decider,
@@ -104,7 +104,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
         for row in project_quotas(project):
             quotas.setdefault(row["queue"], []).append({"project": project.slug, **row})
     queues = []
-    for queue in Queue.objects.select_related("pool").prefetch_related("admins"):
+    for queue in queues_with_admins():
         policy = site.queues[queue.name]
         windows = site.weights.get(queue.name, ())
         types = policy.task_types or TASK_TYPES

@@ -36,7 +36,7 @@ import time
 
 IDLE_S = 120.0
 CHECK_S = 2.0  # how often it looks whether its socket is still there
-CODE_FILES = ("launcher.py", "shim.py", "jobwatch.py", "../jobnet.py")
+CODE_FILES = ("launcher.py", "shim.py", "jobwait.py", "jobwatch.py", "../jobnet.py")
 MAX_REQUEST_BYTES = 1 << 20
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -130,6 +130,7 @@ class Launcher:
         import jobwatch  # noqa: F401 - imported here once, instead of in every supervisor
         import shim
 
+        shim._jobwait()  # likewise
         shim._jobnet()  # likewise, for batch jobs
 
         self.shim = shim

@@ -20,8 +20,9 @@ backend imports this file as the module `shim` (launch.py: cached bytecode); `py
 shim.py <jobdir>` and `python -m scheduling.backends.local.shim <jobdir>` work too, only
 slower.
 
-This file is long on purpose: what a job needs until its command runs is here, in the one
-module every start loads, rather than spread over imports that each start would pay for.
+What a job needs until its command runs is here, in the one module every start loads,
+rather than spread over imports that each start would pay for; the wait loop, needed only
+once the command runs, is `jobwait.py`, imported by path then.
 
 The child's environment is exactly `plan["env"]`, built by the backend from nothing: this
 process's own environment never reaches it.
@@ -36,9 +37,6 @@ import resource  # a small built-in: the job tree's CPU time
 import sys
 import time
 
-# How often the wait loop wakes to look for the cancel marker when nothing else happens: a
-# cancel reaches the job (SIGTERM, then SIGKILL after the grace period) within this.
-MARKER_POLL_S = 0.25
 DEFAULT_GRACE_S = 5.0
 BWRAP_MISSING = "bubblewrap (bwrap) is not installed: tasks never run unsandboxed"
 RUN_AS_ROOT = "refusing to run a job as root: no Unix account to run it as (docs/security.md)"
@@ -200,7 +198,7 @@ class Shim:
             sandbox_pid=sandbox_pid,
             sandbox_start=self.sandbox[1] if self.sandbox else None,
         )
-        self.wait(pid, out_r, jobwatch)
+        _jobwait().wait(self, pid, out_r, jobwatch)
 
     def spawn(
         self, argv: list[str], env: dict[str, str], cwd: str, run_as: list[int] | None
@@ -302,160 +300,6 @@ class Shim:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def wait(self, pid: int, out_r: int, jobwatch) -> None:
-        # Only now the heavier modules: the child already runs.
-        import select
-
-        plan = self.plan
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_w, False)
-        _signal.set_wakeup_fd(wake_w)
-
-        def on_signal(signo: int, _frame: object) -> None:
-            self.terminated_by = signo  # the wakeup fd interrupts the select
-
-        for signo in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
-            _signal.signal(signo, on_signal)
-
-        walltime = plan.get("walltime_s")
-        grace = float(plan.get("grace_s", DEFAULT_GRACE_S))
-        start = time.monotonic()
-        deadline = start + walltime if walltime else None
-        sandbox_pid = self.sandbox[0] if self.sandbox else None
-        limits = jobwatch.Limits(plan.get("limits") or {}, pid, start, sandbox_pid)
-        self.watch = limits
-        kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
-        why: str | None = None  # "timeout" | "cancelled" | "terminated" | "limit"
-        broken = ""  # the limit a job broke, in words
-        try:
-            pidfd: int | None = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            pidfd = None  # old kernel: fall back to short polls
-
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                rc = os.waitstatus_to_exitcode(status)
-                break
-            now = time.monotonic()
-            if why is None:
-                if self.cancelled():
-                    why = "cancelled"
-                elif self.terminated_by is not None:
-                    why = "terminated"
-                elif deadline is not None and now >= deadline:
-                    why = "timeout"
-                elif broken := (limits.check(now) or ""):
-                    why = "limit"
-                if why == "limit":  # no grace: the limit is already broken
-                    self.kill_sandbox()
-                    signal_group(pid, _signal.SIGKILL)
-                elif why is not None:
-                    self.term_job(pid, jobwatch, _signal.SIGTERM)
-                    kill_at = now + grace
-            elif kill_at is not None and now >= kill_at:
-                self.kill_sandbox()
-                signal_group(pid, _signal.SIGKILL)
-                kill_at = None
-            timeouts = [MARKER_POLL_S if pidfd is not None else 0.05]
-            if why is None:
-                timeouts.append(limits.due(now))
-                if deadline is not None:
-                    timeouts.append(deadline - now)
-            if kill_at is not None:
-                timeouts.append(kill_at - now)
-            fds = (
-                [wake_r] + ([pidfd] if pidfd is not None else []) + ([out_r] if out_r >= 0 else [])
-            )
-            try:
-                ready, _, _ = select.select(fds, [], [], max(0.0, min(timeouts)))
-            except InterruptedError:
-                continue
-            if wake_r in ready:
-                try:  # noqa: SIM105 (contextlib is an import this file avoids)
-                    os.read(wake_r, 512)
-                except BlockingIOError:
-                    pass
-            if out_r >= 0 and out_r in ready:
-                out_r = self.pump(out_r)
-
-        # Whatever is left of the job's process group (background children) goes with it:
-        # a finished job leaves no processes behind.
-        signal_group(pid, _signal.SIGKILL)
-        self.kill_sandbox()
-        if self.net is not None:
-            _jobnet().disconnect(self.net)
-            self.net = None
-        # The writers are gone: what is left in the pipe is the end of the output.
-        end = time.monotonic() + 2
-        while out_r >= 0 and time.monotonic() < end:
-            if select.select([out_r], [], [], 0.2)[0]:
-                out_r = self.pump(out_r)
-        if out_r >= 0:
-            os.close(out_r)
-        self.log.close()
-        code = 128 - rc if rc < 0 else rc  # shell convention: death by signal N is 128 + N
-
-        if why == "cancelled" or (why is None and self.cancelled()):
-            self.finish("cancelled", "cancelled", exit_code=code)
-        elif why == "timeout":
-            self.finish("timeout", f"walltime of {walltime} s exceeded: stopped", exit_code=code)
-        elif why == "limit":
-            self.finish("failed", broken, exit_code=code)
-        elif why == "terminated":
-            name = signal_name(self.terminated_by)  # type: ignore[arg-type]
-            self.finish(
-                "failed", f"the local supervisor was stopped by {name}: job killed", exit_code=code
-            )
-        elif rc == 0:
-            self.finish("succeeded", "", exit_code=0)
-        elif code in (126, 127) and b"prlimit: failed to execute " in self.log.tail:
-            # The sandbox ran, the command in it could not be started.
-            why_not = self.log.last_line().removeprefix("prlimit: failed to execute ")
-            self.finish("failed", f"could not start the command: {why_not}", exit_code=code)
-        elif code == 1 and self.log.last_line().startswith("bwrap: "):
-            message = self.log.last_line().removeprefix("bwrap: ")
-            self.finish("failed", f"the sandbox could not be set up: {message}", exit_code=1)
-        elif code == 128 + _signal.SIGXFSZ:
-            cap = (plan.get("limits") or {}).get("disk_bytes") or 0
-            self.finish(
-                "failed",
-                f"disk limit: a file reached {jobwatch.size_text(cap)}, the most a job may "
-                "keep here (killed by SIGXFSZ)",
-                exit_code=code,
-            )
-        elif rc < 0 or 128 < code < 128 + 65:
-            # The sandbox reports its command's death by signal N as exit code 128 + N.
-            signo = code - 128
-            name = signal_name(signo)
-            self.finish("failed", f"killed by signal {name} ({signo})", exit_code=code)
-        else:
-            self.finish("failed", f"exit code {rc}", exit_code=code)
-
-    def term_job(self, pid: int, jobwatch, signo: int) -> None:
-        """Ask the job's own processes to stop (a grace period follows, then SIGKILL).
-
-        They run in a session of their own under the sandbox's init, which takes no signal
-        it has no handler for: each of them is signalled by its host pid.
-        """
-        if self.sandbox is None or proc_start_time(self.sandbox[0]) != self.sandbox[1]:
-            signal_group(pid, signo)  # no sandbox (yet): its setup is what runs
-            return
-        for job_pid in jobwatch.process_tree(self.sandbox[0])[1:]:
-            try:  # noqa: SIM105 (contextlib is an import this file avoids)
-                os.kill(job_pid, signo)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def pump(self, out_r: int) -> int:
-        """Copy what the job printed into the log; -1 once the pipe is closed."""
-        data = os.read(out_r, 1 << 16)
-        if not data:
-            os.close(out_r)
-            return -1
-        self.log.feed(data)
-        return out_r
-
 
 def _jobwatch():
     """The watchdog module beside this file (imported by path: `-I` leaves it off sys.path)."""
@@ -465,6 +309,16 @@ def _jobwatch():
     import jobwatch
 
     return jobwatch
+
+
+def _jobwait():
+    """The wait loop's module beside this file, imported by path once the child runs."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import jobwait
+
+    return jobwait
 
 
 def _jobnet():
@@ -484,25 +338,6 @@ def _read_all(fd: int) -> bytes:
         data += chunk
     os.close(fd)
     return data
-
-
-def signal_name(signo: int) -> str:
-    """SIGKILL for 9: imports `signal` (and enum, ~6 ms) only for a job that ended so."""
-    import signal
-
-    try:
-        return signal.Signals(signo).name
-    except ValueError:
-        return f"signal {signo}"
-
-
-def signal_group(pgid: int, signo: int) -> None:
-    # pgid is the child's pid: the kernel does not reuse a pid while a process group of that
-    # id has members, so this never hits an unrelated group.
-    try:  # noqa: SIM105 (contextlib is an import this file avoids)
-        os.killpg(pgid, signo)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main(argv: list[str], plan: dict | None = None) -> int:

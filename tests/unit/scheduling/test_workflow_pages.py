@@ -14,7 +14,7 @@ from django.utils import timezone
 from scheduling import services
 from scheduling.models import Task, Workflow
 from scheduling.presenters.dag import dag_picture
-from scheduling.views import tasks as views
+from scheduling.views import workflows as views
 from tests.conftest import descriptor
 from tests.unit.scheduling.test_workflows import DIAMOND, task, workflow
 

@@ -1,0 +1,67 @@
+"""Settings of the compute backends, by alias (a pool names one), and what a job may use.
+
+Part of config/settings.py, which imports every name here by name.
+"""
+
+from __future__ import annotations
+
+from config.env import env_int, env_networks, env_str
+from config.paths import VAR_DIR
+
+# --- Compute backends, by alias (a pool names one) ----------------------------------------
+# Jobs never run as root (docs/security.md): as the researcher's own cluster account where
+# one is mapped, else as this unprivileged account (docker/job-accounts.sh creates it).
+SWITCHYARD_JOB_ACCOUNT = env_str("SWITCHYARD_JOB_ACCOUNT", "switchyard-job")
+# What every local job may use beyond what it asked for.
+SWITCHYARD_JOB_MAX_PROCESSES = env_int("SWITCHYARD_JOB_MAX_PROCESSES", 512)
+SWITCHYARD_JOB_MAX_OUTPUT_MB = env_int("SWITCHYARD_JOB_MAX_OUTPUT_MB", 64)
+SWITCHYARD_JOB_MAX_DISK_MB = env_int("SWITCHYARD_JOB_MAX_DISK_MB", 10 * 1024)
+SWITCHYARD_JOB_RETENTION_HOURS = env_int("SWITCHYARD_JOB_RETENTION_HOURS", 7 * 24)
+# Ended jobs' folders of one user / one project together: past it the oldest go before their
+# retention ends (0: no total).
+SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER = env_int("SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER", 50)
+SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT = env_int(
+    "SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT", 200
+)
+# Networks no batch job may reach (CIDRs, comma-separated), besides the control plane's own
+# addresses, which are always blocked (docs/security.md, "Network").
+SWITCHYARD_JOB_BLOCKED_NETWORKS = [str(n) for n in env_networks("SWITCHYARD_JOB_BLOCKED_NETWORKS")]
+COMPUTE_BACKENDS = {
+    "local": {
+        "BACKEND": "scheduling.backends.local.LocalBackend",
+        "OPTIONS": {
+            "root": env_str("SWITCHYARD_LOCAL_ROOT") or str(VAR_DIR / "local-backend"),
+            "bwrap": env_str("SWITCHYARD_BWRAP", "bwrap"),
+            "slirp4netns": env_str("SWITCHYARD_SLIRP4NETNS", "slirp4netns"),
+            "inventory_ttl_s": 2.0,
+            "job_account": SWITCHYARD_JOB_ACCOUNT,
+            "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,
+            "max_output_bytes": SWITCHYARD_JOB_MAX_OUTPUT_MB << 20,
+            "max_disk_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
+            "retention_s": SWITCHYARD_JOB_RETENTION_HOURS * 3600,
+            "max_folder_bytes_per_user": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER << 30,
+            "max_folder_bytes_per_project": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT << 30,
+            # The node check (docs/capacity.md): the host's load, disk and GPU temperatures,
+            # or a site's own function.
+            "health_probe": env_str(
+                "SWITCHYARD_LOCAL_HEALTH_PROBE", "scheduling.backends.local.health.host_probe"
+            ),
+        },
+    },
+}
+# The localhost cluster (docker/slurm/cluster.sh) writes its settings to <dir>/env.
+SWITCHYARD_SLURM_DIR = env_str("SWITCHYARD_SLURM_DIR", "/var/tmp/switchyard-slurm")
+COMPUTE_BACKENDS["slurm"] = {
+    "BACKEND": "scheduling.backends.slurm.SlurmBackend",
+    "OPTIONS": {
+        "cluster": env_str("SWITCHYARD_SLURM_CLUSTER", "switchyard"),
+        "slurm_conf": env_str("SLURM_CONF") or f"{SWITCHYARD_SLURM_DIR}/etc/slurm.conf",
+        "workdir": env_str("SWITCHYARD_SLURM_WORKDIR") or str(VAR_DIR / "slurm-jobs"),
+        "command_timeout_s": float(env_int("SWITCHYARD_SLURM_TIMEOUT_S", 20)),
+        "service_account": env_str("SWITCHYARD_SLURM_SERVICE_ACCOUNT") or SWITCHYARD_JOB_ACCOUNT,
+        "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,
+        "max_file_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
+        # sbatch calls a dispatch batch runs at once (docs/slurm.md)
+        "submit_concurrency": env_int("SWITCHYARD_SLURM_SUBMIT_CONCURRENCY", 4),
+    },
+}

@@ -1,0 +1,64 @@
+"""Writes on the organisation: who is a member of a project.
+
+The project's lead (or a platform admin) adds and removes members, on the project page and
+through the API; every change is in the audit log.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, User
+from django.db import transaction
+
+from portal import audit, roles
+from portal.errors import ApplicationError
+from portal.models import Membership, Project
+from scheduling import usage
+
+
+@transaction.atomic
+def member_add(*, by: AbstractBaseUser, project: Project, username: str) -> Membership:
+    """The project's lead (or a platform admin) adds an existing account as a member, by its
+    exact username.
+
+    Only a researcher's account may be added: not a platform admin (who sees everything and
+    submits as nobody's member) nor finance (who reads usage and changes nothing), nor an
+    inactive account. Every account that may not be added gets the very answer a name with
+    no account gets, so the form tells a lead nothing about who exists beyond what they may add.
+    """
+    if not roles.leads_project(by, project):
+        raise ApplicationError(
+            "only the project's lead or a platform admin adds members", status=403
+        )
+    member = (
+        User.objects.filter(username=username, is_active=True, is_superuser=False)
+        .exclude(groups__name=roles.FINANCE_GROUP)
+        .first()
+    )
+    if member is None:
+        raise ApplicationError(
+            "no researcher's account has this exact username", field="username", got=username[:150]
+        )
+    membership, created = Membership.objects.get_or_create(user=member, project=project)
+    if not created:
+        raise ApplicationError("already a member", field="username", got=username, status=409)
+    audit.record(audit.Action.MEMBER_ADD, actor=by, target=f"user {username}", project=project.slug)
+    return membership
+
+
+@transaction.atomic
+def member_remove(*, by: AbstractBaseUser, project: Project, username: str) -> None:
+    """Remove a member (and their own quotas); the project's lead stays."""
+    if not roles.leads_project(by, project):
+        raise ApplicationError(
+            "only the project's lead or a platform admin removes members", status=403
+        )
+    membership = Membership.objects.filter(project=project, user__username=username).first()
+    if membership is None:
+        raise ApplicationError("no such member", field="username", got=username[:150], status=404)
+    if membership.role == Membership.Role.PI:
+        raise ApplicationError("the project's lead cannot be removed", field="username", status=409)
+    usage.member_quotas_delete(project=project, user=membership.user)
+    membership.delete()
+    audit.record(
+        audit.Action.MEMBER_REMOVE, actor=by, target=f"user {username}", project=project.slug
+    )
