@@ -110,13 +110,13 @@ def shown_spec(spec_dict: dict[str, Any]) -> dict[str, Any]:
 
 def mask_document(doc: Any) -> tuple[Any, bool]:
     """A parsed descriptor (a task, or a workflow's tasks) with every secret_env value
-    replaced by MASK; and whether anything was replaced."""
+    replaced by MASK; and whether a value was replaced (one masked already is not)."""
     changed = False
 
     def one(body: Any) -> Any:
         nonlocal changed
         if isinstance(body, dict) and isinstance(body.get("secret_env"), dict):
-            changed = True
+            changed = changed or any(value != MASK for value in body["secret_env"].values())
             return {**body, "secret_env": dict.fromkeys(body["secret_env"], MASK)}
         return body
 
@@ -127,8 +127,9 @@ def mask_document(doc: Any) -> tuple[Any, bool]:
 
 
 def masked_descriptor(text: str, fmt: str) -> str:
-    """A descriptor as it may be stored and shown: verbatim, unless it has secret_env, when
-    it is written again (JSON or YAML as given; comments are lost) with the values masked."""
+    """A descriptor as it may be stored and shown: verbatim, unless it has secret_env values
+    not masked yet, when it is written again (JSON or YAML as given; comments are lost) with
+    the values masked."""
     if "secret_env" not in text:
         return text
     try:

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from rest_framework import serializers
 
 from portal import roles
 from scheduling import sealed
+from scheduling.decisions import lifecycle
 from scheduling.decisions.levels import LEVELS
 from scheduling.models import Attempt, NodeLease, PriorityRequest, Queue, Task, TaskEvent, Workflow
 from scheduling.selectors.waiting import explain
@@ -74,49 +78,32 @@ class TaskSerializer(serializers.ModelSerializer):
         ]
 
     def get_wait_reason(self, task: Task) -> str | None:
-        return task.reason if task.state in ("pending", "waiting", "queued") else None
+        return task.reason if task.state in lifecycle.WAITS else None
 
     def get_level(self, task: Task) -> str:
         return LEVELS[task.level]
 
 
-_WHEN = serializers.DateTimeField()
-
-
 def task_created_data(task: Task, *, queue: str, url: str) -> dict:
-    """What `TaskSerializer` gives for a task just stored, built directly: DRF builds a
-    ModelSerializer's fields anew for every instance, which was a third of the cost of
-    accepting a task (docs/benchmarks.md). `queue` is the queue's name (the task row holds its
-    id); tests/unit/scheduling/test_api_created.py holds the two equal."""
-    waiting = task.state in ("pending", "waiting", "queued")
-    return {
-        "id": task.pk,
-        "url": url,
-        "name": task.name,
-        "project": task.project.slug,
-        "owner": task.owner.username,
-        "type": task.type,
-        "declared_type": task.declared_type,
-        "classify_reason": task.classify_reason,
-        "queue": queue,
-        "routing_reason": task.routing_reason,
-        "state": task.state,
-        "cancelling": task.cancelling,
-        "reason": task.reason,
-        "wait_reason": task.reason if waiting else None,
-        "level": LEVELS[task.level],
-        "priority": task.priority,
-        "attempts": task.attempts,
-        "preemptions": task.preemptions,
-        "retry_count": task.retry_count,
-        "fail_action": task.fail_action,
-        "backend": task.backend,
-        "backend_id": task.backend_id,
-        "exit_code": task.exit_code,
-        "submitted_at": _WHEN.to_representation(task.submitted_at),
-        "started_at": _WHEN.to_representation(task.started_at) if task.started_at else None,
-        "ended_at": _WHEN.to_representation(task.ended_at) if task.ended_at else None,
-    }
+    """`TaskSerializer`'s output for a task just stored, from the serializer's own fields built
+    once per process: DRF builds a ModelSerializer's fields anew for every instance, which was
+    a third of the cost of accepting a task (docs/benchmarks.md). `queue` is the queue's name
+    (the task row holds its id) and `url` the task's (built from the request)."""
+    given = {"queue": queue, "url": url}
+    data: dict[str, Any] = {}
+    for name, field in _task_fields().items():
+        if name in given:
+            data[name] = given[name]
+        else:  # as Serializer.to_representation does it
+            value = field.get_attribute(task)
+            data[name] = None if value is None else field.to_representation(value)
+    return data
+
+
+@functools.cache
+def _task_fields() -> dict[str, serializers.Field]:
+    """A TaskSerializer's bound fields; they keep no state of their own between tasks."""
+    return dict(TaskSerializer().fields)
 
 
 class TaskDetailSerializer(TaskSerializer):

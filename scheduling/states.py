@@ -147,26 +147,8 @@ def attempt_end(
     ended_at: datetime | None = None,
     nodes: list[str] | None = None,
 ) -> bool:
-    """Record that attempt `number` of `task` ended; the attempt-end hooks run once.
-
-    Conditional on the attempt not having ended yet, so a replayed poll (or a cancel and a
-    poll that both saw the end) records it once and calls the hooks once.
-    """
-    values: dict[str, Any] = {
-        "state": state,
-        "reason": reason,
-        "exit_code": exit_code,
-        "ended_at": ended_at or timezone.now(),
-    }
-    if nodes is not None:
-        values["nodes"] = list(nodes)
-    ended = [*TERMINAL_STATES, AttemptState.PREEMPTED]
-    live = Attempt.objects.filter(task=task, number=number).exclude(state__in=ended)
-    if not live.update(**values):
-        return False
-    attempt = Attempt.objects.get(task=task, number=number)
-    hooks.attempt_ended(attempt)
-    return True
+    """Record that attempt `number` of `task` ended (`attempts_end` of one)."""
+    return attempts_end([AttemptEnd(task, number, state, reason, exit_code, ended_at, nodes)])[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,19 +164,51 @@ class AttemptEnd:
     nodes: list[str] | None = None
 
 
+# An attempt ended this way has ended: its end is recorded once.
+_ATTEMPT_ENDED = [*TERMINAL_STATES, AttemptState.PREEMPTED]
+
+
 def attempts_end(ends: Sequence[AttemptEnd]) -> list[bool]:
-    """`attempt_end` for many, in one transaction: the live attempts locked and read at
-    once, their ends written by one update, the hooks called once each. Returns, per end,
-    whether it was recorded now."""
-    finished = [*TERMINAL_STATES, AttemptState.PREEMPTED]
-    wanted = {(end.task.pk, end.number): end for end in ends}
+    """Record that these attempts ended, in one transaction; the attempt-end hooks run once
+    for each. Returns, per end, whether it was recorded now.
+
+    Conditional on the attempt not having ended yet, so a replayed poll (or a cancel and a
+    poll that both saw the end) records it once and calls the hooks once.
+    """
     now = timezone.now()
+    live = _end_one(ends[0], now) if len(ends) == 1 else _end_many(ends, now)
+    for attempt in live:
+        hooks.attempt_ended(attempt)
+    recorded = {(attempt.task_id, attempt.number) for attempt in live}
+    return [(end.task.pk, end.number) in recorded for end in ends]
+
+
+def _end_one(end: AttemptEnd, now: datetime) -> list[Attempt]:
+    """One end: a conditional UPDATE (one statement, no transaction) and the attempt read."""
+    values: dict[str, Any] = {
+        "state": end.state,
+        "reason": end.reason,
+        "exit_code": end.exit_code,
+        "ended_at": end.ended_at or now,
+    }
+    if end.nodes is not None:
+        values["nodes"] = list(end.nodes)
+    attempt = Attempt.objects.filter(task=end.task, number=end.number)
+    if not attempt.exclude(state__in=_ATTEMPT_ENDED).update(**values):
+        return []
+    return [attempt.get()]
+
+
+def _end_many(ends: Sequence[AttemptEnd], now: datetime) -> list[Attempt]:
+    """Many ends: the live attempts locked and read at once, their ends written by one
+    update."""
+    wanted = {(end.task.pk, end.number): end for end in ends}
     with transaction.atomic():
         live = [
             attempt
             for attempt in Attempt.objects.select_for_update()
             .filter(task_id__in={task_id for task_id, _ in wanted})
-            .exclude(state__in=finished)
+            .exclude(state__in=_ATTEMPT_ENDED)
             .order_by("pk")
             if (attempt.task_id, attempt.number) in wanted
         ]
@@ -206,7 +220,4 @@ def attempts_end(ends: Sequence[AttemptEnd]) -> list[bool]:
                 attempt.nodes = list(end.nodes)
         fields = ("state", "reason", "exit_code", "ended_at", "nodes")
         update_rows(Attempt, [(a.pk, {f: getattr(a, f) for f in fields}) for a in live])
-    for attempt in live:
-        hooks.attempt_ended(attempt)
-    recorded = {(attempt.task_id, attempt.number) for attempt in live}
-    return [(end.task.pk, end.number) in recorded for end in ends]
+    return live

@@ -32,13 +32,7 @@ def dispatch(self, task_id: int) -> int:
     """The task, and with it the backlog of other free pending tasks (docs/deployment.md,
     "Dispatch"). Its own unreachable backend retries this message with backoff; another
     task's gets a message of its own."""
-    submitted, retry = engine.dispatch_along(task_id, at_most=CLAIM_AT_ONCE)
-    for other in retry:
-        if other != task_id:
-            dispatch.apply_async((other,), countdown=2)
-    if task_id in retry:
-        raise engine.DispatchRetry(f"task {task_id}: its backend was unreachable")
-    return submitted
+    return _submitted(engine.dispatch_along(task_id, at_most=CLAIM_AT_ONCE), own=task_id)
 
 
 CLAIM_AT_ONCE = 50
@@ -51,11 +45,20 @@ def dispatch_many(task_ids: list[int]) -> int:
     done = 0
     for at in range(0, len(task_ids), CLAIM_AT_ONCE):  # each lease well within its time
         claimed = engine.claim_many(task_ids[at : at + CLAIM_AT_ONCE])
-        submitted, retry = engine.dispatch_claimed_many(claimed)
-        done += submitted
-        for task_id in retry:  # their backend was unreachable: each backs off alone
-            dispatch.apply_async((task_id,), countdown=2)
+        done += _submitted(engine.dispatch_claimed_many(claimed))
     return done
+
+
+def _submitted(outcomes: dict[int, str], *, own: int | None = None) -> int:
+    """How many of a dispatch's tasks were submitted. Those whose backend was unreachable
+    back off each alone: another task gets a dispatch message of its own; `own`, the task
+    of the message being run, has that message retried."""
+    for task_id, outcome in outcomes.items():
+        if outcome == "unreachable" and task_id != own:
+            dispatch.apply_async((task_id,), countdown=2)
+    if own is not None and outcomes.get(own) == "unreachable":
+        raise engine.DispatchRetry(f"task {own}: its backend was unreachable")
+    return sum(outcome == "submitted" for outcome in outcomes.values())
 
 
 @shared_task(name=outbox.CANCEL, bind=True, acks_late=True, max_retries=None)

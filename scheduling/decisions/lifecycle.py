@@ -6,8 +6,8 @@ The task states (docs/architecture.md, "Task states"): `pending` (stored, not ye
 attempts are left sends the task back to `pending` after a backoff; the task's state becomes
 terminal only when its last attempt ends.
 
-The engine and the simulator decide with these same functions; the ORM's `TaskState` choices
-use these same strings.
+The state names are defined here, once: the engine and the simulator decide with these same
+functions, and the models' `TaskState` and `AttemptState` choices are these strings.
 """
 
 from __future__ import annotations
@@ -23,10 +23,16 @@ FAILED = "failed"
 CANCELLED = "cancelled"
 TIMEOUT = "timeout"
 SKIPPED = "skipped"
+PREEMPTED = "preempted"  # an attempt's only: ended to make room, its task requeued
+
+TASK_STATES = (PENDING, WAITING, QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, TIMEOUT, SKIPPED)
+# An attempt exists once its job is submitted: a task's states from queued on, and preempted.
+ATTEMPT_STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, TIMEOUT, SKIPPED, PREEMPTED)
 
 TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, TIMEOUT, SKIPPED})
 ACTIVE = frozenset({QUEUED, RUNNING})  # a backend job exists for the current attempt
 BAD_ENDS = frozenset({FAILED, TIMEOUT, CANCELLED})
+WAITS = frozenset({PENDING, WAITING, QUEUED})  # no job runs yet: the reason says why
 
 # Every move the state machine allows. Terminal states have no way out.
 TRANSITIONS: dict[str, frozenset[str]] = {

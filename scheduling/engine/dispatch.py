@@ -65,24 +65,15 @@ def _free(now) -> Q:
     )
 
 
-def _claim(task_id: int) -> bool:
-    """Take the dispatch lease on a pending task; only one dispatcher holds it at a time."""
-    now = timezone.now()
-    until = now + timedelta(seconds=settings.SWITCHYARD_DISPATCH_LEASE_SECONDS)
-    return bool(
-        Task.objects.filter(_free(now), pk=task_id).update(
-            dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1
-        )
-    )
-
-
 def claim_many(task_ids: list[int]) -> list[int]:
     """Take the dispatch lease on every free pending task of `task_ids` in one UPDATE; the
-    ids this dispatcher now holds, in the order given.
+    ids this dispatcher now holds, in the order given. Only one dispatcher holds a lease at
+    a time.
 
     The lease's end is this claim's own (a random microsecond offset makes it unique), so
     the rows just taken are found by it with one SELECT, whatever another dispatcher on
     another host claims at the same moment; the UPDATE re-checks that each lease is free.
+    One task needs no SELECT: the UPDATE's count says whether it was taken.
     """
     if not task_ids:
         return []
@@ -91,9 +82,11 @@ def claim_many(task_ids: list[int]) -> list[int]:
         seconds=settings.SWITCHYARD_DISPATCH_LEASE_SECONDS,
         microseconds=secrets.randbelow(1_000_000),
     )
-    Task.objects.filter(_free(now), pk__in=task_ids).update(
+    taken = Task.objects.filter(_free(now), pk__in=task_ids).update(
         dispatch_lease_until=until, dispatch_claims=F("dispatch_claims") + 1
     )
+    if len(task_ids) == 1:
+        return list(task_ids) if taken else []
     held = set(
         Task.objects.filter(pk__in=task_ids, dispatch_lease_until=until).values_list(
             "pk", flat=True
@@ -110,21 +103,25 @@ def _release(task_id: int, *, reason: str | None = None) -> None:
 
 
 def task_dispatch(task_id: int) -> str:
-    """Submit a pending task's next attempt to its backend, exactly once."""
-    if not _claim(task_id):
+    """Submit a pending task's next attempt to its backend, exactly once: `claim_many` and
+    `dispatch_claimed_many` of one. Its outcome, or "not-claimed" (another dispatcher holds
+    it, or it is no longer pending); DispatchRetry when its backend was unreachable."""
+    if not claim_many([task_id]):
         return "not-claimed"
-    return dispatch_claimed(task_id)
+    outcome = dispatch_claimed_many([task_id])[task_id]
+    if outcome == "unreachable":
+        raise DispatchRetry(f"task {task_id}: its backend was unreachable")
+    return outcome
 
 
-def dispatch_along(task_id: int, *, at_most: int) -> tuple[int, list[int]]:
+def dispatch_along(task_id: int, *, at_most: int) -> dict[int, str]:
     """Dispatch a task together with the other pending tasks free now, oldest first, up to
     `at_most` in all: under load their own messages wait behind this one, and one backend
     pass for all of them (the local backend's single scheduling pass) costs about what one
     task's does; their messages then find nothing to claim. Tasks whose backend was last
     found unreachable are left to their own backed-off retries.
 
-    Returns how many were submitted and the ids to try again later (as
-    `dispatch_claimed_many`).
+    Returns the outcome of each task claimed (as `dispatch_claimed_many`).
     """
     now = timezone.now()
     others = (
@@ -147,66 +144,60 @@ class _Ready:
     request: SubmitRequest
 
 
-def dispatch_claimed(task_id: int) -> str:
-    """Submit the next attempt of a task whose dispatch lease this dispatcher holds."""
-    ready = _prepare(_claimed_tasks([task_id])[task_id])
-    if isinstance(ready, str):
-        return ready
-    backend = get_backend(ready.task.backend)
-    try:
-        # A job under this key can exist only if an earlier dispatcher claimed this attempt
-        # and got as far as submitting; the first claimant skips the look-up.
-        job = _found(backend, ready) or backend.submit(ready.request)
-    except BackendError as exc:
-        return _not_submitted(ready, exc)
-    outcome = _submitted(ready, job)
-    if outcome == "submitted" and job.state is JobState.PENDING:
-        watch_starts(backend, {job.backend_id: ready.task.pk})
-    return outcome
+def dispatch_claimed_many(task_ids: list[int]) -> dict[int, str]:
+    """Submit the next attempt of each task whose dispatch lease this dispatcher holds: one
+    `submit_many` per backend (the local backend places them all in one scheduling pass).
 
-
-def dispatch_claimed_many(task_ids: list[int]) -> tuple[int, list[int]]:
-    """Dispatch claimed tasks together: one `submit_many` per backend (the local backend
-    places them all in one scheduling pass). Returns how many were submitted and the ids
-    whose backend was unreachable (released, to be tried again later)."""
+    Returns each task's outcome, in the order given: "submitted"; "held" or "refused" by
+    admission; "refused" by the backend; "lost-race" (moved meanwhile: its job is taken
+    back); or "unreachable" (its backend was: released, to be tried again later).
+    """
     tasks = _claimed_tasks(task_ids)
-    ready = [r for r in (_prepare(tasks[pk]) for pk in task_ids) if not isinstance(r, str)]
+    outcomes: dict[int, str] = {}
     by_backend: dict[str, list[_Ready]] = {}
-    for r in ready:
-        by_backend.setdefault(r.task.backend, []).append(r)
-    submitted, retry = 0, []
+    for pk in task_ids:
+        ready = _prepare(tasks[pk])
+        if isinstance(ready, str):
+            outcomes[pk] = ready
+        else:
+            by_backend.setdefault(ready.task.backend, []).append(ready)
     for alias, group in by_backend.items():
-        backend = get_backend(alias)
-        outcomes: list[tuple[_Ready, Job | BackendError]] = []  # found by an earlier claimant
-        fresh: list[_Ready] = []
-        for r in group:
-            job: Job | BackendError | None
-            try:
-                job = _found(backend, r)
-            except BackendError as exc:
-                job = exc
-            if job is None:
-                fresh.append(r)
-            else:
-                outcomes.append((r, job))
-        outcomes += zip(fresh, backend.submit_many([r.request for r in fresh]), strict=True)
-        taken: list[tuple[_Ready, Job]] = []
-        for r, outcome in outcomes:
-            if isinstance(outcome, BackendError):
-                try:
-                    _not_submitted(r, outcome)
-                except DispatchRetry:
-                    retry.append(r.task.pk)
-            else:
-                taken.append((r, outcome))
-        queued = {}
-        for (r, job), result in zip(taken, _submitted_many(backend, taken), strict=True):
-            if result == "submitted":
-                submitted += 1
-                if job.state is JobState.PENDING:
-                    queued[job.backend_id] = r.task.pk
-        watch_starts(backend, queued)
-    return submitted, retry
+        outcomes.update(_submit(get_backend(alias), group))
+    return {pk: outcomes[pk] for pk in task_ids}
+
+
+def _submit(backend, group: list[_Ready]) -> dict[int, str]:
+    """One backend's share of a dispatch: each task's outcome by id."""
+    results: list[tuple[_Ready, Job | BackendError]] = []  # found by an earlier claimant
+    fresh: list[_Ready] = []
+    for r in group:
+        job: Job | BackendError | None
+        try:
+            # A job under this key can exist only if an earlier dispatcher claimed this
+            # attempt and got as far as submitting; the first claimant skips the look-up.
+            job = _found(backend, r)
+        except BackendError as exc:
+            job = exc
+        if job is None:
+            fresh.append(r)
+        else:
+            results.append((r, job))
+    if fresh:
+        results += zip(fresh, backend.submit_many([r.request for r in fresh]), strict=True)
+    outcomes: dict[int, str] = {}
+    taken: list[tuple[_Ready, Job]] = []
+    for r, result in results:
+        if isinstance(result, BackendError):
+            outcomes[r.task.pk] = _not_submitted(r, result)
+        else:
+            taken.append((r, result))
+    queued = {}
+    for (r, job), outcome in zip(taken, _submitted_many(backend, taken), strict=True):
+        outcomes[r.task.pk] = outcome
+        if outcome == "submitted" and job.state is JobState.PENDING:
+            queued[job.backend_id] = r.task.pk
+    watch_starts(backend, queued)
+    return outcomes
 
 
 def _claimed_tasks(task_ids: list[int]) -> dict[int, Task]:
@@ -272,17 +263,13 @@ def _found(backend, ready: _Ready) -> Job | None:
 
 
 def _not_submitted(ready: _Ready, exc: BackendError) -> str:
-    """Unreachable: released, DispatchRetry raised. Refused: the task fails."""
+    """Unreachable: released, to be tried again later. Refused: the task fails."""
     if isinstance(exc, BackendUnavailable):
         _release(ready.task.pk, reason=f"{SCHEDULER_UNREACHABLE}: {exc}")
-        raise DispatchRetry(str(exc)) from exc
+        return "unreachable"
     _release(ready.task.pk)
     task_set_state(task=ready.task, to=S.FAILED, reason=f"the backend refused the job: {exc}")
     return "refused"
-
-
-def _submitted(ready: _Ready, job: Job) -> str:
-    return _submitted_many(get_backend(ready.task.backend), [(ready, job)])[0]
 
 
 def _submitted_many(backend, items: list[tuple[_Ready, Job]]) -> list[str]:

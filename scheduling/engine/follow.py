@@ -20,14 +20,7 @@ from scheduling.decisions import lifecycle
 from scheduling.engine.admission import release_held
 from scheduling.engine.registry import get_backend
 from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState
-from scheduling.states import (
-    AttemptEnd,
-    Move,
-    attempt_end,
-    attempts_end,
-    task_set_state,
-    tasks_set_state,
-)
+from scheduling.states import AttemptEnd, Move, attempts_end, task_set_state, tasks_set_state
 
 S = TaskState
 
@@ -90,7 +83,7 @@ def backend_poll(alias: str) -> int:
 
 def _same(job: Job, state: str, reason: str, cancel_requested_at) -> bool:
     """Whether the job says nothing new about a task in this state with this reason: the
-    poll's test before it loads a task, and `apply_job`'s first."""
+    poll's test before it loads a task, and `apply_jobs`'s first."""
     target = _JOB_TO_TASK[job.state]
     if target == S.QUEUED and state == S.RUNNING:
         return True  # a running job never goes back to pending here
@@ -105,36 +98,40 @@ def _job_reason(job: Job, target: str) -> str:
     return job.reason or (QUEUED_REASON if target == S.QUEUED else "")
 
 
+def apply_job(task: Task, job: Job) -> bool:
+    """Bring a task in line with what its backend job is doing (`apply_jobs` of one).
+    Returns True if it changed."""
+    return apply_jobs([(task, job)]) == 1
+
+
 def apply_jobs(pairs: list[tuple[Task, Job]]) -> int:
-    """`apply_job` for many: the tasks whose job started move to running together (one
-    transaction, their attempts in one update), those whose job ended likewise; a new
-    reason, or a task that is retried, one by one. Returns how many changed."""
-    starting, rest = [], []
+    """Bring tasks in line with what their backend jobs are doing: a new reason is written
+    task by task; the tasks whose job started move to running together (one transaction,
+    their attempts in one update), those whose job ended likewise (a task that is retried
+    goes back one by one). Returns how many changed."""
+    starting, ending, changed = [], [], 0
     for task, job in pairs:
         if _same(job, task.state, task.reason, task.cancel_requested_at):
             continue
-        if _JOB_TO_TASK[job.state] == S.RUNNING and task.state != S.RUNNING:
+        target = _JOB_TO_TASK[job.state]
+        if target == task.state:
+            # The backend's word replaces ours, so a reason such as "scheduler unreachable"
+            # goes away at the first poll that reaches the backend again.
+            reason = _job_reason(job, target)
+            Task.objects.filter(pk=task.pk, state=task.state).update(
+                reason=reason, updated_at=timezone.now()
+            )
+            task.reason = reason
+            changed += 1
+        elif target == S.RUNNING:
             starting.append((task, job))
         else:
-            rest.append((task, job))
-    changed = 0
-    if len(starting) == 1:
-        rest += starting
-    elif starting:
+            ending.append((task, job))
+    if starting:
         changed += _start_running(starting)
-    ending = [(t, j) for t, j in rest if _ends(t, j)]
-    if len(ending) > 1:
-        rest = [(t, j) for t, j in rest if not _ends(t, j)]
+    if ending:
         changed += _finish_attempts(ending)
-    for task, job in rest:
-        changed += apply_job(task, job)
     return changed
-
-
-def _ends(task: Task, job: Job) -> bool:
-    """Whether the job's end ends the task's attempt (not just a new reason for it)."""
-    target = _JOB_TO_TASK[job.state]
-    return target not in (S.QUEUED, S.RUNNING) and target != task.state
 
 
 def _running_move(task: Task, job: Job, now) -> Move:
@@ -154,7 +151,12 @@ def _start_running(pairs: list[tuple[Task, Job]]) -> int:
     with transaction.atomic():
         moved = tasks_set_state([_running_move(task, job, now) for task, job in pairs])
         started = [(task, job) for (task, job), ok in zip(pairs, moved, strict=True) if ok]
-        if started:
+        if len(started) == 1:  # its attempt by one UPDATE
+            [(task, job)] = started
+            Attempt.objects.filter(task=task, number=task.attempts).update(
+                state=S.RUNNING, started_at=job.started_at or now, nodes=list(job.nodes)
+            )
+        elif started:
             by_task = {task.pk: (task.attempts, job) for task, job in started}
             attempts = list(
                 Attempt.objects.filter(task_id__in=by_task).only("pk", "task_id", "number")
@@ -175,50 +177,6 @@ def _start_running(pairs: list[tuple[Task, Job]]) -> int:
                 ],
             )
     return len(started)
-
-
-def apply_job(task: Task, job: Job) -> bool:
-    """Bring a task in line with what its backend job is doing. Returns True if it changed."""
-    if _same(job, task.state, task.reason, task.cancel_requested_at):
-        return False
-    target = _JOB_TO_TASK[job.state]
-    now = timezone.now()
-    if target == task.state:
-        # The backend's word replaces ours, so a reason such as "scheduler unreachable" goes
-        # away at the first poll that reaches the backend again.
-        reason = _job_reason(job, target)
-        Task.objects.filter(pk=task.pk, state=task.state).update(
-            reason=reason, updated_at=timezone.now()
-        )
-        task.reason = reason
-        return True
-    if target == S.RUNNING:
-        started = job.started_at or now
-        moved = tasks_set_state([_running_move(task, job, now)])[0]
-        if moved:
-            Attempt.objects.filter(task=task, number=task.attempts).update(
-                state=S.RUNNING, started_at=started, nodes=list(job.nodes)
-            )
-        return moved
-    return _finish_attempt(task, job, target, now)
-
-
-def _finish_attempt(task: Task, job: Job, target: str, now) -> bool:
-    ended = job.ended_at or now
-    reason = job.reason or _default_reason(job)
-    attempt_end(
-        task=task,
-        number=task.attempts,
-        state=target,
-        reason=reason,
-        exit_code=job.exit_code,
-        ended_at=ended,
-        nodes=list(job.nodes),
-    )
-    outcome = _outcome(task, job, target, reason)
-    if isinstance(outcome, lifecycle.Retry):
-        return _retry(task, job, outcome, now)
-    return tasks_set_state([_end_move(task, job, outcome, ended)])[0]
 
 
 def _outcome(task: Task, job: Job, target: str, reason: str) -> lifecycle.Retry | lifecycle.End:
@@ -269,8 +227,8 @@ def _end_move(task: Task, job: Job, outcome: lifecycle.End, ended) -> Move:
 
 
 def _finish_attempts(pairs: list[tuple[Task, Job]]) -> int:
-    """`_finish_attempt` for many ended jobs: their attempts ended in one transaction and
-    the tasks that end moved together; a task that is retried goes back one by one."""
+    """The attempts of these ended jobs ended in one transaction, then the tasks that end
+    moved together; a task that is retried goes back one by one."""
     now = timezone.now()
     targets = [_JOB_TO_TASK[job.state] for _, job in pairs]
     reasons = [job.reason or _default_reason(job) for _, job in pairs]
@@ -295,7 +253,7 @@ def _finish_attempts(pairs: list[tuple[Task, Job]]) -> int:
             changed += _retry(task, job, outcome, now)
         else:
             moves.append(_end_move(task, job, outcome, job.ended_at or now))
-    return changed + sum(tasks_set_state(moves))
+    return changed + (sum(tasks_set_state(moves)) if moves else 0)
 
 
 def retry_backoff_seconds(attempt: int) -> float:

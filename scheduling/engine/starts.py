@@ -4,7 +4,7 @@ A job the local backend placed on a node starts some 20 ms after it was submitte
 supervisor starts, then the sandbox). Left to the poll, its task would show `queued` until
 the next cycle (a second by default). So a dispatch that has just queued such jobs has them
 watched for SWITCHYARD_START_WAIT_MS: those that start (or already end) meanwhile are moved
-on at once, with the poll's own `apply_job`. Those still starting then are the poll's, as
+on at once, with the poll's own `apply_jobs`. Those still starting then are the poll's, as
 they always were: watching only brings the news forward, it is never the only one to bring it.
 
 In a worker the dispatch hands its jobs to this process's watcher thread and takes its next

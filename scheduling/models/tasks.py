@@ -14,19 +14,20 @@ from scheduling.models.site import Queue
 from scheduling.spec import FAIL_ACTIONS, PRIORITIES
 
 
+# The states are named once, in the pure lifecycle rules (scheduling/decisions/lifecycle.py);
+# here they get their labels.
 class TaskState(TextChoices):
-    PENDING = "pending", "Pending"
-    WAITING = "waiting", "Waiting"
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    TIMEOUT = "timeout", "Timed out"
-    SKIPPED = "skipped", "Skipped"
+    PENDING = lifecycle.PENDING, "Pending"
+    WAITING = lifecycle.WAITING, "Waiting"
+    QUEUED = lifecycle.QUEUED, "Queued"
+    RUNNING = lifecycle.RUNNING, "Running"
+    SUCCEEDED = lifecycle.SUCCEEDED, "Succeeded"
+    FAILED = lifecycle.FAILED, "Failed"
+    CANCELLED = lifecycle.CANCELLED, "Cancelled"
+    TIMEOUT = lifecycle.TIMEOUT, "Timed out"
+    SKIPPED = lifecycle.SKIPPED, "Skipped"
 
 
-# The same strings as the pure lifecycle rules (scheduling/decisions/lifecycle.py).
 class Hold(TextChoices):
     """What holds a waiting task."""
 
@@ -212,14 +213,14 @@ def attempt_key(task_id: int, attempt: int, salt: str) -> str:
 class AttemptState(TextChoices):
     """An attempt's states: a task's, plus `preempted` (ended to make room, then requeued)."""
 
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    TIMEOUT = "timeout", "Timed out"
-    SKIPPED = "skipped", "Skipped"
-    PREEMPTED = "preempted", "Preempted"
+    QUEUED = lifecycle.QUEUED, "Queued"
+    RUNNING = lifecycle.RUNNING, "Running"
+    SUCCEEDED = lifecycle.SUCCEEDED, "Succeeded"
+    FAILED = lifecycle.FAILED, "Failed"
+    CANCELLED = lifecycle.CANCELLED, "Cancelled"
+    TIMEOUT = lifecycle.TIMEOUT, "Timed out"
+    SKIPPED = lifecycle.SKIPPED, "Skipped"
+    PREEMPTED = lifecycle.PREEMPTED, "Preempted"
 
 
 class Attempt(models.Model):

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import random
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -29,7 +30,7 @@ from scheduling.decisions.quota import Ask, Reject, admit
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.engine import settle
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
-from scheduling.selectors import site_view, tasks_visible_by_ids
+from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
 from scheduling.selectors.policy import site_minute, task_level, task_value
 from scheduling.selectors.quota import queue_usage, with_budgets
 from scheduling.services.priority import (
@@ -222,12 +223,15 @@ def new_task(
     fmt: str,
     workflow=None,
     upstream: Sequence[Task] = (),
+    now: datetime | None = None,
+    site: SiteView | None = None,
 ) -> Task:
-    """The task row of a decided spec, not yet saved."""
+    """The task row of a decided spec, not yet saved (a batch's rows share `now` and
+    `site`)."""
     spec = decided.spec
-    now = timezone.now()
+    now = now or timezone.now()
     holds = bool(upstream) or bool(spec.trigger_file)
-    site = site_view()
+    site = site or site_view()
     return Task(
         **policy_fields(site, decided, now=now, ready=not holds),
         project=project,
@@ -402,29 +406,18 @@ def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]
     site = site_view()
     now = timezone.now()
     who = user.get_username()
+    member_of = {slug: project for slug, project in projects.items() if project is not None}
     with transaction.atomic():
         tasks = bulk_insert(
             [
-                Task(
-                    **policy_fields(site, d, now=now, ready=True),
-                    project=projects[d.spec.project],
-                    owner=user,
-                    name=d.spec.name,
+                new_task(
+                    user=user,
+                    project=member_of[d.spec.project],
+                    decided=d,
                     descriptor=json.dumps(sealed.mask_document(doc)[0], ensure_ascii=False),
-                    descriptor_format="json",
-                    spec=sealed.stored_spec(d.spec.as_dict()),
-                    declared_type=d.spec.type or "",
-                    type=d.type,
-                    classify_reason=d.classify_reason,
-                    queue_id=site.queue_ids[d.queue],
-                    routing_reason=d.routing_reason,
-                    backend=site.queue_backends[d.queue],
-                    priority=d.spec.priority,
-                    retry_count=d.spec.retry_count,
-                    fail_action=d.spec.fail_action,
-                    wait_timeout_s=d.spec.wait_timeout_s,
-                    reason="waiting for the dispatcher",
-                    submitted_at=now,
+                    fmt="json",
+                    now=now,
+                    site=site,
                 )
                 for d, doc in zip(decided, docs, strict=True)
             ],

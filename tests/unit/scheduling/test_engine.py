@@ -52,7 +52,7 @@ def test_a_crash_after_submit_is_adopted_not_resubmitted(api):
     task = _submit(api)
     backend = get_backend("fake")
     # The first dispatcher claims the task and submits, then dies before it records anything.
-    assert dispatch._claim(task.pk)
+    assert dispatch.claim_many([task.pk]) == [task.pk]
     backend.submit(
         SubmitRequest(
             key=attempt_key(task.pk, 1, task.key_salt),
@@ -256,18 +256,18 @@ def test_cancel_of_a_queued_task_cancels_the_backend_job(
 
 def test_a_task_cancelled_while_being_submitted_does_not_leave_a_job_running(api, researcher):
     task = _submit(api)
-    original_submit = FakeBackend.submit
+    original_submit_many = FakeBackend.submit_many
 
-    def submit_then_user_cancels(self, request):
-        job = original_submit(self, request)
+    def submit_then_user_cancels(self, requests):
+        jobs = original_submit_many(self, requests)
         services.task_cancel(user=researcher, task=Task.objects.get(pk=task.pk))
-        return job
+        return jobs
 
-    FakeBackend.submit = submit_then_user_cancels
+    FakeBackend.submit_many = submit_then_user_cancels
     try:
         assert engine.task_dispatch(task.pk) == "lost-race"
     finally:
-        FakeBackend.submit = original_submit
+        FakeBackend.submit_many = original_submit_many
     [job] = FakeBackend.jobs_for("fake").values()
     assert job.state is JobState.CANCELLED
 
@@ -308,8 +308,7 @@ def test_a_batch_is_claimed_at_once_and_dispatched_each_once(api):
     first = dispatch.claim_many(ids[:3])
     assert first == ids[:3]
     assert dispatch.claim_many(ids) == ids[3:]  # the first three are leased already
-    submitted, retry = engine.dispatch_claimed_many(ids)
-    assert (submitted, retry) == (5, [])
+    assert engine.dispatch_claimed_many(ids) == dict.fromkeys(ids, "submitted")
     assert len(FakeBackend.jobs_for("fake")) == 5
     assert dispatch.claim_many(ids) == []  # nothing left pending: a redelivery does nothing
     assert set(Task.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"queued"}
@@ -326,7 +325,8 @@ def test_a_batch_whose_backend_is_unreachable_is_released_for_a_retry(api, monke
         return [BackendUnavailable("the scheduler does not answer")] * len(requests)
 
     monkeypatch.setattr(backend, "submit_many", down)
-    assert engine.dispatch_claimed_many(ids) == (0, ids)
+    outcomes = engine.dispatch_claimed_many(ids)
+    assert list(outcomes.items()) == [(pk, "unreachable") for pk in ids]
     rows = Task.objects.filter(pk__in=ids)
     assert {(t.state, t.dispatch_lease_until) for t in rows} == {("pending", None)}
     assert all("does not answer" in t.reason for t in rows)
@@ -358,7 +358,7 @@ def test_a_batch_is_recorded_with_each_tasks_own_values_in_a_fixed_number_of_que
     def dispatch_queries(n: int) -> int:
         ids = dispatch.claim_many([_submit(api, name=f"n{n}-{i}").pk for i in range(n)])
         with CaptureQueriesContext(connection) as queries:
-            assert engine.dispatch_claimed_many(ids) == (n, [])
+            assert engine.dispatch_claimed_many(ids) == dict.fromkeys(ids, "submitted")
         return len(queries)
 
     assert dispatch_queries(8) == dispatch_queries(2)  # not a query more per task
@@ -422,7 +422,8 @@ def test_jobs_that_started_together_move_to_running_together_each_with_its_own_s
 
 def test_the_backlog_taken_along_is_bounded_oldest_first(api):
     tasks = [_submit(api, name=f"o{i}") for i in range(6)]
-    assert engine.dispatch_along(tasks[-1].pk, at_most=3) == (3, [])
+    outcomes = engine.dispatch_along(tasks[-1].pk, at_most=3)
+    assert list(outcomes.items()) == [(t.pk, "submitted") for t in (tasks[-1], *tasks[:2])]
     queued = set(Task.objects.filter(state="queued").values_list("pk", flat=True))
     assert queued == {tasks[-1].pk, tasks[0].pk, tasks[1].pk}
 

@@ -1,4 +1,5 @@
-"""The pure lifecycle and dependency rules: no database, no clock."""
+"""The pure lifecycle and dependency rules: no database, no clock; and the models' state
+choices, which are the lifecycle's states."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from scheduling.decisions import lifecycle as L
 from scheduling.decisions.dependencies import cancelled_by_abort, dependency_verdict
+from scheduling.models import ACTIVE_STATES, TERMINAL_STATES, AttemptState, TaskState
 
 
 def outcome(**kw) -> L.Retry | L.End:
@@ -29,6 +31,14 @@ def test_terminal_states_have_no_way_out():
     for state in L.TERMINAL:
         for to in L.TRANSITIONS:
             assert not L.can_move(state, to)
+
+
+def test_the_models_store_exactly_the_lifecycle_states():
+    assert TaskState.values == list(L.TASK_STATES)
+    assert set(L.TRANSITIONS) == set(L.TASK_STATES)
+    assert AttemptState.values == list(L.ATTEMPT_STATES)
+    assert (TERMINAL_STATES, ACTIVE_STATES) == (L.TERMINAL, L.ACTIVE)
+    assert set(L.ATTEMPT_STATES) - {L.PREEMPTED} <= set(L.TASK_STATES)
 
 
 def test_a_waiting_task_cannot_jump_to_running():

@@ -88,6 +88,9 @@ def test_the_database_holds_no_secret_value_in_clear(site, api):
     for task in Task.objects.all():  # sealed, and opened only with the portal's key
         assert set(task.spec["secret_env"]) == {"API_KEY"}
         assert "API_KEY" in task.descriptor and "••••" in task.descriptor
+    # A batch's task keeps its own descriptor as sent, compact, with the value masked.
+    sent = descriptor(name="b0", secret_env={"API_KEY": "••••"})
+    assert Task.objects.get(name="b0").descriptor == json.dumps(sent, ensure_ascii=False)
 
 
 def test_secret_env_follows_envs_rules_and_no_error_repeats_a_value(site, api):
