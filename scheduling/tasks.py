@@ -10,6 +10,7 @@ import time
 
 from celery import shared_task
 from django.conf import settings
+from django.db.models import Q
 
 from scheduling import engine, notifications, outbox
 from scheduling.engine import capacity, health, levels, samples, settle
@@ -101,6 +102,20 @@ def sweep_pending() -> int:
 def timers() -> int:
     """Wait timeouts and trigger files: the engine's only clock-driven releases."""
     return settle.expire_waiting() + settle.check_triggers()
+
+
+@shared_task(name=outbox.SETTLE, acks_late=True)
+def settle_waiting(task_ids: list[int]) -> int:
+    """Waiting tasks just stored: released, cancelled or left waiting, as their dependencies
+    and trigger files say (a redelivery finds them settled and changes nothing)."""
+    settle.settle_waiting(task_ids)
+    return len(task_ids)
+
+
+@shared_task(name=outbox.RELEVEL, acks_late=True)
+def relevel(task_ids: list[int]) -> int:
+    """These tasks' levels and numbers now, e.g. after a priority request was approved."""
+    return levels.relevel(tasks=Q(pk__in=task_ids))
 
 
 @shared_task(name="scheduling.housekeeping", acks_late=True)
