@@ -12,9 +12,9 @@ from celery import shared_task
 from django.conf import settings
 from django.db.models import Q
 
+from config.locks import exclusive
 from scheduling import engine, notifications, outbox
-from scheduling.engine import capacity, health, levels, samples, settle
-from scheduling.engine.locks import exclusive
+from scheduling.engine import capacity, cluster, health, levels, samples, settle
 from simulation.selectors import next_queued_simulation
 from simulation.services import simulation_fail_orphans, simulation_run
 
@@ -153,6 +153,13 @@ def nodes_apply(node_ids: list[int]) -> int:
 def load_sample() -> int:
     """Every queue's load now, for the dashboards' charts over time."""
     return samples.take_sample()
+
+
+@shared_task(name="scheduling.slurm_sync_accounts")
+def slurm_sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:
+    """Every project a Slurm account with its members associated (an operator's command runs
+    it in its own process: `manage.py slurm_sync_accounts`)."""
+    return cluster.sync_accounts(alias)
 
 
 @shared_task(name=outbox.NOTIFY_END, acks_late=True)

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
-from scheduling import engine, services
+from scheduling import services
 from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA, slug_problem
 from scheduling.models import TaskState
 from scheduling.selectors import (
@@ -28,6 +28,7 @@ from scheduling.selectors import (
     workflow_get_for_user,
     workflow_list_for_user,
 )
+from scheduling.selectors.logs import log_raw_length, task_log
 from scheduling.serializers import (
     TaskDetailSerializer,
     TaskSerializer,
@@ -280,13 +281,13 @@ class TaskLog(APIView):
         task = task_get_for_user(request.user, pk)
         offset = _int_param(request, "offset", 0, minimum=0, maximum=_MAX_INT)
         limit = _int_param(request, "limit", 1 << 20, minimum=1, maximum=8 << 20)
-        text = engine.task_log(task=task, offset=offset, limit=limit)
+        text = task_log(task=task, offset=offset, limit=limit)
         return Response(
             {
                 "task": task.pk,
                 "offset": offset,
                 "log": text,
-                "next_offset": offset + engine.log_raw_length(text),
+                "next_offset": offset + log_raw_length(text),
             }
         )
 

@@ -29,7 +29,6 @@ from scheduling.decisions.levels import LEVELS
 from scheduling.decisions.place import free_view, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.engine.admission import release_held
-from scheduling.engine.alerts import raise_alert
 from scheduling.engine.registry import get_backend
 from scheduling.models import (
     Alert,
@@ -45,6 +44,7 @@ from scheduling.models import (
 from scheduling.selectors import site_view, site_view_invalidate
 from scheduling.selectors.occupancy import running_on
 from scheduling.selectors.policy import ordered, site_minute
+from scheduling.services.alerts import raise_alert
 from scheduling.services.capacity import LeaseError, open_lease
 from scheduling.spec import TaskSpec
 from scheduling.states import attempt_end, task_set_state

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_list_for_user
-from scheduling import engine, services
+from scheduling import services
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
@@ -37,6 +37,7 @@ from scheduling.selectors import (
     workflow_get_for_user,
     workflow_list_for_user,
 )
+from scheduling.selectors.logs import task_log
 from scheduling.selectors.waiting import explain
 
 LOG_LIMIT = 256 * 1024
@@ -59,7 +60,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
 def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk)
     try:
-        log = engine.task_log(task=task, limit=LOG_LIMIT)
+        log = task_log(task=task, limit=LOG_LIMIT)
         log_error = ""
     except ApplicationError as exc:  # the backend is away: the rest of the page still helps
         log, log_error = "", str(exc)
