@@ -25,7 +25,7 @@ from accounting.exports import csv_stream, xlsx_stream
 from accounting.models import Collector, Reconciliation
 from portal import roles
 from portal.errors import ApplicationError
-from scheduling.selectors.access import task_get_for_user
+from scheduling.usage import task_get_for_user
 
 
 class _Download(BaseRenderer):

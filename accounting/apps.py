@@ -9,7 +9,7 @@ class AccountingConfig(AppConfig):
         # never calls accounting (docs/accounting.md).
         from accounting import budget, meter
         from accounting import tasks as _celery_tasks  # noqa: F401 - registers them
-        from scheduling import hooks
+        from scheduling import usage
 
-        hooks.on_attempt_end(meter.after_attempts_end)
-        hooks.provide_budget_reader(budget.used_hours)
+        usage.on_attempt_end(meter.after_attempts_end)
+        usage.provide_budget_reader(budget.used_hours)

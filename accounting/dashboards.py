@@ -20,7 +20,6 @@ from django.utils import timezone
 from accounting import charts, reports
 from portal import roles
 from portal.models import Project, UserSettings
-from scheduling.engine.samples import WAITING, load_now
 from scheduling.models import (
     Attempt,
     AttemptState,
@@ -32,9 +31,13 @@ from scheduling.models import (
     Task,
     TaskState,
 )
-from scheduling.presenters.efficiency import efficiency_report
-from scheduling.selectors.access import task_list_for_member
-from scheduling.selectors.quota import project_quotas
+from scheduling.usage import (
+    WAITING,
+    efficiency_report,
+    load_now,
+    project_quotas,
+    task_list_for_member,
+)
 
 WAIT_SAMPLE = 5000  # the most recent starts a wait chart is drawn from
 SLOW_SECONDS = 60

@@ -23,10 +23,9 @@ from django.utils import timezone
 from accounting import metrics
 from accounting.models import Metered, Rate, UsageDaily, UsageRecord
 from config.bulk import update_rows
-from scheduling import outbox
-from scheduling.engine import usage
-from scheduling.engine.usage import Run
+from scheduling import usage
 from scheduling.models import Attempt
+from scheduling.usage import Run
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -45,7 +44,7 @@ def after_attempts_end(attempts: list[Attempt]) -> None:
     for at in range(0, len(pks), BATCH):
         chunk = pks[at : at + BATCH]
         transaction.on_commit(
-            lambda chunk=chunk: outbox.send(
+            lambda chunk=chunk: usage.send(
                 METER_TASK, (chunk,), countdown=AFTER_END_S, what=f"metering of {chunk}"
             )
         )

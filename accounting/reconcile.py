@@ -22,9 +22,9 @@ from django.utils import timezone
 from accounting import metrics
 from accounting.meter import meter_pass
 from accounting.models import Reconciliation, UsageRecord
-from scheduling.engine import usage
-from scheduling.engine.alerts import raise_alert
+from scheduling import usage
 from scheduling.models import Alert, Attempt, Pool
+from scheduling.usage import raise_alert
 
 log = logging.getLogger(__name__)
 MAX_DETAILS = 500

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from accounting import meter, reconcile
-from scheduling.engine.locks import exclusive
+from config.locks import exclusive
 
 METER = "accounting.meter"
 

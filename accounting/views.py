@@ -18,8 +18,8 @@ from portal import roles
 from portal.errors import ApplicationError
 from portal.models import Project
 from scheduling import usage as scheduling_usage
-from scheduling.selectors.access import task_get_for_user
 from scheduling.spec import TASK_TYPES
+from scheduling.usage import task_get_for_user
 
 
 @login_required

@@ -13,12 +13,14 @@ class SchedulingConfig(AppConfig):
         from scheduling import checks as _checks  # noqa: F401 - registers them
         from scheduling import hooks, notifications
         from scheduling import tasks as _celery_tasks  # noqa: F401 - registers them
-        from scheduling.engine import admission, settle
+        from scheduling.engine import admission, registry, settle, usage
         from scheduling.selectors import site_view_invalidate
 
         hooks.on_task_end(settle.after_ends)
         hooks.on_task_end(admission.after_ends)  # what it held is free: held tasks may start
         hooks.on_task_end(notifications.on_tasks_end)
+        hooks.provide_accounting(usage.READER)  # accounting reads the backends' through it
+        hooks.provide_backends_close(registry.close_backends)  # `manage.py up` at its end
         history.config_changed.connect(
             lambda **_: site_view_invalidate(), dispatch_uid="switchyard-site-view"
         )

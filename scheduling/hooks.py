@@ -20,9 +20,13 @@ exception, so no stored end misses them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from scheduling.decisions.types import Run
 
 if TYPE_CHECKING:
     from scheduling.models import Attempt, Task
@@ -112,3 +116,53 @@ def provide_budget_reader(reader: BudgetReader) -> BudgetReader:
 def budget_used(rule: Any, now: Any) -> float:
     """Hours used by a budget rule's scope in its current period (0 with no reader)."""
     return _budget_reader[0](rule, now) if _budget_reader else 0.0
+
+
+# -- the backends' accounting -------------------------------------------------------------
+# Metering and reconciliation need what the backends themselves accounted of each job; only
+# the engine talks to backends, so it provides the reader at app start and accounting reads
+# it through `scheduling.usage`, never importing the engine.
+
+
+class AccountingUnavailable(Exception):
+    """A backend's accounting cannot be read now (e.g. slurmdbd is down)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AccountingReader:
+    # attempts (with their task) → attempt id → its job's runs, or None: not accounted yet
+    runs_of: Callable[[Sequence[Attempt]], dict[int, list[Run] | None]]
+    # (alias, start, end) → the runs of this portal's jobs that ended in [start, end);
+    # raises AccountingUnavailable
+    accounted: Callable[[str, datetime, datetime], list[Run]]
+
+
+_accounting: list[AccountingReader] = []
+
+
+def provide_accounting(reader: AccountingReader) -> AccountingReader:
+    _accounting[:] = [reader]
+    return reader
+
+
+def accounting() -> AccountingReader:
+    """The backends' accounting, as the engine provided it at app start."""
+    if not _accounting:
+        raise AccountingUnavailable("no reader of the backends' accounting is registered")
+    return _accounting[0]
+
+
+# -- closing the backends -----------------------------------------------------------------
+# `manage.py up` closes every backend when it stops (the local backend's launcher goes); the
+# engine provides the closer at app start, so the process runner never imports the engine.
+_closer: list[Callable[[], None]] = []
+
+
+def provide_backends_close(close: Callable[[], None]) -> None:
+    _closer[:] = [close]
+
+
+def close_backends() -> None:
+    """Close every configured backend, as the engine provided it (nothing without one)."""
+    for close in list(_closer):
+        close()

@@ -31,6 +31,8 @@ NODES = "scheduling.nodes_apply"
 CAPACITY = "scheduling.capacity_pass"
 NOTIFY_END = "scheduling.notify_task_end"
 SIMULATIONS = "scheduling.simulations"
+SETTLE = "scheduling.settle_waiting"
+RELEVEL = "scheduling.relevel"
 MANY_CHUNK = 100  # task ids in one dispatch_many message
 
 
@@ -61,6 +63,23 @@ def cancel(task_ids: Sequence[int]) -> None:
     ids = list(task_ids)
     if ids:
         _on_commit(CANCEL, (ids,), what=f"cancel of {len(ids)} task(s)")
+
+
+def settle(task_ids: Sequence[int]) -> None:
+    """Settle these waiting tasks once the transaction commits: release the ones whose
+    dependencies have all ended well (and trigger file, if any, exists), cancel those that
+    never can run. One message, however many tasks; the timers pass is the safety net."""
+    ids = list(task_ids)
+    if ids:
+        _on_commit(SETTLE, (ids,), what=f"settling of {len(ids)} waiting task(s)")
+
+
+def relevel(task_ids: Sequence[int]) -> None:
+    """Bring these tasks' levels and priority numbers up to date once the transaction commits
+    (in the portal and in their backends); the policy pass is the safety net."""
+    ids = list(task_ids)
+    if ids:
+        _on_commit(RELEVEL, (ids,), what=f"relevel of {len(ids)} task(s)")
 
 
 def send(name: str, args: tuple[Any, ...], *, countdown: float = 0, what: str = "") -> None:

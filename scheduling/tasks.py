@@ -10,10 +10,11 @@ import time
 
 from celery import shared_task
 from django.conf import settings
+from django.db.models import Q
 
+from config.locks import exclusive
 from scheduling import engine, notifications, outbox
-from scheduling.engine import capacity, health, levels, samples, settle
-from scheduling.engine.locks import exclusive
+from scheduling.engine import capacity, cluster, health, levels, samples, settle
 from simulation.selectors import next_queued_simulation
 from simulation.services import simulation_fail_orphans, simulation_run
 
@@ -106,6 +107,20 @@ def timers() -> int:
     return settle.expire_waiting() + settle.check_triggers()
 
 
+@shared_task(name=outbox.SETTLE, acks_late=True)
+def settle_waiting(task_ids: list[int]) -> int:
+    """Waiting tasks just stored: released, cancelled or left waiting, as their dependencies
+    and trigger files say (a redelivery finds them settled and changes nothing)."""
+    settle.settle_waiting(task_ids)
+    return len(task_ids)
+
+
+@shared_task(name=outbox.RELEVEL, acks_late=True)
+def relevel(task_ids: list[int]) -> int:
+    """These tasks' levels and numbers now, e.g. after a priority request was approved."""
+    return levels.relevel(tasks=Q(pk__in=task_ids))
+
+
 @shared_task(name="scheduling.housekeeping", acks_late=True)
 def housekeeping() -> int:
     """Ended jobs' folders past their retention are removed (their logs are kept)."""
@@ -141,6 +156,13 @@ def nodes_apply(node_ids: list[int]) -> int:
 def load_sample() -> int:
     """Every queue's load now, for the dashboards' charts over time."""
     return samples.take_sample()
+
+
+@shared_task(name="scheduling.slurm_sync_accounts")
+def slurm_sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:
+    """Every project a Slurm account with its members associated (an operator's command runs
+    it in its own process: `manage.py slurm_sync_accounts`)."""
+    return cluster.sync_accounts(alias)
 
 
 @shared_task(name=outbox.NOTIFY_END, acks_late=True)

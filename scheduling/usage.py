@@ -1,31 +1,82 @@
-"""What other apps may read of scheduling, and the one thing they tell it.
+"""The one port other apps (accounting, simulation, portal, config) use into scheduling.
 
-The portal's project page shows the project's quotas and offers its queues; the usage report
-offers the queues and pools to group by; when a member leaves a project, their own quotas go
-with them. Everything else of scheduling stays behind
-this module.
+Besides the models and the pure modules (`decisions`, `sites`, `spec`, `descriptor`), other
+apps read what scheduling knows through here, and nothing else of it: a change inside
+scheduling (its selectors, services, engine) then shows here or nowhere. It never imports
+the engine: what only the engine can read (the backends' own accounting) is provided to it
+at app start (`scheduling.hooks`), and reaches accounting's passes through `runs_of` and
+`accounted`. The portal's project page shows the project's quotas and offers its queues; the
+usage report offers the queues and pools to group by; when a member leaves a project, their
+own quotas go with them. tests/unit/test_layout.py holds the rule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from portal.models import Project
-from scheduling.models import Quota
+from scheduling.decisions.types import Run
+from scheduling.hooks import (
+    AccountingUnavailable,
+    close_backends,
+    on_attempt_end,
+    provide_budget_reader,
+)
+from scheduling.hooks import accounting as _accounting
+from scheduling.models import Attempt, Quota
+from scheduling.outbox import send, simulations
+from scheduling.presenters.efficiency import efficiency_report
 from scheduling.selectors import site_view_invalidate
+from scheduling.selectors.access import task_get_for_user, task_list_for_member
+from scheduling.selectors.load import WAITING, load_now
+from scheduling.selectors.policy import site_minute
 from scheduling.selectors.queues import pool_names, queue_names
 from scheduling.selectors.quota import project_quotas
+from scheduling.selectors.site import node_view, site_view
+from scheduling.services.alerts import raise_alert
 
 __all__ = [
+    "WAITING",
+    "AccountingUnavailable",
+    "Run",
+    "accounted",
+    "close_backends",
+    "efficiency_report",
+    "load_now",
     "member_quotas_delete",
+    "node_view",
+    "on_attempt_end",
     "pool_names",
     "project_quotas",
+    "provide_budget_reader",
     "queue_names",
     "quota_resources",
+    "raise_alert",
+    "runs_of",
+    "send",
+    "simulations",
+    "site_minute",
+    "site_view",
+    "task_get_for_user",
+    "task_list_for_member",
 ]
+
+
+def runs_of(attempts: Sequence[Attempt]) -> dict[int, list[Run] | None]:
+    """Attempt id → its job's runs as its backend accounted them ([] when it never ran), or
+    None when not accounted yet (asked again later). Attempts come with their task."""
+    return _accounting().runs_of(attempts)
+
+
+def accounted(alias: str, start: datetime, end: datetime) -> list[Run]:
+    """What backend `alias` accounted of this portal's jobs that ended in [start, end).
+    Raises AccountingUnavailable when its accounting cannot be read."""
+    return _accounting().accounted(alias, start, end)
 
 
 def quota_resources() -> list[tuple[str, Any]]:

@@ -15,10 +15,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from scheduling.models import LeaseSchedule, Node, Task
-from scheduling.selectors.policy import site_minute
-from scheduling.selectors.site import node_view, site_view
 from scheduling.sites.types import LeaseTemplate
 from scheduling.spec import TaskSpec
+from scheduling.usage import node_view, site_minute, site_view
 from simulation.simulator.model import SimJob, Site
 
 

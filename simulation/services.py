@@ -32,7 +32,7 @@ from django.utils.text import get_valid_filename
 
 from portal import roles
 from portal.errors import ApplicationError, ErrorItem
-from scheduling import outbox
+from scheduling import usage
 from simulation.models import SimulationRun
 from simulation.replay import history_workload
 from simulation.selectors import replayable_queues
@@ -89,7 +89,7 @@ def simulation_start(
             run = SimulationRun.objects.create(
                 workload=workload, parameters=parameters, upload=stored, created_by=user
             )
-            outbox.simulations()
+            usage.simulations()
     except Exception:
         if stored:
             shutil.rmtree(Path(settings.SWITCHYARD_SIMULATION_DIR) / Path(stored).parent)

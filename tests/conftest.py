@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -14,6 +15,25 @@ from rest_framework.test import APIClient
 from scheduling.selectors import site_view_invalidate
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def worker(django_capture_on_commit_callbacks):
+    """`with worker():` runs the messages the block publishes on commit at once, in this
+    process, as a worker would take them (Celery eager, errors raised)."""
+    from config.celery import app
+
+    @contextlib.contextmanager
+    def run() -> Iterator[None]:
+        saved = app.conf.task_always_eager, app.conf.task_eager_propagates
+        app.conf.task_always_eager = app.conf.task_eager_propagates = True
+        try:
+            with django_capture_on_commit_callbacks(execute=True):
+                yield
+        finally:
+            app.conf.task_always_eager, app.conf.task_eager_propagates = saved
+
+    return run
 
 
 def in_ci() -> bool:

@@ -1,7 +1,7 @@
 """One beat for the whole site, however many are started (docs/deployment.md, "Scale out").
 
 Celery beat sends the periodic passes (polls, policy, capacity, metering…). Two beats would
-send each twice; the passes are safe to repeat (their own locks, scheduling/engine/locks.py)
+send each twice; the passes are safe to repeat (their own locks, config/locks.py)
 but the load doubles and nothing says which beat is the real one. So a beat sends only while
 it holds the site's beat lock:
 

@@ -25,14 +25,15 @@ from portal.parsing import (
     raw_body,
     read_descriptor,
 )
-from scheduling import engine, services
+from scheduling import services
+from scheduling.decisions import lifecycle
 from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA, slug_problem
-from scheduling.models import TaskState
 from scheduling.selectors import (
     site_view,
     task_get_for_user,
     task_list_for_user,
 )
+from scheduling.selectors.logs import log_raw_length, task_log
 from scheduling.serializers import (
     TaskDetailSerializer,
     TaskSerializer,
@@ -47,7 +48,7 @@ _INTEGER = re.compile(r"-?[0-9]{1,20}")
 
 _FILTERS = {
     "workflow": ("workflow_id", None),
-    "state": ("state", {s.value for s in TaskState}),
+    "state": ("state", set(lifecycle.TASK_STATES)),
     "project": ("project__slug", None),
     "queue": ("queue__name", None),
     "type": ("type", set(TASK_TYPES)),
@@ -170,13 +171,13 @@ class TaskLog(APIView):
         task = task_get_for_user(request.user, pk)
         offset = _int_param(request, "offset", 0, minimum=0, maximum=_MAX_INT)
         limit = _int_param(request, "limit", 1 << 20, minimum=1, maximum=8 << 20)
-        text = engine.task_log(task=task, offset=offset, limit=limit)
+        text = task_log(task=task, offset=offset, limit=limit)
         return Response(
             {
                 "task": task.pk,
                 "offset": offset,
                 "log": text,
-                "next_offset": offset + engine.log_raw_length(text),
+                "next_offset": offset + log_raw_length(text),
             }
         )
 

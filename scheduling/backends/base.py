@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from scheduling.decisions.types import NodeView, QueuePolicy
+from scheduling.decisions.types import NodeView, QueuePolicy, Run
+
+# The backends decode their logs with these (re-exported: they were defined here).
+from scheduling.logtext import LogText as LogText
+from scheduling.logtext import decode_log as decode_log
+from scheduling.logtext import raw_length as raw_length
 from scheduling.spec import TaskSpec
 
 
@@ -67,28 +72,6 @@ class SubmitRequest:
     extra: dict[str, str] = field(default_factory=dict)
     # The portal's priority number for the job (higher starts first; docs/policy.md).
     priority: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """One run of a finished job as its backend accounted it: what was allocated, for how
-    long (docs/accounting.md). A job Slurm requeued has several runs."""
-
-    job_id: str  # the backend's own id of the job (Slurm: the numeric job id)
-    key: str  # the job's name: the attempt's key
-    cpus: int
-    gpus: int
-    memory_mib: int
-    nodes: int
-    elapsed_ms: int
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    # The portal instance that made the job, where the backend keeps it ("": this backend
-    # serves one portal only).
-    portal: str = ""
-    # CPU time the job's processes used (user + system), when the backend measures it: the
-    # supervisor's rusage on the local backend, `sacct` TotalCPU on Slurm.
-    cpu_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +137,12 @@ class Backend(Protocol):
 
     def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str: ...
 
+    def log_path(self, backend_id: str) -> str:
+        """The file the job's output is written to, for as long as the portal keeps it
+        (recorded on the attempt at submission: the portal reads the log from there, never
+        through the backend); "" when there is no such file."""
+        return ""
+
     def health(self, nodes: list[str]) -> dict[str, NodeHealth]: ...
 
     def usage(self, backend_ids: list[str]) -> dict[str, list[Run]]:
@@ -169,6 +158,12 @@ class Backend(Protocol):
     def apply_lease(self, lease: LeaseView, *, now: float) -> None: ...
 
     def end_lease(self, lease: LeaseView) -> None: ...
+
+    def housekeep(self) -> int:
+        """Clean up after ended jobs (e.g. the local backend's retention of job folders), from
+        the engine's periodic housekeeping. Returns how many things it removed; most backends
+        keep nothing."""
+        return 0
 
     def close(self) -> None:
         """Stop or release what the backend keeps between calls (a resident process, a
@@ -208,45 +203,3 @@ def submit_concurrently(
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         list(pool.map(one, range(len(requests))))  # re-raises what is not a BackendError
     return results
-
-
-class LogText(str):
-    """A chunk of a job's log, decoded, that remembers how many bytes of the raw log it came
-    from: invalid bytes become U+FFFD (three bytes in UTF-8), so the text's own length in
-    bytes is not where the next read starts."""
-
-    __slots__ = ("raw_bytes",)
-    raw_bytes: int
-
-
-def raw_length(text: str) -> int:
-    """How many bytes of the raw log `text` stands for (a backend that returns plain text
-    returns valid UTF-8, whose length is its own)."""
-    size = getattr(text, "raw_bytes", None)
-    return size if size is not None else len(text.encode())
-
-
-def decode_log(data: bytes) -> LogText:
-    """A chunk of a job's log as text. A character cut at the chunk's end is left for the next
-    read (the byte offsets a reader adds up then stay whole characters); invalid bytes inside
-    are replaced, after counting: `raw_bytes` is how far into the raw log the chunk reached."""
-    cut = 0
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 == 0x80:  # a continuation byte: look further back
-            continue
-        need = (
-            2
-            if byte & 0xE0 == 0xC0
-            else 3
-            if byte & 0xF0 == 0xE0
-            else 4
-            if byte & 0xF8 == 0xF0
-            else 1
-        )
-        cut = back if need > back else 0
-        break
-    whole = data[:-cut] if cut else data
-    text = LogText(whole.decode("utf-8", errors="replace"))
-    text.raw_bytes = len(whole)
-    return text

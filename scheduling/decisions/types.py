@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +92,25 @@ class Placement:
     @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(a.node for a in self.allocations)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a finished job as its backend accounted it: what was allocated, for how
+    long (docs/accounting.md). A job Slurm requeued has several runs."""
+
+    job_id: str  # the backend's own id of the job (Slurm: the numeric job id)
+    key: str  # the job's name: the attempt's key
+    cpus: int
+    gpus: int
+    memory_mib: int
+    nodes: int
+    elapsed_ms: int
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    # The portal instance that made the job, where the backend keeps it ("": this backend
+    # serves one portal only).
+    portal: str = ""
+    # CPU time the job's processes used (user + system), when the backend measures it: the
+    # supervisor's rusage on the local backend, `sacct` TotalCPU on Slurm.
+    cpu_ms: int | None = None

@@ -3,7 +3,7 @@
 - `dispatch` — submit a pending task's next attempt, exactly once; the pending sweep.
 - `follow` — one batched poll per backend; what a job's end means for its task.
 - `settle` — after a task ends: dependants, workflows, wait timeouts, triggers.
-- `jobs` — cancel requests carried out, logs read.
+- `jobs` — cancel requests carried out, ended jobs' housekeeping.
 - `registry` — backends by alias.
 - `cluster` — the Slurm cluster's files and accounts, for the management commands.
 
@@ -32,9 +32,7 @@ from scheduling.engine.jobs import (
     CancelRetry,
     cancel_requested,
     housekeep,
-    log_raw_length,
     sweep_cancels,
-    task_log,
 )
 from scheduling.engine.registry import get_backend
 
@@ -52,10 +50,8 @@ __all__ = [
     "cancel_requested",
     "get_backend",
     "housekeep",
-    "log_raw_length",
     "retry_backoff_seconds",
     "sweep_cancels",
     "sweep_pending",
     "task_dispatch",
-    "task_log",
 ]

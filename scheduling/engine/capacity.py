@@ -29,7 +29,6 @@ from scheduling.decisions.levels import LEVELS
 from scheduling.decisions.place import free_view, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.engine.admission import release_held
-from scheduling.engine.alerts import raise_alert
 from scheduling.engine.registry import get_backend
 from scheduling.models import (
     Alert,
@@ -37,7 +36,6 @@ from scheduling.models import (
     LeaseSchedule,
     Node,
     NodeLease,
-    Pool,
     Queue,
     Task,
     TaskEvent,
@@ -46,6 +44,8 @@ from scheduling.models import (
 from scheduling.selectors import site_view, site_view_invalidate
 from scheduling.selectors.occupancy import running_on
 from scheduling.selectors.policy import ordered, site_minute
+from scheduling.services.alerts import raise_alert
+from scheduling.services.capacity import LeaseError, open_lease
 from scheduling.spec import TaskSpec
 from scheduling.states import attempt_end, task_set_state
 
@@ -180,57 +180,6 @@ def preempt(now: datetime) -> int:
 
 
 # -- leases -------------------------------------------------------------------------------
-
-
-class LeaseError(ValueError):
-    pass
-
-
-def open_lease(
-    *,
-    pool: Pool,
-    queue: Queue,
-    count: int,
-    duration_s: int,
-    now: datetime | None = None,
-    by=None,
-    schedule=None,
-    reason: str = "",
-) -> NodeLease:
-    """Lend `count` idle nodes of `pool` to `queue` for `duration_s`; applied by the next pass."""
-    now = now or timezone.now()
-    longest = settings.SWITCHYARD_LEASE_MAX_HOURS * 3600
-    if queue.pool_id == pool.pk:
-        raise LeaseError("lend to a queue of another pool")
-    if queue.pool.backend != pool.backend:
-        raise LeaseError(f"the nodes run on {pool.backend}, the queue on {queue.pool.backend}")
-    if not 0 < duration_s <= longest:
-        raise LeaseError(f"a lease lasts more than 0 s and at most {longest} s")
-    busy = {a.node for o in running_on(pool=None) for a in o.allocations}
-    lent = set(
-        NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list("nodes__name", flat=True)
-    )
-    # GPU nodes first: idle GPUs are what a lease is for (docs/capacity.md).
-    idle = [
-        n
-        for n in Node.objects.filter(pool=pool, state=Node.State.UP).order_by("-gpus", "name")
-        if n.name not in busy and n.name not in lent
-    ]
-    if count < 1 or len(idle) < count:
-        raise LeaseError(f"pool {pool.name} has {len(idle)} idle node(s); {count} asked")
-    with transaction.atomic():
-        lease = NodeLease.objects.create(
-            pool=pool,
-            queue=queue,
-            starts_at=now,
-            ends_at=now + timedelta(seconds=duration_s),
-            created_by=by,
-            schedule=schedule,
-            reason=reason,
-        )
-        lease.nodes.set(idle[:count])
-    transaction.on_commit(lambda: outbox.send(outbox.CAPACITY, ()))
-    return lease
 
 
 def open_scheduled_leases(now: datetime) -> int:

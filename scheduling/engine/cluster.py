@@ -1,7 +1,7 @@
-"""The Slurm cluster as the portal describes it: its config files and its accounts.
+"""The Slurm cluster's accounts as the portal describes them.
 
-For the management commands (`slurm_config`, `slurm_sync_accounts`), which reach the Slurm
-backend only through the engine.
+For `manage.py slurm_sync_accounts`, which reaches the Slurm backend through its Celery task
+(`scheduling/tasks.py`). The config files are pure rendering: `scheduling/sites/slurm.py`.
 """
 
 from __future__ import annotations
@@ -9,15 +9,9 @@ from __future__ import annotations
 from portal.models import ClusterAccount, Membership, Project
 from scheduling.backends import BackendError
 from scheduling.backends.slurm.backend import SlurmBackend
-from scheduling.backends.slurm.config import (
-    ClusterSettings,
-    SlurmConfigError,
-    render,
-    scale_down,
-)
 from scheduling.engine.registry import get_backend
 
-__all__ = ["ClusterSettings", "SlurmConfigError", "render", "scale_down", "sync_accounts"]
+__all__ = ["sync_accounts"]
 
 
 def sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:

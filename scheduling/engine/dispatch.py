@@ -298,7 +298,12 @@ def _submitted_many(backend, items: list[tuple[_Ready, Job]]) -> list[str]:
         moved = tasks_set_state(moves)
         Attempt.objects.bulk_create(
             Attempt(
-                task=r.task, number=r.number, key=r.key, backend_id=job.backend_id, state=S.QUEUED
+                task=r.task,
+                number=r.number,
+                key=r.key,
+                backend_id=job.backend_id,
+                state=S.QUEUED,
+                log_path=backend.log_path(job.backend_id),
             )
             for (r, job), ok in zip(items, moved, strict=True)
             if ok

@@ -17,12 +17,12 @@ from datetime import datetime
 from django.utils import timezone
 
 from scheduling.backends import BackendError, Job, JobState, NodeHealth
-from scheduling.engine.alerts import raise_alert
 from scheduling.engine.follow import apply_job
 from scheduling.engine.registry import get_backend
 from scheduling.models import Alert, Node, TaskEvent
 from scheduling.selectors.occupancy import running_on
 from scheduling.selectors.site import site_view_invalidate
+from scheduling.services.alerts import raise_alert
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The portal's door to a task's backend job: carry out cancel requests, read the log.
+"""The portal's door to a task's backend job: carry out cancel requests; housekeeping.
 
 A user's cancel of a task that has a backend job is stored as a request
 (`scheduling/services/tasks.py`); a worker carries it out here: the job is cancelled in its
@@ -15,9 +15,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from portal.errors import ApplicationError
 from scheduling.backends import BackendError, BackendUnavailable
-from scheduling.backends.base import raw_length
 from scheduling.engine.follow import SCHEDULER_UNREACHABLE
 from scheduling.engine.registry import get_backend
 from scheduling.models import ACTIVE_STATES, Pool, Task, TaskState
@@ -96,28 +94,10 @@ def sweep_cancels() -> list[int]:
     )
 
 
-def log_raw_length(text: str) -> int:
-    """How many bytes of the raw log a chunk from `task_log` stands for: where a reader's next
-    offset is (invalid UTF-8 shows as U+FFFD, longer than the byte it replaces)."""
-    return raw_length(text)
-
-
-def task_log(*, task: Task, offset: int = 0, limit: int = 1 << 20) -> str:
-    """The output of the task's current (or last) attempt so far."""
-    if not task.backend_id:
-        return ""
-    try:
-        return get_backend(task.backend).log(task.backend_id, offset=offset, limit=limit)
-    except BackendError as exc:
-        raise ApplicationError(f"the log could not be read: {exc}", status=503) from exc
-
-
 def housekeep() -> int:
     """Let every backend the site's pools use clean up after ended jobs (e.g. the local
     backend's retention of job folders). Returns how many things they removed."""
     removed = 0
     for alias in Pool.objects.order_by().values_list("backend", flat=True).distinct():
-        backend = get_backend(alias)
-        if hasattr(backend, "housekeep"):
-            removed += backend.housekeep()
+        removed += get_backend(alias).housekeep()
     return removed

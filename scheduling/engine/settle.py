@@ -22,24 +22,15 @@ from django.utils import timezone
 
 from scheduling import outbox
 from scheduling.decisions import format_duration
-from scheduling.decisions.dependencies import dependency_verdict
 from scheduling.decisions.lifecycle import BAD_ENDS
-from scheduling.models import TERMINAL_STATES, Hold, Task, TaskState, Workflow, WorkflowState
+from scheduling.models import Hold, Task, TaskState, Workflow, WorkflowState
+from scheduling.selectors.dependencies import verdict
+from scheduling.services.workflows import workflow_refresh
 from scheduling.states import task_set_state
 from scheduling.triggers import trigger_ready, trigger_roots
 
 S = TaskState
 W = WorkflowState
-
-
-def upstream(task: Task) -> Iterable[Task]:
-    """A task's dependencies as the verdict reads them (for its walk through skip tasks)."""
-    return task.depends_on.only("id", "state", "fail_action")
-
-
-def verdict(dep: Task) -> bool | None:
-    """True: its dependants may run; False: they never will; None: not decided yet."""
-    return dependency_verdict(dep, upstream)
 
 
 def after_ends(tasks: list[Task]) -> None:
@@ -112,28 +103,6 @@ def _set_reason(task: Task, reason: str) -> None:
         Task.objects.filter(pk=task.pk, state=S.WAITING).update(
             reason=reason, updated_at=timezone.now()
         )
-
-
-def workflow_refresh(workflow_id: int) -> None:
-    """End the workflow once every task has ended; its state says how it went.
-
-    It succeeds when every task succeeded, or ended in a way its fail_action (skip) forgives.
-    """
-    tasks = Task.objects.filter(workflow_id=workflow_id)
-    # Called at every task's end: the cheap question first, so a big workflow is not read
-    # whole a thousand times.
-    if tasks.exclude(state__in=TERMINAL_STATES).exists():
-        return
-    tasks = list(tasks.only("id", "state", "fail_action"))
-    if not tasks:
-        return
-    ok = all(verdict(task) for task in tasks)
-    now = timezone.now()
-    Workflow.objects.filter(pk=workflow_id, state=W.RUNNING).update(
-        state=W.SUCCEEDED if ok else W.FAILED,
-        reason="every task succeeded or was skipped" if ok else "some tasks did not succeed",
-    )
-    Workflow.objects.filter(pk=workflow_id, ended_at__isnull=True).update(ended_at=now)
 
 
 def expire_waiting(now=None) -> int:

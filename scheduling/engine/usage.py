@@ -1,6 +1,7 @@
 """The backends' own accounting of jobs, for metering and reconciliation (accounting/).
 
-The accounting app reads usage through here: only the engine talks to backends.
+Provided at app start (`scheduling/apps.py`) as the accounting reader of `scheduling.hooks`;
+the accounting app reads it through `scheduling.usage`: only the engine talks to backends.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ from datetime import datetime
 
 from scheduling.backends import BackendError, Run
 from scheduling.engine.registry import get_backend
+from scheduling.hooks import AccountingReader, AccountingUnavailable
 from scheduling.models import Attempt
 from scheduling.selectors import site_view
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AccountingUnavailable", "Run", "accounted", "runs_of"]
-
-
-class AccountingUnavailable(Exception):
-    """A backend's accounting cannot be read now (e.g. slurmdbd is down)."""
+__all__ = ["READER", "accounted", "runs_of"]
 
 
 def runs_of(attempts: Sequence[Attempt]) -> dict[int, list[Run] | None]:
@@ -56,3 +54,6 @@ def accounted(alias: str, start: datetime, end: datetime) -> list[Run]:
     except BackendError as exc:
         raise AccountingUnavailable(str(exc)) from exc
     return [run for run in runs if run.portal in ("", instance)]
+
+
+READER = AccountingReader(runs_of=runs_of, accounted=accounted)

@@ -233,6 +233,12 @@ class Attempt(models.Model):
     state = models.CharField(
         max_length=16, choices=AttemptState.choices, default=AttemptState.QUEUED
     )
+    log_path = models.CharField(
+        max_length=1024,
+        blank=True,
+        help_text="The file the job's output is written to, as its backend said at submission "
+        "(the portal reads the log there).",
+    )
     reason = models.TextField(blank=True)
     nodes = models.JSONField(default=list, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)

@@ -12,8 +12,8 @@ from html import escape  # Django's adds a lazy-string wrapper per call
 
 from django.utils.safestring import SafeString, mark_safe
 
-from scheduling.engine.settle import verdict
 from scheduling.models import Task
+from scheduling.selectors.dependencies import verdict
 
 BOX_W, BOX_H = 184, 58  # one task's box
 GAP_X, GAP_Y = 64, 22  # between layers (columns), between boxes of a layer

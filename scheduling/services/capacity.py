@@ -6,6 +6,9 @@ change to the backends (the periodic passes would do it anyway).
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -13,9 +16,9 @@ from django.utils import timezone
 from portal import audit, roles
 from portal.errors import ApplicationError
 from scheduling import outbox
-from scheduling.engine.capacity import LeaseError, open_lease
 from scheduling.models import Node, NodeLease, Pool, Queue
 from scheduling.selectors import site_view_invalidate
+from scheduling.selectors.occupancy import running_on
 
 
 def lease_open(
@@ -50,6 +53,57 @@ def lease_open(
             return lease
     except LeaseError as exc:
         raise ApplicationError(str(exc), field="count") from None
+
+
+class LeaseError(ValueError):
+    pass
+
+
+def open_lease(
+    *,
+    pool: Pool,
+    queue: Queue,
+    count: int,
+    duration_s: int,
+    now: datetime | None = None,
+    by=None,
+    schedule=None,
+    reason: str = "",
+) -> NodeLease:
+    """Lend `count` idle nodes of `pool` to `queue` for `duration_s`; applied by the next pass."""
+    now = now or timezone.now()
+    longest = settings.SWITCHYARD_LEASE_MAX_HOURS * 3600
+    if queue.pool_id == pool.pk:
+        raise LeaseError("lend to a queue of another pool")
+    if queue.pool.backend != pool.backend:
+        raise LeaseError(f"the nodes run on {pool.backend}, the queue on {queue.pool.backend}")
+    if not 0 < duration_s <= longest:
+        raise LeaseError(f"a lease lasts more than 0 s and at most {longest} s")
+    busy = {a.node for o in running_on(pool=None) for a in o.allocations}
+    lent = set(
+        NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list("nodes__name", flat=True)
+    )
+    # GPU nodes first: idle GPUs are what a lease is for (docs/capacity.md).
+    idle = [
+        n
+        for n in Node.objects.filter(pool=pool, state=Node.State.UP).order_by("-gpus", "name")
+        if n.name not in busy and n.name not in lent
+    ]
+    if count < 1 or len(idle) < count:
+        raise LeaseError(f"pool {pool.name} has {len(idle)} idle node(s); {count} asked")
+    with transaction.atomic():
+        lease = NodeLease.objects.create(
+            pool=pool,
+            queue=queue,
+            starts_at=now,
+            ends_at=now + timedelta(seconds=duration_s),
+            created_by=by,
+            schedule=schedule,
+            reason=reason,
+        )
+        lease.nodes.set(idle[:count])
+    transaction.on_commit(lambda: outbox.send(outbox.CAPACITY, ()))
+    return lease
 
 
 def lease_end(*, user: AbstractBaseUser, lease_id: int) -> NodeLease:

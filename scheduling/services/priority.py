@@ -25,8 +25,8 @@ from portal.errors import ApplicationError
 from portal.models import Project
 from portal.notify import notify
 from portal.selectors import project_get_for_member
+from scheduling import outbox
 from scheduling.decisions.levels import HIGH, LEVELS, MEDIUM
-from scheduling.engine import levels as engine_levels
 from scheduling.models import TERMINAL_STATES, PriorityRequest, Queue, Task, TaskEvent
 from scheduling.selectors.requests import can_decide
 
@@ -189,7 +189,8 @@ def priority_request_decide(
         verdict = f"request #{request.pk} {to} by {user.get_username()}"
         if comment:
             verdict += f": {comment}"
-        for task in _tasks(request):
+        tasks = _tasks(request)
+        for task in tasks:
             _event(task, verdict, now)
         audit.record(
             audit.Action.PRIORITY_APPROVE if approve else audit.Action.PRIORITY_REJECT,
@@ -200,7 +201,8 @@ def priority_request_decide(
             detail={"level": LEVELS[request.level], "comment": comment},
         )
     if approve:
-        engine_levels.relevel(now, tasks=_scope(request))
+        # The level applies as soon as a worker has it: in the portal and in the backends.
+        outbox.relevel([task.pk for task in tasks])
     notify(
         request.requester,
         f"priority request #{request.pk} {to}",

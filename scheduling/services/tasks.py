@@ -28,7 +28,6 @@ from scheduling import decisions, outbox, sealed
 from scheduling.decisions.canary import in_canary
 from scheduling.decisions.quota import Ask, Reject, admit
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
-from scheduling.engine import settle
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
 from scheduling.selectors.policy import site_minute, task_level, task_value
@@ -166,6 +165,9 @@ def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str,
                 upstream=upstream,
             )
             _submit_entry(task, user, project, decided).save(force_insert=True)
+            if task.state == S.WAITING:
+                # Its dependencies may all have ended already: the engine settles it on commit.
+                outbox.settle([task.pk])
         return task
     # The usual submission on PostgreSQL: the task, its first event and its audit row in one
     # round trip once the task's id is drawn, instead of BEGIN, three INSERTs and COMMIT.
@@ -195,8 +197,9 @@ def task_create(
     """Store one decided task and its first event; schedule what comes next on commit.
 
     `fields` are `new_task`'s other arguments (project, descriptor, fmt, workflow). A task
-    with dependencies or a trigger starts `waiting` (the engine settles it once the
-    transaction commits); the others are dispatched. Call inside a transaction.
+    with dependencies or a trigger starts `waiting`: the caller asks the engine to settle it
+    (`outbox.settle`, one message for all it stores); the others are dispatched. Call inside
+    a transaction.
     """
     task = new_task(user=user, decided=decided, upstream=upstream, **fields)
     task.save(force_insert=True)
@@ -205,11 +208,7 @@ def task_create(
     first_event(task, user, decided).save(force_insert=True)
     if decided.spec.priority == "high":
         priority_request_from_descriptor(task, user=user, now=task.submitted_at)
-    if task.state == S.WAITING:
-        # Its dependencies may all have ended already: the engine settles it on commit.
-        pk = task.pk
-        transaction.on_commit(lambda: settle.settle_waiting([pk]))
-    else:
+    if task.state != S.WAITING:
         outbox.dispatch(task.pk)
     return task
 

@@ -1,7 +1,8 @@
 """Writes on workflows from the portal: submit a whole DAG (all or nothing), and cancel it.
 
 What happens while a workflow runs (releasing dependants, fail actions, wait timeouts,
-triggers) is the engine's: `scheduling/engine/settle.py`.
+triggers) is the engine's: `scheduling/engine/settle.py`. Ending a workflow whose tasks have
+all ended is a write of its own (`workflow_refresh`), which the engine's settling calls too.
 """
 
 from __future__ import annotations
@@ -11,21 +12,23 @@ import json
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.utils import timezone
 
 from portal import audit
 from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_get_for_member
-from scheduling import sealed
+from scheduling import outbox, sealed
 from scheduling.descriptor import DescriptorError, load_descriptor, topological_order
-from scheduling.engine import settle
 from scheduling.models import (
     ACTIVE_STATES,
     TERMINAL_STATES,
     Task,
+    TaskState,
     Workflow,
     WorkflowState,
 )
 from scheduling.selectors import tasks_visible_by_ids
+from scheduling.selectors.dependencies import verdict
 from scheduling.services.priority import priority_requests_room
 from scheduling.services.tasks import (
     descriptor_errors,
@@ -132,6 +135,8 @@ def workflow_submit_spec(
                 workflow=workflow,
                 upstream=upstream,
             )
+        # Tasks whose dependencies all ended before the workflow was stored start at once.
+        outbox.settle([t.pk for t in created.values() if t.state == TaskState.WAITING])
         audit.record(
             audit.Action.WORKFLOW_SUBMIT,
             actor=user,
@@ -181,6 +186,28 @@ def workflow_cancel(*, user: AbstractBaseUser, workflow: Workflow) -> Workflow:
             if exc.status != 409:  # 409: it ended meanwhile, which is fine
                 raise
     task_request_cancel(tasks=with_jobs, who=user.get_username())
-    settle.workflow_refresh(workflow.pk)
+    workflow_refresh(workflow.pk)
     workflow.refresh_from_db()
     return workflow
+
+
+def workflow_refresh(workflow_id: int) -> None:
+    """End the workflow once every task has ended; its state says how it went.
+
+    It succeeds when every task succeeded, or ended in a way its fail_action (skip) forgives.
+    """
+    tasks = Task.objects.filter(workflow_id=workflow_id)
+    # Called at every task's end: the cheap question first, so a big workflow is not read
+    # whole a thousand times.
+    if tasks.exclude(state__in=TERMINAL_STATES).exists():
+        return
+    tasks = list(tasks.only("id", "state", "fail_action"))
+    if not tasks:
+        return
+    ok = all(verdict(task) for task in tasks)
+    now = timezone.now()
+    Workflow.objects.filter(pk=workflow_id, state=W.RUNNING).update(
+        state=W.SUCCEEDED if ok else W.FAILED,
+        reason="every task succeeded or was skipped" if ok else "some tasks did not succeed",
+    )
+    Workflow.objects.filter(pk=workflow_id, ended_at__isnull=True).update(ended_at=now)

@@ -15,18 +15,19 @@ from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_list_for_user
-from scheduling import engine, services
+from scheduling import services
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
-from scheduling.models import TaskState
 from scheduling.presenters.efficiency import task_efficiency
 from scheduling.presenters.starters import STARTERS, starter_initial
+from scheduling.presenters.states import TASK_STATE_CHOICES
 from scheduling.selectors import (
     can_change_task,
     task_get_for_user,
     task_list_for_user,
 )
+from scheduling.selectors.logs import task_log
 from scheduling.selectors.waiting import explain
 
 LOG_LIMIT = 256 * 1024
@@ -41,7 +42,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(tasks, 50).get_page(request.GET.get("page"))
     # htmx polls the rows every 2 s; it gets only the <tr>s, not the page around them.
     template = "scheduling/task_rows.html" if request.htmx else "scheduling/task_list.html"
-    context = {"page": page, "state": state, "states": TaskState.choices}
+    context = {"page": page, "state": state, "states": TASK_STATE_CHOICES}
     return render(request, template, context)
 
 
@@ -49,7 +50,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
 def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk)
     try:
-        log = engine.task_log(task=task, limit=LOG_LIMIT)
+        log = task_log(task=task, limit=LOG_LIMIT)
         log_error = ""
     except ApplicationError as exc:  # the backend is away: the rest of the page still helps
         log, log_error = "", str(exc)

@@ -21,8 +21,9 @@ from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError
 from scheduling import services
-from scheduling.models import TERMINAL_STATES, TaskState, WorkflowState
+from scheduling.decisions import lifecycle
 from scheduling.presenters.dag import boxes_svg, dag_picture, edge_kind, edges_svg
+from scheduling.presenters.states import WORKFLOW_STATE_CHOICES
 from scheduling.presenters.workflow_rows import rows_html
 from scheduling.selectors import workflow_get_for_user, workflow_list_for_user
 from scheduling.selectors.access import workflow_dependency_pairs
@@ -30,7 +31,7 @@ from scheduling.selectors.access import workflow_dependency_pairs
 
 @login_required
 def workflow_list(request: HttpRequest) -> HttpResponse:
-    ended = Q(tasks__state__in=TERMINAL_STATES)
+    ended = Q(tasks__state__in=lifecycle.TERMINAL)
     found = workflow_list_for_user(request.user).annotate(
         total=Count("tasks", distinct=True), ended=Count("tasks", filter=ended, distinct=True)
     )
@@ -39,7 +40,7 @@ def workflow_list(request: HttpRequest) -> HttpResponse:
         found = found.filter(state=state)
     page = Paginator(found.order_by("-id"), 50).get_page(request.GET.get("page"))
     template = "scheduling/workflow_rows.html" if request.htmx else "scheduling/workflow_list.html"
-    context = {"page": page, "state": state, "states": WorkflowState.choices}
+    context = {"page": page, "state": state, "states": WORKFLOW_STATE_CHOICES}
     return render(request, template, context)
 
 
@@ -77,7 +78,7 @@ def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "counts": _counts(Counter(task.state for task in tasks)),
         # Live while a task can still move: a failed (aborted) workflow may still have
         # tasks running on other branches.
-        "live": any(task.state not in TERMINAL_STATES for task in tasks),
+        "live": any(task.state not in lifecycle.TERMINAL for task in tasks),
         "since": f"{since:.6f}",
     }
     template = (
@@ -119,7 +120,7 @@ def workflow_changes(request: HttpRequest, pk: int) -> JsonResponse:
             "since": f"{now:.6f}",
             "workflow": {"state": workflow.state, "reason": workflow.reason},
             "counts": _counts(states),
-            "live": any(state not in TERMINAL_STATES for state in states),
+            "live": any(state not in lifecycle.TERMINAL for state in states),
             "tasks": [_task_change(task) for task in changed],
         }
     )
@@ -142,7 +143,7 @@ def _counts(counts: Mapping[str, int]) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda kv: _STATE_ORDER.index(kv[0]))
 
 
-_STATE_ORDER = [state.value for state in TaskState]
+_STATE_ORDER = list(lifecycle.TASK_STATES)
 
 
 @login_required

@@ -146,10 +146,6 @@ INTERFACE_MAY_IMPORT = ("scheduling.services", "scheduling.selectors", "scheduli
                         "scheduling.forms", "scheduling.serializers", "scheduling.decisions",
                         "scheduling.spec", "scheduling.descriptor", "scheduling.sites",
                         "scheduling.usage")  # fmt: skip
-# Until the branches that take them out are merged: the task and attempt states, which move
-# to a pure module, and the task log read through the engine, which becomes a selector.
-NOT_YET = {("scheduling.engine", "scheduling.engine"), ("scheduling.models", "TaskState"),
-           ("scheduling.models", "WorkflowState"), ("scheduling.models", "TERMINAL_STATES")}  # fmt: skip
 
 
 def _named_imports(path: Path) -> list[tuple[str, str, int]]:
@@ -176,11 +172,82 @@ def test_pages_and_apis_import_only_services_selectors_presenters_forms_and_seri
         for module, path in MODULES.items()
         if module.startswith(INTERFACES)
         for target, name, line in _named_imports(path)
-        if target.startswith("scheduling")
-        and not target.startswith(INTERFACE_MAY_IMPORT)
-        and (target, name) not in NOT_YET
+        if target.startswith("scheduling") and not target.startswith(INTERFACE_MAY_IMPORT)
     ]
     assert offenders == []
+
+
+def _engine_importers(graph: dict[str, set[str]]) -> list[str]:
+    """Modules outside the engine, the Celery tasks module and the app configs that import
+    the engine: its one way in is a message (scheduling/outbox.py) to its Celery tasks."""
+    allowed = ("scheduling.tasks",)
+    return [
+        f"{module} imports {target}"
+        for module, edges in graph.items()
+        if not module.startswith("scheduling.engine")
+        and module not in allowed
+        and not module.endswith(".apps")
+        for target in edges
+        if target == "scheduling.engine" or target.startswith("scheduling.engine.")
+    ]
+
+
+# What another app may import of scheduling: the port, the tables, and the pure modules.
+SCHEDULING_FOR_OTHERS = (
+    "scheduling.usage",
+    "scheduling.models",
+    "scheduling.decisions",
+    "scheduling.sites",
+    "scheduling.spec",
+    "scheduling.descriptor",
+)
+
+
+def _reaching_into_scheduling(graph: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{module} imports {target}"
+        for module, edges in graph.items()
+        if not module.startswith("scheduling")
+        for target in edges
+        if target.startswith("scheduling.")  # (the package itself is loaded by any of them)
+        and not any(target == ok or target.startswith(ok + ".") for ok in SCHEDULING_FOR_OTHERS)
+    ]
+
+
+def test_only_the_engine_its_celery_tasks_and_app_configs_import_the_engine():
+    assert _engine_importers(_graph()) == []
+
+
+def test_other_apps_import_only_the_usage_port_the_models_and_pure_modules_of_scheduling():
+    assert _reaching_into_scheduling(_graph()) == []
+
+
+def test_the_usage_port_does_not_import_the_engine():
+    graph = _graph()
+    reached, todo = set(), ["scheduling.usage"]
+    while todo:  # everything it loads, transitively
+        for target in graph[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    assert sorted(m for m in reached if m.startswith("scheduling.engine")) == []
+
+
+def test_the_layout_rules_find_a_module_that_breaks_them():
+    # So that the three tests above cannot pass by never finding anything.
+    graph = {
+        "scheduling.services.tasks": {"scheduling.engine.settle"},
+        "scheduling.tasks": {"scheduling.engine"},
+        "scheduling.apps": {"scheduling.engine.settle"},
+        "scheduling.engine.settle": {"scheduling.engine.registry"},
+        "accounting.meter": {"scheduling.selectors.access", "scheduling.usage"},
+        "accounting.views": {"scheduling.models", "scheduling.decisions.levels"},
+    }
+    assert _engine_importers(graph) == [
+        "scheduling.services.tasks imports scheduling.engine.settle"
+    ]
+    assert _reaching_into_scheduling(graph) == [
+        "accounting.meter imports scheduling.selectors.access"
+    ]
 
 
 PURE = ("scheduling.decisions", "scheduling.sites", "scheduling.spec", "simulation.simulator")

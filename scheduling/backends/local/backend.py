@@ -234,6 +234,9 @@ class LocalBackend(Backend):
             return ""
         return self.store.read_log(backend_id, offset=offset, limit=limit)
 
+    def log_path(self, backend_id: str) -> str:
+        return self.store.kept_log_path(backend_id) if KEY_RE.match(backend_id) else ""
+
     def health(self, nodes: list[str]) -> dict[str, NodeHealth]:
         """The host's health, for each of its virtual nodes (the probe is pluggable)."""
         return self._health_probe(list(nodes), root=self.root)

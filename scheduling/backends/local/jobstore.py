@@ -6,7 +6,8 @@
     root/leases.json        {lease: {"nodes": [...], "pool": borrower, "until": epoch}}
     root/active/<key>       one empty file per job not yet finished (keeps a pass O(active))
     root/ended/<key>        one empty file per finished job still in jobs/ (its mtime: when)
-    root/logs/<key>.log     the output of a job whose folder retention removed, and
+    root/logs/<key>.log     the job's output.log under a second name (a hard link made when
+                            the supervisor opens it), kept when retention removes the folder,
     root/logs/<key>.json    its final state
     root/run/               the launcher's socket, lock and pid (launcher.py), 0700
     root/jobs/<key>/        one job; its key is its backend id
@@ -306,8 +307,13 @@ class JobStore:
     def write_leases(self, leases: Mapping[str, dict]) -> None:
         write_json_atomic(self._leases_path, dict(leases))
 
+    def kept_log_path(self, key: str) -> str:
+        """Where a job's output stays readable for good: the supervisor links its output.log
+        here when it opens it, and the folder's removal leaves this name (`archive`)."""
+        return os.path.join(self.logs_dir, f"{key}.log")
+
     def read_log(self, key: str, *, offset: int, limit: int) -> str:
-        for path in (self.path(key, "output.log"), os.path.join(self.logs_dir, f"{key}.log")):
+        for path in (self.path(key, "output.log"), self.kept_log_path(key)):
             try:
                 with open(path, "rb") as f:
                     f.seek(max(0, offset))
@@ -358,7 +364,8 @@ class JobStore:
         """Remove a finished job's folder; keep its log and final state under logs/."""
         jobdir = self.jobdir(key)
         with contextlib.suppress(FileNotFoundError):
-            os.replace(self.path(key, "output.log"), os.path.join(self.logs_dir, f"{key}.log"))
+            # Usually a second name of the same file already: then this changes nothing.
+            os.replace(self.path(key, "output.log"), self.kept_log_path(key))
         with contextlib.suppress(FileNotFoundError):
             os.replace(self.path(key, "state.json"), os.path.join(self.logs_dir, f"{key}.json"))
         remove_tree(jobdir)

@@ -279,11 +279,18 @@ class OutputLog:
     """The job's output.log, written by the supervisor from the job's pipe, up to a cap.
 
     Past the cap the log ends with a marker and the rest is read and dropped, so the job is
-    never blocked on a full pipe and the disk never fills.
+    never blocked on a full pipe and the disk never fills. With `kept_as`, the file gets that
+    second name at once: the portal reads the log there (the path it recorded at submission),
+    and it stays when the job's folder is removed.
     """
 
-    def __init__(self, path: str, cap: int | None) -> None:
+    def __init__(self, path: str, cap: int | None, *, kept_as: str | None = None) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        if kept_as:
+            try:  # noqa: SIM105 - `os` only here: the supervisor imports this by path
+                os.link(path, kept_as)
+            except FileExistsError:  # a restarted supervisor linked it already
+                pass
         self.written = os.fstat(self.fd).st_size
         self.cap = cap
         self.cut = False

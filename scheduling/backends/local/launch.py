@@ -212,6 +212,7 @@ def launch_plan(
         if blocked is None
         else {"blocked": list(blocked), "slirp4netns": shutil.which(slirp4netns) or ""},
         "output_cap": limits.max_output_bytes,
+        "output_kept_as": store.kept_log_path(key),
         "limits": {
             "memory_bytes": memory_bytes,
             "max_processes": limits.max_processes,

@@ -175,7 +175,9 @@ class Shim:
             return
         jobwatch = _jobwatch()
         self.log = jobwatch.OutputLog(
-            os.path.join(self.jobdir, "output.log"), plan.get("output_cap")
+            os.path.join(self.jobdir, "output.log"),
+            plan.get("output_cap"),
+            kept_as=plan.get("output_kept_as"),
         )
         try:
             pid, sandbox_pid, out_r = self.spawn(plan["argv"], plan["env"], plan["cwd"], run_as)

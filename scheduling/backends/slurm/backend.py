@@ -458,11 +458,12 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
             )
         return views
 
+    def log_path(self, backend_id: str) -> str:  # `--output`, under the portal's workdir
+        return str(self.workdir / backend_id.partition(":")[2] / "output.log")
+
     def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str:
-        key = backend_id.partition(":")[2]
-        path = self.workdir / key / "output.log"
         try:
-            with open(path, "rb") as fh:
+            with open(self.log_path(backend_id), "rb") as fh:
                 fh.seek(offset)
                 return decode_log(fh.read(limit))
         except FileNotFoundError:

@@ -11,9 +11,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from scheduling.engine.cluster import ClusterSettings, SlurmConfigError, render, scale_down
 from scheduling.models import Node, Pool, Queue
 from scheduling.selectors import node_view, queue_policy, site_view_invalidate
+from scheduling.sites.slurm import ClusterSettings, SlurmConfigError, render, scale_down
 
 FILES = ("slurm.conf", "gres.conf", "topology.conf", "nodes.txt", "gpus.txt")
 

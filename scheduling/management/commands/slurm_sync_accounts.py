@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from scheduling.engine.cluster import sync_accounts
+from scheduling.tasks import slurm_sync_accounts
 
 
 class Command(BaseCommand):
@@ -17,5 +17,5 @@ class Command(BaseCommand):
         parser.add_argument("--backend", default="slurm", help="the Slurm backend's alias")
 
     def handle(self, *args, backend: str, **options):
-        for project, users in sync_accounts(backend):
+        for project, users in slurm_sync_accounts(backend):
             self.stdout.write(f"{project}: {', '.join(u or '(portal user)' for u in users)}")

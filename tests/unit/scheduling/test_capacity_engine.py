@@ -19,7 +19,7 @@ from scheduling.backends import BackendError, JobState, NodeHealth
 from scheduling.backends.fake import FakeBackend
 from scheduling.decisions.levels import HIGH, LOW
 from scheduling.engine import get_backend
-from scheduling.engine.capacity import capacity_pass, open_lease
+from scheduling.engine.capacity import capacity_pass
 from scheduling.engine.health import health_pass, nodes_apply
 from scheduling.models import (
     Alert,
@@ -32,6 +32,7 @@ from scheduling.models import (
     Task,
 )
 from scheduling.selectors import site_view, site_view_invalidate
+from scheduling.services.capacity import open_lease
 from tests.conftest import descriptor, submit
 
 pytestmark = pytest.mark.django_db

@@ -17,6 +17,7 @@ from scheduling import engine
 from scheduling.engine import get_backend
 from scheduling.models import Pool, Task
 from scheduling.selectors import site_view_invalidate
+from scheduling.selectors.logs import task_log
 from tests.conftest import descriptor, submit
 from tests.unit.scheduling.test_local_backend import finished
 
@@ -132,7 +133,7 @@ def test_a_real_local_job_has_the_secret_in_its_environment_and_its_files_are_pr
     task.refresh_from_db()
     backend = get_backend("local")
     finished(backend, task.backend_id, timeout=30)
-    assert f"key={SECRET}" in engine.task_log(task=task)
+    assert f"key={SECRET}" in task_log(task=task)
     # What the backend kept beside the job (its request and launch plan) others cannot read.
     jobdir = backend.store.jobdir(task.backend_id)
     for name in ("request.json", "launch.marshal"):

@@ -1,10 +1,12 @@
-"""Slurm's configuration written from the site's model (scheduling/backends/slurm/config.py)."""
+"""Slurm's configuration written from the site's model (scheduling/sites/slurm.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduling.backends.slurm.config import (
+from scheduling.decisions.types import NodeView, QueuePolicy
+from scheduling.sites import default_site
+from scheduling.sites.slurm import (
     ClusterSettings,
     SlurmConfigError,
     SlurmNode,
@@ -19,8 +21,6 @@ from scheduling.backends.slurm.config import (
     slurm_time,
     topology_conf,
 )
-from scheduling.decisions.types import NodeView, QueuePolicy
-from scheduling.sites import default_site
 
 GIB = 1024
 HOUR = 3600

@@ -13,8 +13,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.models import Membership
-from scheduling.engine.capacity import open_lease
 from scheduling.models import NodeLease, Pool, Queue, Task
+from scheduling.services.capacity import open_lease
 from simulation.models import SimulationRun
 from simulation.replay import history_workload
 from tests.conftest import descriptor, submit

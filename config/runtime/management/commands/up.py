@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand
 
 from config.runtime.serve import STATIC_MANIFEST_ENV, web_argv
 from config.runtime.workers import worker_argv
-from scheduling.engine.registry import close_backends
+from scheduling.usage import close_backends
 
 
 class Command(BaseCommand):
