@@ -14,6 +14,7 @@ import importlib.util
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -499,7 +500,7 @@ SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT = env_int(
 # Networks no batch job may reach (CIDRs, comma-separated), besides the control plane's own
 # addresses, which are always blocked (docs/security.md, "Network").
 SWITCHYARD_JOB_BLOCKED_NETWORKS = [str(n) for n in env_networks("SWITCHYARD_JOB_BLOCKED_NETWORKS")]
-COMPUTE_BACKENDS = {
+COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",
         "OPTIONS": {

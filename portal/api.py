@@ -5,12 +5,12 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.generics import ListAPIView
-from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal import history, roles
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.models import AuditEvent, ConfigVersion
 from portal.selectors import audit_filter, audit_visible_to, checked_pk
 
@@ -56,7 +56,7 @@ class AuditList(ListAPIView):
         return super().get(request, *args, **kwargs)
 
 
-def _versions(request: Request):
+def _versions(request: SignedInApiRequest):
     if not (roles.is_platform_admin(request.user) or roles.administered_queue_ids(request.user)):
         raise ApplicationError("not found", status=404)
     return history.versions_visible_to(request.user)
@@ -100,7 +100,7 @@ class ConfigRollback(APIView):
         description="Make the object what it was right after this version (platform admins). "
         "The answer is the new version the rollback wrote.",
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         try:
             version = _versions(request).get(pk=checked_pk(pk))
         except (ConfigVersion.DoesNotExist, ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -13,15 +13,15 @@ from portal.errors import ApplicationError
 from portal.models import AuditEvent, Project
 
 
-def project_list_for_user(user: AbstractBaseUser) -> QuerySet[Project]:
+def project_list_for_user(user: User) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user).distinct()
 
 
-def project_get_for_user(user: AbstractBaseUser, slug: str) -> Project | None:
+def project_get_for_user(user: User, slug: str) -> Project | None:
     return Project.objects.filter(slug=slug, memberships__user=user).first()
 
 
-def project_get_for_member(user: AbstractBaseUser, slug: str, *, field: str = "project") -> Project:
+def project_get_for_member(user: User, slug: str, *, field: str = "project") -> Project:
     """A project the user is a member of, or a 400 naming the field (never says whether the
     project exists: outsiders learn nothing)."""
     project = project_get_for_user(user, slug)
@@ -41,7 +41,7 @@ def checked_pk(pk: int | str) -> int:
     return value
 
 
-def audit_visible_to(user: AbstractBaseUser) -> QuerySet[AuditEvent]:
+def audit_visible_to(user: User) -> QuerySet[AuditEvent]:
     """A platform admin reads every row; anyone else what they did themselves, what happened
     in the projects they lead and in the queues they administer."""
     rows = AuditEvent.objects.all()

@@ -5,6 +5,9 @@ else asks for does not exist for them."""
 
 from __future__ import annotations
 
+from typing import cast
+
+from django.contrib.auth.models import User
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -14,17 +17,20 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.selectors import checked_pk
 from scheduling import services
 from scheduling.api.policy import parse_until
-from scheduling.models import NodeLease
+from scheduling.models import Node, NodeLease
 from scheduling.selectors.capacity import lease_list_for_user
 
 
 class LeaseSerializer(serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.name")
     queue = serializers.CharField(source="queue.name")
-    nodes = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
+    nodes: serializers.SlugRelatedField[Node] = serializers.SlugRelatedField(
+        many=True, read_only=True, slug_field="name"
+    )
     created_by = serializers.SerializerMethodField()
 
     class Meta:
@@ -82,13 +88,15 @@ class LeaseList(ListCreateAPIView):
         description="Lend idle nodes of a pool to another pool's queue (platform admins).",
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
+        # The default permission, IsAuthenticated, lets only a signed-in user in.
+        user = cast(User, request.user)
         data = request.data if isinstance(request.data, dict) else {}
         count = data.get("count")
         if isinstance(count, bool) or not isinstance(count, int):
             raise ApplicationError("must be a whole number of nodes", field="count", got=count)
         until = parse_until(data.get("until"))
         lease = services.lease_open(
-            user=request.user,
+            user=user,
             pool=str(data.get("pool") or ""),
             queue=str(data.get("queue") or ""),
             count=count,
@@ -98,7 +106,7 @@ class LeaseList(ListCreateAPIView):
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
 
-def _visible_lease(request: Request, pk: int) -> NodeLease:
+def _visible_lease(request: SignedInApiRequest, pk: int) -> NodeLease:
     try:
         lease = lease_list_for_user(request.user).filter(pk=checked_pk(pk)).first()
     except ValueError:  # an id no database holds
@@ -112,7 +120,7 @@ class LeaseDetail(RetrieveAPIView):
     serializer_class = LeaseSerializer
 
     def get_object(self) -> NodeLease:
-        return _visible_lease(self.request, self.kwargs["pk"])
+        return _visible_lease(cast(SignedInApiRequest, self.request), self.kwargs["pk"])
 
 
 class LeaseEnd(APIView):
@@ -122,6 +130,6 @@ class LeaseEnd(APIView):
         description="Take a lease's nodes back now (platform admins): work still on them is "
         "requeued by the next capacity pass, which this asks for at once.",
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         lease = services.lease_end(user=request.user, lease_id=_visible_lease(request, pk).pk)
         return Response(LeaseSerializer(lease).data)

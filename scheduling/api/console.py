@@ -6,6 +6,7 @@ they may see but not change is a 403 with the reason.
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -14,10 +15,11 @@ from rest_framework.views import APIView
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.models import Project
 from scheduling import services
 from scheduling.api import policy as api_policy
-from scheduling.models import Canary, Node, Queue
+from scheduling.models import Canary, Node, Pool, Queue
 from scheduling.selectors.canary import canary_results
 from scheduling.services.canary import canary_end, canary_start
 from scheduling.services.queues import EDITABLE, queue_form_data, queue_update
@@ -25,8 +27,12 @@ from scheduling.services.quotas import member_add, member_remove, quota_delete, 
 
 
 class QueueSerializer(serializers.ModelSerializer):
-    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    admins = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
+    pool: serializers.SlugRelatedField[Pool] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    admins: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", many=True, read_only=True
+    )
     editable = serializers.SerializerMethodField()
 
     class Meta:
@@ -70,7 +76,7 @@ class QueueDetail(APIView):
         responses={200: QueueSerializer},
         description="Change a queue you administer: any of its editable fields, and `reason`.",
     )
-    def patch(self, request: Request, name: str) -> Response:
+    def patch(self, request: SignedInApiRequest, name: str) -> Response:
         queue = self._queue(request, name)
         if not roles.administers_queue(request.user, queue.pk):
             raise ApplicationError("only this queue's admins or a platform admin", status=403)
@@ -100,7 +106,7 @@ class NodeState(APIView):
         description="Drain (`drained`), mark down (`down`) or resume (`up`) a node: platform "
         "admins any node, queue admins the nodes of their queues' pools.",
     )
-    def post(self, request: Request, name: str, state: str) -> Response:
+    def post(self, request: SignedInApiRequest, name: str, state: str) -> Response:
         node = Node.objects.select_related("pool").filter(name=name).first()
         if node is None or not roles.administers_pool(request.user, node.pool_id):
             raise ApplicationError("not found", status=404)
@@ -117,7 +123,7 @@ class NodeState(APIView):
         return Response({"node": node.name, "state": state, "changed": bool(changed)})
 
 
-def _project(request: Request, slug: str) -> Project:
+def _project(request: SignedInApiRequest, slug: str) -> Project:
     project = Project.objects.filter(slug=slug).first()
     if project is None or not (
         roles.is_platform_admin(request.user)
@@ -134,7 +140,7 @@ _MEMBER = inline_serializer(
 
 class ProjectMembers(APIView):
     @extend_schema(responses={200: _MEMBER})
-    def get(self, request: Request, slug: str) -> Response:
+    def get(self, request: SignedInApiRequest, slug: str) -> Response:
         project = _project(request, slug)
         rows = project.memberships.select_related("user").order_by("user__username")
         return Response([{"username": m.user.username, "role": m.role} for m in rows])
@@ -144,7 +150,7 @@ class ProjectMembers(APIView):
         responses={201: _MEMBER},
         description="The project's lead (or a platform admin) adds an existing account.",
     )
-    def post(self, request: Request, slug: str) -> Response:
+    def post(self, request: SignedInApiRequest, slug: str) -> Response:
         project = _project(request, slug)
         username = _data(request).get("username")
         if not isinstance(username, str) or not username:
@@ -155,7 +161,7 @@ class ProjectMembers(APIView):
 
 class ProjectMember(APIView):
     @extend_schema(responses={204: None})
-    def delete(self, request: Request, slug: str, username: str) -> Response:
+    def delete(self, request: SignedInApiRequest, slug: str, username: str) -> Response:
         member_remove(by=request.user, project=_project(request, slug), username=username)
         return Response(status=204)
 
@@ -179,7 +185,7 @@ class ProjectQuotas(api_policy.ProjectQuotas):
         ),
         responses={200: None},
     )
-    def put(self, request: Request, slug: str) -> Response:
+    def put(self, request: SignedInApiRequest, slug: str) -> Response:
         project = _project(request, slug)
         data = _data(request)
         quota = quota_set(
@@ -196,7 +202,7 @@ class ProjectQuotas(api_policy.ProjectQuotas):
         return Response({"quota": str(quota), "limit": quota.limit})
 
     @extend_schema(responses={204: None})
-    def delete(self, request: Request, slug: str) -> Response:
+    def delete(self, request: SignedInApiRequest, slug: str) -> Response:
         project = _project(request, slug)
         data = _data(request)
         gone = quota_delete(
@@ -240,12 +246,12 @@ class CanaryList(APIView):
     """Canaries, newest first, each with its results beside the current rules' (platform
     admins); POST starts one."""
 
-    def _admin(self, request: Request) -> None:
+    def _admin(self, request: SignedInApiRequest) -> None:
         if not roles.is_platform_admin(request.user):
             raise ApplicationError("not found", status=404)
 
     @extend_schema(responses={200: None})
-    def get(self, request: Request) -> Response:
+    def get(self, request: SignedInApiRequest) -> Response:
         self._admin(request)
         return Response([_canary_data(c) for c in Canary.objects.all()[:20]])
 
@@ -262,7 +268,7 @@ class CanaryList(APIView):
         ),
         responses={201: None},
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: SignedInApiRequest) -> Response:
         self._admin(request)
         data = _data(request)
         made = canary_start(
@@ -285,7 +291,7 @@ class CanaryDecide(APIView):
         request=inline_serializer("CanaryEnd", {"reason": serializers.CharField(required=False)}),
         responses={200: None},
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         canary = Canary.objects.filter(pk=pk).first()
         if canary is None or not roles.is_platform_admin(request.user):
             raise ApplicationError("not found", status=404)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
+from django.contrib.auth.models import User
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -18,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.models import Project
 from portal.selectors import project_get_for_user
 from scheduling import services
@@ -45,7 +48,7 @@ _QUOTAS = inline_serializer(
 
 class ProjectQuotas(APIView):
     @extend_schema(responses={200: _QUOTAS})
-    def get(self, request: Request, slug: str) -> Response:
+    def get(self, request: SignedInApiRequest, slug: str) -> Response:
         project = project_get_for_user(request.user, slug)
         if project is None and request.user.is_superuser:
             project = Project.objects.filter(slug=slug).first()
@@ -98,12 +101,14 @@ class PriorityRequestList(ListCreateAPIView):
         "until a time. A queue admin of that queue, or a platform admin, decides.",
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
+        # The default permission, IsAuthenticated, lets only a signed-in user in.
+        user = cast(User, request.user)
         data = request.data if isinstance(request.data, dict) else {}
         task = None
         if data.get("task") is not None:
-            task = task_get_for_user(request.user, data["task"], change=True)
+            task = task_get_for_user(user, data["task"], change=True)
         made = services.priority_request_create(
-            user=request.user,
+            user=user,
             task=task,
             project=_text(data, "project"),
             queue=_text(data, "queue"),
@@ -121,7 +126,7 @@ class PriorityRequestDecide(APIView):
         request=inline_serializer("Decision", {"comment": serializers.CharField(required=False)}),
         responses={200: PriorityRequestSerializer},
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         found = request_get_for_user(request.user, pk)
         data = request.data if isinstance(request.data, dict) else {}
         decided = services.priority_request_decide(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -18,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from scheduling import engine, services
 from scheduling.descriptor import DESCRIPTOR_JSON_SCHEMA, slug_problem
 from scheduling.models import TaskState
@@ -67,7 +70,7 @@ class RawBody(BaseParser):
     own size check still refuses it instead of it being cut silently.
     """
 
-    def parse(self, stream, media_type=None, parser_context=None) -> bytes:
+    def parse(self, stream, media_type=None, parser_context=None) -> bytes:  # type: ignore[override]  # DRF takes any parsed value; this keeps the body
         view = (parser_context or {}).get("view")
         limit = getattr(settings, getattr(view, "body_limit", "SWITCHYARD_DESCRIPTOR_MAX_BYTES"))
         what = getattr(view, "body_what", "descriptor")
@@ -86,7 +89,7 @@ def _raw_parser(media: str) -> type[RawBody]:
 
 
 JSON_PARSERS = [_raw_parser(media) for media in sorted(_JSON_TYPES)]
-DESCRIPTOR_PARSERS = [
+DESCRIPTOR_PARSERS: list[type[BaseParser]] = [
     MultiPartParser,
     *JSON_PARSERS,
     *(_raw_parser(m) for m in sorted(_YAML_TYPES)),
@@ -203,7 +206,9 @@ class TaskListCreate(ListCreateAPIView):
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
         body, fmt = read_descriptor(request)
-        task = services.task_submit(user=request.user, text=body, fmt=fmt)
+        # The default permission, IsAuthenticated, lets only a signed-in user in.
+        user = cast(User, request.user)
+        task = services.task_submit(user=user, text=body, fmt=fmt)
         # The summary, not the detail: a task just stored has one event and no attempt, and
         # building the detail was half the cost of accepting a task (docs/benchmarks.md).
         queue = {pk: name for name, pk in site_view().queue_ids.items()}[task.queue_id]
@@ -227,7 +232,7 @@ class TaskBatch(APIView):
         description='Many independent tasks in one request: `{"tasks": [descriptor, ...]}`. '
         "All are stored or none; errors name `tasks[i].field`.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: SignedInApiRequest) -> Response:
         content_type = _content_type(request)
         if content_type not in _JSON_TYPES:
             raise ApplicationError(
@@ -251,7 +256,7 @@ class TaskCancel(APIView):
         description="200: the task is cancelled. 202: its backend job is being cancelled by "
         "a worker (`cancelling` is true until then). 409: it had already ended.",
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         task = task_get_for_user(request.user, pk, change=True)
         task = services.task_cancel(user=request.user, task=task)
         data = TaskSerializer(task, context={"request": request}).data
@@ -276,7 +281,7 @@ class TaskLog(APIView):
             )
         },
     )
-    def get(self, request: Request, pk: int) -> Response:
+    def get(self, request: SignedInApiRequest, pk: int) -> Response:
         task = task_get_for_user(request.user, pk)
         offset = _int_param(request, "offset", 0, minimum=0, maximum=_MAX_INT)
         limit = _int_param(request, "limit", 1 << 20, minimum=1, maximum=8 << 20)
@@ -328,7 +333,9 @@ class WorkflowListCreate(ListCreateAPIView):
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
         body, fmt = read_descriptor(request)
-        workflow = services.workflow_submit(user=request.user, text=body, fmt=fmt)
+        # The default permission, IsAuthenticated, lets only a signed-in user in.
+        user = cast(User, request.user)
+        workflow = services.workflow_submit(user=user, text=body, fmt=fmt)
         data = WorkflowDetailSerializer(workflow, context={"request": request}).data
         return Response(data, status=status.HTTP_201_CREATED)
 
@@ -342,7 +349,7 @@ class WorkflowDetail(RetrieveAPIView):
 
 class WorkflowCancel(APIView):
     @extend_schema(request=None, responses={200: WorkflowSerializer})
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         workflow = workflow_get_for_user(request.user, pk)
         workflow = services.workflow_cancel(user=request.user, workflow=workflow)
         return Response(WorkflowSerializer(workflow, context={"request": request}).data)

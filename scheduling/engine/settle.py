@@ -124,10 +124,10 @@ def workflow_refresh(workflow_id: int) -> None:
     # whole a thousand times.
     if tasks.exclude(state__in=TERMINAL_STATES).exists():
         return
-    tasks = list(tasks.only("id", "state", "fail_action"))
-    if not tasks:
+    ended = list(tasks.only("id", "state", "fail_action"))
+    if not ended:
         return
-    ok = all(verdict(task) for task in tasks)
+    ok = all(verdict(task) for task in ended)
     now = timezone.now()
     Workflow.objects.filter(pk=workflow_id, state=W.RUNNING).update(
         state=W.SUCCEEDED if ok else W.FAILED,
@@ -147,10 +147,12 @@ def expire_waiting(now=None) -> int:
         for pk, since, timeout_s in Task.objects.filter(
             state=S.WAITING, wait_timeout_s__isnull=False, waiting_since__isnull=False
         ).values_list("pk", "waiting_since", "wait_timeout_s")
-        if since + timedelta(seconds=timeout_s) <= now
+        if since is not None
+        and timeout_s is not None
+        and since + timedelta(seconds=timeout_s) <= now
     ]
     for task in Task.objects.filter(pk__in=expired, state=S.WAITING).order_by("pk"):
-        limit = format_duration(task.wait_timeout_s)
+        limit = format_duration(task.wait_timeout_s or 0)
         to = S.SKIPPED if task.fail_action == "skip" else S.CANCELLED
         if task_set_state(
             task=task, to=to, reason=f"waited longer than its wait_timeout ({limit}); {task.reason}"

@@ -6,7 +6,7 @@ change to the backends (the periodic passes would do it anyway).
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,7 +19,7 @@ from scheduling.selectors import site_view_invalidate
 
 
 def lease_open(
-    *, user: AbstractBaseUser, pool: str, queue: str, count: int, duration_s: int, reason: str = ""
+    *, user: User, pool: str, queue: str, count: int, duration_s: int, reason: str = ""
 ) -> NodeLease:
     """A platform admin lends `count` idle nodes of `pool` to `queue` for `duration_s`."""
     if not user.is_superuser:
@@ -52,7 +52,7 @@ def lease_open(
         raise ApplicationError(str(exc), field="count") from None
 
 
-def lease_end(*, user: AbstractBaseUser, lease_id: int) -> NodeLease:
+def lease_end(*, user: User, lease_id: int) -> NodeLease:
     """A platform admin takes lent nodes back now: the next capacity pass (asked for at
     once) requeues the work still there and returns the nodes."""
     if not user.is_superuser:
@@ -78,7 +78,7 @@ def lease_end(*, user: AbstractBaseUser, lease_id: int) -> NodeLease:
 
 @transaction.atomic
 def nodes_set_state(
-    *, nodes: list[Node], state: str, reason: str, by: str, user: AbstractBaseUser | None = None
+    *, nodes: list[Node], state: str, reason: str, by: str, user: User | None = None
 ) -> int:
     """Drain, mark down or resume nodes; a worker tells their backends and, for a node
     marked down, fails and retries the work that ran there.

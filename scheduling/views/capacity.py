@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from scheduling import services
 from scheduling.api.policy import parse_until
 from scheduling.models import Node, NodeLease, Queue
@@ -22,17 +23,17 @@ from scheduling.selectors.capacity import (
 )
 
 
-def _platform_admin(request: HttpRequest) -> None:
+def _platform_admin(request: SignedInRequest) -> None:
     if not roles.is_platform_admin(request.user):
         raise Http404("no such page")
 
 
-def _pools(request: HttpRequest):
+def _pools(request: SignedInRequest):
     return capacity_pools_for_user(request.user)
 
 
 @login_required
-def capacity(request: HttpRequest) -> HttpResponse:
+def capacity(request: SignedInRequest) -> HttpResponse:
     pools = _pools(request).prefetch_related("nodes")
     if not pools:
         raise Http404("no such page")
@@ -53,7 +54,7 @@ def capacity(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def node_state(request: HttpRequest, pk: int, state: str) -> HttpResponse:
+def node_state(request: SignedInRequest, pk: int, state: str) -> HttpResponse:
     if state not in Node.State.values:
         raise Http404("no such state")
     node = Node.objects.filter(pk=pk, pool__in=_pools(request)).select_related("pool").first()
@@ -72,7 +73,7 @@ def node_state(request: HttpRequest, pk: int, state: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def lend(request: HttpRequest) -> HttpResponse:
+def lend(request: SignedInRequest) -> HttpResponse:
     _platform_admin(request)
     try:
         count = int(request.POST.get("count", ""))
@@ -97,7 +98,7 @@ def lend(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def lease_end(request: HttpRequest, pk: int) -> HttpResponse:
+def lease_end(request: SignedInRequest, pk: int) -> HttpResponse:
     _platform_admin(request)
     try:
         lease = services.lease_end(user=request.user, lease_id=pk)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from portal.models import Project, Quota
 from scheduling.models import Queue
 from scheduling.selectors.quota import project_quotas
@@ -18,7 +21,7 @@ from scheduling.services.queues import QueueForm, queue_update
 from scheduling.services.quotas import member_add, member_remove, quota_delete, quota_set
 
 
-def _queue(request: HttpRequest, name: str) -> Queue:
+def _queue(request: SignedInRequest, name: str) -> Queue:
     queue = Queue.objects.select_related("pool").filter(name=name).first()
     if queue is None or not roles.administers_queue(request.user, queue.pk):
         raise Http404("no such queue")
@@ -26,7 +29,7 @@ def _queue(request: HttpRequest, name: str) -> Queue:
 
 
 @login_required
-def queue_edit(request: HttpRequest, name: str) -> HttpResponse:
+def queue_edit(request: SignedInRequest, name: str) -> HttpResponse:
     queue = _queue(request, name)
     form = QueueForm(instance=queue)
     reason = ""
@@ -50,7 +53,7 @@ def queue_edit(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "scheduling/queue_edit.html", context)
 
 
-def _project(request: HttpRequest, slug: str) -> Project:
+def _project(request: SignedInRequest, slug: str) -> Project:
     found = Project.objects.filter(slug=slug).first()
     if found is None or not (
         roles.is_platform_admin(request.user)
@@ -61,7 +64,7 @@ def _project(request: HttpRequest, slug: str) -> Project:
 
 
 @login_required
-def project_list(request: HttpRequest) -> HttpResponse:
+def project_list(request: SignedInRequest) -> HttpResponse:
     projects = Project.objects.order_by("slug").select_related("pi")
     if not roles.is_platform_admin(request.user):
         projects = projects.filter(memberships__user=request.user)
@@ -69,7 +72,7 @@ def project_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
+def project_detail(request: SignedInRequest, slug: str) -> HttpResponse:
     project = _project(request, slug)
     members = project.memberships.select_related("user").order_by("role", "user__username")
     context = {
@@ -85,7 +88,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def project_members(request: HttpRequest, slug: str) -> HttpResponse:
+def project_members(request: SignedInRequest, slug: str) -> HttpResponse:
     """Add (`username`) or remove (`remove`) a member."""
     project = _project(request, slug)
     try:
@@ -105,11 +108,11 @@ def project_members(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def project_quota(request: HttpRequest, slug: str) -> HttpResponse:
+def project_quota(request: SignedInRequest, slug: str) -> HttpResponse:
     """Set (or, with `delete`, remove) a quota: a member's within the project's, by its lead."""
     project = _project(request, slug)
     post = request.POST
-    fields = dict(
+    fields: dict[str, Any] = dict(
         project=project.slug,
         queue=post.get("queue", ""),
         resource=post.get("resource", ""),

@@ -14,12 +14,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError, ErrorItem
+from portal.http import SignedInRequest
 from portal.selectors import project_list_for_user
 from scheduling import engine, services
 from scheduling.decisions.humanize import count, format_duration, format_memory
@@ -43,7 +44,7 @@ LOG_LIMIT = 256 * 1024
 
 
 @login_required
-def task_list(request: HttpRequest) -> HttpResponse:
+def task_list(request: SignedInRequest) -> HttpResponse:
     tasks = task_list_for_user(request.user).order_by("-id")
     state = request.GET.get("state") or ""
     if state:
@@ -56,7 +57,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk)
     try:
         log = engine.task_log(task=task, limit=LOG_LIMIT)
@@ -86,7 +87,7 @@ def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def task_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+def task_cancel(request: SignedInRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk, change=True)
     try:
         services.task_cancel(user=request.user, task=task)
@@ -99,7 +100,7 @@ def task_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def task_submit(request: HttpRequest) -> HttpResponse:
+def task_submit(request: SignedInRequest) -> HttpResponse:
     projects = list(
         project_list_for_user(request.user).order_by("slug").values_list("slug", flat=True)
     )
@@ -139,7 +140,7 @@ def task_submit(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def workflow_list(request: HttpRequest) -> HttpResponse:
+def workflow_list(request: SignedInRequest) -> HttpResponse:
     ended = Q(tasks__state__in=TERMINAL_STATES)
     found = workflow_list_for_user(request.user).annotate(
         total=Count("tasks", distinct=True), ended=Count("tasks", filter=ended, distinct=True)
@@ -161,7 +162,7 @@ _ROW_FIELDS = ("id", "name", "state", "reason", "exit_code", "attempts", "retry_
 
 
 @login_required
-def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def workflow_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     workflow = workflow_get_for_user(request.user, pk)
     since = time.time()  # what the live updates send is what changed after this
     tasks = list(workflow.tasks.select_related("queue").only(*_ROW_FIELDS).order_by("id"))
@@ -204,7 +205,7 @@ LIVE_OVERLAP_S = 10.0
 
 
 @login_required
-def workflow_changes(request: HttpRequest, pk: int) -> JsonResponse:
+def workflow_changes(request: SignedInRequest, pk: int) -> JsonResponse:
     """What changed in a workflow since `?since=` (seconds since the epoch, as the page or
     the last update gave it): the workflow's state, its counts, and each task that changed,
     with what its row and its box in the graph show. A few hundred bytes per changed task,
@@ -259,7 +260,7 @@ _STATE_ORDER = [state.value for state in TaskState]
 
 @login_required
 @require_POST
-def workflow_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+def workflow_cancel(request: SignedInRequest, pk: int) -> HttpResponse:
     workflow = workflow_get_for_user(request.user, pk)
     try:
         services.workflow_cancel(user=request.user, workflow=workflow)
@@ -270,7 +271,7 @@ def workflow_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("workflow-detail", pk=workflow.pk)
 
 
-def _initial(request: HttpRequest, projects: list[str]) -> dict[str, Any]:
+def _initial(request: SignedInRequest, projects: list[str]) -> dict[str, Any]:
     """A template's fields (`?template=agent`), or a task's own descriptor to submit again
     (`?from=42`, a task you may see)."""
     initial: dict[str, Any] = {"project": projects[0]} if projects else {}
