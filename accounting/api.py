@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator
+from typing import cast
 
 from django.conf import settings
 from django.http import StreamingHttpResponse
@@ -25,6 +26,7 @@ from accounting.exports import csv_stream, xlsx_stream
 from accounting.models import Collector, Reconciliation
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from scheduling.usage import task_get_for_user
 
 
@@ -106,7 +108,7 @@ class UsageReport(APIView):
         description="Usage and charges, grouped and by period; finance sees every project, "
         "anyone else their own. `format=csv|xlsx` streams a file.",
     )
-    def get(self, request: Request) -> Response | StreamingHttpResponse:
+    def get(self, request: SignedInApiRequest) -> Response | StreamingHttpResponse:
         q = reports.parse_query(request.query_params)
         fmt = request.query_params.get("format", "json")
         if fmt in ("csv", "xlsx"):
@@ -141,7 +143,7 @@ class TaskUsage(APIView):
         description="A task's usage: billed records per attempt and metric (settled), and "
         "what its running attempt has used so far (committed).",
     )
-    def get(self, request: Request, pk: int) -> Response:
+    def get(self, request: SignedInApiRequest, pk: int) -> Response:
         task = task_get_for_user(request.user, pk)
         usage = services.task_usage(task)
         return Response({part: reports.as_json(rows) for part, rows in usage.items()})
@@ -201,7 +203,9 @@ class SampleIngest(APIView):
     def post(self, request: Request) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
         return Response(
-            services.samples_ingest(collector=request.auth, samples=data.get("samples"))
+            services.samples_ingest(
+                collector=cast(Collector, request.auth), samples=data.get("samples")
+            )
         )
 
 
@@ -220,7 +224,7 @@ class ReconciliationSerializer(serializers.ModelSerializer):
 
 class ReconciliationList(APIView):
     @extend_schema(responses={200: ReconciliationSerializer(many=True)})
-    def get(self, request: Request) -> Response:
+    def get(self, request: SignedInApiRequest) -> Response:
         if not reports.sees_all(request.user):
             raise PermissionDenied("finance and platform admins see reconciliations")
         rows = Reconciliation.objects.all()[:100]
@@ -231,7 +235,7 @@ class ReconciliationList(APIView):
         responses={201: ReconciliationSerializer(many=True)},
         description="Meter what is left and reconcile every backend now (finance, admins).",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: SignedInApiRequest) -> Response:
         if not roles.is_platform_admin(request.user):
             raise PermissionDenied("platform admins run reconciliations (finance reads them)")
         results = services.reconcile_now()

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
@@ -44,7 +45,7 @@ SLOW_SECONDS = 60
 MAX_POINTS = 288  # points per line over a day: one every 5 minutes
 
 
-def researcher(user: AbstractBaseUser) -> dict[str, Any]:
+def researcher(user: User) -> dict[str, Any]:
     mine = task_list_for_member(user)
     counts = dict(
         mine.filter(state__in=(*WAITING, TaskState.RUNNING))
@@ -58,8 +59,11 @@ def researcher(user: AbstractBaseUser) -> dict[str, Any]:
     settings_row = UserSettings.objects.filter(user_id=user.pk).first()
     # The month's usage, the week's waits and the month's efficiency move slowly: computed at
     # most once a minute per user (the page refreshes every 10 s).
-    slow = cache.get_or_set(
-        f"switchyard:dashboard:{user.pk}", lambda: _slow_figures(user, mine), SLOW_SECONDS
+    slow = cast(
+        dict[str, Any],
+        cache.get_or_set(
+            f"switchyard:dashboard:{user.pk}", lambda: _slow_figures(user, mine), SLOW_SECONDS
+        ),
     )
     return {
         "running": counts.get(TaskState.RUNNING, 0),
@@ -72,7 +76,7 @@ def researcher(user: AbstractBaseUser) -> dict[str, Any]:
     }
 
 
-def _slow_figures(user: AbstractBaseUser, mine) -> dict[str, Any]:
+def _slow_figures(user: User, mine) -> dict[str, Any]:
     now = timezone.now()
     today = timezone.localdate()
     month = reports.UsageQuery(today.replace(day=1), today, ("project",), "all")
@@ -104,18 +108,18 @@ def wait_stats(started: list[tuple[str, Any, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def operator_queues(user: AbstractBaseUser):
+def operator_queues(user: User):
     queues = Queue.objects.select_related("pool").order_by("name")
     if not roles.is_platform_admin(user):
         queues = queues.filter(pk__in=roles.administered_queue_ids(user))
     return list(queues)
 
 
-def site(user: AbstractBaseUser, queues: list[Queue]) -> dict[str, Any]:
+def site(user: User, queues: list[Queue]) -> dict[str, Any]:
     now = timezone.now()
     ids = [q.pk for q in queues]
     pools = {q.pool_id: q.pool for q in queues}
-    capacity = {
+    capacity: dict[int, Mapping[str, Any]] = {
         row["pool_id"]: row
         for row in Node.objects.filter(pool_id__in=pools)
         .order_by()

@@ -14,6 +14,7 @@ import zoneinfo
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -128,14 +129,17 @@ def _build(attempt: Attempt, runs: list[Run], rates: RateBook) -> _Built:
         task.type,
         [metrics.RunUsage(r.cpus, r.gpus, r.memory_mib, r.elapsed_ms) for r in runs],
     )
-    ended = max((r.ended_at for r in runs if r.ended_at), default=None) or attempt.ended_at
+    # An attempt is metered once it has ended: one of its times is set.
+    ended = cast(
+        datetime, max((r.ended_at for r in runs if r.ended_at), default=None) or attempt.ended_at
+    )
     started = min((r.started_at for r in runs if r.started_at), default=None)
     started = started or attempt.started_at or ended
     job_id = ",".join(sorted({r.job_id for r in runs}))[:64]
     source = _source(task.backend)
     measured = [r for r in runs if r.cpu_ms is not None]
     if measured:  # what it really used, for the over-request advice
-        attempt.cpu_ms = sum(r.cpu_ms for r in measured)
+        attempt.cpu_ms = sum(r.cpu_ms or 0 for r in measured)
         attempt.cpu_elapsed_ms = sum(r.elapsed_ms for r in measured)
     records = []
     for metric, quantity in sorted(amounts.items()):

@@ -8,10 +8,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import TextChoices
 from django.utils import timezone
 
 from accounting.metrics import METRICS
-from portal.choices import TextChoices
 
 METRIC_CHOICES = [(m.name, f"{m.label} ({m.unit})") for m in METRICS.values()]
 
@@ -48,7 +48,7 @@ class Rate(models.Model):
 
     def __str__(self) -> str:
         unit = METRICS[self.metric].unit.removesuffix("s")
-        where = self.queue.name if self.queue_id else "any queue"
+        where = self.queue.name if self.queue is not None else "any queue"
         return f"{self.price} {self.currency} per {unit} in {where} from {self.valid_from:%Y-%m-%d}"
 
     def clean(self) -> None:

@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import F, QuerySet, Sum
 from django.db.models.functions import TruncMonth, TruncWeek
 from django.utils import timezone
@@ -111,11 +111,11 @@ def parse_query(params: Mapping[str, str], *, today: date | None = None) -> Usag
     return UsageQuery(start, end, groups, period, filters)
 
 
-def sees_all(user: AbstractBaseUser) -> bool:
+def sees_all(user: User) -> bool:
     return roles.sees_all_usage(user)
 
 
-def daily_for(user: AbstractBaseUser, q: UsageQuery) -> QuerySet[UsageDaily]:
+def daily_for(user: User, q: UsageQuery) -> QuerySet[UsageDaily]:
     rows = UsageDaily.objects.filter(day__gte=q.start, day__lte=q.end)
     if not sees_all(user):
         rows = rows.filter(project__memberships__user=user)
@@ -124,7 +124,7 @@ def daily_for(user: AbstractBaseUser, q: UsageQuery) -> QuerySet[UsageDaily]:
     return rows
 
 
-def report(user: AbstractBaseUser, q: UsageQuery) -> list[dict[str, Any]]:
+def report(user: User, q: UsageQuery) -> list[dict[str, Any]]:
     """One row per period, group and metric: quantity (shown unit), charge, records."""
     rows = daily_for(user, q)
     dims = [GROUPS[g] for g in q.group_by if g != "metric"]
@@ -158,7 +158,7 @@ def report(user: AbstractBaseUser, q: UsageQuery) -> list[dict[str, Any]]:
     return out
 
 
-def totals(user: AbstractBaseUser, q: UsageQuery) -> list[dict[str, Any]]:
+def totals(user: User, q: UsageQuery) -> list[dict[str, Any]]:
     """Per metric over the whole query: settled (records) beside committed (running work
     so far, not yet billed)."""
     settled = {
@@ -186,9 +186,7 @@ def totals(user: AbstractBaseUser, q: UsageQuery) -> list[dict[str, Any]]:
     return out
 
 
-def committed(
-    user: AbstractBaseUser | None, q: UsageQuery | None = None, *, task=None
-) -> dict[str, int]:
+def committed(user: User | None, q: UsageQuery | None = None, *, task=None) -> dict[str, int]:
     """What running attempts have used so far (allocation asked × time since they started),
     per metric in base units: shown beside the settled usage until their records arrive."""
     now = timezone.now()
@@ -196,6 +194,7 @@ def committed(
     if task is not None:
         attempts = attempts.filter(task=task)
     else:
+        assert user is not None, "usage without a task is a user's"
         if not sees_all(user):
             attempts = attempts.filter(task__project__memberships__user=user)
         filters = dict(q.filters) if q else {}
@@ -216,7 +215,7 @@ def committed(
             int(res.get("cpus", 1)),
             int(res.get("gpus", 0)),
             int(res.get("memory_mib", 0)),
-            max(0, int((now - started).total_seconds() * 1000)),
+            max(0, int((now - cast(datetime, started)).total_seconds() * 1000)),
         )
         for metric, amount in quantities(task_type, [run]).items():
             if q is None or q.filters.get("metric") in (None, metric):
@@ -231,7 +230,7 @@ RECORD_COLUMNS = (
 )  # fmt: skip
 
 
-def records(user: AbstractBaseUser, q: UsageQuery) -> Iterator[tuple]:
+def records(user: User, q: UsageQuery) -> Iterator[tuple]:
     """Every record of the query, one tuple per record in RECORD_COLUMNS order, streamed
     from the database in chunks (constant memory)."""
     rows = UsageRecord.objects.filter(day__gte=q.start, day__lte=q.end)
@@ -262,7 +261,7 @@ def site_today() -> date:
     return timezone.now().astimezone(zoneinfo.ZoneInfo(settings.SWITCHYARD_SITE_TIMEZONE)).date()
 
 
-def pool_utilisation(user: AbstractBaseUser, q: UsageQuery) -> list[dict[str, Any]]:
+def pool_utilisation(user: User, q: UsageQuery) -> list[dict[str, Any]]:
     """Per pool: core-hours and GPU-hours used against what the pool could give over the
     query's days (its nodes × the hours)."""
     hours = Decimal(((q.end - q.start).days + 1) * 24)
@@ -280,7 +279,7 @@ def pool_utilisation(user: AbstractBaseUser, q: UsageQuery) -> list[dict[str, An
     )
     for pool in pools:
         cores, gpus = pool.cores or 0, pool.gpus or 0
-        row = {"pool": pool.name}
+        row: dict[str, Any] = {"pool": pool.name}
         for metric, capacity in (("cpu", cores), ("gpu", gpus)):
             amount = _shown(used.get((pool.name, metric), 0), METRICS[metric].per)
             row[f"{metric}_hours"] = amount

@@ -61,7 +61,7 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
         sid = sample.get("id")
         if not isinstance(sid, str) or not 0 < len(sid) <= 100:
             errors.append(ErrorItem(f"{where}.id", "a string of 1 to 100 characters", sid))
-        project = projects.get(sample.get("project"))
+        project = projects.get(sample.get("project", ""))
         if project is None:
             errors.append(ErrorItem(f"{where}.project", "a project's slug", sample.get("project")))
         metric = sample.get("metric")

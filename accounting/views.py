@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -16,6 +16,7 @@ from accounting.metrics import METRICS
 from accounting.models import Reconciliation
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from portal.models import Project
 from scheduling import usage as scheduling_usage
 from scheduling.spec import TASK_TYPES
@@ -23,7 +24,7 @@ from scheduling.usage import task_get_for_user
 
 
 @login_required
-def usage(request: HttpRequest) -> HttpResponse:
+def usage(request: SignedInRequest) -> HttpResponse:
     error = None
     try:
         q = reports.parse_query(request.GET)
@@ -83,7 +84,7 @@ def usage(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-def _options(request: HttpRequest) -> dict:
+def _options(request: SignedInRequest) -> dict:
     projects = Project.objects.order_by("slug")
     if not reports.sees_all(request.user):
         projects = projects.filter(memberships__user=request.user)
@@ -99,7 +100,7 @@ def _options(request: HttpRequest) -> dict:
 
 
 @login_required
-def task_usage(request: HttpRequest, pk: int) -> HttpResponse:
+def task_usage(request: SignedInRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk)  # 404 outside your projects
     return render(
         request, "accounting/_task_usage.html", {"task": task, **services.task_usage(task)}
@@ -107,7 +108,7 @@ def task_usage(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def reconciliations(request: HttpRequest) -> HttpResponse:
+def reconciliations(request: SignedInRequest) -> HttpResponse:
     if not reports.sees_all(request.user):
         raise Http404("no such page")
     return render(
@@ -122,7 +123,7 @@ def reconciliations(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def reconcile_now(request: HttpRequest) -> HttpResponse:
+def reconcile_now(request: SignedInRequest) -> HttpResponse:
     if not roles.is_platform_admin(request.user):
         raise Http404("no such page")
     results = services.reconcile_now()

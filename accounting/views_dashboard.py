@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from accounting import dashboards
+from portal.http import SignedInRequest
 from portal.models import UserSettings
 
 
 @login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
+def dashboard(request: SignedInRequest) -> HttpResponse:
     context = dashboards.researcher(request.user)
     template = "accounting/_dashboard.html" if request.htmx else "accounting/dashboard.html"
     return render(request, template, context)
@@ -22,7 +23,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def dashboard_settings(request: HttpRequest) -> HttpResponse:
+def dashboard_settings(request: SignedInRequest) -> HttpResponse:
     wanted = request.POST.get("email_on_task_end") == "on"
     UserSettings.objects.update_or_create(user=request.user, defaults={"email_on_task_end": wanted})
     if wanted and not request.user.email:
@@ -38,7 +39,7 @@ def dashboard_settings(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def site_dashboard(request: HttpRequest) -> HttpResponse:
+def site_dashboard(request: SignedInRequest) -> HttpResponse:
     queues = dashboards.operator_queues(request.user)
     if not queues:
         raise Http404("no such page")

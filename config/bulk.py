@@ -26,7 +26,7 @@ the others refer to, beforehand).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import connections, models, router
 from django.db.models.sql import InsertQuery
@@ -49,7 +49,8 @@ def bulk_insert(objs: Sequence[M], *, batch_size: int = 1000) -> list[M]:
     pk = meta.pk
     fields = [f for f in meta.concrete_fields if f is not pk and not f.generated]
     quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in [pk, *fields])
+    # A concrete field has a column (the stubs allow None for the others).
+    columns = ", ".join(quote(cast(str, f.column)) for f in [pk, *fields])
     with connection.cursor() as cursor:
         for at in range(0, len(objs), batch_size):
             chunk = objs[at : at + batch_size]
@@ -135,25 +136,26 @@ def update_rows(model: type[models.Model], rows: Sequence[tuple[object, dict[str
     connection = connections[db]
     quote = connection.ops.quote_name
     meta = model._meta
-    pk_column = quote(meta.pk.column)
+    pk_column = quote(cast(str, meta.pk.column))
     postgres = connection.vendor == "postgresql"
     sets: list[str] = []
-    params: list[object] = []
+    params: list[Any] = []
     for name in rows[0][1]:
-        field = meta.get_field(name)
+        field = cast(models.Field, meta.get_field(name))  # a concrete field: it has a column
+        column = quote(cast(str, field.column))
         values = [field.get_db_prep_save(values[name], connection) for _, values in rows]
         # PostgreSQL types a CASE of parameters as text: cast each to the column's type.
-        cast = f"::{field.db_type(connection)}" if postgres else ""
+        to_type = f"::{field.db_type(connection)}" if postgres else ""
         raw = [values[name] for _, values in rows]
         if all(v == raw[0] for v in raw):
-            sets.append(f"{quote(field.column)} = %s{cast}")
+            sets.append(f"{column} = %s{to_type}")
             params.append(values[0])
             continue
-        whens = " ".join(f"WHEN %s THEN %s{cast}" for _ in rows)
-        sets.append(f"{quote(field.column)} = CASE {pk_column} {whens} END")
+        whens = " ".join(f"WHEN %s THEN %s{to_type}" for _ in rows)
+        sets.append(f"{column} = CASE {pk_column} {whens} END")
         for (key, _), value in zip(rows, values, strict=True):
             params += [key, value]
-    keys = [key for key, _ in rows]
+    keys: list[Any] = [key for key, _ in rows]
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} "
         f"WHERE {pk_column} IN ({', '.join(['%s'] * len(keys))})"

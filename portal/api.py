@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from portal import history, roles
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.models import AuditEvent, ConfigVersion
 from portal.parsing import checked_pk, json_object
 from portal.selectors import (
@@ -68,7 +69,7 @@ class AuditList(ListAPIView):
         return super().get(request, *args, **kwargs)
 
 
-def _versions(request: Request):
+def _versions(request: SignedInApiRequest):
     if not (roles.is_platform_admin(request.user) or roles.administered_queue_ids(request.user)):
         raise ApplicationError("not found", status=404)
     return history.versions_visible_to(request.user)
@@ -112,7 +113,7 @@ class ConfigRollback(APIView):
         description="Make the object what it was right after this version (platform admins). "
         "The answer is the new version the rollback wrote.",
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         try:
             version = _versions(request).get(pk=checked_pk(pk))
         except (ConfigVersion.DoesNotExist, ValueError):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 
 from config.proxies import client_address
@@ -54,7 +54,7 @@ def current_reason() -> str:
     return _reason.get()
 
 
-def current_user() -> AbstractBaseUser | None:
+def current_user() -> User | None:
     """The authenticated user of the request being served (session or API token), if any."""
     request = _request.get()
     user = getattr(request, "user", None) if request is not None else None
@@ -78,7 +78,7 @@ def entry(
     action: str,
     *,
     target: str,
-    actor: AbstractBaseUser | None | Any = ACTOR_FROM_REQUEST,
+    actor: User | None | Any = ACTOR_FROM_REQUEST,
     actor_name: str = "",
     project: str = "",
     queue: str = "",

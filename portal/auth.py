@@ -102,7 +102,7 @@ class TokenObtain(APIView):
         "username from any addresses, 429 for the few seconds of `Retry-After` (paced).",
     )
     def post(self, request: Request) -> Response:
-        data = request.data
+        data = request.data if isinstance(request.data, dict) else {}
         username, password = data.get("username"), data.get("password")
         errors = [
             ApplicationError("required", field=name).errors[0]
@@ -274,7 +274,7 @@ def lockout_response(
 def _refusal(request: HttpRequest, message: str, *, retry_after: int) -> HttpResponse:
     if request.path.startswith("/api/"):
         body = {"errors": [{"field": None, "message": message, "got": None}]}
-        response = JsonResponse(body, status=429)
+        response: HttpResponse = JsonResponse(body, status=429)
     else:
         response = render(
             request, "registration/login.html", {"lockout": message, "next": ""}, status=429

@@ -20,10 +20,10 @@ import contextlib
 import json
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 from django.apps import apps
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core import serializers
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
@@ -144,7 +144,7 @@ def _quiet(instance: models.Model) -> bool:
 
 def _queue_of(instance: models.Model) -> str:
     if _label(type(instance)) == "scheduling.queue":
-        return instance.name
+        return instance.serializable_value("name")
     queue = getattr(instance, "queue", None) if hasattr(instance, "queue_id") else None
     return queue.name if queue is not None else ""
 
@@ -220,7 +220,7 @@ def _rolling_back(version: ConfigVersion) -> Iterator[None]:
         _restoring.reset(token)
 
 
-def versions_visible_to(user: AbstractBaseUser):
+def versions_visible_to(user: User):
     """A platform admin sees every version; a queue admin, those of their queues."""
     found = ConfigVersion.objects.all()
     if user.is_superuser:
@@ -230,7 +230,7 @@ def versions_visible_to(user: AbstractBaseUser):
 
 
 @transaction.atomic
-def rollback(*, user: AbstractBaseUser, version: ConfigVersion, reason: str) -> ConfigVersion:
+def rollback(*, user: User, version: ConfigVersion, reason: str) -> ConfigVersion:
     """Make the object what it was right after `version`; the new version is returned."""
     if not user.is_superuser:
         raise ApplicationError("only a platform admin rolls back configuration", status=403)
@@ -290,12 +290,13 @@ def _restore(
     model: type[models.Model], current: models.Model | None, version: ConfigVersion
 ) -> models.Model:
     fields = {f.name: f for f in model._meta.get_fields() if f.concrete}
-    for name, value in version.after.items():
+    after = cast(dict[str, Any], version.after)  # not a deletion: the caller undid those
+    for name, value in after.items():
         field = fields.get(name)
         if field is not None and field.is_relation and value is not None:
-            target = field.related_model
+            related = cast(type[models.Model], field.related_model)
             wanted = value if isinstance(value, list) else [value]
-            found = target.objects.filter(pk__in=wanted).count()
+            found = related._default_manager.filter(pk__in=wanted).count()
             if found != len(set(wanted)):
                 raise ApplicationError(
                     f"{name}: what it pointed to no longer exists; restore that first",
@@ -309,7 +310,7 @@ def _restore(
         raise ApplicationError(f"cannot restore it: {exc}", field="version") from None
     target = current if current is not None else restored.object
     if current is not None:
-        for name in version.after:
+        for name in after:
             field = fields.get(name)
             if field is not None and not field.many_to_many:
                 setattr(current, field.attname, getattr(restored.object, field.attname))

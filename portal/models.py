@@ -4,8 +4,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import TextChoices
 
-from portal.choices import TextChoices
 from scheduling.descriptor.limits import slug_problem
 
 

@@ -14,57 +14,57 @@ user may see; what a user may not see does not exist for them (404).
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils.functional import SimpleLazyObject
 
 FINANCE_GROUP = "finance"
 
 
-def is_platform_admin(user: AbstractBaseUser) -> bool:
+def is_platform_admin(user: User) -> bool:
     return bool(user.is_authenticated and user.is_superuser)
 
 
-def is_finance(user: AbstractBaseUser) -> bool:
+def is_finance(user: User) -> bool:
     return bool(user.is_authenticated and user.groups.filter(name=FINANCE_GROUP).exists())
 
 
-def sees_all_usage(user: AbstractBaseUser) -> bool:
+def sees_all_usage(user: User) -> bool:
     return is_platform_admin(user) or is_finance(user)
 
 
-def administered_queue_ids(user: AbstractBaseUser) -> set[int]:
+def administered_queue_ids(user: User) -> set[int]:
     if not user.is_authenticated:
         return set()
     return set(user.administered_queues.values_list("pk", flat=True))
 
 
-def administers_queue(user: AbstractBaseUser, queue_id: int) -> bool:
+def administers_queue(user: User, queue_id: int) -> bool:
     return is_platform_admin(user) or queue_id in administered_queue_ids(user)
 
 
-def administered_pool_ids(user: AbstractBaseUser) -> set[int]:
+def administered_pool_ids(user: User) -> set[int]:
     """The pools whose nodes a queue admin drains and resumes: those of their queues."""
     if not user.is_authenticated:
         return set()
     return set(user.administered_queues.values_list("pool_id", flat=True))
 
 
-def administers_pool(user: AbstractBaseUser, pool_id: int) -> bool:
+def administers_pool(user: User, pool_id: int) -> bool:
     return is_platform_admin(user) or pool_id in administered_pool_ids(user)
 
 
-def is_operator(user: AbstractBaseUser) -> bool:
+def is_operator(user: User) -> bool:
     """A platform admin or a queue admin: who sees the operator pages (the header's links)."""
     return is_platform_admin(user) or bool(administered_queue_ids(user))
 
 
-def leads_project(user: AbstractBaseUser, project) -> bool:
+def leads_project(user: User, project) -> bool:
     if is_platform_admin(user):
         return True
     return bool(user.is_authenticated and project.memberships.filter(user=user, role="pi").exists())
 
 
-def role_names(user: AbstractBaseUser) -> list[str]:
+def role_names(user: User) -> list[str]:
     """What the user is, for the page header: every role that applies."""
     if not user.is_authenticated:
         return []
@@ -91,7 +91,7 @@ def context(request) -> dict:
     return {"role": SimpleLazyObject(lambda: _header(user))}
 
 
-def _header(user: AbstractBaseUser) -> dict:
+def _header(user: User) -> dict:
     queue_admin = bool(administered_queue_ids(user))
     return {
         "names": role_names(user),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -13,11 +13,11 @@ from portal.errors import ApplicationError
 from portal.models import AuditEvent, Project
 
 
-def project_list_for_user(user: AbstractBaseUser) -> QuerySet[Project]:
+def project_list_for_user(user: User) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user).distinct()
 
 
-def project_get_for_user(user: AbstractBaseUser, slug: str) -> Project | None:
+def project_get_for_user(user: User, slug: str) -> Project | None:
     return Project.objects.filter(slug=slug, memberships__user=user).first()
 
 

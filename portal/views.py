@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from portal import history, roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from portal.models import AuditEvent, ConfigVersion, Project
 from portal.parsing import checked_pk
 from portal.selectors import (
@@ -28,7 +29,7 @@ from scheduling import usage
 
 
 @login_required
-def config_history(request: HttpRequest) -> HttpResponse:
+def config_history(request: SignedInRequest) -> HttpResponse:
     if not (roles.is_platform_admin(request.user) or roles.administered_queue_ids(request.user)):
         raise Http404("no such page")
     versions = history.versions_visible_to(request.user).select_related("restores")
@@ -45,7 +46,7 @@ def config_history(request: HttpRequest) -> HttpResponse:
     return render(request, "portal/config_history.html", context)
 
 
-def _version(request: HttpRequest, pk: int | str) -> ConfigVersion:
+def _version(request: SignedInRequest, pk: int | str) -> ConfigVersion:
     try:
         return history.versions_visible_to(request.user).get(pk=checked_pk(pk))
     except (ConfigVersion.DoesNotExist, ValueError):
@@ -53,7 +54,7 @@ def _version(request: HttpRequest, pk: int | str) -> ConfigVersion:
 
 
 @login_required
-def config_version(request: HttpRequest, pk: int) -> HttpResponse:
+def config_version(request: SignedInRequest, pk: int) -> HttpResponse:
     version = _version(request, pk)
     later = ConfigVersion.objects.filter(
         model=version.model, object_id=version.object_id, pk__gt=version.pk
@@ -84,7 +85,7 @@ def config_version(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def config_rollback(request: HttpRequest, pk: int) -> HttpResponse:
+def config_rollback(request: SignedInRequest, pk: int) -> HttpResponse:
     version = _version(request, pk)
     try:
         made = history.rollback(
@@ -100,7 +101,7 @@ def config_rollback(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: SignedInRequest) -> HttpResponse:
     error = None
     rows = audit_visible_to(request.user)
     try:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 
@@ -82,7 +82,7 @@ class TaskSubmitForm(forms.Form):
 
     def __init__(self, *args: Any, projects: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [(p, p) for p in projects]
+        cast(forms.ChoiceField, self.fields["project"]).choices = [(p, p) for p in projects]
 
     def clean_descriptor(self) -> str:
         # Browsers send a textarea's line breaks as CRLF (HTML form encoding); the user typed

@@ -96,8 +96,8 @@ def gathered() -> Iterator[None]:
             for hook in list(_attempt_end):
                 hook(attempts)
         if tasks:
-            for hook in list(_task_end):
-                hook(tasks)
+            for task_hook in list(_task_end):
+                task_hook(tasks)
 
 
 # -- budgets ------------------------------------------------------------------------------

@@ -28,7 +28,9 @@ def is_local(alias: str) -> bool:
     imports no backend.
     """
     path = settings.COMPUTE_BACKENDS.get(alias, {}).get("BACKEND")
+    if not path:
+        return False
     try:
-        return bool(path) and getattr(import_string(path), "runs_on_this_host", False) is True
+        return getattr(import_string(path), "runs_on_this_host", False) is True
     except ImportError:
         return False

@@ -43,7 +43,7 @@ def _derived(secret_key: str) -> Fernet:
 
 
 def _box() -> MultiFernet:
-    configured = settings.SWITCHYARD_SECRETS_KEYS
+    configured: str | list[str] = settings.SWITCHYARD_SECRETS_KEYS
     if isinstance(configured, str):  # as set: comma- or line-separated
         configured = [key.strip() for key in configured.replace("\n", ",").split(",")]
         configured = [key for key in configured if key]

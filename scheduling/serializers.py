@@ -139,7 +139,9 @@ class TaskDetailSerializer(TaskSerializer):
 
 
 class WorkflowTaskSerializer(serializers.ModelSerializer):
-    depends_on = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    depends_on: serializers.PrimaryKeyRelatedField[Task] = serializers.PrimaryKeyRelatedField(
+        many=True, read_only=True
+    )
     queue = serializers.CharField(source="queue.name")
     url = serializers.HyperlinkedIdentityField(view_name="api-task-detail")
 
@@ -190,7 +192,8 @@ class WorkflowDetailSerializer(WorkflowSerializer):
 
     def get_tasks(self, workflow: Workflow) -> list[dict]:
         tasks = workflow.tasks.select_related("queue").prefetch_related("depends_on").order_by("id")
-        return WorkflowTaskSerializer(tasks, many=True, context=self.context).data
+        # many=True builds a ListSerializer, whose data is a list.
+        return WorkflowTaskSerializer(tasks, many=True, context=self.context).data  # type: ignore[return-value]
 
 
 class PriorityRequestSerializer(serializers.ModelSerializer):

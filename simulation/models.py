@@ -9,8 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import models
-
-from portal.choices import TextChoices
+from django.db.models import TextChoices
 
 
 class SimulationRun(models.Model):
@@ -27,7 +26,7 @@ class SimulationRun(models.Model):
         FAILED = "failed", "Failed"
 
     # The only moves a run makes; simulation/services.py makes each as a compare-and-set.
-    MOVES = {
+    MOVES: dict[str, set[str]] = {
         State.QUEUED: {State.RUNNING, State.FAILED},
         State.RUNNING: {State.SUCCEEDED, State.FAILED},
     }

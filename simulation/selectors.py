@@ -11,7 +11,7 @@ Who sees a run follows from what it read, as its stored parameters say:
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
@@ -26,7 +26,7 @@ RunState = SimulationRun.State
 MODEL_ONLY = (Workload.DAY, Workload.BURST)
 
 
-def simulation_list_for_user(user: AbstractBaseUser) -> QuerySet[SimulationRun]:
+def simulation_list_for_user(user: User) -> QuerySet[SimulationRun]:
     """The runs the user may see, newest first."""
     runs = SimulationRun.objects.select_related("created_by").order_by("-id")
     if roles.is_platform_admin(user):
@@ -45,7 +45,7 @@ def simulation_list_for_user(user: AbstractBaseUser) -> QuerySet[SimulationRun]:
     return runs.filter(Q(workload__in=MODEL_ONLY) | Q(created_by=user) | Q(pk__in=within))
 
 
-def replayable_queues(user: AbstractBaseUser) -> list[str]:
+def replayable_queues(user: User) -> list[str]:
     """The queues whose history this operator may replay: every queue for a platform admin
     (or none named: the whole site), their own for a queue admin."""
     queues = Queue.objects.order_by("name")
@@ -60,7 +60,7 @@ def _queues_of(parameters: object) -> set[str]:
     return {q for q in queues if isinstance(q, str)} if isinstance(queues, list) else set()
 
 
-def simulation_get_for_user(user: AbstractBaseUser, pk: int | str) -> SimulationRun:
+def simulation_get_for_user(user: User, pk: int | str) -> SimulationRun:
     """One run the user may see (a 404 otherwise)."""
     try:
         return simulation_list_for_user(user).get(pk=checked_pk(pk))

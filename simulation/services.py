@@ -20,10 +20,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import SuspiciousFileOperation
 from django.core.files.uploadedfile import UploadedFile
 from django.db import DatabaseError, transaction
@@ -60,7 +60,7 @@ ORPHANED = "stopped: the worker running it went away (restarted, or out of memor
 
 def simulation_start(
     *,
-    user: AbstractBaseUser,
+    user: User,
     workload: str,
     policies: list[str],
     seed: object = None,
@@ -261,7 +261,7 @@ def _parameters(
     return parameters
 
 
-def _scope(user: AbstractBaseUser, workload: str, asked: list[str]) -> list[str]:
+def _scope(user: User, workload: str, asked: list[str]) -> list[str]:
     """The queues a history replay reads, sorted; empty for the whole site (a platform
     admin's choice alone) and for the workloads that read no portal data."""
     if workload not in READ_BY["queues"]:
@@ -301,9 +301,10 @@ def _upload_errors(upload: UploadedFile | None) -> list[ErrorItem]:
     if upload is None:
         return [ErrorItem("file", "swf replays a trace: expected a Standard Workload Format "
                           "file to upload", None)]  # fmt: skip
-    if upload.size > most:
+    size = cast(int, upload.size)  # an upload the request parsed knows its size
+    if size > most:
         return [ErrorItem("file", f"expected a trace of at most {_megabytes(most)}",
-                          f"{upload.name}, {_megabytes(upload.size)}")]  # fmt: skip
+                          f"{upload.name}, {_megabytes(size)}")]  # fmt: skip
     if not upload.size:
         return [ErrorItem("file", "expected a trace with jobs in it", f"{upload.name}, empty")]
     return []

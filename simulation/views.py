@@ -9,11 +9,12 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from simulation import presenters as report
 from simulation.selectors import (
     RunState,
@@ -31,13 +32,13 @@ STOP_POLLING = 286
 FIELDS = ("workload", "seed", "days", "limit", "repeat")
 
 
-def _operator(request: HttpRequest) -> None:
+def _operator(request: SignedInRequest) -> None:
     if not roles.is_operator(request.user):
         raise Http404("no such page")
 
 
 @login_required
-def simulation_list(request: HttpRequest) -> HttpResponse:
+def simulation_list(request: SignedInRequest) -> HttpResponse:
     _operator(request)
     form: dict[str, Any] = {name: "" for name in FIELDS}
     form.update(workload=Workload.DAY, policies=list(POLICIES), queues=[])
@@ -82,13 +83,13 @@ def simulation_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def simulation_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def simulation_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     run = simulation_get_for_user(request.user, pk)
     return render(request, "scheduling/simulation_detail.html", _shown(run))
 
 
 @login_required
-def simulation_progress(request: HttpRequest, pk: int) -> HttpResponse:
+def simulation_progress(request: SignedInRequest, pk: int) -> HttpResponse:
     """The run page's live block: progress while it runs, its results once it has ended."""
     run = simulation_get_for_user(request.user, pk)
     status = STOP_POLLING if request.htmx and not run.live else 200
@@ -96,7 +97,7 @@ def simulation_progress(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def simulation_compare(request: HttpRequest) -> HttpResponse:
+def simulation_compare(request: SignedInRequest) -> HttpResponse:
     _operator(request)
     ids = request.GET.getlist("run")
     if len(ids) != 2:

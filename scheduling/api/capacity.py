@@ -5,6 +5,9 @@ else asks for does not exist for them."""
 
 from __future__ import annotations
 
+from typing import cast
+
+from django.contrib.auth.models import User
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -15,6 +18,7 @@ from rest_framework.views import APIView
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.parsing import checked_pk, json_object, parse_until
 from scheduling import services
 from scheduling.selectors.capacity import LeaseStates, NodeStates, lease_list_for_user, node_by_name
@@ -56,13 +60,15 @@ class LeaseList(ListCreateAPIView):
         description="Lend idle nodes of a pool to another pool's queue (platform admins).",
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
+        # The default permission, IsAuthenticated, lets only a signed-in user in.
+        user = cast(User, request.user)
         data = request.data if isinstance(request.data, dict) else {}
         count = data.get("count")
         if isinstance(count, bool) or not isinstance(count, int):
             raise ApplicationError("must be a whole number of nodes", field="count", got=count)
         until = parse_until(data.get("until"))
         lease = services.lease_open(
-            user=request.user,
+            user=user,
             pool=str(data.get("pool") or ""),
             queue=str(data.get("queue") or ""),
             count=count,
@@ -96,7 +102,7 @@ class LeaseEnd(APIView):
         description="Take a lease's nodes back now (platform admins): work still on them is "
         "requeued by the next capacity pass, which this asks for at once.",
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         lease = services.lease_end(user=request.user, lease_id=_visible_lease(request, pk).pk)
         return Response(LeaseSerializer(lease).data)
 

@@ -5,6 +5,9 @@ Thin, like scheduling/api/tasks.py: read the request, call one service or select
 
 from __future__ import annotations
 
+from typing import cast
+
+from django.contrib.auth.models import User
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.generics import ListCreateAPIView
@@ -13,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.parsing import parse_until, text_or_none
 from scheduling import services
 from scheduling.selectors import task_get_for_user
@@ -64,12 +68,14 @@ class PriorityRequestList(ListCreateAPIView):
         "until a time. A queue admin of that queue, or a platform admin, decides.",
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
+        # The default permission, IsAuthenticated, lets only a signed-in user in.
+        user = cast(User, request.user)
         data = request.data if isinstance(request.data, dict) else {}
         task = None
         if data.get("task") is not None:
-            task = task_get_for_user(request.user, data["task"], change=True)
+            task = task_get_for_user(user, data["task"], change=True)
         made = services.priority_request_create(
-            user=request.user,
+            user=user,
             task=task,
             project=text_or_none(data, "project"),
             queue=text_or_none(data, "queue"),
@@ -87,7 +93,7 @@ class PriorityRequestDecide(APIView):
         request=inline_serializer("Decision", {"comment": serializers.CharField(required=False)}),
         responses={200: PriorityRequestSerializer},
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         found = request_get_for_user(request.user, pk)
         data = request.data if isinstance(request.data, dict) else {}
         decided = services.priority_request_decide(

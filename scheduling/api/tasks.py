@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import cast
 
+from django.contrib.auth.models import User
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -16,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.parsing import (
     DESCRIPTOR_PARSERS,
     JSON_PARSERS,
@@ -94,7 +97,9 @@ class TaskListCreate(ListCreateAPIView):
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
         body, fmt = read_descriptor(request)
-        task = services.task_submit(user=request.user, text=body, fmt=fmt)
+        # The default permission, IsAuthenticated, lets only a signed-in user in.
+        user = cast(User, request.user)
+        task = services.task_submit(user=user, text=body, fmt=fmt)
         # The summary, not the detail: a task just stored has one event and no attempt, and
         # building the detail was half the cost of accepting a task (docs/benchmarks.md).
         queue = {pk: name for name, pk in site_view().queue_ids.items()}[task.queue_id]
@@ -142,7 +147,7 @@ class TaskCancel(APIView):
         description="200: the task is cancelled. 202: its backend job is being cancelled by "
         "a worker (`cancelling` is true until then). 409: it had already ended.",
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         task = task_get_for_user(request.user, pk, change=True)
         task = services.task_cancel(user=request.user, task=task)
         data = TaskSerializer(task, context={"request": request}).data
@@ -167,7 +172,7 @@ class TaskLog(APIView):
             )
         },
     )
-    def get(self, request: Request, pk: int) -> Response:
+    def get(self, request: SignedInApiRequest, pk: int) -> Response:
         task = task_get_for_user(request.user, pk)
         offset = _int_param(request, "offset", 0, minimum=0, maximum=_MAX_INT)
         limit = _int_param(request, "limit", 1 << 20, minimum=1, maximum=8 << 20)

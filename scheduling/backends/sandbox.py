@@ -134,7 +134,7 @@ def blocked_networks() -> list[str]:
     its own addresses when it connects the job (jobnet.connect)."""
     hosts: list[str] = []
     for database in settings.DATABASES.values():
-        host = database.get("HOST") or ""
+        host: str | None = database.get("HOST") or ""
         if host and not host.startswith("/"):  # a path is a Unix socket
             hosts.append(host)
     urls = [settings.REDIS_URL or "", getattr(settings, "CELERY_BROKER_URL", "") or ""]

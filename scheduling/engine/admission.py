@@ -69,10 +69,10 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
     refreshed with the current numbers; a task a lowered limit now refuses outright ends.
     """
     now = now or timezone.now()
-    held = Task.objects.filter(state=S.WAITING, hold=HoldKind.QUOTA)
+    waiting = Task.objects.filter(state=S.WAITING, hold=HoldKind.QUOTA)
     if queue_ids is not None:
-        held = held.filter(queue_id__in=queue_ids)
-    held = list(held.select_related("project", "queue", "owner"))
+        waiting = waiting.filter(queue_id__in=queue_ids)
+    held = list(waiting.select_related("project", "queue", "owner"))
     if not held:
         return 0
     site = site_view()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db import transaction
@@ -347,7 +348,8 @@ def startup_timeouts(now: datetime) -> int:
     site = site_view()
     for queue in Queue.objects.filter(startup_timeout_s__isnull=False):
         policy = site.queues.get(queue.name)
-        cutoff = now - timedelta(seconds=queue.startup_timeout_s)
+        timeout_s = cast(int, queue.startup_timeout_s)  # the filter above: only queues with one
+        cutoff = now - timedelta(seconds=timeout_s)
         late = list(
             Task.objects.filter(queue=queue, state=S.QUEUED)
             .annotate(queued_at=Max("attempt_set__submitted_at"))
@@ -358,7 +360,7 @@ def startup_timeouts(now: datetime) -> int:
         nodes = site.pool_nodes.get(policy.pool, ())
         held = [a for o in running_on({n.name for n in nodes}) for a in o.allocations]
         room = [free_view(n, held) for n in nodes]
-        limit = format_duration(queue.startup_timeout_s)
+        limit = format_duration(timeout_s)
         for task in late:
             if place(TaskSpec.from_dict(task.spec), policy, room, now=now.timestamp()) is None:
                 continue  # waiting for room, not stuck

@@ -85,10 +85,10 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
     site = site_view()
     minute = site_minute(now)
     floors_task, floors_scope = _floors(now)
-    rows = Task.objects.filter(state__in=UNSTARTED)
+    unstarted = Task.objects.filter(state__in=UNSTARTED)
     if tasks is not None:
-        rows = rows.filter(tasks)
-    rows = [_Row(*values) for values in rows.values_list(*_FIELDS)]
+        unstarted = unstarted.filter(tasks)
+    rows = [_Row(*values) for values in unstarted.values_list(*_FIELDS)]
     shares = {q: share_factors_for(site, q, now) for q in {t.queue for t in rows}}
     changed, events, pushes = [], [], defaultdict(list)
     for task in rows:
@@ -203,15 +203,16 @@ def expire_requests(now: datetime | None = None) -> int:
         ):
             continue
         what = "its raise ended" if was == PriorityRequest.State.APPROVED else "it was not decided"
-        state = Task.objects.filter(pk=request.task_id).values_list("state", flat=True).first()
-        if state:
-            TaskEvent.objects.create(
-                task_id=request.task_id,
-                at=now,
-                from_state=state,
-                to_state=state,
-                message=f"priority request #{request.pk} expired: {what}",
-            )
+        if request.task_id is not None:  # not a request for a project's tasks
+            state = Task.objects.filter(pk=request.task_id).values_list("state", flat=True).first()
+            if state:
+                TaskEvent.objects.create(
+                    task_id=request.task_id,
+                    at=now,
+                    from_state=state,
+                    to_state=state,
+                    message=f"priority request #{request.pk} expired: {what}",
+                )
         notify(
             request.requester,
             f"priority request #{request.pk} expired",

@@ -116,10 +116,12 @@ def expire_waiting(now=None) -> int:
         for pk, since, timeout_s in Task.objects.filter(
             state=S.WAITING, wait_timeout_s__isnull=False, waiting_since__isnull=False
         ).values_list("pk", "waiting_since", "wait_timeout_s")
-        if since + timedelta(seconds=timeout_s) <= now
+        if since is not None
+        and timeout_s is not None
+        and since + timedelta(seconds=timeout_s) <= now
     ]
     for task in Task.objects.filter(pk__in=expired, state=S.WAITING).order_by("pk"):
-        limit = format_duration(task.wait_timeout_s)
+        limit = format_duration(task.wait_timeout_s or 0)
         to = S.SKIPPED if task.fail_action == "skip" else S.CANCELLED
         if task_set_state(
             task=task, to=to, reason=f"waited longer than its wait_timeout ({limit}); {task.reason}"

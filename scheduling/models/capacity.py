@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import TextChoices
 
-from portal.choices import TextChoices
 from scheduling.models.site import Node, Pool, Queue
 from scheduling.models.tasks import Task
 

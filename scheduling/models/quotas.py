@@ -7,8 +7,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import TextChoices
 
-from portal.choices import TextChoices
 from portal.models import Membership, Project
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import TextChoices
 
-from portal.choices import TextChoices
 from portal.models import validate_slug
 from scheduling import host
 from scheduling.decisions import levels
@@ -185,7 +185,7 @@ class LevelRule(models.Model):
     def as_rule(self) -> levels.LevelRule:
         return levels.LevelRule(
             task_type=self.task_type,
-            queue=self.queue.name if self.queue_id else None,
+            queue=self.queue.name if self.queue is not None else None,
             start=self.start_level,
             step=self.step,
             every_s=self.every_s,

@@ -7,8 +7,8 @@ import string
 
 from django.conf import settings
 from django.db import models
+from django.db.models import TextChoices
 
-from portal.choices import TextChoices
 from scheduling.decisions import lifecycle
 from scheduling.models.site import Queue
 from scheduling.spec import FAIL_ACTIONS, PRIORITIES

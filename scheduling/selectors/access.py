@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import Http404
@@ -21,11 +21,11 @@ from portal.parsing import checked_pk
 from scheduling.models import Queue, Task, Workflow
 
 
-def _member_projects(user: AbstractBaseUser) -> QuerySet:
+def _member_projects(user: User) -> QuerySet:
     return Membership.objects.filter(user_id=user.pk).values("project_id")
 
 
-def task_list_for_user(user: AbstractBaseUser) -> QuerySet[Task]:
+def task_list_for_user(user: User) -> QuerySet[Task]:
     """Every task the user may see: the only way views reach tasks."""
     tasks = Task.objects.select_related("project", "queue", "owner")
     if user.is_superuser:
@@ -37,7 +37,7 @@ def task_list_for_user(user: AbstractBaseUser) -> QuerySet[Task]:
     )
 
 
-def task_list_for_member(user: AbstractBaseUser) -> QuerySet[Task]:
+def task_list_for_member(user: User) -> QuerySet[Task]:
     """The tasks the user may change: their projects' (everything, for a platform admin)."""
     tasks = Task.objects.select_related("project", "queue", "owner")
     if user.is_superuser:
@@ -45,7 +45,7 @@ def task_list_for_member(user: AbstractBaseUser) -> QuerySet[Task]:
     return tasks.filter(project_id__in=_member_projects(user))
 
 
-def task_get_for_user(user: AbstractBaseUser, pk: int | str, *, change: bool = False) -> Task:
+def task_get_for_user(user: User, pk: int | str, *, change: bool = False) -> Task:
     """One task the user may see (a 404 otherwise); with `change`, one they may also change
     (a 403 when they only see it)."""
     try:
@@ -57,14 +57,14 @@ def task_get_for_user(user: AbstractBaseUser, pk: int | str, *, change: bool = F
     return task
 
 
-def can_change_task(user: AbstractBaseUser, task: Task) -> bool:
+def can_change_task(user: User, task: Task) -> bool:
     return bool(
         user.is_superuser
         or Membership.objects.filter(user_id=user.pk, project_id=task.project_id).exists()
     )
 
 
-def tasks_visible_by_ids(user: AbstractBaseUser, ids: Iterable[int], *, field: str) -> list[Task]:
+def tasks_visible_by_ids(user: User, ids: Iterable[int], *, field: str) -> list[Task]:
     """The tasks with these ids, all of which the user must be able to see.
 
     An id the user cannot see is refused like one that does not exist (400 naming the field).
@@ -81,7 +81,7 @@ def tasks_visible_by_ids(user: AbstractBaseUser, ids: Iterable[int], *, field: s
     return [found[i] for i in ids]
 
 
-def workflow_list_for_user(user: AbstractBaseUser) -> QuerySet[Workflow]:
+def workflow_list_for_user(user: User) -> QuerySet[Workflow]:
     """Workflows are their projects' (and a platform admin's)."""
     flows = Workflow.objects.select_related("project", "owner")
     if user.is_superuser:
@@ -89,7 +89,7 @@ def workflow_list_for_user(user: AbstractBaseUser) -> QuerySet[Workflow]:
     return flows.filter(project_id__in=_member_projects(user))
 
 
-def workflow_get_for_user(user: AbstractBaseUser, pk: int | str) -> Workflow:
+def workflow_get_for_user(user: User, pk: int | str) -> Workflow:
     try:
         return workflow_list_for_user(user).get(pk=checked_pk(pk))
     except (Workflow.DoesNotExist, ValueError, TypeError):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 from django.db.models import Count, Q
 
@@ -64,7 +65,7 @@ def canary_results(canary: Canary) -> list[dict[str, Any]]:
         .values_list("canary_id", "submitted_at", "started_at")[:WAIT_SAMPLE]
     )
     for arm, submitted, began in started:
-        waits[arm].append(max(0.0, (began - submitted).total_seconds()))
+        waits[arm].append(max(0.0, (cast(datetime, began) - submitted).total_seconds()))
     out = []
     for arm, row in rows.items():
         values = sorted(waits[arm])

@@ -9,7 +9,7 @@ so on its timeline, with the lease's number.
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db.models import Q, QuerySet
 
 from portal import roles
@@ -20,7 +20,7 @@ NodeStates = Node.State
 LeaseStates = NodeLease.State
 
 
-def capacity_pools_for_user(user: AbstractBaseUser) -> QuerySet[Pool]:
+def capacity_pools_for_user(user: User) -> QuerySet[Pool]:
     """A platform admin's pools are all of them; a queue admin's, those of their queues; no
     one else's."""
     pools = Pool.objects.order_by("name")
@@ -50,7 +50,7 @@ def lease_list_for_user(user: AbstractBaseUser) -> QuerySet[NodeLease]:
     return leases.filter(Q(pool_id__in=pools) | Q(queue__pool_id__in=pools)).order_by("-id")
 
 
-def alert_list_for_user(user: AbstractBaseUser, pools: QuerySet[Pool]) -> QuerySet[Alert]:
+def alert_list_for_user(user: User, pools: QuerySet[Pool]) -> QuerySet[Alert]:
     alerts = Alert.objects.select_related("node", "task")
     if roles.is_platform_admin(user):
         return alerts

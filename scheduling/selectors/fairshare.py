@@ -7,6 +7,7 @@ four half-lives (or still run) are read: older ones weigh under 1/16 and are lef
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db.models import Q
@@ -33,7 +34,7 @@ def share_factors_for(site: SiteView, queue: str, now: datetime) -> dict[str, fl
         runs.setdefault(slug, []).append(
             Run(
                 units=float(gpus or cpus),
-                start=started.timestamp(),
+                start=cast(datetime, started).timestamp(),
                 end=ended.timestamp() if ended else None,
             )
         )

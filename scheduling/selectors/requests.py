@@ -6,7 +6,7 @@ their queues and decides them; a platform admin sees and decides all. Anything e
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
@@ -14,7 +14,7 @@ from portal.parsing import checked_pk
 from scheduling.models import PriorityRequest
 
 
-def requests_visible_to(user: AbstractBaseUser) -> QuerySet[PriorityRequest]:
+def requests_visible_to(user: User) -> QuerySet[PriorityRequest]:
     found = PriorityRequest.objects.select_related(
         "requester", "project", "queue", "task", "decided_by"
     )
@@ -23,7 +23,7 @@ def requests_visible_to(user: AbstractBaseUser) -> QuerySet[PriorityRequest]:
     return found.filter(Q(project__memberships__user=user) | Q(queue__admins=user)).distinct()
 
 
-def inbox_for(user: AbstractBaseUser) -> QuerySet[PriorityRequest]:
+def inbox_for(user: User) -> QuerySet[PriorityRequest]:
     """The pending requests this user may decide, oldest first."""
     pending = requests_visible_to(user).filter(state=PriorityRequest.State.PENDING)
     if not user.is_superuser:
@@ -31,16 +31,16 @@ def inbox_for(user: AbstractBaseUser) -> QuerySet[PriorityRequest]:
     return pending.order_by("id")
 
 
-def can_decide(user: AbstractBaseUser, request: PriorityRequest) -> bool:
+def can_decide(user: User, request: PriorityRequest) -> bool:
     return user.is_superuser or request.queue.admins.filter(pk=user.pk).exists()
 
 
-def is_decider(user: AbstractBaseUser) -> bool:
+def is_decider(user: User) -> bool:
     """Whether the user has an inbox at all (platform admin, or admin of some queue)."""
     return user.is_superuser or user.administered_queues.exists()
 
 
-def request_get_for_user(user: AbstractBaseUser, pk: int | str) -> PriorityRequest:
+def request_get_for_user(user: User, pk: int | str) -> PriorityRequest:
     try:
         return requests_visible_to(user).get(pk=checked_pk(pk))
     except (PriorityRequest.DoesNotExist, ValueError, TypeError):

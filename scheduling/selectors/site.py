@@ -234,7 +234,7 @@ def quota_rule(quota: Quota) -> QuotaRule:
         resource=quota.resource,
         limit=quota.limit,
         over_quota=quota.over_quota,
-        user=quota.user.get_username() if quota.user_id else None,
+        user=quota.user.get_username() if quota.user is not None else None,
         id=quota.pk,
         period=quota.period,
     )

@@ -94,7 +94,7 @@ def _position(task: Task, now: datetime) -> tuple[int | None, int, list[Task]]:
         Project.objects.filter(pk__in={t.project_id for t in peers}).values_list("pk", "slug")
     )
     for peer in peers:
-        peer.project_slug = slugs.get(peer.project_id, "")
+        peer.project_slug = slugs.get(peer.project_id, "")  # type: ignore[attr-defined]  # read back with getattr by ordered()
     shares = share_factors_for(site, queue, now)
     order = ordered(site, peers, queue=queue, shares=shares, minute=site_minute(now))
     ids = [t.pk for t in order]

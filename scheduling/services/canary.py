@@ -6,7 +6,9 @@ models, so the configuration history keeps the old ones and one rollback brings 
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from typing import cast
+
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -27,7 +29,7 @@ def current_rule_set() -> dict:
             for r in RoutingRule.objects.filter(enabled=True).select_related("queue")
         ],
         "level_rules": [
-            {"task_type": r.task_type, "queue": r.queue.name if r.queue_id else None,
+            {"task_type": r.task_type, "queue": r.queue.name if r.queue is not None else None,
              "start_level": r.start_level, "step": r.step, "every_s": r.every_s,
              "limit_level": r.limit_level, "repeat": r.repeat}
             for r in LevelRule.objects.select_related("queue")
@@ -35,14 +37,14 @@ def current_rule_set() -> dict:
     }  # fmt: skip
 
 
-def _admin(user: AbstractBaseUser) -> None:
+def _admin(user: User) -> None:
     if not roles.is_platform_admin(user):
         raise ApplicationError("only a platform admin runs canaries", status=403)
 
 
 @transaction.atomic
 def canary_start(
-    *, user: AbstractBaseUser, name: str, share_percent: object, rule_set: object, reason: str
+    *, user: User, name: object, share_percent: object, rule_set: object, reason: str
 ) -> Canary:
     _admin(user)
     errors = []
@@ -70,8 +72,9 @@ def canary_start(
     try:
         with transaction.atomic(), audit.because(reason):
             canary = Canary.objects.create(
-                name=name.strip(),
-                share_percent=share_percent,
+                # Both were checked above: a string and a whole number.
+                name=cast(str, name).strip(),
+                share_percent=cast(int, share_percent),
                 routing_rules=rule_set["routing_rules"],
                 level_rules=rule_set.get("level_rules", []),
                 reason=reason,
@@ -92,7 +95,7 @@ def canary_start(
 
 
 @transaction.atomic
-def canary_end(*, user: AbstractBaseUser, canary: Canary, promote: bool, reason: str) -> Canary:
+def canary_end(*, user: User, canary: Canary, promote: bool, reason: str) -> Canary:
     """Promote (its rules become the site's) or abandon it; tasks it took keep its mark."""
     _admin(user)
     canary = Canary.objects.select_for_update().get(pk=canary.pk)
@@ -114,8 +117,8 @@ def canary_end(*, user: AbstractBaseUser, canary: Canary, promote: bool, reason:
                 row.delete()  # one by one: each deletion is a version
             for rule in routing:
                 RoutingRule.from_view(rule, queues).save()
-            for row in LevelRule.objects.all():
-                row.delete()
+            for level_row in LevelRule.objects.all():
+                level_row.delete()
             for level_rule in levels_:
                 LevelRule.from_rule(level_rule, queues).save()
     canary.state = Canary.State.PROMOTED if promote else Canary.State.ABANDONED

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
 from django.utils import timezone
 
@@ -22,7 +22,7 @@ from scheduling.selectors.occupancy import running_on
 
 
 def lease_open(
-    *, user: AbstractBaseUser, pool: str, queue: str, count: int, duration_s: int, reason: str = ""
+    *, user: User, pool: str, queue: str, count: int, duration_s: int, reason: str = ""
 ) -> NodeLease:
     """A platform admin lends `count` idle nodes of `pool` to `queue` for `duration_s`."""
     if not user.is_superuser:
@@ -132,7 +132,7 @@ def lease_end(*, user: AbstractBaseUser, lease_id: int) -> NodeLease:
 
 @transaction.atomic
 def nodes_set_state(
-    *, nodes: list[Node], state: str, reason: str, by: str, user: AbstractBaseUser | None = None
+    *, nodes: list[Node], state: str, reason: str, by: str, user: User | None = None
 ) -> int:
     """Drain, mark down or resume nodes; a worker tells their backends and, for a node
     marked down, fails and retries the work that ran there.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -34,7 +34,7 @@ R = PriorityRequest.State
 MAX_REASON = 2000
 
 
-def priority_requests_room(user: AbstractBaseUser, fields: list[str]) -> None:
+def priority_requests_room(user: User, fields: list[str]) -> None:
     """Refuse, naming the first field over the limit, a submission whose `fields` (one per
     request it would open) would take the user past their ceiling of pending requests."""
     if not fields:
@@ -55,7 +55,7 @@ def priority_requests_room(user: AbstractBaseUser, fields: list[str]) -> None:
     )
 
 
-def priority_request_from_descriptor(task: Task, *, user: AbstractBaseUser, now: datetime) -> None:
+def priority_request_from_descriptor(task: Task, *, user: User, now: datetime) -> None:
     """`priority: high` in a descriptor: a request for the task, pending a decision."""
     until = now + timedelta(hours=settings.SWITCHYARD_PRIORITY_REQUEST_DEFAULT_HOURS)
     request = PriorityRequest.objects.create(
@@ -72,7 +72,7 @@ def priority_request_from_descriptor(task: Task, *, user: AbstractBaseUser, now:
 
 def priority_request_create(
     *,
-    user: AbstractBaseUser,
+    user: User,
     level: str,
     reason: str,
     until: datetime,
@@ -156,7 +156,7 @@ def priority_request_create(
 
 
 def priority_request_decide(
-    *, user: AbstractBaseUser, request: PriorityRequest, approve: bool, comment: str = ""
+    *, user: User, request: PriorityRequest, approve: bool, comment: str = ""
 ) -> PriorityRequest:
     """Approve (the level applies at once, until the request's end) or reject, with a comment."""
     if not can_decide(user, request):

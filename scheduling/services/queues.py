@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from django import forms
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from portal import audit, roles
@@ -81,9 +81,7 @@ def queue_form_data(queue: Queue, changes: dict[str, Any]) -> dict[str, Any]:
 
 
 @transaction.atomic
-def queue_update(
-    *, user: AbstractBaseUser, queue: Queue, data: dict[str, Any], reason: str
-) -> Queue:
+def queue_update(*, user: User, queue: Queue, data: dict[str, Any], reason: str) -> Queue:
     """Apply a form's worth of fields (strings, as a page posts them) to the queue."""
     if not roles.administers_queue(user, queue.pk):
         raise ApplicationError("no such queue", status=404)
@@ -93,7 +91,7 @@ def queue_update(
     form = QueueForm(data, instance=Queue.objects.select_for_update().get(pk=queue.pk))
     if not form.is_valid():
         errors = [
-            ErrorItem(field=name, message=" ".join(messages), got=data.get(name))
+            ErrorItem(field=name, message=" ".join(messages), got=data.get(name))  # type: ignore[arg-type]  # a bound form's ErrorList holds message strings
             for name, messages in form.errors.items()
         ]
         raise ApplicationError("invalid queue settings", errors=errors)

@@ -8,7 +8,7 @@ quota rows are versioned like the rest of the configuration (docs/console.md).
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from portal import audit, roles
@@ -19,7 +19,7 @@ from scheduling.selectors import site_view_invalidate
 
 
 def _check_grant(
-    by: AbstractBaseUser | None,
+    by: User | None,
     project: Project,
     queue: Queue,
     resource: str,
@@ -82,11 +82,11 @@ def quota_set(
     project: str,
     queue: str,
     resource: str,
-    limit: int,
+    limit: object,
     over_quota: str = "queue",
     user: str | None = None,
     period: str = "month",
-    by: AbstractBaseUser | None = None,
+    by: User | None = None,
     reason: str = "",
 ) -> Quota:
     """Create or change a quota; waiting tasks see it at the next policy pass. `period`
@@ -130,7 +130,7 @@ def quota_delete(
     queue: str,
     resource: str,
     user: str | None = None,
-    by: AbstractBaseUser | None = None,
+    by: User | None = None,
     reason: str = "",
 ) -> int:
     the_project, the_queue, the_user = _lookup(project, queue, user)

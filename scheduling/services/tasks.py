@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -43,7 +43,7 @@ from scheduling.triggers import trigger_path_allowed, trigger_roots
 S = TaskState
 
 
-def task_submit(*, user: AbstractBaseUser, text: str | bytes, fmt: str | None = None) -> Task:
+def task_submit(*, user: User, text: str | bytes, fmt: str | None = None) -> Task:
     """Validate a descriptor, classify and route it, store the task and enqueue its dispatch.
 
     Nothing is stored when any check fails; the error names the field.
@@ -77,9 +77,7 @@ class Decided:
     canary: int | None = None  # the canary whose rules routed it (docs/console.md)
 
 
-def task_decide(
-    spec: TaskSpec, *, field_prefix: str = "", user: AbstractBaseUser | None = None
-) -> Decided:
+def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = None) -> Decided:
     """Classify, route and check one spec against the site, or raise naming the field.
 
     With the submitting `user`, the task's quotas are checked too: a task asking more than a
@@ -113,7 +111,7 @@ def task_decide(
     return Decided(spec, classified.type, classified.reason, routed.queue, reason, canary)
 
 
-def _check_quotas(spec: TaskSpec, queue: str, user: AbstractBaseUser, prefix: str) -> None:
+def _check_quotas(spec: TaskSpec, queue: str, user: User, prefix: str) -> None:
     """Refuse at once what admission would refuse (admission stays the authority)."""
     site = site_view()
     rules = site.quota_rules(spec.project, queue)
@@ -142,7 +140,7 @@ def prefixed(prefix: str, field: str | None) -> str | None:
     return f"{prefix}.{field}" if field else prefix
 
 
-def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
+def task_submit_spec(*, user: User, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
     project = hot.member_project(user, spec.project)
     if project is None:
         project = project_get_for_member(user, spec.project)  # raises, naming the field
@@ -180,7 +178,7 @@ def task_submit_spec(*, user: AbstractBaseUser, spec: TaskSpec, descriptor: str,
     return task
 
 
-def _submit_entry(task: Task, user: AbstractBaseUser, project: Project, decided: Decided):
+def _submit_entry(task: Task, user: User, project: Project, decided: Decided):
     return audit.entry(
         audit.Action.TASK_SUBMIT,
         actor=user,
@@ -192,7 +190,7 @@ def _submit_entry(task: Task, user: AbstractBaseUser, project: Project, decided:
 
 
 def task_create(
-    *, user: AbstractBaseUser, decided: Decided, upstream: Sequence[Task] = (), **fields: Any
+    *, user: User, decided: Decided, upstream: Sequence[Task] = (), **fields: Any
 ) -> Task:
     """Store one decided task and its first event; schedule what comes next on commit.
 
@@ -215,7 +213,7 @@ def task_create(
 
 def new_task(
     *,
-    user: AbstractBaseUser,
+    user: User,
     project: Project,
     decided: Decided,
     descriptor: str,
@@ -260,7 +258,7 @@ def new_task(
     )
 
 
-def first_event(task: Task, user: AbstractBaseUser, decided: Decided) -> TaskEvent:
+def first_event(task: Task, user: User, decided: Decided) -> TaskEvent:
     """The task's first event (`submitted by …`), not yet saved; the task has its id."""
     return TaskEvent(
         task=task,
@@ -272,7 +270,7 @@ def first_event(task: Task, user: AbstractBaseUser, decided: Decided) -> TaskEve
     )
 
 
-def task_cancel(*, user: AbstractBaseUser, task: Task) -> Task:
+def task_cancel(*, user: User, task: Task) -> Task:
     """Cancel a task. Cancelling a cancelled task is a no-op; a finished one is a conflict.
 
     A task with no backend job (waiting, pending) is cancelled here and now. One with a job
@@ -308,7 +306,7 @@ def task_cancel(*, user: AbstractBaseUser, task: Task) -> Task:
     raise ApplicationError("the task is changing state too fast; try again", status=409)
 
 
-def _audit_cancel(user: AbstractBaseUser, task: Task, *, asked: bool) -> None:
+def _audit_cancel(user: User, task: Task, *, asked: bool) -> None:
     audit.record(
         audit.Action.TASK_CANCEL,
         actor=user,
@@ -346,7 +344,7 @@ def sniff(text: str) -> str:
     return "json" if text.lstrip().startswith("{") else "yaml"
 
 
-def task_submit_batch(*, user: AbstractBaseUser, text: str | bytes) -> list[int]:
+def task_submit_batch(*, user: User, text: str | bytes) -> list[int]:
     """Many independent tasks in one request (a parameter sweep): all stored, or none.
 
     The body is `{"tasks": [descriptor, ...]}`; every descriptor is validated and decided like

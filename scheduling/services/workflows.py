@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -44,9 +44,7 @@ from scheduling.spec import WorkflowSpec
 W = WorkflowState
 
 
-def workflow_submit(
-    *, user: AbstractBaseUser, text: str | bytes, fmt: str | None = None
-) -> Workflow:
+def workflow_submit(*, user: User, text: str | bytes, fmt: str | None = None) -> Workflow:
     """Validate a whole DAG, decide every task, and store it all or nothing."""
     spec = _load(text, fmt)
     if not isinstance(spec, WorkflowSpec):
@@ -58,9 +56,7 @@ def workflow_submit(
     return workflow_submit_spec(user=user, spec=spec, descriptor=_text(text), fmt=fmt)
 
 
-def descriptor_submit(
-    *, user: AbstractBaseUser, text: str | bytes, fmt: str | None = None
-) -> Task | Workflow:
+def descriptor_submit(*, user: User, text: str | bytes, fmt: str | None = None) -> Task | Workflow:
     """Submit a descriptor of either kind: a Task is stored alone, a Workflow as its DAG."""
     spec = _load(text, fmt)
     text = _text(text)
@@ -81,7 +77,7 @@ def _text(text: str | bytes) -> str:
 
 
 def workflow_submit_spec(
-    *, user: AbstractBaseUser, spec: WorkflowSpec, descriptor: str, fmt: str | None
+    *, user: User, spec: WorkflowSpec, descriptor: str, fmt: str | None
 ) -> Workflow:
     """Decide every task of a parsed workflow against the site; store all of it or nothing.
 
@@ -147,7 +143,7 @@ def workflow_submit_spec(
     return workflow
 
 
-def workflow_cancel(*, user: AbstractBaseUser, workflow: Workflow) -> Workflow:
+def workflow_cancel(*, user: User, workflow: Workflow) -> Workflow:
     """Cancel every unfinished task of the workflow, running ones included.
 
     A running workflow ends `cancelled`; one that has already failed (an abort) keeps that

@@ -8,23 +8,24 @@ import json
 import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from scheduling.selectors.canary import canary_active, canary_get, canary_past, canary_results
 from scheduling.services.canary import canary_end, canary_start, current_rule_set
 
 
-def _admin(request: HttpRequest) -> None:
+def _admin(request: SignedInRequest) -> None:
     if not roles.is_platform_admin(request.user):
         raise Http404("no such page")
 
 
 @login_required
-def canary_page(request: HttpRequest) -> HttpResponse:
+def canary_page(request: SignedInRequest) -> HttpResponse:
     _admin(request)
     errors = []
     form = {
@@ -41,7 +42,7 @@ def canary_page(request: HttpRequest) -> HttpResponse:
             errors = [f"rules: not YAML or JSON ({str(exc).splitlines()[0]})"]
         else:
             try:
-                share = int(form["share_percent"])
+                share: int | str = int(form["share_percent"])
             except ValueError:
                 share = form["share_percent"]
             try:
@@ -78,7 +79,7 @@ def canary_page(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def canary_decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
+def canary_decide(request: SignedInRequest, pk: int, verdict: str) -> HttpResponse:
     _admin(request)
     if verdict not in ("promote", "abandon"):
         raise Http404("no such decision")

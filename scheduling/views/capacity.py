@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from portal.parsing import parse_until
 from scheduling import services
 from scheduling.selectors.capacity import (
@@ -25,17 +26,17 @@ from scheduling.selectors.capacity import (
 from scheduling.selectors.queues import queue_list_by_name
 
 
-def _platform_admin(request: HttpRequest) -> None:
+def _platform_admin(request: SignedInRequest) -> None:
     if not roles.is_platform_admin(request.user):
         raise Http404("no such page")
 
 
-def _pools(request: HttpRequest):
+def _pools(request: SignedInRequest):
     return capacity_pools_for_user(request.user)
 
 
 @login_required
-def capacity(request: HttpRequest) -> HttpResponse:
+def capacity(request: SignedInRequest) -> HttpResponse:
     pools = _pools(request).prefetch_related("nodes")
     if not pools:
         raise Http404("no such page")
@@ -75,7 +76,7 @@ def node_state(request: HttpRequest, pk: int, state: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def lend(request: HttpRequest) -> HttpResponse:
+def lend(request: SignedInRequest) -> HttpResponse:
     _platform_admin(request)
     try:
         count = int(request.POST.get("count", ""))
@@ -100,7 +101,7 @@ def lend(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def lease_end(request: HttpRequest, pk: int) -> HttpResponse:
+def lease_end(request: SignedInRequest, pk: int) -> HttpResponse:
     _platform_admin(request)
     try:
         lease = services.lease_end(user=request.user, lease_id=pk)

@@ -8,13 +8,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from portal.parsing import parse_until
 from portal.selectors import project_list_for_user
 from scheduling import services
@@ -35,7 +36,7 @@ from scheduling.spec import TASK_TYPES
 
 @login_required
 @require_POST
-def task_priority_request(request: HttpRequest, pk: int) -> HttpResponse:
+def task_priority_request(request: SignedInRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk, change=True)
     try:
         made = services.priority_request_create(
@@ -55,7 +56,7 @@ def task_priority_request(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def priority_requests(request: HttpRequest) -> HttpResponse:
+def priority_requests(request: SignedInRequest) -> HttpResponse:
     decider = is_decider(request.user)
     # A sweep can fill an inbox: it is paged (`?page=`), the oldest first; the recent list is
     # the newest 50 (the API pages through all of them).
@@ -73,7 +74,7 @@ def priority_requests(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def priority_request_decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
+def priority_request_decide(request: SignedInRequest, pk: int, verdict: str) -> HttpResponse:
     if verdict not in ("approve", "reject"):
         raise Http404("no such decision")
     found = request_get_for_user(request.user, pk)
@@ -94,7 +95,7 @@ def priority_request_decide(request: HttpRequest, pk: int, verdict: str) -> Http
 
 
 @login_required
-def queue_list(request: HttpRequest) -> HttpResponse:
+def queue_list(request: SignedInRequest) -> HttpResponse:
     """Every queue with its rules, its weights now, and the quotas of the user's projects."""
     site = site_view()
     now = timezone.now()

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError, ErrorItem
+from portal.http import SignedInRequest
 from portal.selectors import project_list_for_user
 from scheduling import services
 from scheduling.decisions.humanize import count, format_duration, format_memory
@@ -34,7 +35,7 @@ LOG_LIMIT = 256 * 1024
 
 
 @login_required
-def task_list(request: HttpRequest) -> HttpResponse:
+def task_list(request: SignedInRequest) -> HttpResponse:
     tasks = task_list_for_user(request.user).order_by("-id")
     state = request.GET.get("state") or ""
     if state:
@@ -47,7 +48,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk)
     try:
         log = task_log(task=task, limit=LOG_LIMIT)
@@ -77,7 +78,7 @@ def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def task_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+def task_cancel(request: SignedInRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk, change=True)
     try:
         services.task_cancel(user=request.user, task=task)
@@ -90,7 +91,7 @@ def task_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def task_submit(request: HttpRequest) -> HttpResponse:
+def task_submit(request: SignedInRequest) -> HttpResponse:
     projects = list(
         project_list_for_user(request.user).order_by("slug").values_list("slug", flat=True)
     )
