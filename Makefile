@@ -70,7 +70,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
 
-# mypy over portal, scheduling and accounting ([tool.mypy] in pyproject.toml).
+# mypy with Django's and DRF's stubs over every package ([tool.mypy] in pyproject.toml).
 typecheck: install
 	$(VENV)/bin/mypy
 

@@ -49,4 +49,5 @@ urlpatterns = [
     path("projects/<slug:slug>/members/", views.project_members, name="project-members"),
     path("", include("accounting.urls")),
     path("", include("scheduling.urls")),
+    path("", include("simulation.urls")),
 ]

@@ -7,7 +7,6 @@ from scheduling.views import queues as views_queues
 from scheduling.views import quotas as views_quotas
 from scheduling.views import tasks as views
 from scheduling.views import workflows as views_workflows
-from simulation import views as views_simulation
 
 urlpatterns = [
     path("", views.task_list, name="task-list"),
@@ -45,13 +44,5 @@ urlpatterns = [
         "capacity/nodes/<int:pk>/<str:state>/",
         views_capacity.node_state,
         name="capacity-node",
-    ),
-    path("simulations/", views_simulation.simulation_list, name="simulation-list"),
-    path("simulations/compare/", views_simulation.simulation_compare, name="simulation-compare"),
-    path("simulations/<int:pk>/", views_simulation.simulation_detail, name="simulation-detail"),
-    path(
-        "simulations/<int:pk>/progress/",
-        views_simulation.simulation_progress,
-        name="simulation-progress",
     ),
 ]
