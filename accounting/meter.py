@@ -14,6 +14,7 @@ import zoneinfo
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import cast
 
 from django.conf import settings
@@ -45,8 +46,12 @@ def after_attempts_end(attempts: list[Attempt]) -> None:
     for at in range(0, len(pks), BATCH):
         chunk = pks[at : at + BATCH]
         transaction.on_commit(
-            lambda chunk=chunk: usage.send(
-                METER_TASK, (chunk,), countdown=AFTER_END_S, what=f"metering of {chunk}"
+            partial(
+                usage.send,
+                METER_TASK,
+                (chunk,),
+                countdown=AFTER_END_S,
+                what=f"metering of {chunk}",
             )
         )
 

@@ -5,6 +5,8 @@ Part of config/settings.py, which imports every name here by name.
 
 from __future__ import annotations
 
+from typing import Any
+
 from config.env import env_int, env_networks, env_str
 from config.paths import VAR_DIR
 
@@ -26,7 +28,7 @@ SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT = env_int(
 # Networks no batch job may reach (CIDRs, comma-separated), besides the control plane's own
 # addresses, which are always blocked (docs/security.md, "Network").
 SWITCHYARD_JOB_BLOCKED_NETWORKS = [str(n) for n in env_networks("SWITCHYARD_JOB_BLOCKED_NETWORKS")]
-COMPUTE_BACKENDS = {
+COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",
         "OPTIONS": {

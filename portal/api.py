@@ -10,7 +10,6 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.generics import ListAPIView
-from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -126,7 +125,7 @@ class ConfigRollback(APIView):
         return Response(ConfigVersionSerializer(made).data, status=201)
 
 
-def _project(request: Request, slug: str):
+def _project(request: SignedInApiRequest, slug: str):
     project = project_get_visible(request.user, slug)
     if project is None:
         raise ApplicationError("not found", status=404)
@@ -140,7 +139,7 @@ _MEMBER = inline_serializer(
 
 class ProjectMembers(APIView):
     @extend_schema(responses={200: _MEMBER})
-    def get(self, request: Request, slug: str) -> Response:
+    def get(self, request: SignedInApiRequest, slug: str) -> Response:
         rows = project_memberships(_project(request, slug))
         return Response([{"username": m.user.username, "role": m.role} for m in rows])
 
@@ -149,7 +148,7 @@ class ProjectMembers(APIView):
         responses={201: _MEMBER},
         description="The project's lead (or a platform admin) adds an existing account.",
     )
-    def post(self, request: Request, slug: str) -> Response:
+    def post(self, request: SignedInApiRequest, slug: str) -> Response:
         project = _project(request, slug)
         username = json_object(request).get("username")
         if not isinstance(username, str) or not username:
@@ -160,6 +159,6 @@ class ProjectMembers(APIView):
 
 class ProjectMember(APIView):
     @extend_schema(responses={204: None})
-    def delete(self, request: Request, slug: str, username: str) -> Response:
+    def delete(self, request: SignedInApiRequest, slug: str, username: str) -> Response:
         member_remove(by=request.user, project=_project(request, slug), username=username)
         return Response(status=204)

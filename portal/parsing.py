@@ -105,7 +105,7 @@ class RawBody(BaseParser):
     own size check still refuses it instead of it being cut silently.
     """
 
-    def parse(self, stream, media_type=None, parser_context=None) -> bytes:
+    def parse(self, stream, media_type=None, parser_context=None) -> bytes:  # type: ignore[override]  # DRF takes any parsed value; this keeps the body
         view = (parser_context or {}).get("view")
         limit = getattr(settings, getattr(view, "body_limit", "SWITCHYARD_DESCRIPTOR_MAX_BYTES"))
         what = getattr(view, "body_what", "descriptor")
@@ -124,7 +124,7 @@ def _raw_parser(media: str) -> type[RawBody]:
 
 
 JSON_PARSERS = [_raw_parser(media) for media in sorted(JSON_TYPES)]
-DESCRIPTOR_PARSERS = [
+DESCRIPTOR_PARSERS: list[type[BaseParser]] = [
     MultiPartParser,
     *JSON_PARSERS,
     *(_raw_parser(m) for m in sorted(YAML_TYPES)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -21,7 +21,7 @@ def project_get_for_user(user: User, slug: str) -> Project | None:
     return Project.objects.filter(slug=slug, memberships__user=user).first()
 
 
-def project_get_visible(user: AbstractBaseUser, slug: str) -> Project | None:
+def project_get_visible(user: User, slug: str) -> Project | None:
     """The project page's project: a platform admin sees every project, anyone else those
     they are a member of; None for the rest (the caller answers 404)."""
     found = Project.objects.filter(slug=slug).first()
@@ -32,7 +32,7 @@ def project_get_visible(user: AbstractBaseUser, slug: str) -> Project | None:
     return found
 
 
-def project_list_visible(user: AbstractBaseUser) -> QuerySet[Project]:
+def project_list_visible(user: User) -> QuerySet[Project]:
     """The projects page: every project for a platform admin, one's own for anyone else."""
     projects = Project.objects.order_by("slug").select_related("pi")
     if not roles.is_platform_admin(user):
@@ -44,7 +44,7 @@ def project_memberships(project: Project, *, order: tuple[str, ...] = ("user__us
     return project.memberships.select_related("user").order_by(*order)
 
 
-def project_get_for_member(user: AbstractBaseUser, slug: str, *, field: str = "project") -> Project:
+def project_get_for_member(user: User, slug: str, *, field: str = "project") -> Project:
     """A project the user is a member of, or a 400 naming the field (never says whether the
     project exists: outsiders learn nothing)."""
     project = project_get_for_user(user, slug)
@@ -53,7 +53,7 @@ def project_get_for_member(user: AbstractBaseUser, slug: str, *, field: str = "p
     return project
 
 
-def audit_visible_to(user: AbstractBaseUser) -> QuerySet[AuditEvent]:
+def audit_visible_to(user: User) -> QuerySet[AuditEvent]:
     """A platform admin reads every row; anyone else what they did themselves, what happened
     in the projects they lead and in the queues they administer."""
     rows = AuditEvent.objects.all()

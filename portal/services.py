@@ -6,7 +6,7 @@ through the API; every change is in the audit log.
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from portal import audit, roles
@@ -16,7 +16,7 @@ from scheduling import usage
 
 
 @transaction.atomic
-def member_add(*, by: AbstractBaseUser, project: Project, username: str) -> Membership:
+def member_add(*, by: User, project: Project, username: str) -> Membership:
     """The project's lead (or a platform admin) adds an existing account as a member, by its
     exact username.
 
@@ -46,7 +46,7 @@ def member_add(*, by: AbstractBaseUser, project: Project, username: str) -> Memb
 
 
 @transaction.atomic
-def member_remove(*, by: AbstractBaseUser, project: Project, username: str) -> None:
+def member_remove(*, by: User, project: Project, username: str) -> None:
     """Remove a member (and their own quotas); the project's lead stays."""
     if not roles.leads_project(by, project):
         raise ApplicationError(

@@ -8,7 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -120,7 +120,7 @@ def audit_log(request: SignedInRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-def _project(request: HttpRequest, slug: str) -> Project:
+def _project(request: SignedInRequest, slug: str) -> Project:
     found = project_get_visible(request.user, slug)
     if found is None:
         raise Http404("no such project")
@@ -128,13 +128,13 @@ def _project(request: HttpRequest, slug: str) -> Project:
 
 
 @login_required
-def project_list(request: HttpRequest) -> HttpResponse:
+def project_list(request: SignedInRequest) -> HttpResponse:
     projects = project_list_visible(request.user)
     return render(request, "portal/project_list.html", {"projects": projects})
 
 
 @login_required
-def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
+def project_detail(request: SignedInRequest, slug: str) -> HttpResponse:
     project = _project(request, slug)
     context = {
         "project": project,
@@ -149,7 +149,7 @@ def project_detail(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def project_members(request: HttpRequest, slug: str) -> HttpResponse:
+def project_members(request: SignedInRequest, slug: str) -> HttpResponse:
     """Add (`username`) or remove (`remove`) a member."""
     project = _project(request, slug)
     try:

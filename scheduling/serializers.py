@@ -3,13 +3,24 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from portal import roles
 from scheduling import sealed
 from scheduling.decisions import lifecycle
 from scheduling.decisions.levels import LEVELS
-from scheduling.models import Attempt, NodeLease, PriorityRequest, Queue, Task, TaskEvent, Workflow
+from scheduling.models import (
+    Attempt,
+    Node,
+    NodeLease,
+    Pool,
+    PriorityRequest,
+    Queue,
+    Task,
+    TaskEvent,
+    Workflow,
+)
 from scheduling.selectors.waiting import explain
 from scheduling.services.queues import EDITABLE
 
@@ -231,8 +242,12 @@ class PriorityRequestSerializer(serializers.ModelSerializer):
 
 
 class QueueSerializer(serializers.ModelSerializer):
-    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    admins = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
+    pool: serializers.SlugRelatedField[Pool] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    admins: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", many=True, read_only=True
+    )
     editable = serializers.SerializerMethodField()
 
     class Meta:
@@ -246,7 +261,9 @@ class QueueSerializer(serializers.ModelSerializer):
 class LeaseSerializer(serializers.ModelSerializer):
     pool = serializers.CharField(source="pool.name")
     queue = serializers.CharField(source="queue.name")
-    nodes = serializers.SlugRelatedField(many=True, read_only=True, slug_field="name")
+    nodes: serializers.SlugRelatedField[Node] = serializers.SlugRelatedField(
+        many=True, read_only=True, slug_field="name"
+    )
     created_by = serializers.SerializerMethodField()
 
     class Meta:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from portal.models import Project
@@ -84,7 +84,7 @@ def quota_resources() -> list[tuple[str, Any]]:
     return list(Quota.Resource.choices)
 
 
-def member_quotas_delete(*, project: Project, user: AbstractBaseUser) -> None:
+def member_quotas_delete(*, project: Project, user: User) -> None:
     """A member left the project: their own quotas go, and the policy sees it at once."""
     Quota.objects.filter(project=project, user=user).delete()
     transaction.on_commit(site_view_invalidate)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.parsing import json_object, text
 from scheduling.selectors.canary import canary_get, canary_list, canary_results
 from scheduling.services.canary import canary_end, canary_start
@@ -36,12 +36,12 @@ class CanaryList(APIView):
     """Canaries, newest first, each with its results beside the current rules' (platform
     admins); POST starts one."""
 
-    def _admin(self, request: Request) -> None:
+    def _admin(self, request: SignedInApiRequest) -> None:
         if not roles.is_platform_admin(request.user):
             raise ApplicationError("not found", status=404)
 
     @extend_schema(responses={200: None})
-    def get(self, request: Request) -> Response:
+    def get(self, request: SignedInApiRequest) -> Response:
         self._admin(request)
         return Response([_canary_data(c) for c in canary_list(20)])
 
@@ -58,7 +58,7 @@ class CanaryList(APIView):
         ),
         responses={201: None},
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: SignedInApiRequest) -> Response:
         self._admin(request)
         data = json_object(request)
         made = canary_start(
@@ -81,7 +81,7 @@ class CanaryDecide(APIView):
         request=inline_serializer("CanaryEnd", {"reason": serializers.CharField(required=False)}),
         responses={200: None},
     )
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         canary = canary_get(pk)
         if canary is None or not roles.is_platform_admin(request.user):
             raise ApplicationError("not found", status=404)

@@ -78,7 +78,7 @@ class LeaseList(ListCreateAPIView):
         return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
 
-def _visible_lease(request: Request, pk: int):
+def _visible_lease(request: SignedInApiRequest, pk: int):
     try:
         lease = lease_list_for_user(request.user).filter(pk=checked_pk(pk)).first()
     except ValueError:  # an id no database holds
@@ -123,7 +123,7 @@ class NodeState(APIView):
         description="Drain (`drained`), mark down (`down`) or resume (`up`) a node: platform "
         "admins any node, queue admins the nodes of their queues' pools.",
     )
-    def post(self, request: Request, name: str, state: str) -> Response:
+    def post(self, request: SignedInApiRequest, name: str, state: str) -> Response:
         node = node_by_name(name)
         if node is None or not roles.administers_pool(request.user, node.pool_id):
             raise ApplicationError("not found", status=404)

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.parsing import json_object
 from scheduling.selectors.queues import queue_by_name, queue_list
 from scheduling.serializers import QueueSerializer
@@ -46,7 +47,7 @@ class QueueDetail(APIView):
         responses={200: QueueSerializer},
         description="Change a queue you administer: any of its editable fields, and `reason`.",
     )
-    def patch(self, request: Request, name: str) -> Response:
+    def patch(self, request: SignedInApiRequest, name: str) -> Response:
         queue = self._queue(request, name)
         if not roles.administers_queue(request.user, queue.pk):
             raise ApplicationError("only this queue's admins or a platform admin", status=403)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.errors import ApplicationError
+from portal.http import SignedInApiRequest
 from portal.parsing import json_object, text
 from portal.selectors import project_get_visible
 from scheduling.selectors.quota import project_quotas
@@ -34,7 +34,7 @@ _QUOTAS = inline_serializer(
 )
 
 
-def _project(request: Request, slug: str):
+def _project(request: SignedInApiRequest, slug: str):
     project = project_get_visible(request.user, slug)
     if project is None:
         raise ApplicationError("not found", status=404)
@@ -46,7 +46,7 @@ class ProjectQuotas(APIView):
     the project's lead a member's share within the project's."""
 
     @extend_schema(responses={200: _QUOTAS})
-    def get(self, request: Request, slug: str) -> Response:
+    def get(self, request: SignedInApiRequest, slug: str) -> Response:
         return Response(project_quotas(_project(request, slug)))
 
     @extend_schema(
@@ -64,7 +64,7 @@ class ProjectQuotas(APIView):
         ),
         responses={200: None},
     )
-    def put(self, request: Request, slug: str) -> Response:
+    def put(self, request: SignedInApiRequest, slug: str) -> Response:
         project = _project(request, slug)
         data = json_object(request)
         quota = quota_set(
@@ -81,7 +81,7 @@ class ProjectQuotas(APIView):
         return Response({"quota": str(quota), "limit": quota.limit})
 
     @extend_schema(responses={204: None})
-    def delete(self, request: Request, slug: str) -> Response:
+    def delete(self, request: SignedInApiRequest, slug: str) -> Response:
         project = _project(request, slug)
         data = json_object(request)
         gone = quota_delete(

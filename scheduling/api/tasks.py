@@ -123,7 +123,7 @@ class TaskBatch(APIView):
         description='Many independent tasks in one request: `{"tasks": [descriptor, ...]}`. '
         "All are stored or none; errors name `tasks[i].field`.",
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: SignedInApiRequest) -> Response:
         content_type = media_type(request)
         if content_type not in JSON_TYPES:
             raise ApplicationError(

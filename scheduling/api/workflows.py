@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+from django.contrib.auth.models import User
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.generics import ListCreateAPIView, RetrieveAPIView
@@ -9,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.http import SignedInApiRequest
 from portal.parsing import DESCRIPTOR_PARSERS, descriptor_request, read_descriptor
 from scheduling import services
 from scheduling.selectors import workflow_get_for_user, workflow_list_for_user
@@ -29,7 +33,9 @@ class WorkflowListCreate(ListCreateAPIView):
     )
     def post(self, request: Request, *args, **kwargs) -> Response:
         body, fmt = read_descriptor(request)
-        workflow = services.workflow_submit(user=request.user, text=body, fmt=fmt)
+        # The default permission, IsAuthenticated, lets only a signed-in user in.
+        user = cast(User, request.user)
+        workflow = services.workflow_submit(user=user, text=body, fmt=fmt)
         data = WorkflowDetailSerializer(workflow, context={"request": request}).data
         return Response(data, status=status.HTTP_201_CREATED)
 
@@ -43,7 +49,7 @@ class WorkflowDetail(RetrieveAPIView):
 
 class WorkflowCancel(APIView):
     @extend_schema(request=None, responses={200: WorkflowSerializer})
-    def post(self, request: Request, pk: int) -> Response:
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
         workflow = workflow_get_for_user(request.user, pk)
         workflow = services.workflow_cancel(user=request.user, workflow=workflow)
         return Response(WorkflowSerializer(workflow, context={"request": request}).data)

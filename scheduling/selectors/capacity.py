@@ -9,7 +9,7 @@ so on its timeline, with the lease's number.
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
 from portal import roles
@@ -37,7 +37,7 @@ def node_in_pools(pk: int, pools: QuerySet[Pool]) -> Node | None:
     return Node.objects.filter(pk=pk, pool__in=pools).select_related("pool").first()
 
 
-def lease_list_for_user(user: AbstractBaseUser) -> QuerySet[NodeLease]:
+def lease_list_for_user(user: User) -> QuerySet[NodeLease]:
     """The leases the Capacity page shows this user, newest first."""
     leases = NodeLease.objects.select_related("pool", "queue", "created_by").prefetch_related(
         "nodes"

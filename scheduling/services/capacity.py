@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -106,7 +106,7 @@ def open_lease(
     return lease
 
 
-def lease_end(*, user: AbstractBaseUser, lease_id: int) -> NodeLease:
+def lease_end(*, user: User, lease_id: int) -> NodeLease:
     """A platform admin takes lent nodes back now: the next capacity pass (asked for at
     once) requeues the work still there and returns the nodes."""
     if not user.is_superuser:

@@ -197,10 +197,10 @@ def workflow_refresh(workflow_id: int) -> None:
     # whole a thousand times.
     if tasks.exclude(state__in=TERMINAL_STATES).exists():
         return
-    tasks = list(tasks.only("id", "state", "fail_action"))
-    if not tasks:
+    ended = list(tasks.only("id", "state", "fail_action"))
+    if not ended:
         return
-    ok = all(verdict(task) for task in tasks)
+    ok = all(verdict(task) for task in ended)
     now = timezone.now()
     Workflow.objects.filter(pk=workflow_id, state=W.RUNNING).update(
         state=W.SUCCEEDED if ok else W.FAILED,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -57,7 +57,7 @@ def capacity(request: SignedInRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def node_state(request: HttpRequest, pk: int, state: str) -> HttpResponse:
+def node_state(request: SignedInRequest, pk: int, state: str) -> HttpResponse:
     if state not in NodeStates.values:
         raise Http404("no such state")
     node = node_in_pools(pk, _pools(request))

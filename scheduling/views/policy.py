@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -60,7 +61,7 @@ def priority_requests(request: SignedInRequest) -> HttpResponse:
     decider = is_decider(request.user)
     # A sweep can fill an inbox: it is paged (`?page=`), the oldest first; the recent list is
     # the newest 50 (the API pages through all of them).
-    inbox = inbox_for(request.user) if decider else []
+    inbox: QuerySet[Any] | list[Any] = inbox_for(request.user) if decider else []
     page = Paginator(inbox, 50).get_page(request.GET.get("page"))
     context = {
         "decider": decider,

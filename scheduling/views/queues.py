@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 
 from portal import roles
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from scheduling.selectors.queues import queue_by_name
 from scheduling.services.queues import QueueForm, queue_update
 
 
-def _queue(request: HttpRequest, name: str):
+def _queue(request: SignedInRequest, name: str):
     queue = queue_by_name(name)
     if queue is None or not roles.administers_queue(request.user, queue.pk):
         raise Http404("no such queue")
@@ -21,7 +22,7 @@ def _queue(request: HttpRequest, name: str):
 
 
 @login_required
-def queue_edit(request: HttpRequest, name: str) -> HttpResponse:
+def queue_edit(request: SignedInRequest, name: str) -> HttpResponse:
     queue = _queue(request, name)
     form = QueueForm(instance=queue)
     reason = ""

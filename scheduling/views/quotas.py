@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from portal.selectors import project_get_visible
 from scheduling.services.quotas import quota_delete, quota_set
 
 
 @login_required
 @require_POST
-def project_quota(request: HttpRequest, slug: str) -> HttpResponse:
+def project_quota(request: SignedInRequest, slug: str) -> HttpResponse:
     """Set (or, with `delete`, remove) a quota: a member's within the project's, by its lead."""
     project = project_get_visible(request.user, slug)
     if project is None:
         raise Http404("no such project")
     post = request.POST
-    fields = dict(
+    fields: dict[str, Any] = dict(
         project=project.slug,
         queue=post.get("queue", ""),
         resource=post.get("resource", ""),

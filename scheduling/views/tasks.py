@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -130,7 +130,7 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
     )
 
 
-def _initial(request: HttpRequest, projects: list[str]) -> dict[str, Any]:
+def _initial(request: SignedInRequest, projects: list[str]) -> dict[str, Any]:
     """A template's fields (`?template=agent`), or a task's own descriptor to submit again
     (`?from=42`, a task you may see)."""
     initial: dict[str, Any] = {"project": projects[0]} if projects else {}

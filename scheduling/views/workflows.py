@@ -14,12 +14,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError
+from portal.http import SignedInRequest
 from scheduling import services
 from scheduling.decisions import lifecycle
 from scheduling.presenters.dag import boxes_svg, dag_picture, edge_kind, edges_svg
@@ -30,7 +31,7 @@ from scheduling.selectors.access import workflow_dependency_pairs
 
 
 @login_required
-def workflow_list(request: HttpRequest) -> HttpResponse:
+def workflow_list(request: SignedInRequest) -> HttpResponse:
     ended = Q(tasks__state__in=lifecycle.TERMINAL)
     found = workflow_list_for_user(request.user).annotate(
         total=Count("tasks", distinct=True), ended=Count("tasks", filter=ended, distinct=True)
@@ -52,7 +53,7 @@ _ROW_FIELDS = ("id", "name", "state", "reason", "exit_code", "attempts", "retry_
 
 
 @login_required
-def workflow_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def workflow_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     workflow = workflow_get_for_user(request.user, pk)
     since = time.time()  # what the live updates send is what changed after this
     tasks = list(workflow.tasks.select_related("queue").only(*_ROW_FIELDS).order_by("id"))
@@ -93,7 +94,7 @@ LIVE_OVERLAP_S = 10.0
 
 
 @login_required
-def workflow_changes(request: HttpRequest, pk: int) -> JsonResponse:
+def workflow_changes(request: SignedInRequest, pk: int) -> JsonResponse:
     """What changed in a workflow since `?since=` (seconds since the epoch, as the page or
     the last update gave it): the workflow's state, its counts, and each task that changed,
     with what its row and its box in the graph show. A few hundred bytes per changed task,
@@ -148,7 +149,7 @@ _STATE_ORDER = list(lifecycle.TASK_STATES)
 
 @login_required
 @require_POST
-def workflow_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+def workflow_cancel(request: SignedInRequest, pk: int) -> HttpResponse:
     workflow = workflow_get_for_user(request.user, pk)
     try:
         services.workflow_cancel(user=request.user, workflow=workflow)
