@@ -42,8 +42,16 @@ class UsageRecordAdmin(ReadOnly):
 
 @admin.register(Reconciliation)
 class ReconciliationAdmin(ReadOnly):
-    list_display = ["ran_at", "backend", "outcome", "jobs", "missing", "extra", "duplicate",
-                    "mismatched"]  # fmt: skip
+    list_display = [
+        "ran_at",
+        "backend",
+        "outcome",
+        "jobs",
+        "missing",
+        "extra",
+        "duplicate",
+        "mismatched",
+    ]
     list_filter = ["outcome", "backend"]
 
 

@@ -72,8 +72,15 @@ def table(q: reports.UsageQuery, user) -> tuple[list[str], Iterable[tuple]]:
     def rows() -> Iterator[tuple]:
         currency = settings.SWITCHYARD_CURRENCY
         for row in reports.report(user, q):
-            yield (*(row.get(c) for c in columns), row["metric"], row["unit"], row["quantity"],
-                   row["charge"], currency, row["records"])  # fmt: skip
+            yield (
+                *(row.get(c) for c in columns),
+                row["metric"],
+                row["unit"],
+                row["quantity"],
+                row["charge"],
+                currency,
+                row["records"],
+            )
 
     return header, rows()
 
@@ -81,12 +88,16 @@ def table(q: reports.UsageQuery, user) -> tuple[list[str], Iterable[tuple]]:
 _PARAMS = [
     OpenApiParameter("from", str, description="first day, YYYY-MM-DD (default: the month's first)"),
     OpenApiParameter("to", str, description="last day, YYYY-MM-DD (default: today)"),
-    OpenApiParameter("group_by", str, description="up to two of project, user, queue, pool, "
-                     "type, metric (comma-separated); none; or record (every record)"),
+    OpenApiParameter(
+        "group_by",
+        str,
+        description="up to two of project, user, queue, pool, "
+        "type, metric (comma-separated); none; or record (every record)",
+    ),
     OpenApiParameter("period", str, description="day, week, month or all"),
     OpenApiParameter("format", str, description="json (default), csv or xlsx"),
     *[OpenApiParameter(f, str, description=f"only this {f}") for f in reports.FILTERS],
-]  # fmt: skip
+]
 
 
 class UsageReport(APIView):
@@ -104,7 +115,7 @@ class UsageReport(APIView):
                     "totals": serializers.ListField(child=serializers.DictField()),
                 },
             )
-        },  # fmt: skip
+        },
         description="Usage and charges, grouped and by period; finance sees every project, "
         "anyone else their own. `format=csv|xlsx` streams a file.",
     )
@@ -139,7 +150,7 @@ class TaskUsage(APIView):
                     "committed": serializers.ListField(child=serializers.DictField()),
                 },
             )
-        },  # fmt: skip
+        },
         description="A task's usage: billed records per attempt and metric (settled), and "
         "what its running attempt has used so far (committed).",
     )
@@ -179,8 +190,12 @@ class CollectorScheme(OpenApiAuthenticationExtension):
     name = "collectorToken"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "apiKey", "in": "header", "name": "Authorization",
-                "description": "`Collector <token>` (manage.py collector add NAME)"}  # fmt: skip
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Collector <token>` (manage.py collector add NAME)",
+        }
 
 
 class IsCollector(BasePermission):
@@ -193,13 +208,24 @@ class SampleIngest(APIView):
     permission_classes = [IsCollector]
 
     @extend_schema(
-        request=inline_serializer("Samples", {"samples": serializers.ListField(
-            child=serializers.DictField(), help_text="{id, project, metric: storage|network, "
-            "quantity (GB-days or GB), at (ISO time or date), user?}")}),
-        responses={200: inline_serializer("SamplesStored", {
-            "recorded": serializers.IntegerField(), "already": serializers.IntegerField()})},
+        request=inline_serializer(
+            "Samples",
+            {
+                "samples": serializers.ListField(
+                    child=serializers.DictField(),
+                    help_text="{id, project, metric: storage|network, "
+                    "quantity (GB-days or GB), at (ISO time or date), user?}",
+                )
+            },
+        ),
+        responses={
+            200: inline_serializer(
+                "SamplesStored",
+                {"recorded": serializers.IntegerField(), "already": serializers.IntegerField()},
+            )
+        },
         description="A collector's storage and network samples; idempotent by sample id.",
-    )  # fmt: skip
+    )
     def post(self, request: Request) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
         return Response(
@@ -217,9 +243,23 @@ class ReconciliationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Reconciliation
-        fields = ["id", "backend", "period_start", "period_end", "ran_at", "outcome",
-                  "tolerance", "jobs", "missing", "extra", "duplicate", "mismatched",
-                  "differences", "details", "error"]  # fmt: skip
+        fields = [
+            "id",
+            "backend",
+            "period_start",
+            "period_end",
+            "ran_at",
+            "outcome",
+            "tolerance",
+            "jobs",
+            "missing",
+            "extra",
+            "duplicate",
+            "mismatched",
+            "differences",
+            "details",
+            "error",
+        ]
 
 
 class ReconciliationList(APIView):

@@ -25,7 +25,7 @@ def over_time(rows: list[dict[str, Any]], *, dimension: str | None, metric: str,
         [
             go.Bar(name=name, x=periods, y=[values.get(p, 0) for p in periods])
             for name, values in sorted(series.items())
-        ]  # fmt: skip
+        ]
     )
     fig.update_layout(barmode="stack", title=f"{unit} over time", yaxis_title=unit, **LAYOUT)
     return fig.to_json()
@@ -50,8 +50,9 @@ def utilisation(pools: list[dict[str, Any]]) -> str:
             go.Bar(name="GPUs", x=names, y=[float(p["gpu_percent"] or 0) for p in pools]),
         ]
     )
-    fig.update_layout(barmode="group", title="utilisation per pool (%)", yaxis_range=[0, 100],
-                      **LAYOUT)  # fmt: skip
+    fig.update_layout(
+        barmode="group", title="utilisation per pool (%)", yaxis_range=[0, 100], **LAYOUT
+    )
     return fig.to_json()
 
 
@@ -64,10 +65,19 @@ def utilisation(pools: list[dict[str, Any]]) -> str:
 def waits(rows: list[dict[str, Any]]) -> str:
     """Mean and 95th percentile wait per type, in minutes."""
     kinds = [r["type"] for r in rows]
-    traces = [
-        {"type": "bar", "name": "mean", "x": kinds, "y": [r["mean_s"] / 60 for r in rows]},
-        {"type": "bar", "name": "95th percentile", "x": kinds, "y": [r["p95_s"] / 60 for r in rows]},
-    ] if rows else []  # fmt: skip
+    traces = (
+        [
+            {"type": "bar", "name": "mean", "x": kinds, "y": [r["mean_s"] / 60 for r in rows]},
+            {
+                "type": "bar",
+                "name": "95th percentile",
+                "x": kinds,
+                "y": [r["p95_s"] / 60 for r in rows],
+            },
+        ]
+        if rows
+        else []
+    )
     return figure_json(
         traces, "waits this week (minutes)", "nothing started this week", barmode="group"
     )
@@ -80,10 +90,15 @@ def queue_depth(samples: list[tuple], names: dict[int, str]) -> str:
         xs, ys = series[names.get(queue_id, str(queue_id))]
         xs.append(at)
         ys.append(waiting)
-    traces = [{"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
-              for name, (xs, ys) in sorted(series.items())]  # fmt: skip
-    return figure_json(traces, "queue depth: waiting tasks, last 24 h",
-                   "no load samples yet: a worker takes one every minute")  # fmt: skip
+    traces = [
+        {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
+        for name, (xs, ys) in sorted(series.items())
+    ]
+    return figure_json(
+        traces,
+        "queue depth: waiting tasks, last 24 h",
+        "no load samples yet: a worker takes one every minute",
+    )
 
 
 def utilisation_over_time(
@@ -103,18 +118,36 @@ def utilisation_over_time(
         if not total:
             continue
         moments = sorted(values)
-        traces.append({
-            "type": "scatter", "mode": "lines", "name": f"{pools[pool].name} {unit}",
-            "x": moments, "y": [min(100.0, 100.0 * values[m] / total) for m in moments],
-        })  # fmt: skip
-    return figure_json(traces, "utilisation per pool (%), last 24 h",
-                   "no load samples yet: a worker takes one every minute",
-                   yaxis={"range": [0, 100]})  # fmt: skip
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{pools[pool].name} {unit}",
+                "x": moments,
+                "y": [min(100.0, 100.0 * values[m] / total) for m in moments],
+            }
+        )
+    return figure_json(
+        traces,
+        "utilisation per pool (%), last 24 h",
+        "no load samples yet: a worker takes one every minute",
+        yaxis={"range": [0, 100]},
+    )
 
 
 def reasons(breakdown: list[tuple[str, int]]) -> str:
-    traces = [{"type": "pie", "hole": 0.4, "labels": [r for r, _ in breakdown],
-               "values": [n for _, n in breakdown]}] if breakdown else []  # fmt: skip
+    traces = (
+        [
+            {
+                "type": "pie",
+                "hole": 0.4,
+                "labels": [r for r, _ in breakdown],
+                "values": [n for _, n in breakdown],
+            }
+        ]
+        if breakdown
+        else []
+    )
     return figure_json(traces, "why work waits, now", "nothing waits")
 
 
@@ -124,10 +157,13 @@ def preemptions(rows: list[tuple]) -> str:
     for day, kind, n in rows:
         series[kind][str(day)] = n
     days = sorted({d for values in series.values() for d in values})
-    traces = [{"type": "bar", "name": kind, "x": days, "y": [values.get(d, 0) for d in days]}
-              for kind, values in sorted(series.items())]  # fmt: skip
-    return figure_json(traces, "preemptions per day, last 7 days", "no preemptions this week",
-                   barmode="stack")  # fmt: skip
+    traces = [
+        {"type": "bar", "name": kind, "x": days, "y": [values.get(d, 0) for d in days]}
+        for kind, values in sorted(series.items())
+    ]
+    return figure_json(
+        traces, "preemptions per day, last 7 days", "no preemptions this week", barmode="stack"
+    )
 
 
 def leases(rows: list, now) -> str:
@@ -136,9 +172,15 @@ def leases(rows: list, now) -> str:
     for lease in rows:
         end = lease.reclaimed_at or lease.ends_at
         label = f"#{lease.pk} {lease.pool.name} → {lease.queue.name}"
-        traces.append({
-            "type": "bar", "orientation": "h", "showlegend": False, "name": label, "y": [label],
-            "x": [(end - lease.starts_at).total_seconds() * 1000],
-            "base": [lease.starts_at.isoformat()],
-        })  # fmt: skip
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "showlegend": False,
+                "name": label,
+                "y": [label],
+                "x": [(end - lease.starts_at).total_seconds() * 1000],
+                "base": [lease.starts_at.isoformat()],
+            }
+        )
     return figure_json(traces, "leases, last 7 days", "no leases this week", xaxis={"type": "date"})

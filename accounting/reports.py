@@ -224,10 +224,25 @@ def committed(user: User | None, q: UsageQuery | None = None, *, task=None) -> d
 
 
 RECORD_COLUMNS = (
-    "ended_at", "started_at", "project", "user", "queue", "pool", "type", "metric",
-    "quantity", "unit", "charge", "currency", "task", "attempt", "backend", "job_id", "source",
+    "ended_at",
+    "started_at",
+    "project",
+    "user",
+    "queue",
+    "pool",
+    "type",
+    "metric",
+    "quantity",
+    "unit",
+    "charge",
+    "currency",
+    "task",
+    "attempt",
+    "backend",
+    "job_id",
+    "source",
     "key",
-)  # fmt: skip
+)
 
 
 def records(user: User, q: UsageQuery) -> Iterator[tuple]:
@@ -236,25 +251,75 @@ def records(user: User, q: UsageQuery) -> Iterator[tuple]:
     rows = UsageRecord.objects.filter(day__gte=q.start, day__lte=q.end)
     if not sees_all(user):
         rows = rows.filter(project__memberships__user=user)
-    lookups = {"project": "project__slug", "user": "user__username", "queue": "queue",
-               "pool": "pool", "type": "task_type", "metric": "metric"}  # fmt: skip
+    lookups = {
+        "project": "project__slug",
+        "user": "user__username",
+        "queue": "queue",
+        "pool": "pool",
+        "type": "task_type",
+        "metric": "metric",
+    }
     for name, value in q.filters.items():
         rows = rows.filter(**{lookups[name]: value})
     values = rows.order_by("ended_at", "id").values_list(
-        "ended_at", "started_at", "project__slug", "user__username", "queue", "pool",
-        "task_type", "metric", "quantity", "charge", "rate__currency", "task_id", "attempt_id",
-        "backend", "job_id", "source", "key",
-    )  # fmt: skip
-    for (ended, started, project, username, queue, pool, task_type, metric, quantity, charge,
-         currency, task_id, attempt_id, backend, job_id, source, key) in values.iterator(
-        chunk_size=5000
-    ):  # fmt: skip
+        "ended_at",
+        "started_at",
+        "project__slug",
+        "user__username",
+        "queue",
+        "pool",
+        "task_type",
+        "metric",
+        "quantity",
+        "charge",
+        "rate__currency",
+        "task_id",
+        "attempt_id",
+        "backend",
+        "job_id",
+        "source",
+        "key",
+    )
+    for (
+        ended,
+        started,
+        project,
+        username,
+        queue,
+        pool,
+        task_type,
+        metric,
+        quantity,
+        charge,
+        currency,
+        task_id,
+        attempt_id,
+        backend,
+        job_id,
+        source,
+        key,
+    ) in values.iterator(chunk_size=5000):
         m = METRICS[metric]
         yield (
-            ended, started, project, username or "", queue, pool, task_type, metric,
-            _shown(quantity, m.per), m.unit, _money(charge, "0.000001"), currency or "",
-            task_id, attempt_id, backend, job_id, source, key,
-        )  # fmt: skip
+            ended,
+            started,
+            project,
+            username or "",
+            queue,
+            pool,
+            task_type,
+            metric,
+            _shown(quantity, m.per),
+            m.unit,
+            _money(charge, "0.000001"),
+            currency or "",
+            task_id,
+            attempt_id,
+            backend,
+            job_id,
+            source,
+            key,
+        )
 
 
 def site_today() -> date:

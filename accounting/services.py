@@ -46,12 +46,20 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
             "a non-empty list of samples", field="samples", got=type(samples).__name__
         )
     if len(samples) > MAX_SAMPLES:
-        raise ApplicationError(f"at most {MAX_SAMPLES} samples a request", field="samples",
-                               got=len(samples))  # fmt: skip
+        raise ApplicationError(
+            f"at most {MAX_SAMPLES} samples a request", field="samples", got=len(samples)
+        )
     errors: list[ErrorItem] = []
-    projects = {p.slug: p for p in Project.objects.filter(slug__in=[
-        s.get("project") for s in samples if isinstance(s, dict) and isinstance(s.get("project"), str)
-    ])}  # fmt: skip
+    projects = {
+        p.slug: p
+        for p in Project.objects.filter(
+            slug__in=[
+                s.get("project")
+                for s in samples
+                if isinstance(s, dict) and isinstance(s.get("project"), str)
+            ]
+        )
+    }
     parsed = []
     for i, sample in enumerate(samples):
         where = f"samples[{i}]"
@@ -69,8 +77,13 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
             errors.append(ErrorItem(f"{where}.metric", "storage or network", metric))
         quantity = _decimal(sample.get("quantity"))
         if quantity is None or quantity < 0:
-            errors.append(ErrorItem(f"{where}.quantity", "a number of GB-days or GB, 0 or more",
-                                    sample.get("quantity")))  # fmt: skip
+            errors.append(
+                ErrorItem(
+                    f"{where}.quantity",
+                    "a number of GB-days or GB, 0 or more",
+                    sample.get("quantity"),
+                )
+            )
         at = _moment(sample.get("at"))
         if at is None:
             errors.append(ErrorItem(f"{where}.at", "an ISO time or date", sample.get("at")))
@@ -103,21 +116,32 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
             seen.add(key)
             amount = metrics.to_base(quantity, metric)
             rate = rate_for(None, metric, at)
-            records.append(UsageRecord(
-                key=key, metric=metric, quantity=amount,
-                charge=metrics.charge_micros(amount, metric, rate.price) if rate else 0,
-                rate=rate, project=project, user=user, source="collector",
-                backend=f"collector:{collector.name}"[:63], job_id=sid[:64],
-                started_at=at, ended_at=at, day=site_day(at),
-            ))  # fmt: skip
+            records.append(
+                UsageRecord(
+                    key=key,
+                    metric=metric,
+                    quantity=amount,
+                    charge=metrics.charge_micros(amount, metric, rate.price) if rate else 0,
+                    rate=rate,
+                    project=project,
+                    user=user,
+                    source="collector",
+                    backend=f"collector:{collector.name}"[:63],
+                    job_id=sid[:64],
+                    started_at=at,
+                    ended_at=at,
+                    day=site_day(at),
+                )
+            )
         try:
             with transaction.atomic():
                 insert(records)
         except IntegrityError:
             continue
         return {"recorded": len(records), "already": len(parsed) - len(records)}
-    raise ApplicationError("samples are being stored by another request; send them again",
-                           status=409)  # fmt: skip
+    raise ApplicationError(
+        "samples are being stored by another request; send them again", status=409
+    )
 
 
 def task_usage(task: Task) -> dict[str, list[dict[str, Any]]]:
@@ -125,14 +149,19 @@ def task_usage(task: Task) -> dict[str, list[dict[str, Any]]]:
     settled = []
     for record in UsageRecord.objects.filter(task=task).select_related("attempt", "rate"):
         metric = metrics.METRICS[record.metric]
-        settled.append({
-            "attempt": record.attempt.number if record.attempt else None,
-            "metric": record.metric, "unit": metric.unit,
-            "quantity": metrics.shown(record.quantity, record.metric).quantize(Decimal("0.000001")),
-            "charge": (Decimal(record.charge) / metrics.MICROS).quantize(Decimal("0.000001")),
-            "currency": record.rate.currency if record.rate else "",
-            "ended_at": record.ended_at,
-        })  # fmt: skip
+        settled.append(
+            {
+                "attempt": record.attempt.number if record.attempt else None,
+                "metric": record.metric,
+                "unit": metric.unit,
+                "quantity": metrics.shown(record.quantity, record.metric).quantize(
+                    Decimal("0.000001")
+                ),
+                "charge": (Decimal(record.charge) / metrics.MICROS).quantize(Decimal("0.000001")),
+                "currency": record.rate.currency if record.rate else "",
+                "ended_at": record.ended_at,
+            }
+        )
     settled.sort(key=lambda r: (r["attempt"] or 0, r["metric"]))
     running = committed(None, task=task)
     return {
@@ -144,7 +173,7 @@ def task_usage(task: Task) -> dict[str, list[dict[str, Any]]]:
                 "quantity": metrics.shown(q, m).quantize(Decimal("0.000001")),
             }
             for m, q in sorted(running.items())
-        ],  # fmt: skip
+        ],
     }
 
 

@@ -96,8 +96,12 @@ def _fill(n: int) -> dict[str, Any]:
         daily = cur.fetchone()[0]
         cur.execute("SHOW server_version")
         version = cur.fetchone()[0]
-    return {"records": n, "daily_rows": daily, "insert_s": round(inserted, 1),
-            "postgresql": version}  # fmt: skip
+    return {
+        "records": n,
+        "daily_rows": daily,
+        "insert_s": round(inserted, 1),
+        "postgresql": version,
+    }
 
 
 def _report() -> dict[str, Any]:
@@ -113,9 +117,13 @@ def _report() -> dict[str, Any]:
     finance = User.objects.get(username="finn")
     today = reports.site_today()
     queries = {
-        "by_project_per_month": reports.UsageQuery(today - timedelta(days=DAYS), today, ("project",), "month"),
-        "by_user_and_queue_per_day": reports.UsageQuery(today - timedelta(days=DAYS), today, ("user", "queue"), "day"),
-    }  # fmt: skip
+        "by_project_per_month": reports.UsageQuery(
+            today - timedelta(days=DAYS), today, ("project",), "month"
+        ),
+        "by_user_and_queue_per_day": reports.UsageQuery(
+            today - timedelta(days=DAYS), today, ("user", "queue"), "day"
+        ),
+    }
     out = {}
     for name, q in queries.items():
         reports.report(finance, q)  # warm-up
@@ -170,9 +178,13 @@ def _export(fmt: str, days: int) -> dict[str, Any]:
 
 def _child(env: dict[str, str], *args: str) -> dict[str, Any]:
     out = subprocess.run(
-        [c.PY, __file__, "--child", *args], cwd=c.ROOT, env=env, capture_output=True, text=True,
+        [c.PY, __file__, "--child", *args],
+        cwd=c.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=1800,
-    )  # fmt: skip
+    )
     if out.returncode != 0:
         raise RuntimeError(
             f"accounting bench {args} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
@@ -192,15 +204,23 @@ def run() -> dict[str, Any]:
             filled = _child(env, "fill", str(N_RECORDS))
             report = _child(env, "report")
             # About 100,000 records: the 9 most recent days of 90 (records spread evenly).
-            exports = [_child(env, "export", fmt, str(days)) for fmt in ("csv", "xlsx")
-                       for days in (9, DAYS + 1)]  # fmt: skip
+            exports = [
+                _child(env, "export", fmt, str(days))
+                for fmt in ("csv", "xlsx")
+                for days in (9, DAYS + 1)
+            ]
     finally:
         c.remove_var_dir(var_dir)
     for e in exports:
         e["records"] = e["records"] or N_RECORDS
         e["records_per_s"] = round(e["records"] / e["seconds"]) if e["seconds"] else None
-    return {"bench": "accounting", "target_ms": TARGET_MS, **filled, "report": report,
-            "exports": exports}  # fmt: skip
+    return {
+        "bench": "accounting",
+        "target_ms": TARGET_MS,
+        **filled,
+        "report": report,
+        "exports": exports,
+    }
 
 
 if __name__ == "__main__":

@@ -174,8 +174,10 @@ def _run_http(
             assert status == 200, status
         if batch:
             docs = [c.small_descriptor(f"bench-{i}") for i in range(N_BATCH_TASKS)]
-            bodies = [json.dumps({"tasks": docs[i : i + batch]}).encode()
-                      for i in range(0, N_BATCH_TASKS, batch)]  # fmt: skip
+            bodies = [
+                json.dumps({"tasks": docs[i : i + batch]}).encode()
+                for i in range(0, N_BATCH_TASKS, batch)
+            ]
             path, each = "/api/v1/tasks/batch/", batch
         else:
             bodies, path, each = _bodies(N_TASKS), "/api/v1/tasks/", 1
@@ -249,7 +251,7 @@ def _finish(raw: dict, env: dict[str, str], var_dir: Path) -> dict[str, Any]:
         "latency": c.summary_ms(raw["latencies"]),
         "messages": sum(
             1 for p in (var_dir / "broker" / "queue").iterdir() if p.name.endswith(".msg")
-        ),  # fmt: skip
+        ),
     }
 
 

@@ -42,8 +42,12 @@ def full_pool():
 
 def run(n: int = 500) -> dict:
     queue, nodes, running = full_pool()
-    spec = TaskSpec(name="urgent", project="p", walltime_s=600,
-                    resources=Resources(cpus=1, gpus=1, memory_mib=1024))  # fmt: skip
+    spec = TaskSpec(
+        name="urgent",
+        project="p",
+        walltime_s=600,
+        resources=Resources(cpus=1, gpus=1, memory_mib=1024),
+    )
     decision = whom_to_preempt(spec, queue, HIGH, nodes, running, now=0.0)
     assert decision is not None and len(decision.victims) == 1
     start = time.perf_counter()

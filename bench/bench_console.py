@@ -62,8 +62,12 @@ def _fill(n: int) -> dict[str, Any]:
     projects = list(Project.objects.order_by("slug"))
     owners = {p.pk: p.pi for p in projects}
     queues = {q.name: q for q in Queue.objects.all()}
-    kinds = [("hpc", "hpc-simulation", 32, 0), ("training", "ai-training", 16, 8),
-             ("inference-agent", "agent", 1, 0), ("inference-agent", "ai-inference", 4, 1)]  # fmt: skip
+    kinds = [
+        ("hpc", "hpc-simulation", 32, 0),
+        ("training", "ai-training", 16, 8),
+        ("inference-agent", "agent", 1, 0),
+        ("inference-agent", "ai-inference", 4, 1),
+    ]
     started = time.perf_counter()
     tasks = []
     for i in range(n):
@@ -71,19 +75,43 @@ def _fill(n: int) -> dict[str, Any]:
         project = projects[i % len(projects)]
         submitted = now - timedelta(minutes=(n - i) % (60 * 24 * 30))
         r = i % 20
-        state = ("running" if r == 0 else "queued" if r == 1 else "waiting" if r == 2
-                 else "failed" if r == 3 else "succeeded")  # fmt: skip
+        state = (
+            "running"
+            if r == 0
+            else "queued"
+            if r == 1
+            else "waiting"
+            if r == 2
+            else "failed"
+            if r == 3
+            else "succeeded"
+        )
         began = submitted + timedelta(seconds=30 + i % 600) if state != "waiting" else None
         if state == "queued":
             began = None
         ended = began + timedelta(minutes=5) if began and state in ("succeeded", "failed") else None
-        tasks.append(Task(
-            project=project, owner=owners[project.pk], name=f"bench-{i}", descriptor="{}",
-            spec={"name": f"bench-{i}"}, type=kind, queue=queues[queue], backend="local",
-            state=state, cpus=cpus, gpus=gpus, submitted_at=submitted, started_at=began,
-            ended_at=ended, attempts=1 if began else 0, reason="held by quota" if r == 2 else "",
-            hold="quota" if r == 2 else "", admitted=r != 2,
-        ))  # fmt: skip
+        tasks.append(
+            Task(
+                project=project,
+                owner=owners[project.pk],
+                name=f"bench-{i}",
+                descriptor="{}",
+                spec={"name": f"bench-{i}"},
+                type=kind,
+                queue=queues[queue],
+                backend="local",
+                state=state,
+                cpus=cpus,
+                gpus=gpus,
+                submitted_at=submitted,
+                started_at=began,
+                ended_at=ended,
+                attempts=1 if began else 0,
+                reason="held by quota" if r == 2 else "",
+                hold="quota" if r == 2 else "",
+                admitted=r != 2,
+            )
+        )
     Task.objects.bulk_create(tasks, batch_size=5000)
     ids = list(
         Task.objects.filter(ended_at__isnull=False).values_list(
@@ -91,23 +119,50 @@ def _fill(n: int) -> dict[str, Any]:
         )
     )
     Attempt.objects.bulk_create(
-        [Attempt(task_id=pk, number=1, key=f"sy-{pk}-bench-1", state="succeeded",
-                 started_at=s, ended_at=e, cpu_ms=300_000 * max(1, cpus // 3),
-                 cpu_elapsed_ms=300_000) for pk, s, e, cpus in ids],
+        [
+            Attempt(
+                task_id=pk,
+                number=1,
+                key=f"sy-{pk}-bench-1",
+                state="succeeded",
+                started_at=s,
+                ended_at=e,
+                cpu_ms=300_000 * max(1, cpus // 3),
+                cpu_elapsed_ms=300_000,
+            )
+            for pk, s, e, cpus in ids
+        ],
         batch_size=5000,
-    )  # fmt: skip
+    )
     LoadSample.objects.bulk_create(
-        [LoadSample(at=now - timedelta(minutes=m), queue=q, waiting=m % 50, running=m % 30,
-                    cpus_busy=(m % 30) * 8, gpus_busy=m % 16)
-         for m in range(24 * 60) for q in queues.values()],
+        [
+            LoadSample(
+                at=now - timedelta(minutes=m),
+                queue=q,
+                waiting=m % 50,
+                running=m % 30,
+                cpus_busy=(m % 30) * 8,
+                gpus_busy=m % 16,
+            )
+            for m in range(24 * 60)
+            for q in queues.values()
+        ],
         batch_size=5000,
-    )  # fmt: skip
+    )
     admin = User.objects.get(username="admin")
     AuditEvent.objects.bulk_create(
-        [AuditEvent(actor_id=admin.pk, actor="admin", action="task.submit", target=f"task #{i}",
-                    project=projects[i % len(projects)].slug) for i in range(20_000)],
+        [
+            AuditEvent(
+                actor_id=admin.pk,
+                actor="admin",
+                action="task.submit",
+                target=f"task #{i}",
+                project=projects[i % len(projects)].slug,
+            )
+            for i in range(20_000)
+        ],
         batch_size=5000,
-    )  # fmt: skip
+    )
     _workflow(queues["inference-agent"], now)
     return {"tasks": Task.objects.count(), "fill_s": round(time.perf_counter() - started, 1)}
 
@@ -127,24 +182,46 @@ def _workflow(queue, now) -> None:
 
     alice = User.objects.get(username="alice")
     project = Project.objects.get(slug="materials")
-    wf = Workflow.objects.create(project=project, owner=alice, name=WF_NAME, descriptor="{}",
-                                 descriptor_format="json", state="running")  # fmt: skip
+    wf = Workflow.objects.create(
+        project=project,
+        owner=alice,
+        name=WF_NAME,
+        descriptor="{}",
+        descriptor_format="json",
+        state="running",
+    )
     done = WF_TASKS // 3
     Task.objects.bulk_create(
-        [Task(project=project, owner=alice, workflow=wf, name=f"step-{i:04d}", descriptor="{}",
-              spec={"name": f"step-{i:04d}"}, type="agent", queue=queue, backend="local",
-              state="succeeded" if i < done else "running" if i < done + 50 else "waiting",
-              reason="" if i < done + 50 else "waiting for its dependencies", cpus=1,
-              attempts=1 if i < done + 50 else 0, submitted_at=now)
-         for i in range(WF_TASKS)],
+        [
+            Task(
+                project=project,
+                owner=alice,
+                workflow=wf,
+                name=f"step-{i:04d}",
+                descriptor="{}",
+                spec={"name": f"step-{i:04d}"},
+                type="agent",
+                queue=queue,
+                backend="local",
+                state="succeeded" if i < done else "running" if i < done + 50 else "waiting",
+                reason="" if i < done + 50 else "waiting for its dependencies",
+                cpus=1,
+                attempts=1 if i < done + 50 else 0,
+                submitted_at=now,
+            )
+            for i in range(WF_TASKS)
+        ],
         batch_size=2000,
-    )  # fmt: skip
+    )
     ids = list(wf.tasks.order_by("id").values_list("pk", flat=True))
     edge = Task.depends_on.through
     edges = [
-        edge(from_task_id=ids[i], to_task_id=ids[(i // WF_LAYER - 1) * WF_LAYER + (i + k) % WF_LAYER])
-        for i in range(WF_LAYER, WF_TASKS) for k in range(WF_FAN_IN)
-    ]  # fmt: skip
+        edge(
+            from_task_id=ids[i], to_task_id=ids[(i // WF_LAYER - 1) * WF_LAYER + (i + k) % WF_LAYER]
+        )
+        for i in range(WF_LAYER, WF_TASKS)
+        for k in range(WF_FAN_IN)
+    ]
     edge.objects.bulk_create(edges, batch_size=5000)
     # Changed long ago: the live update then sends only what the measurement changes.
     wf.tasks.update(updated_at=now - timedelta(hours=1))
@@ -222,18 +299,22 @@ def _measure_workflow() -> dict[str, Any]:
     edges = Task.depends_on.through.objects.filter(from_task__workflow=wf).count()
     return {
         f"workflow page, {WF_TASKS:,} tasks and {edges:,} edges": {
-            "path": path, "cold_ms": round(times[0] * 1000, 1),
+            "path": path,
+            "cold_ms": round(times[0] * 1000, 1),
             "median_ms": round(statistics.median(times[1:]) * 1000, 1),
             "queries": len(page_queries),
-            "bytes": len(page.content), "target_ms": WF_PAGE_TARGET_MS,
+            "bytes": len(page.content),
+            "target_ms": WF_PAGE_TARGET_MS,
         },
         "workflow live update, one task changed": {
-            "path": f"/workflows/{wf.pk}/changes/", "cold_ms": round(live[0] * 1000, 1),
+            "path": f"/workflows/{wf.pk}/changes/",
+            "cold_ms": round(live[0] * 1000, 1),
             "median_ms": round(statistics.median(live[1:]) * 1000, 1),
             "queries": len(live_queries),
-            "bytes": len(update.content), "target_bytes": WF_LIVE_TARGET_BYTES,
+            "bytes": len(update.content),
+            "target_bytes": WF_LIVE_TARGET_BYTES,
         },
-    }  # fmt: skip
+    }
 
 
 def _child(env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -245,8 +326,11 @@ def _child(env: dict[str, str], *args: str) -> dict[str, Any]:
 def _one(database_url: str | None) -> dict[str, Any]:
     var_dir = c.fresh_var_dir("console")
     try:
-        env = c.django_env(var_dir, database_url=database_url,
-                           DJANGO_ALLOWED_HOSTS="testserver,localhost,127.0.0.1")  # fmt: skip
+        env = c.django_env(
+            var_dir,
+            database_url=database_url,
+            DJANGO_ALLOWED_HOSTS="testserver,localhost,127.0.0.1",
+        )
         c.prepare_site(env)
         filled = _child(env, "fill", str(N_TASKS))
         return {**filled, "pages": _child(env, "measure")}
@@ -255,8 +339,12 @@ def _one(database_url: str | None) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    result: dict[str, Any] = {"bench": "console", "target_ms": TARGET_MS,
-                              "list_target_ms": LIST_TARGET_MS, "sqlite": _one(None)}  # fmt: skip
+    result: dict[str, Any] = {
+        "bench": "console",
+        "target_ms": TARGET_MS,
+        "list_target_ms": LIST_TARGET_MS,
+        "sqlite": _one(None),
+    }
     url = os.environ.get("DATABASE_URL")
     if url:
         with c.fresh_postgres_database(url) as db:

@@ -45,27 +45,43 @@ def run(traces: Path = DEFAULT_TRACES) -> dict[str, Any]:
         result = simulate(jobs, site, policy)
         seconds = time.perf_counter() - started
         s = summary(result, site.pools)
-        speed[policy] = {"seconds": round(seconds, 1), "jobs": s["jobs"], "passes": result.passes,
-                         "jobs_per_s": round(len(jobs) / seconds)}  # fmt: skip
+        speed[policy] = {
+            "seconds": round(seconds, 1),
+            "jobs": s["jobs"],
+            "passes": result.passes,
+            "jobs_per_s": round(len(jobs) / seconds),
+        }
     slowdown = {}
     for name, kwargs in (
         ("swf", {"swf": str(swf)}),
-        ("alibaba", {"pods": str(traces / "openb_pod_list_default.csv"),
-                     "nodes": str(traces / "openb_node_list_gpu_node.csv"),
-                     "compress": ALIBABA_COMPRESS, "node_share": ALIBABA_NODE_SHARE}),
-    ):  # fmt: skip
+        (
+            "alibaba",
+            {
+                "pods": str(traces / "openb_pod_list_default.csv"),
+                "nodes": str(traces / "openb_node_list_gpu_node.csv"),
+                "compress": ALIBABA_COMPRESS,
+                "node_share": ALIBABA_NODE_SHARE,
+            },
+        ),
+    ):
         result = run_named(name, **kwargs)
         slowdown[name] = {
             "jobs": result["jobs"],
             "left_out": result.get("left_out", {}),
             "policies": {
-                p: {"mean_bsld": round(s["mean_bsld"], 2), "seconds": s["seconds"],
-                    "mean_wait_s": round(sum(t["n"] * t["mean_wait_s"] for t in s["types"].values())
-                                         / max(1, s["jobs"]), 1),
-                    "cpu_util": round(s["utilisation"]["site"]["cpu"], 3)}
+                p: {
+                    "mean_bsld": round(s["mean_bsld"], 2),
+                    "seconds": s["seconds"],
+                    "mean_wait_s": round(
+                        sum(t["n"] * t["mean_wait_s"] for t in s["types"].values())
+                        / max(1, s["jobs"]),
+                        1,
+                    ),
+                    "cpu_util": round(s["utilisation"]["site"]["cpu"], 3),
+                }
                 for p, s in result["policies"].items()
             },
-        }  # fmt: skip
+        }
     return {"jobs": len(jobs), "target_s": TARGET_S, "speed": speed, "slowdown": slowdown}
 
 
@@ -94,8 +110,11 @@ def section(r: dict[str, Any]) -> list[str]:
     ]
     for policy, s in r["speed"].items():
         out.append(f"| {policy} | {s['seconds']} | {s['jobs_per_s']:,} | {s['passes']:,} |")
-    out += ["", "| trace | policy | jobs | mean bounded slowdown | mean wait | CPU busy |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+    out += [
+        "",
+        "| trace | policy | jobs | mean bounded slowdown | mean wait | CPU busy |",
+        "|---|---|---|---|---|---|",
+    ]
     for trace, t in r["slowdown"].items():
         for policy, p in t["policies"].items():
             out.append(

@@ -86,8 +86,12 @@ CELERY_BEAT_SCHEDULER = "config.runtime.beat:SingleBeatScheduler"
 CELERY_BEAT_SCHEDULE = {
     name: {"task": task, "schedule": float(every), "options": {"expires": expires or every * 2}}
     for name, task, every, expires in (
-        ("poll-backends", "scheduling.poll_backends", SWITCHYARD_POLL_SECONDS,
-         SWITCHYARD_POLL_EXPIRES_SECONDS),
+        (
+            "poll-backends",
+            "scheduling.poll_backends",
+            SWITCHYARD_POLL_SECONDS,
+            SWITCHYARD_POLL_EXPIRES_SECONDS,
+        ),
         ("timers", "scheduling.timers", SWITCHYARD_TRIGGER_SECONDS, None),
         ("policy", "scheduling.policy_pass", SWITCHYARD_POLICY_SECONDS, None),
         ("capacity", "scheduling.capacity_pass", SWITCHYARD_CAPACITY_SECONDS, None),
@@ -99,7 +103,7 @@ CELERY_BEAT_SCHEDULE = {
         ("simulations", "scheduling.simulations", SWITCHYARD_SIMULATION_SWEEP_SECONDS, None),
         ("housekeeping", "scheduling.housekeeping", 600.0, None),
     )
-}  # fmt: skip
+}
 
 # A web process hands a stored task's dispatch to a thread of its own, which sends what has
 # gathered as one message (scheduling/outbox.py); off, each request publishes its own.

@@ -38,8 +38,20 @@ class ConfigVersionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ConfigVersion
-        fields = ["id", "at", "author_name", "model", "object_id", "object_repr", "action",
-                  "reason", "restores", "before", "after", "changes"]  # fmt: skip
+        fields = [
+            "id",
+            "at",
+            "author_name",
+            "model",
+            "object_id",
+            "object_repr",
+            "action",
+            "reason",
+            "restores",
+            "before",
+            "after",
+            "changes",
+        ]
 
     def get_changes(self, version: ConfigVersion) -> list[dict]:
         return [

@@ -26,9 +26,17 @@ def figure_json(traces: list[dict], title: str, empty: str, **layout: Any) -> st
     }
     if not traces:
         figure["layout"].update(
-            annotations=[{"text": empty, "showarrow": False, "xref": "paper", "yref": "paper",
-                          "x": 0.5, "y": 0.5}],
+            annotations=[
+                {
+                    "text": empty,
+                    "showarrow": False,
+                    "xref": "paper",
+                    "yref": "paper",
+                    "x": 0.5,
+                    "y": 0.5,
+                }
+            ],
             xaxis={"visible": False},
             yaxis={"visible": False},
-        )  # fmt: skip
+        )
     return json.dumps(figure, cls=DjangoJSONEncoder)

@@ -33,12 +33,14 @@ def criteria_rows(result: dict | None) -> list[dict[str, Any]]:
     rows = []
     for row in (result or {}).get("criteria", []):
         values = row["values"]
-        rows.append({
-            "criterion": row["criterion"],
-            "target": row["target"],
-            "values": [format_value(values.get(p), row["unit"]) for p in CRITERIA_ORDER],
-            "passed": row["passed"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "criterion": row["criterion"],
+                "target": row["target"],
+                "values": [format_value(values.get(p), row["unit"]) for p in CRITERIA_ORDER],
+                "passed": row["passed"],
+            }
+        )
     return rows
 
 
@@ -48,19 +50,21 @@ def policy_rows(result: dict | None) -> list[dict[str, Any]]:
     for policy, s in summaries(result).items():
         site = s.get("utilisation", {}).get("site", {})
         types = list(s.get("types", {}).values())
-        rows.append({
-            "policy": NAMES.get(policy, policy),
-            "jobs": s.get("jobs", 0),
-            "mean_wait": _duration(mean_wait(s)),
-            "p95_wait": _duration(max((t["p95_wait_s"] for t in types), default=None)),
-            "longest_wait": _duration(max((t["max_wait_s"] for t in types), default=None)),
-            "bsld": "-" if s.get("mean_bsld") is None else f"{s['mean_bsld']:,.2f}",
-            "makespan": f"{s.get('makespan_s', 0) / 3600:,.1f} h",
-            "cpu": _percent(site.get("cpu")),
-            "gpu": _percent(site.get("gpu")),
-            "preempted": sum(t.get("preempted", 0) for t in types),
-            "never": s.get("never", 0),
-        })  # fmt: skip
+        rows.append(
+            {
+                "policy": NAMES.get(policy, policy),
+                "jobs": s.get("jobs", 0),
+                "mean_wait": _duration(mean_wait(s)),
+                "p95_wait": _duration(max((t["p95_wait_s"] for t in types), default=None)),
+                "longest_wait": _duration(max((t["max_wait_s"] for t in types), default=None)),
+                "bsld": "-" if s.get("mean_bsld") is None else f"{s['mean_bsld']:,.2f}",
+                "makespan": f"{s.get('makespan_s', 0) / 3600:,.1f} h",
+                "cpu": _percent(site.get("cpu")),
+                "gpu": _percent(site.get("gpu")),
+                "preempted": sum(t.get("preempted", 0) for t in types),
+                "never": s.get("never", 0),
+            }
+        )
     return rows
 
 
@@ -86,29 +90,55 @@ def figures(result: dict | None) -> dict[str, str]:
     found = summaries(result)
     names = [NAMES.get(p, p) for p in found]
     kinds = sorted({kind for s in found.values() for kind in s.get("types", {})})
-    waits = [
-        {"type": "bar", "name": NAMES.get(p, p), "x": kinds,
-         "y": [_minutes(s["types"].get(k, {}).get("mean_wait_s")) for k in kinds]}
-        for p, s in found.items()
-    ] if kinds else []  # fmt: skip
+    waits = (
+        [
+            {
+                "type": "bar",
+                "name": NAMES.get(p, p),
+                "x": kinds,
+                "y": [_minutes(s["types"].get(k, {}).get("mean_wait_s")) for k in kinds],
+            }
+            for p, s in found.items()
+        ]
+        if kinds
+        else []
+    )
     site = [s.get("utilisation", {}).get("site", {}) for s in found.values()]
     utilisation = [
-        {"type": "bar", "name": unit.upper(), "x": names,
-         "y": [_hundred(u.get(unit)) for u in site]}
+        {
+            "type": "bar",
+            "name": unit.upper(),
+            "x": names,
+            "y": [_hundred(u.get(unit)) for u in site],
+        }
         for unit in ("cpu", "gpu")
         if any(u.get(unit) is not None for u in site)  # a trace's site may have no GPUs
-    ]  # fmt: skip
-    bsld = [
-        {"type": "bar", "name": "mean bounded slowdown", "x": names,
-         "y": [s.get("mean_bsld") for s in found.values()]}
-    ] if found else []  # fmt: skip
+    ]
+    bsld = (
+        [
+            {
+                "type": "bar",
+                "name": "mean bounded slowdown",
+                "x": names,
+                "y": [s.get("mean_bsld") for s in found.values()],
+            }
+        ]
+        if found
+        else []
+    )
     return {
-        "waits": figure_json(waits, "mean wait per task type (minutes)", "no job ran",
-                         barmode="group"),
-        "utilisation": figure_json(utilisation, "site utilisation (%)", "no job ran",
-                               barmode="group", yaxis={"range": [0, 100]}),
+        "waits": figure_json(
+            waits, "mean wait per task type (minutes)", "no job ran", barmode="group"
+        ),
+        "utilisation": figure_json(
+            utilisation,
+            "site utilisation (%)",
+            "no job ran",
+            barmode="group",
+            yaxis={"range": [0, 100]},
+        ),
         "bsld": figure_json(bsld, "mean bounded slowdown", "no job ran"),
-    }  # fmt: skip
+    }
 
 
 def compare_figures(runs: list[tuple[str, dict | None]]) -> dict[str, str]:
@@ -118,19 +148,31 @@ def compare_figures(runs: list[tuple[str, dict | None]]) -> dict[str, str]:
     waits, bsld = [], []
     for label, result in runs:
         found = summaries(result)
-        waits.append({"type": "bar", "name": label, "x": names,
-                      "y": [_minutes(mean_wait(found[p])) if p in found else None
-                            for p in policies]})  # fmt: skip
-        bsld.append({"type": "bar", "name": label, "x": names,
-                     "y": [found[p].get("mean_bsld") if p in found else None
-                           for p in policies]})  # fmt: skip
+        waits.append(
+            {
+                "type": "bar",
+                "name": label,
+                "x": names,
+                "y": [_minutes(mean_wait(found[p])) if p in found else None for p in policies],
+            }
+        )
+        bsld.append(
+            {
+                "type": "bar",
+                "name": label,
+                "x": names,
+                "y": [found[p].get("mean_bsld") if p in found else None for p in policies],
+            }
+        )
     empty = "neither run has a result"
     return {
-        "waits": figure_json(waits if policies else [], "mean wait, every job (minutes)", empty,
-                         barmode="group"),
-        "bsld": figure_json(bsld if policies else [], "mean bounded slowdown", empty,
-                        barmode="group"),
-    }  # fmt: skip
+        "waits": figure_json(
+            waits if policies else [], "mean wait, every job (minutes)", empty, barmode="group"
+        ),
+        "bsld": figure_json(
+            bsld if policies else [], "mean bounded slowdown", empty, barmode="group"
+        ),
+    }
 
 
 def _policy_order(policy: str) -> tuple[int, str]:

@@ -40,13 +40,20 @@ def history_workload(
             continue
         runtime = ((task.ended_at or now) - task.started_at).total_seconds()
         spec = TaskSpec.from_dict(task.spec)
-        spec = dataclasses.replace(spec, type=task.type, queue=task.queue.name,
-                                   project=task.project.slug)  # fmt: skip
+        spec = dataclasses.replace(
+            spec, type=task.type, queue=task.queue.name, project=task.project.slug
+        )
         jobs.append(
-            SimJob(f"task-{task.pk}", spec, task.type, task.queue.name,
-                   (task.submitted_at - since).total_seconds(), max(runtime, 0.0),
-                   task.owner.get_username())
-        )  # fmt: skip
+            SimJob(
+                f"task-{task.pk}",
+                spec,
+                task.type,
+                task.queue.name,
+                (task.submitted_at - since).total_seconds(),
+                max(runtime, 0.0),
+                task.owner.get_username(),
+            )
+        )
     return jobs, portal_site(start=since), dict(left_out)
 
 

@@ -209,12 +209,14 @@ class _Number:
 
 NUMBERS = {
     "seed": _Number(int, "a whole number", 1, lambda v: True),
-    "days": _Number(float, f"a number of days above 0, at most {MAX_DAYS}", 7.0,
-                    lambda v: 0 < v <= MAX_DAYS),
+    "days": _Number(
+        float, f"a number of days above 0, at most {MAX_DAYS}", 7.0, lambda v: 0 < v <= MAX_DAYS
+    ),
     "limit": _Number(int, "a whole number of jobs, at least 1", None, lambda v: v >= 1),
-    "repeat": _Number(int, f"a whole number from 1 to {MAX_REPEAT}", 1,
-                      lambda v: 1 <= v <= MAX_REPEAT),
-}  # fmt: skip
+    "repeat": _Number(
+        int, f"a whole number from 1 to {MAX_REPEAT}", 1, lambda v: 1 <= v <= MAX_REPEAT
+    ),
+}
 
 
 def _given(raw: object) -> bool:
@@ -299,12 +301,22 @@ def _megabytes(size: int) -> str:
 def _upload_errors(upload: UploadedFile | None) -> list[ErrorItem]:
     most = settings.SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES
     if upload is None:
-        return [ErrorItem("file", "swf replays a trace: expected a Standard Workload Format "
-                          "file to upload", None)]  # fmt: skip
+        return [
+            ErrorItem(
+                "file",
+                "swf replays a trace: expected a Standard Workload Format file to upload",
+                None,
+            )
+        ]
     size = cast(int, upload.size)  # an upload the request parsed knows its size
     if size > most:
-        return [ErrorItem("file", f"expected a trace of at most {_megabytes(most)}",
-                          f"{upload.name}, {_megabytes(size)}")]  # fmt: skip
+        return [
+            ErrorItem(
+                "file",
+                f"expected a trace of at most {_megabytes(most)}",
+                f"{upload.name}, {_megabytes(size)}",
+            )
+        ]
     if not upload.size:
         return [ErrorItem("file", "expected a trace with jobs in it", f"{upload.name}, empty")]
     return []

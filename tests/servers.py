@@ -67,9 +67,23 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port),
-                "--dir", str(self.folder), "--appendonly", "yes", "--save", "",
-                "--maxmemory-policy", "noeviction", "--logfile", "redis.log"]  # fmt: skip
+        argv = [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.folder),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+            "--maxmemory-policy",
+            "noeviction",
+            "--logfile",
+            "redis.log",
+        ]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
         _wait(lambda: _listening(self.port), timeout=10, what=f"redis-server on {self.port}")
         return self
@@ -112,28 +126,57 @@ class PostgresServer:
     def _run(self, *argv: str, check: bool = True, timeout: float = 60) -> None:
         if self.user:
             argv = ("runuser", "-u", self.user, "--", *argv)
-        subprocess.run(argv, check=check, timeout=timeout, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # fmt: skip
+        subprocess.run(
+            argv,
+            check=check,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
 
     def init(self) -> PostgresServer:
         if self.user:
             info = pwd.getpwnam(self.user)
             os.chown(self.folder, info.pw_uid, info.pw_gid)
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
-                  "--auth=trust", "--no-sync", "-E", "UTF8")  # fmt: skip
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
         return self
 
     def start(self) -> PostgresServer:
-        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                   "-c max_connections=100")  # fmt: skip
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options,
-                  "-l", str(self.folder / "postgres.log"), "-w", "-t", "60", "start")  # fmt: skip
+        options = (
+            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c max_connections=100"
+        )
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.folder / "postgres.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         return self
 
     def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop",
-                  check=False)  # fmt: skip
+        self._run(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop", check=False
+        )
 
     def restart(self, down_seconds: float = 0.5) -> None:
         self.stop()
@@ -147,8 +190,9 @@ class PostgresServer:
     def create_database(self, name: str = "switchyard") -> None:
         import psycopg
 
-        with psycopg.connect(f"postgres://postgres@127.0.0.1:{self.port}/postgres",
-                             autocommit=True) as conn:  # fmt: skip
+        with psycopg.connect(
+            f"postgres://postgres@127.0.0.1:{self.port}/postgres", autocommit=True
+        ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 

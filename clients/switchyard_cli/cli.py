@@ -34,8 +34,15 @@ import yaml
 
 OK, TASK_FAILED, BAD_INPUT, AUTH, NOT_FOUND, CONFLICT, UNREACHABLE, TIMED_OUT = range(8)
 TERMINAL = {"succeeded", "failed", "cancelled", "timeout", "skipped"}
-_STATUS_EXIT = {400: BAD_INPUT, 401: AUTH, 403: AUTH, 404: NOT_FOUND, 409: CONFLICT, 415: BAD_INPUT,
-                429: UNREACHABLE}  # fmt: skip
+_STATUS_EXIT = {
+    400: BAD_INPUT,
+    401: AUTH,
+    403: AUTH,
+    404: NOT_FOUND,
+    409: CONFLICT,
+    415: BAD_INPUT,
+    429: UNREACHABLE,
+}
 
 
 class CliError(Exception):

@@ -194,11 +194,14 @@ class SingleBeatScheduler(PersistentScheduler):
         reachable = getattr(self.lock, "reachable", True)
         if holding != self.was_holding:
             log.warning(
-                "beat on %s: %s", socket.gethostname(),
-                "sending the periodic passes" if holding
-                else "standby (another beat holds the lock)" if reachable
+                "beat on %s: %s",
+                socket.gethostname(),
+                "sending the periodic passes"
+                if holding
+                else "standby (another beat holds the lock)"
+                if reachable
                 else "standby (Redis unreachable)",
-            )  # fmt: skip
+            )
             self.was_holding = holding
         if not holding:
             # Redis restarting: try again soon, to send again as soon as it is back.

@@ -53,5 +53,14 @@ def beat_argv(
 ) -> list[str]:
     """`celery -A config beat` on its own (a deployment's beat service): the periodic passes,
     sent only while it holds the site's beat lock (config/runtime/beat.py)."""
-    return [python, "-m", "celery", "-A", "config", "beat", "-s", str(schedule),
-            f"--loglevel={loglevel}"]  # fmt: skip
+    return [
+        python,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "beat",
+        "-s",
+        str(schedule),
+        f"--loglevel={loglevel}",
+    ]

@@ -230,9 +230,18 @@ class FakeBackend(Backend):
         res = request.spec.resources
         elapsed = round((job.ended_at - job.started_at).total_seconds() * 1000)
         return [
-            Run(job.backend_id, request.key, res.cpus, res.gpus, res.memory_mib,
-                res.nodes or 1, elapsed, job.started_at, job.ended_at)
-        ]  # fmt: skip
+            Run(
+                job.backend_id,
+                request.key,
+                res.cpus,
+                res.gpus,
+                res.memory_mib,
+                res.nodes or 1,
+                elapsed,
+                job.started_at,
+                job.ended_at,
+            )
+        ]
 
     def log(self, backend_id: str, *, offset: int = 0, limit: int = 1 << 20) -> str:
         cluster = self._record("log", backend_id, offset, limit)

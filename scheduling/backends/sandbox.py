@@ -39,14 +39,26 @@ MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 
 # The read-only system a sandboxed job sees.
 SYSTEM_BINDS = (
-    "--ro-bind", "/usr", "/usr",
-    "--ro-bind-try", "/bin", "/bin",
-    "--ro-bind-try", "/sbin", "/sbin",
-    "--ro-bind-try", "/lib", "/lib",
-    "--ro-bind-try", "/lib64", "/lib64",
-    "--ro-bind", "/etc", "/etc",
+    "--ro-bind",
+    "/usr",
+    "/usr",
+    "--ro-bind-try",
+    "/bin",
+    "/bin",
+    "--ro-bind-try",
+    "/sbin",
+    "/sbin",
+    "--ro-bind-try",
+    "/lib",
+    "/lib",
+    "--ro-bind-try",
+    "/lib64",
+    "/lib64",
+    "--ro-bind",
+    "/etc",
+    "/etc",
     *(arg for path in MASKED for arg in ("--ro-bind-try", "/dev/null", path)),
-)  # fmt: skip
+)
 
 PRLIMIT = "/usr/bin/prlimit"
 
@@ -93,27 +105,38 @@ def sandbox_argv(
         "--unshare-all",  # new user/ipc/pid/net/uts/cgroup namespaces
         "--unshare-user",  # required (not just tried), for:
         "--disable-userns",  # no further user namespaces inside
-        "--cap-drop", "ALL",
+        "--cap-drop",
+        "ALL",
         "--die-with-parent",
         "--new-session",
         # Only the system, read-only: the portal's code, settings, database and other users'
         # files (/work, /root, /home, /var, /srv) are not there at all.
         *SYSTEM_BINDS,
-        "--dev", "/dev",
-        "--proc", "/proc",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
         *tmp,
-        *size, "--tmpfs", hide,
+        *size,
+        "--tmpfs",
+        hide,
         *binds,
         # Last, once every mount point is made (a mount after these could not make its
         # own): the tmpfs under them read-only, not recursively (/tmp, /dev/shm, /dev/null
         # and the job's folders stay as they are).
-        "--remount-ro", hide,
-        "--remount-ro", "/dev",
-        "--remount-ro", "/",
-        "--chdir", chdir,
+        "--remount-ro",
+        hide,
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        chdir,
         "--",
-        prlimit, *limits, "--",
-    ]  # fmt: skip
+        prlimit,
+        *limits,
+        "--",
+    ]
 
 
 class BlockedNetworksError(BackendError):

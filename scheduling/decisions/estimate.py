@@ -46,8 +46,10 @@ def estimate_start(
     for _ in range(_MAX_STEPS):
         started: list[int] = []
         for i, job in enumerate(waiting):
-            views = [free_view(n, [b.allocation for b in live if b.allocation.node == n.name])
-                     for n in nodes]  # fmt: skip
+            views = [
+                free_view(n, [b.allocation for b in live if b.allocation.node == n.name])
+                for n in nodes
+            ]
             placement = place(job.spec, job.queue, views, now=t)
             if placement is None:
                 continue

@@ -97,8 +97,16 @@ def schedule_pass(
         if pool not in ever:
             ideal[pool], ever[pool] = _ideal(nodes)
         r = job.spec.resources
-        shape = (queue.name, queue.allocation, queue.cpu_oversubscription,
-                 r.cpus, r.gpus, r.memory_mib, r.nodes, r.gpu_type)  # fmt: skip
+        shape = (
+            queue.name,
+            queue.allocation,
+            queue.cpu_oversubscription,
+            r.cpus,
+            r.gpus,
+            r.memory_mib,
+            r.nodes,
+            r.gpu_type,
+        )
         fits = ever[pool].get(shape)
         if fits is None:
             fits = ever[pool][shape] = place(job.spec, queue, ideal[pool]) is not None

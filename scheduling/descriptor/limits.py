@@ -168,10 +168,28 @@ _ENV_RESERVED_NAMES: dict[str, str] = {
 }
 
 _TOP_FIELDS = (
-    "apiVersion", "kind", "name", "project", "type", "queue", "resources", "walltime",
-    "estimate", "command", "script", "image", "env", "secret_env", "depends_on", "retry_count",
-    "fail_action", "wait_timeout", "trigger", "priority", "notify",
-)  # fmt: skip
+    "apiVersion",
+    "kind",
+    "name",
+    "project",
+    "type",
+    "queue",
+    "resources",
+    "walltime",
+    "estimate",
+    "command",
+    "script",
+    "image",
+    "env",
+    "secret_env",
+    "depends_on",
+    "retry_count",
+    "fail_action",
+    "wait_timeout",
+    "trigger",
+    "priority",
+    "notify",
+)
 # What pages, the API and a stored descriptor show in place of a secret_env value.
 SECRET_MASK = "••••"
 _RESOURCE_FIELDS = ("nodes", "cpus", "memory", "gpus", "gpu_type")

@@ -174,9 +174,15 @@ def preempt(now: datetime) -> int:
             # It will start in the room just freed: the next waiting task must not count on it.
             running = [r for r in running if r.key not in decision.victims]
             running.append(
-                Running(str(task.pk), task.type, task.level, queue.preemptible,
-                        decision.placement.allocations, now.timestamp())
-            )  # fmt: skip
+                Running(
+                    str(task.pk),
+                    task.type,
+                    task.level,
+                    queue.preemptible,
+                    decision.placement.allocations,
+                    now.timestamp(),
+                )
+            )
     return preempted
 
 

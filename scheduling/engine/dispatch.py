@@ -43,13 +43,34 @@ S = TaskState
 
 # What dispatch and the state changes after it read; everything else stays in the database.
 _DISPATCH_FIELDS = (
-    "id", "state", "reason", "spec", "type", "backend", "backend_id", "attempts", "retry_count",
-    "fail_action", "key_salt", "dispatch_claims", "started_at", "exit_code", "workflow_id",
-    "name", "queue__name", "project__slug", "owner__username",
-    "owner__cluster_account__unix_username", "gpus", "cpus", "admitted", "priority_value",
+    "id",
+    "state",
+    "reason",
+    "spec",
+    "type",
+    "backend",
+    "backend_id",
+    "attempts",
+    "retry_count",
+    "fail_action",
+    "key_salt",
+    "dispatch_claims",
+    "started_at",
+    "exit_code",
+    "workflow_id",
+    "name",
+    "queue__name",
+    "project__slug",
+    "owner__username",
+    "owner__cluster_account__unix_username",
+    "gpus",
+    "cpus",
+    "admitted",
+    "priority_value",
     # what applying a job that started or ended at once reads (apply_jobs)
-    "cancel_requested_at", "preemptions",
-)  # fmt: skip
+    "cancel_requested_at",
+    "preemptions",
+)
 
 
 class DispatchRetry(Exception):

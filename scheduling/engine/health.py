@@ -95,9 +95,12 @@ def fail_work_on(node: Node, *, reason: str) -> int:
         if apply_job(task, job):
             failed += 1
             TaskEvent.objects.create(
-                task=task, at=timezone.now(), from_state=task.state, to_state=task.state,
+                task=task,
+                at=timezone.now(),
+                from_state=task.state,
+                to_state=task.state,
                 message=f"its node {node.name} was lost; its job is cancelled",
-            )  # fmt: skip
+            )
             try:
                 get_backend(task.backend).cancel(backend_id)
             except BackendError as exc:

@@ -58,10 +58,22 @@ class _Row:
 
 
 _FIELDS = (
-    "id", "type", "state", "priority", "level", "level_reason", "priority_value", "ready_at",
-    "backend", "backend_id", "project_id", "queue_id", "project__slug", "queue__name",
+    "id",
+    "type",
+    "state",
+    "priority",
+    "level",
+    "level_reason",
+    "priority_value",
+    "ready_at",
+    "backend",
+    "backend_id",
+    "project_id",
+    "queue_id",
+    "project__slug",
+    "queue__name",
     "canary_id",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +106,17 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
     for task in rows:
         queue = task.queue
         floor = max(
-            (f for f in (floors_task.get(task.pk), floors_scope.get((task.project_id, task.queue_id))) if f),
+            (
+                f
+                for f in (
+                    floors_task.get(task.pk),
+                    floors_scope.get((task.project_id, task.queue_id)),
+                )
+                if f
+            ),
             default=None,
             key=lambda f: f[0],
-        )  # fmt: skip
+        )
         lvl = task_level(
             site.arm(task.canary_id),
             task_type=task.type,

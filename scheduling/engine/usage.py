@@ -36,8 +36,9 @@ def runs_of(attempts: Sequence[Attempt]) -> dict[int, list[Run] | None]:
         try:
             usage = get_backend(alias).usage([a.backend_id for a in group])
         except BackendError as exc:
-            log.warning("usage of %d job(s) on %s not read (asked again later): %s",
-                        len(group), alias, exc)  # fmt: skip
+            log.warning(
+                "usage of %d job(s) on %s not read (asked again later): %s", len(group), alias, exc
+            )
             usage = {}
         for attempt in group:
             found[attempt.pk] = usage.get(attempt.backend_id)

@@ -24,17 +24,28 @@ def current_rule_set() -> dict:
     """The site's rules now, in the form a canary takes: the start of a new one."""
     return {
         "routing_rules": [
-            {"order": r.order, "match_type": r.match_type or None, "min_gpus": r.min_gpus,
-             "min_cpus": r.min_cpus, "queue": r.queue.name}
+            {
+                "order": r.order,
+                "match_type": r.match_type or None,
+                "min_gpus": r.min_gpus,
+                "min_cpus": r.min_cpus,
+                "queue": r.queue.name,
+            }
             for r in RoutingRule.objects.filter(enabled=True).select_related("queue")
         ],
         "level_rules": [
-            {"task_type": r.task_type, "queue": r.queue.name if r.queue is not None else None,
-             "start_level": r.start_level, "step": r.step, "every_s": r.every_s,
-             "limit_level": r.limit_level, "repeat": r.repeat}
+            {
+                "task_type": r.task_type,
+                "queue": r.queue.name if r.queue is not None else None,
+                "start_level": r.start_level,
+                "step": r.step,
+                "every_s": r.every_s,
+                "limit_level": r.limit_level,
+                "repeat": r.repeat,
+            }
             for r in LevelRule.objects.select_related("queue")
         ],
-    }  # fmt: skip
+    }
 
 
 def _admin(user: User) -> None:

@@ -48,8 +48,19 @@ def workflow_list(request: SignedInRequest) -> HttpResponse:
 LATEST_EPOCH_S = 253402300799  # 9999-12-31T23:59:59Z, the last moment a datetime holds
 DEPS_SHOWN = 3  # dependencies a row of the workflow's table names; the graph has them all
 # What the workflow page shows of each task (the descriptor and spec stay in the database).
-_ROW_FIELDS = ("id", "name", "state", "reason", "exit_code", "attempts", "retry_count",
-               "fail_action", "cancel_requested_at", "workflow_id", "queue__name")  # fmt: skip
+_ROW_FIELDS = (
+    "id",
+    "name",
+    "state",
+    "reason",
+    "exit_code",
+    "attempts",
+    "retry_count",
+    "fail_action",
+    "cancel_requested_at",
+    "workflow_id",
+    "queue__name",
+)
 
 
 @login_required
@@ -107,11 +118,17 @@ def workflow_changes(request: SignedInRequest, pk: int) -> JsonResponse:
     # NaN, the infinities and times past year 9999 are no moment a datetime can hold.
     if not 0 <= since <= LATEST_EPOCH_S:
         return JsonResponse(
-            {"errors": [{"field": "since", "message": "expected seconds since the epoch "
-                                    f"(0 to {LATEST_EPOCH_S})",
-                         "got": request.GET.get("since", "")[:40]}]},
+            {
+                "errors": [
+                    {
+                        "field": "since",
+                        "message": f"expected seconds since the epoch (0 to {LATEST_EPOCH_S})",
+                        "got": request.GET.get("since", "")[:40],
+                    }
+                ]
+            },
             status=400,
-        )  # fmt: skip
+        )
     now = time.time()
     after = datetime.fromtimestamp(since - LIVE_OVERLAP_S, tz=UTC)
     changed = workflow.tasks.filter(updated_at__gt=after).order_by("id")

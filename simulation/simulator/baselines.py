@@ -134,8 +134,13 @@ class Baseline:
         room = Room((), 1, cpus, gpus)
         head = self._head()
         # The last reservation holds while nothing was freed and nothing started since.
-        if self.easy and not freed and self.held is not None and self.held[0] == head \
-                and self.held[3] == self.starts:  # fmt: skip
+        if (
+            self.easy
+            and not freed
+            and self.held is not None
+            and self.held[0] == head
+            and self.held[3] == self.starts
+        ):
             arrived: list = []
             for job in fresh:
                 _push(arrived, iter((job,)), itertools.count(len(arrived)), sim.order)
@@ -183,8 +188,9 @@ class Baseline:
             ends_first = now + walltime <= shadow
             shape = _shape(job.spec)
             if not ends_first and spare_cpus is None:
-                spare_cpus = sum(max(0, min(views[n].free_cpus, v.free_cpus))
-                                 for n, v in spare.items())  # fmt: skip
+                spare_cpus = sum(
+                    max(0, min(views[n].free_cpus, v.free_cpus)) for n, v in spare.items()
+                )
             if not ends_first and (shape in no_spare or job.spec.resources.cpus > spare_cpus):
                 no_spare.add(shape)  # it would delay the head, wherever it went
                 if self.shortest[shape][0] + now <= shadow:  # a shorter one of its group may:
@@ -303,8 +309,9 @@ class Baseline:
             for n in changed:
                 v = views[n]
                 free_gpus = tuple(sorted(gpus[n])) if n in gpus else _free_gpus(v)
-                later[n] = _with(v, _free_cpus(v) + cpus[n], _free_memory(v) + memory[n],
-                                 free_gpus, self.made)  # fmt: skip
+                later[n] = _with(
+                    v, _free_cpus(v) + cpus[n], _free_memory(v) + memory[n], free_gpus, self.made
+                )
             changed.clear()
             placement = _place(head.spec, later.values())
             if placement is not None:
@@ -348,8 +355,13 @@ def _minus(view: NodeView, a: NodeAllocation, made: dict | None = None) -> NodeV
 def _common(now: NodeView, later: NodeView, made: dict | None = None) -> NodeView:
     """Room free both now and at the head's start: what a job may take without delaying it."""
     gpus = tuple(i for i in now.free_gpus or () if i in set(later.free_gpus or ()))
-    return _with(now, min(_free_cpus(now), _free_cpus(later)),
-                 min(_free_memory(now), _free_memory(later)), gpus, made)  # fmt: skip
+    return _with(
+        now,
+        min(_free_cpus(now), _free_cpus(later)),
+        min(_free_memory(now), _free_memory(later)),
+        gpus,
+        made,
+    )
 
 
 # The simulator's views always carry their free room; None would mean all of it (NodeView).
@@ -374,8 +386,19 @@ def _with(
     key = (view.name, view.available, view.available_until, cpus, memory, gpus)
     if made is not None and (hit := made.get(key)) is not None:
         return hit
-    built = NodeView(view.name, view.cpus, view.memory_mib, view.gpus, cpus, memory, gpus,
-                     view.gpu_model, view.switch, view.available, view.available_until)  # fmt: skip
+    built = NodeView(
+        view.name,
+        view.cpus,
+        view.memory_mib,
+        view.gpus,
+        cpus,
+        memory,
+        gpus,
+        view.gpu_model,
+        view.switch,
+        view.available,
+        view.available_until,
+    )
     if made is not None:
         if len(made) > MADE_MAX:
             made.clear()

@@ -49,8 +49,13 @@ def _training_with_room(run: Run, s: dict) -> float | None:
 def _hpc_preemptions(run: Run, s: dict) -> float:
     """HPC runs preempted within the day's window."""
     lo, hi = s["window_s"]
-    return float(sum(1 for x in run.spans
-                     if x.type == "hpc-simulation" and x.ended == "preempted" and lo <= x.end <= hi))  # fmt: skip
+    return float(
+        sum(
+            1
+            for x in run.spans
+            if x.type == "hpc-simulation" and x.ended == "preempted" and lo <= x.end <= hi
+        )
+    )
 
 
 def _mean(values: list[float]) -> float | None:
@@ -63,21 +68,45 @@ def _max_burst_training(run: Run, _: dict) -> float | None:
 
 
 CRITERIA = (
-    Criterion("agent mean wait", "< 30 s", "s",
-              lambda run, s: _mean(_waits(run, "agent")), lambda v, f: v < 30),
-    Criterion("training wait when its pool had room", "<= 5 min", "s", _training_with_room,
-              lambda v, f: v <= 300),
-    Criterion("launch-mix trainings: longest wait", "<= 15 min", "s", _max_burst_training,
-              lambda v, f: v <= 900),
-    Criterion("HPC preemptions in the day", "0 (< 1 a day)", "", _hpc_preemptions,
-              lambda v, f: v < 1),
-    Criterion("site GPU utilisation, 08:00-18:00", "from < 40 % to > 60 %", "%",
-              lambda run, s: 100 * (s["utilisation"]["site"]["gpu"] or 0.0),
-              lambda v, f: v > 60),
-    Criterion("HPC + training flow time (one project)", ">= 30 % shorter than FIFO", "s",
-              lambda run, s: flow_time(run, PAIR),
-              lambda v, f: f is not None and v <= 0.7 * f),
-)  # fmt: skip
+    Criterion(
+        "agent mean wait",
+        "< 30 s",
+        "s",
+        lambda run, s: _mean(_waits(run, "agent")),
+        lambda v, f: v < 30,
+    ),
+    Criterion(
+        "training wait when its pool had room",
+        "<= 5 min",
+        "s",
+        _training_with_room,
+        lambda v, f: v <= 300,
+    ),
+    Criterion(
+        "launch-mix trainings: longest wait",
+        "<= 15 min",
+        "s",
+        _max_burst_training,
+        lambda v, f: v <= 900,
+    ),
+    Criterion(
+        "HPC preemptions in the day", "0 (< 1 a day)", "", _hpc_preemptions, lambda v, f: v < 1
+    ),
+    Criterion(
+        "site GPU utilisation, 08:00-18:00",
+        "from < 40 % to > 60 %",
+        "%",
+        lambda run, s: 100 * (s["utilisation"]["site"]["gpu"] or 0.0),
+        lambda v, f: v > 60,
+    ),
+    Criterion(
+        "HPC + training flow time (one project)",
+        ">= 30 % shorter than FIFO",
+        "s",
+        lambda run, s: flow_time(run, PAIR),
+        lambda v, f: f is not None and v <= 0.7 * f,
+    ),
+)
 
 
 def validation_day_report(
@@ -97,10 +126,15 @@ def validation_day_report(
     for c in CRITERIA:
         values = {p: c.measure(runs[p], summaries[p]) for p in POLICIES}
         mine = values["switchyard"]
-        rows.append({
-            "criterion": c.name, "target": c.target, "unit": c.unit, "values": values,
-            "passed": mine is not None and c.passes(mine, values["fifo"]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "criterion": c.name,
+                "target": c.target,
+                "unit": c.unit,
+                "values": values,
+                "passed": mine is not None and c.passes(mine, values["fifo"]),
+            }
+        )
     return {
         "workload": "validation-day",
         "seed": seed,

@@ -106,6 +106,15 @@ def _node_event(sim: Sim, rules, name: str, now: float, *, down: bool) -> None:
     else:
         sim.down.discard(name)
     node = sim.nodes[name]
-    sim.set_node(NodeView(node.name, node.cpus, node.memory_mib, node.gpus,
-                          gpu_model=node.gpu_model, switch=node.switch, available=not down,
-                          available_until=node.available_until))  # fmt: skip
+    sim.set_node(
+        NodeView(
+            node.name,
+            node.cpus,
+            node.memory_mib,
+            node.gpus,
+            gpu_model=node.gpu_model,
+            switch=node.switch,
+            available=not down,
+            available_until=node.available_until,
+        )
+    )

@@ -88,8 +88,12 @@ def run_named(
         jobs, left_out = read_alibaba(pods, limit=limit, compress=compress)
         site = alibaba_site(nodes, share=node_share)
         result = compare(jobs, site, policies, progress=progress)
-        result.update(left_out=left_out, compress=compress, node_share=node_share,
-                      nodes=sum(len(n) for n in site.pools.values()))  # fmt: skip
+        result.update(
+            left_out=left_out,
+            compress=compress,
+            node_share=node_share,
+            nodes=sum(len(n) for n in site.pools.values()),
+        )
     else:
         raise WorkloadError(
             "workload", f"expected one of {', '.join(WORKLOADS[:-1])}, got {workload!r}"

@@ -104,9 +104,19 @@ class Sim:
         self.attempt[job.key] += 1
         self.first_start.setdefault(job.key, now)
         walltime = job.spec.walltime_s or job.runtime
-        outcome = Outcome(job.key, job.type, job.project, job.submit, now, now + job.runtime,
-                          now + walltime, placement.allocations, self.attempt[job.key],
-                          self.first_start[job.key], self.room.get(job.key))  # fmt: skip
+        outcome = Outcome(
+            job.key,
+            job.type,
+            job.project,
+            job.submit,
+            now,
+            now + job.runtime,
+            now + walltime,
+            placement.allocations,
+            self.attempt[job.key],
+            self.first_start[job.key],
+            self.room.get(job.key),
+        )
         self.running[job.key] = outcome
         self.per_queue[job.queue] += 1
         for a in placement.allocations:

@@ -17,7 +17,7 @@ import itertools
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
-from scheduling.decisions.lend import Loan, lend
+from scheduling.decisions.lend import Loan
 from scheduling.decisions.levels import Waiting, cap_of, level, next_change, rule_for
 from scheduling.decisions.order import Run as UsageRun
 from scheduling.decisions.order import (
@@ -38,11 +38,11 @@ from scheduling.decisions.schedule import (
     schedule_pass,
 )
 from scheduling.spec import Resources, TaskSpec
+from simulation.simulator.leases import Leases
 from simulation.simulator.model import SimJob
 from simulation.simulator.state import LEASE_END, LEASE_OPEN, TICK, Sim
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
-DAY_S = 24 * 3600
 
 
 def _shape(job: SimJob) -> tuple:
@@ -63,7 +63,7 @@ def _clock(t: float) -> datetime:
     return EPOCH + timedelta(seconds=t)
 
 
-class SitePolicy:
+class SitePolicy(Leases):
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
         site = sim.site
@@ -236,8 +236,9 @@ class SitePolicy:
                 if hopeless(shape):
                     stuck.add((shape, rank))
                     continue
-                batch.append(WaitingJob(job.key, job.spec, site.queues[shape[0]], prio,
-                                        self.seq[job.key]))  # fmt: skip
+                batch.append(
+                    WaitingJob(job.key, job.spec, site.queues[shape[0]], prio, self.seq[job.key])
+                )
                 _push(heads, stream, tie, self.seq)
             size *= 2
             if not batch:
@@ -279,9 +280,17 @@ class SitePolicy:
 
         def never(shape: tuple, queue) -> bool:
             if shape not in known:
-                spec = TaskSpec(name="shape", project="", resources=Resources(
-                    cpus=shape[1], gpus=shape[2], memory_mib=shape[3], nodes=shape[4],
-                    gpu_type=shape[5]))  # fmt: skip
+                spec = TaskSpec(
+                    name="shape",
+                    project="",
+                    resources=Resources(
+                        cpus=shape[1],
+                        gpus=shape[2],
+                        memory_mib=shape[3],
+                        nodes=shape[4],
+                        gpu_type=shape[5],
+                    ),
+                )
                 known[shape] = place(spec, queue, emptied) is None
             return known[shape]
 
@@ -300,17 +309,28 @@ class SitePolicy:
         names = {name for name, p in sim.pool_of.items() if p == pool}
         nodes = [sim.nodes[name] for name in names]
         running = [
-            Running(key, o.type, self.level.get(key, 0), site.queues[sim.jobs[key].queue].preemptible,
-                    o.allocations, o.start)
+            Running(
+                key,
+                o.type,
+                self.level.get(key, 0),
+                site.queues[sim.jobs[key].queue].preemptible,
+                o.allocations,
+                o.start,
+            )
             for key, o in sim.running.items()
             if any(a.node in names for a in o.allocations)
-        ]  # fmt: skip
+        ]
         minute = self._minute(now)
 
         def order(job: SimJob) -> tuple:
             weight = weight_at(site.weights.get(job.queue, ()), job.type, minute)
-            return order_key(level=self.level[job.key], weight=weight, share=1.0,
-                             ready_at=sim.ready[job.key], task_id=self.seq[job.key])  # fmt: skip
+            return order_key(
+                level=self.level[job.key],
+                weight=weight,
+                share=1.0,
+                ready_at=sim.ready[job.key],
+                task_id=self.seq[job.key],
+            )
 
         for job in sorted(waiting, key=order):
             queue = site.queues[job.queue]
@@ -324,8 +344,16 @@ class SitePolicy:
             running = [r for r in running if r.key not in decision.victims]
             self._unbucket(job)
             self._start(job, decision.placement, now)
-            running.append(Running(job.key, job.type, self.level[job.key], queue.preemptible,
-                                   decision.placement.allocations, now))  # fmt: skip
+            running.append(
+                Running(
+                    job.key,
+                    job.type,
+                    self.level[job.key],
+                    queue.preemptible,
+                    decision.placement.allocations,
+                    now,
+                )
+            )
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -399,8 +427,9 @@ class SitePolicy:
 
     def _level(self, job: SimJob, now: float) -> int:
         rule = rule_for(self.sim.site.level_rules, job.type, job.queue)
-        task = Waiting(job.type, job.queue, _clock(self.sim.ready[job.key]),
-                       cap=cap_of(job.spec.priority))  # fmt: skip
+        task = Waiting(
+            job.type, job.queue, _clock(self.sim.ready[job.key]), cap=cap_of(job.spec.priority)
+        )
         moves = next_change(task, rule, _clock(now))
         if moves is not None:  # a millisecond late, so the level has surely moved
             self.sim.at(now + moves + 0.001, TICK, job.key)
@@ -441,51 +470,3 @@ class SitePolicy:
                 del self.held[job.key]
                 self._admit(job)
                 self._ready(job, now)
-
-    # -- leases -----------------------------------------------------------------------------
-
-    def _lend(self) -> None:
-        sim = self.sim
-        for pool, nodes in lend(self.pools, self.loans).items():
-            for node in nodes:
-                was = sim.nodes[node.name]
-                if (
-                    sim.pool_of.get(node.name) != pool
-                    or was.available_until != node.available_until
-                ):
-                    sim.set_node(dataclasses.replace(node, available=node.name not in sim.down))
-                    sim.move(node.name, pool)
-
-    def _open_lease(self, i: int, now: float) -> None:
-        sim, lease = self.sim, self.sim.site.leases[i]
-        sim.at(now + DAY_S, LEASE_OPEN, str(i))
-        borrower = sim.site.queues[lease.queue].pool
-        idle = sorted(
-            (sim.nodes[name] for name, p in sim.pool_of.items()
-             if p == lease.pool and name not in sim.down and not sim.allocations[name]
-             and name not in self.loans),
-            key=lambda n: (-n.gpus, n.name),
-        )  # fmt: skip
-        if len(idle) < lease.count:
-            sim.run.notes.append(
-                f"t={now:.0f}s: lease of {lease.count} {lease.pool} nodes not opened: "
-                f"{len(idle)} idle"
-            )
-            return
-        until = now + lease.duration_s
-        chosen = tuple(n.name for n in idle[: lease.count])
-        for name in chosen:
-            self.loans[name] = Loan(borrower, until)
-        key = f"{i}@{now:.0f}"
-        self.leases[key] = chosen
-        sim.run.leases.append((now, until, chosen))
-        sim.at(until, LEASE_END, key)
-        self._lend()
-
-    def _end_lease(self, key: str, now: float) -> None:
-        sim = self.sim
-        for name in self.leases.pop(key, ()):
-            for holder in sim.holders(name):
-                self.requeued(sim.stop(holder, now, "reclaimed"), now, "reclaimed")
-            self.loans.pop(name, None)
-        self._lend()

@@ -45,10 +45,18 @@ def read_swf(path: str | Path, *, limit: int | None = None, repeat: int = 1) -> 
         for number, submit, runtime, procs, walltime, user in base:
             key = f"swf-{number}" if repeat == 1 else f"swf-{copy}-{number}"
             jobs.append(
-                job(key, "hpc-simulation", "hpc", submit + copy * span, runtime,
-                    max(walltime, runtime), cpus=procs, memory_gib=1,
-                    project=f"user-{user}" if user > 0 else "swf")
-            )  # fmt: skip
+                job(
+                    key,
+                    "hpc-simulation",
+                    "hpc",
+                    submit + copy * span,
+                    runtime,
+                    max(walltime, runtime),
+                    cpus=procs,
+                    memory_gib=1,
+                    project=f"user-{user}" if user > 0 else "swf",
+                )
+            )
     return jobs
 
 
@@ -92,10 +100,18 @@ def swf_site(*, nodes: int = 32, cores: int = 8) -> Site:
         NodeView(f"n{i:03d}", cpus=cores, memory_mib=cores * 2 * GIB, switch=f"sw{i // 16}")
         for i in range(1, nodes + 1)
     )
-    queue = QueuePolicy(name="hpc", pool="cluster", task_types=("hpc-simulation",),
-                        allocation="pack", policy="fairshare")  # fmt: skip
-    return Site(pools={"cluster": views}, queues={"hpc": queue},
-                level_rules=(LevelRule("hpc-simulation", start=LOW),))  # fmt: skip
+    queue = QueuePolicy(
+        name="hpc",
+        pool="cluster",
+        task_types=("hpc-simulation",),
+        allocation="pack",
+        policy="fairshare",
+    )
+    return Site(
+        pools={"cluster": views},
+        queues={"hpc": queue},
+        level_rules=(LevelRule("hpc-simulation", start=LOW),),
+    )
 
 
 # -- Alibaba GPU trace ------------------------------------------------------------------------
@@ -139,9 +155,19 @@ def read_alibaba(
                 "ai-inference" if latency and gpus else "ai-training" if gpus else "hpc-simulation"
             )
             jobs.append(
-                job(row["name"], kind, "gpu", created / compress, runtime, math.ceil(runtime), cpus=cpus,
-                    gpus=gpus, memory_gib=memory / GIB, project=row.get("qos") or "openb")
-            )  # fmt: skip
+                job(
+                    row["name"],
+                    kind,
+                    "gpu",
+                    created / compress,
+                    runtime,
+                    math.ceil(runtime),
+                    cpus=cpus,
+                    gpus=gpus,
+                    memory_gib=memory / GIB,
+                    project=row.get("qos") or "openb",
+                )
+            )
             if limit is not None and len(jobs) >= limit:
                 break
     return jobs, left_out
@@ -160,10 +186,14 @@ def alibaba_site(nodes: str | Path, *, share: float = 1.0) -> Site:
         for at, row in enumerate(csv.DictReader(f), 2):
             try:
                 views.append(
-                    NodeView(row["sn"], cpus=int(row["cpu_milli"]) // 1000,
-                             memory_mib=int(row["memory_mib"]), gpus=int(row["gpu"]),
-                             gpu_model=row["model"])
-                )  # fmt: skip
+                    NodeView(
+                        row["sn"],
+                        cpus=int(row["cpu_milli"]) // 1000,
+                        memory_mib=int(row["memory_mib"]),
+                        gpus=int(row["gpu"]),
+                        gpu_model=row["model"],
+                    )
+                )
             except (KeyError, ValueError) as exc:
                 raise TraceError(
                     f"{path.name}:{at}: expected the openb node columns: {exc}"

@@ -38,8 +38,21 @@ def site_model(spec: SiteSpec) -> Site:
     )
 
 
-def job(key, kind, queue, submit, runtime, walltime, *, cpus, gpus=0, memory_gib=4, nodes=None,
-        project="sim", user="sim") -> SimJob:  # fmt: skip
+def job(
+    key,
+    kind,
+    queue,
+    submit,
+    runtime,
+    walltime,
+    *,
+    cpus,
+    gpus=0,
+    memory_gib=4,
+    nodes=None,
+    project="sim",
+    user="sim",
+) -> SimJob:
     spec = TaskSpec(
         name=key,
         project=project,
@@ -59,20 +72,48 @@ def launch_mix(seed: int = 1, at: float = 0.0) -> list[SimJob]:
     would ask for. One training run and the HPC run belong to one project (`PAIR_PROJECT`)."""
     rng = random.Random(seed)
     jobs = [
-        job(f"agent-{i:02d}", "agent", "inference-agent", at + rng.uniform(0, 5),
-            rng.uniform(180, 420), 900, cpus=1, memory_gib=2, project="agents-lab")
+        job(
+            f"agent-{i:02d}",
+            "agent",
+            "inference-agent",
+            at + rng.uniform(0, 5),
+            rng.uniform(180, 420),
+            900,
+            cpus=1,
+            memory_gib=2,
+            project="agents-lab",
+        )
         for i in range(50)
-    ]  # fmt: skip
+    ]
     jobs += [
-        job(f"train-{i}", "ai-training", "training", at + rng.uniform(0, 5),
-            rng.uniform(3000, 4200), 2 * HOUR, cpus=4 * 32, gpus=4 * 8, memory_gib=4 * 256,
-            nodes=4, project=PAIR_PROJECT if i == 0 else "materials")
+        job(
+            f"train-{i}",
+            "ai-training",
+            "training",
+            at + rng.uniform(0, 5),
+            rng.uniform(3000, 4200),
+            2 * HOUR,
+            cpus=4 * 32,
+            gpus=4 * 8,
+            memory_gib=4 * 256,
+            nodes=4,
+            project=PAIR_PROJECT if i == 0 else "materials",
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     jobs.append(
-        job("hpc-0", "hpc-simulation", "hpc", at + rng.uniform(0, 5), rng.uniform(6000, 8400),
-            3 * HOUR, cpus=256, memory_gib=256, project=PAIR_PROJECT)
-    )  # fmt: skip
+        job(
+            "hpc-0",
+            "hpc-simulation",
+            "hpc",
+            at + rng.uniform(0, 5),
+            rng.uniform(6000, 8400),
+            3 * HOUR,
+            cpus=256,
+            memory_gib=256,
+            project=PAIR_PROJECT,
+        )
+    )
     return jobs
 
 
@@ -105,18 +146,49 @@ def validation_day(seed: int = 1) -> list[SimJob]:
 def _background(kind: str, key: str, t: float, rng: random.Random) -> SimJob:
     project = rng.choice(PROJECTS)
     if kind == "agent":
-        return job(key, kind, "inference-agent", t, rng.uniform(180, 420), 900, cpus=1,
-                   memory_gib=2, project=project)  # fmt: skip
+        return job(
+            key,
+            kind,
+            "inference-agent",
+            t,
+            rng.uniform(180, 420),
+            900,
+            cpus=1,
+            memory_gib=2,
+            project=project,
+        )
     if kind == "ai-inference":
         gpus = rng.choice((1, 2, 4))
-        return job(key, kind, "inference-agent", t, rng.uniform(900, 3000), HOUR, cpus=8,
-                   gpus=gpus, memory_gib=32, project=project)  # fmt: skip
+        return job(
+            key,
+            kind,
+            "inference-agent",
+            t,
+            rng.uniform(900, 3000),
+            HOUR,
+            cpus=8,
+            gpus=gpus,
+            memory_gib=32,
+            project=project,
+        )
     if kind == "ai-training":
         nodes = rng.choices((1, 2, 4), weights=(40, 35, 25))[0]
         runtime = rng.uniform(1 * HOUR, 4 * HOUR)
-        return job(key, kind, "training", t, runtime, 1.5 * runtime, cpus=32 * nodes,
-                   gpus=8 * nodes, memory_gib=256 * nodes, nodes=nodes, project=project)  # fmt: skip
+        return job(
+            key,
+            kind,
+            "training",
+            t,
+            runtime,
+            1.5 * runtime,
+            cpus=32 * nodes,
+            gpus=8 * nodes,
+            memory_gib=256 * nodes,
+            nodes=nodes,
+            project=project,
+        )
     cores = rng.choice((32, 64, 128, 192))
     runtime = rng.uniform(HOUR / 2, 3 * HOUR)
-    return job(key, kind, "hpc", t, runtime, 2 * runtime, cpus=cores, memory_gib=cores,
-               project=project)  # fmt: skip
+    return job(
+        key, kind, "hpc", t, runtime, 2 * runtime, cpus=cores, memory_gib=cores, project=project
+    )

@@ -203,10 +203,19 @@ def test_a_finance_day(site, chromium, live_server, tmp_path):
 
 
 PHONE_PAGES = {
-    "alice": ["/dashboard/", "/", "/tasks/new/", "/workflows/", "/queues/", "/projects/materials/",
-              "/usage/", "/priority-requests/", "/audit/"],
+    "alice": [
+        "/dashboard/",
+        "/",
+        "/tasks/new/",
+        "/workflows/",
+        "/queues/",
+        "/projects/materials/",
+        "/usage/",
+        "/priority-requests/",
+        "/audit/",
+    ],
     "quinn": ["/dashboard/site/", "/capacity/", "/queues/hpc/edit/", "/config/"],
-}  # fmt: skip
+}
 
 
 def test_pages_fit_a_390px_phone(site, chromium, live_server, tmp_path):

@@ -40,13 +40,25 @@ def november(site):
     for i, (project, user, queue, metric, quantity, day) in enumerate(rows):
         at = datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
         rate = rate_for(queue.pk, metric, at)
-        records.append(UsageRecord(
-            key=f"sy-{900 + i}-demo-1:{metric}", metric=metric, quantity=quantity,
-            charge=metrics.charge_micros(quantity, metric, rate.price), rate=rate,
-            project=Project.objects.get(slug=project), user=user, queue=queue.name,
-            pool=queue.pool.name, task_type="ai-training" if metric == "gpu" else "hpc-simulation",
-            backend="local", source="local", started_at=at, ended_at=at, day=day,
-        ))  # fmt: skip
+        records.append(
+            UsageRecord(
+                key=f"sy-{900 + i}-demo-1:{metric}",
+                metric=metric,
+                quantity=quantity,
+                charge=metrics.charge_micros(quantity, metric, rate.price),
+                rate=rate,
+                project=Project.objects.get(slug=project),
+                user=user,
+                queue=queue.name,
+                pool=queue.pool.name,
+                task_type="ai-training" if metric == "gpu" else "hpc-simulation",
+                backend="local",
+                source="local",
+                started_at=at,
+                ended_at=at,
+                day=day,
+            )
+        )
     insert(records)
 
 

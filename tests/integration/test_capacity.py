@@ -81,21 +81,43 @@ def test_a_burst_of_agents_preempts_running_inference_only_and_everything_succee
     only_up("inference-agent", "inf001")  # 4 GPUs
     worker = start_worker(extra_env=FAST)
     inference = [
-        _submit(api, f"infer-{i}", type="ai-inference", resources={"gpus": 1, "cpus": 1},
-                command=["sleep", "6"])
+        _submit(
+            api,
+            f"infer-{i}",
+            type="ai-inference",
+            resources={"gpus": 1, "cpus": 1},
+            command=["sleep", "6"],
+        )
         for i in range(4)
-    ]  # fmt: skip
-    training = _submit(api, "train", type="ai-training", estimate="1m", walltime="10m",
-                       resources={"nodes": 1, "gpus": 8, "cpus": 8}, command=["sleep", "6"])  # fmt: skip
+    ]
+    training = _submit(
+        api,
+        "train",
+        type="ai-training",
+        estimate="1m",
+        walltime="10m",
+        resources={"nodes": 1, "gpus": 8, "cpus": 8},
+        command=["sleep", "6"],
+    )
     hpc = _submit(api, "hpc", type="hpc-simulation", resources={"cpus": 4}, command=["sleep", "6"])
-    settle(inference + [training, hpc], worker, timeout=60, what="all running",
-           done=lambda t: t.state == "running")  # fmt: skip
+    settle(
+        inference + [training, hpc],
+        worker,
+        timeout=60,
+        what="all running",
+        done=lambda t: t.state == "running",
+    )
 
     agents = [
-        _submit(api, f"agent-{i}", type="agent", resources={"gpus": 1, "cpus": 1},
-                command=["sleep", "1"])
+        _submit(
+            api,
+            f"agent-{i}",
+            type="agent",
+            resources={"gpus": 1, "cpus": 1},
+            command=["sleep", "1"],
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     everything = inference + agents + [training, hpc]
     tasks = settle(everything, worker, timeout=120, what="all done")
 
@@ -129,13 +151,31 @@ def test_a_lease_places_training_inside_it_and_reclaim_leaves_nothing_running(
     assert response.status_code == 201, response.json()
     lease = response.json()
     [lent] = lease["nodes"]
-    inside = _submit(api, "inside", type="ai-training", estimate="10m", walltime="30m",
-                     resources={"nodes": 1, "gpus": 4, "cpus": 8},
-                     command=["sh", "-c", "exec sleep 3011"])  # fmt: skip
-    too_long = _submit(api, "too-long", type="ai-training", estimate="1h", walltime="2h",
-                       resources={"nodes": 1, "gpus": 4, "cpus": 8}, command=["true"])  # fmt: skip
-    settle([inside], worker, timeout=60, what="the task on the lent node runs",
-           done=lambda t: t.state == "running")  # fmt: skip
+    inside = _submit(
+        api,
+        "inside",
+        type="ai-training",
+        estimate="10m",
+        walltime="30m",
+        resources={"nodes": 1, "gpus": 4, "cpus": 8},
+        command=["sh", "-c", "exec sleep 3011"],
+    )
+    too_long = _submit(
+        api,
+        "too-long",
+        type="ai-training",
+        estimate="1h",
+        walltime="2h",
+        resources={"nodes": 1, "gpus": 4, "cpus": 8},
+        command=["true"],
+    )
+    settle(
+        [inside],
+        worker,
+        timeout=60,
+        what="the task on the lent node runs",
+        done=lambda t: t.state == "running",
+    )
     assert Attempt.objects.get(task_id=inside, number=1).nodes == [lent]
     wait_for(lambda: processes_with("sleep 3011"), timeout=20, what="the job's process")
     assert Task.objects.get(pk=too_long).state == "queued"  # its walltime outlasts the lease
@@ -143,8 +183,9 @@ def test_a_lease_places_training_inside_it_and_reclaim_leaves_nothing_running(
     assert admin_api.post(f"/api/v1/leases/{lease['id']}/end/").status_code == 200
     wait_for(
         lambda: NodeLease.objects.filter(pk=lease["id"], state="ended").exists(),
-        timeout=30, what="the lease reclaimed",
-    )  # fmt: skip
+        timeout=30,
+        what="the lease reclaimed",
+    )
     wait_for(lambda: not processes_with("sleep 3011"), timeout=30, what="no process left")
     task = Task.objects.get(pk=inside)
     assert task.preemptions == 1 and task.state in ("pending", "queued")
@@ -165,8 +206,14 @@ def test_a_lost_node_is_isolated_its_work_rerun_elsewhere_and_admins_alerted(
         extra_env={**FAST, "SWITCHYARD_LOCAL_HEALTH_PROBE": "tests.integration.probes.file_probe"}
     )
     before = set(processes_with("sleep 3023"))  # none, unless an earlier run left some
-    pk = _submit(api, "victim", type="ai-inference", retry_count=1,
-                 resources={"gpus": 1, "cpus": 1}, command=["sh", "-c", "exec sleep 3023"])  # fmt: skip
+    pk = _submit(
+        api,
+        "victim",
+        type="ai-inference",
+        retry_count=1,
+        resources={"gpus": 1, "cpus": 1},
+        command=["sh", "-c", "exec sleep 3023"],
+    )
     settle([pk], worker, timeout=60, what="running", done=lambda t: t.state == "running")
     [first_node] = Attempt.objects.get(task_id=pk, number=1).nodes
     first_pids = wait_for(
@@ -177,20 +224,23 @@ def test_a_lost_node_is_isolated_its_work_rerun_elsewhere_and_admins_alerted(
     )
     node = wait_for(
         lambda: Node.objects.filter(name=first_node, state="down").first(),
-        timeout=10, what="the node isolated within a check period",
-    )  # fmt: skip
+        timeout=10,
+        what="the node isolated within a check period",
+    )
     assert node.health["reason"] == "fake probe: lost"
     rerun = wait_for(
         lambda: Attempt.objects.filter(task_id=pk, number=2, state="running").first(),
-        timeout=30, what="the task running again",
-    )  # fmt: skip
+        timeout=30,
+        what="the task running again",
+    )
     assert rerun.nodes and rerun.nodes[0] != first_node
     first = Attempt.objects.get(task_id=pk, number=1)
     assert first.state == "failed" and "fake probe: lost" in first.reason
     wait_for(
         lambda: not set(first_pids) & set(processes_with("sleep 3023")),
-        timeout=20, what="the lost node's copy gone",
-    )  # fmt: skip
+        timeout=20,
+        what="the lost node's copy gone",
+    )
     assert Alert.objects.filter(kind="node", node=node).exists()
     mails = Path(worker.log_path).read_text()  # the console mail backend writes there
     assert f"Subject: [Switchyard] node {first_node} down: fake probe: lost" in mails

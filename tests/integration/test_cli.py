@@ -67,11 +67,27 @@ def test_login_submit_wait_logs(site, start_worker, cli, tmp_path):
     assert followed.returncode == 0 and "hello-from-the-cli" in followed.stdout
     # Following a log past invalid UTF-8 loses nothing after it: offsets are bytes of the raw
     # log, not of the text with U+FFFD in it (the job writes the rest while `-f` follows).
-    odd = cli("-o", "json", "submit", "-", stdin=json.dumps({
-        "apiVersion": "switchyard/v1", "kind": "Task", "name": "odd-bytes", "project": "materials",
-        "resources": {"cpus": 1, "memory": "1Gi"}, "walltime": "10m",
-        "command": ["sh", "-c", r"printf 'bad:\377\376\375\n'; sleep 3; echo after-the-bad-bytes"],
-    }))  # fmt: skip
+    odd = cli(
+        "-o",
+        "json",
+        "submit",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "switchyard/v1",
+                "kind": "Task",
+                "name": "odd-bytes",
+                "project": "materials",
+                "resources": {"cpus": 1, "memory": "1Gi"},
+                "walltime": "10m",
+                "command": [
+                    "sh",
+                    "-c",
+                    r"printf 'bad:\377\376\375\n'; sleep 3; echo after-the-bad-bytes",
+                ],
+            }
+        ),
+    )
     assert odd.returncode == 0, odd.stderr
     odd_id = str(json.loads(odd.stdout)["id"])
     followed = cli("logs", "-f", odd_id, "--interval", "0.2")
@@ -84,11 +100,27 @@ def test_login_submit_wait_logs(site, start_worker, cli, tmp_path):
 
     # from stdin; a failing task makes `wait` exit 1
     failing = cli(
-        "-o", "json", "submit", "-", "--wait", "--timeout", "90", "--interval", "0.3",
-        stdin=json.dumps({"apiVersion": "switchyard/v1", "kind": "Task", "name": "fails",
-                          "project": "materials", "resources": {"cpus": 1, "memory": "1Gi"},
-                          "walltime": "10m", "command": ["false"]}),
-    )  # fmt: skip
+        "-o",
+        "json",
+        "submit",
+        "-",
+        "--wait",
+        "--timeout",
+        "90",
+        "--interval",
+        "0.3",
+        stdin=json.dumps(
+            {
+                "apiVersion": "switchyard/v1",
+                "kind": "Task",
+                "name": "fails",
+                "project": "materials",
+                "resources": {"cpus": 1, "memory": "1Gi"},
+                "walltime": "10m",
+                "command": ["false"],
+            }
+        ),
+    )
     assert failing.returncode == 1, (failing.stdout, failing.stderr)
     assert cli("workflows").returncode == 0
     assert cli("usage").returncode == 0
@@ -106,8 +138,10 @@ def test_exit_codes_and_errors_a_script_can_use(site, cli, tmp_path):
     )
     # a bad descriptor: the field, what was expected, what it got
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: switchyard/v1\nkind: Task\nname: x\nproject: materials\n"
-                   "resources: {cpus: -3}\nwalltime: 10m\ncommand: [true]\n")  # fmt: skip
+    bad.write_text(
+        "apiVersion: switchyard/v1\nkind: Task\nname: x\nproject: materials\n"
+        "resources: {cpus: -3}\nwalltime: 10m\ncommand: [true]\n"
+    )
     refused = cli("submit", str(bad))
     assert refused.returncode == 2 and "resources.cpus" in refused.stderr
     missing = cli("submit", str(tmp_path / "no-such-file.yaml"))

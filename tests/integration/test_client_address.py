@@ -43,8 +43,9 @@ def portal(tmp_path, monkeypatch):
     monkeypatch.setenv("SWITCHYARD_TRUSTED_PROXIES", PROXY)  # gunicorn's trust: the same list
     argv = web_argv(f"127.0.0.1:{port}", workers=1)
     assert argv[argv.index("--forwarded-allow-ips") + 1] == f"{PROXY}/32"
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

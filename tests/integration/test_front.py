@@ -115,11 +115,27 @@ def front(tmp_path_factory) -> Iterator[Front]:
     (var / "secret-key").write_text("front-test-" + "k" * 50)
     ca, key = prefix / "cert.pem", prefix / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-         "-keyout", str(key), "-out", str(ca)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(ca),
+        ],
+        check=True,
+        capture_output=True,
+    )
     https, http, portal = _free_port(), _free_port(), _free_port()
     config = render(
         (ROOT / "docker/nginx/switchyard.conf").read_text(),
@@ -154,8 +170,12 @@ def front(tmp_path_factory) -> Iterator[Front]:
     with pytest.MonkeyPatch.context() as patch:  # gunicorn trusts what the portal trusts
         patch.setenv("SWITCHYARD_TRUSTED_PROXIES", env["SWITCHYARD_TRUSTED_PROXIES"])
         argv = web_argv(f"127.0.0.1:{portal}", workers=2, threads=2, python=sys.executable)
-    argv += ["--access-logfile", str(access_log),
-             "--access-logformat", "%(h)s %({x-forwarded-for}i)s %(r)s %(s)s"]  # fmt: skip
+    argv += [
+        "--access-logfile",
+        str(access_log),
+        "--access-logformat",
+        "%(h)s %({x-forwarded-for}i)s %(r)s %(s)s",
+    ]
     procs = []
     try:
         with gunicorn_log.open("w") as out:
@@ -176,7 +196,7 @@ def front(tmp_path_factory) -> Iterator[Front]:
                     ],
                     stdout=out,
                     stderr=out,
-                )  # fmt: skip
+                )
             )
         _wait_for_port(portal, procs[0], gunicorn_log)
         _wait_for_port(https, procs[1], nginx_log)
@@ -325,8 +345,9 @@ def test_slow_clients_leave_another_client_answered_within_a_second(front):
             for sock in slow:  # one more header line each, never the end of the head
                 sock.sendall(b"X-Slow: 1\r\n")
             started = time.monotonic()
-            status, _, _ = request(front, front.https, "GET /login/ HTTP/1.1\r\n", tls=True,
-                                   source="127.0.0.2")  # fmt: skip
+            status, _, _ = request(
+                front, front.https, "GET /login/ HTTP/1.1\r\n", tls=True, source="127.0.0.2"
+            )
             times.append(time.monotonic() - started)
             assert status == 200
             time.sleep(0.2)
@@ -342,8 +363,9 @@ def test_slow_clients_leave_another_client_answered_within_a_second(front):
 def test_a_200_mib_anonymous_body_is_refused_with_nothing_written(front, chunked):
     pids = front.pids()
     before, logged = written(pids), front.access_log.read_text()
-    status, headers, body, sent = post_body(front, front.https, tls=True, size=200 * MiB,
-                                            chunked=chunked)  # fmt: skip
+    status, headers, body, sent = post_body(
+        front, front.https, tls=True, size=200 * MiB, chunked=chunked
+    )
     assert status == 413, body[:300]
     assert headers["content-type"] == "application/json"
     assert "over the limit" in _error(body)["message"]
@@ -359,13 +381,15 @@ def test_the_front_redirects_to_https_sets_forwarded_headers_and_serves_static(f
     # A client's own X-Forwarded-* never reaches the portal: with a forged "http" the portal
     # (HTTPS only) would redirect, and the address it logs is the client's real one.
     forged = "X-Forwarded-Proto: http\r\nX-Forwarded-For: 203.0.113.9\r\n"
-    status, _, _ = request(front, front.https, f"GET /login/ HTTP/1.1\r\n{forged}", tls=True,
-                           source="127.0.0.2")  # fmt: skip
+    status, _, _ = request(
+        front, front.https, f"GET /login/ HTTP/1.1\r\n{forged}", tls=True, source="127.0.0.2"
+    )
     assert status == 200
     assert "127.0.0.1 127.0.0.2 GET /login/" in front.access_log.read_text()
     assert "203.0.113.9" not in front.access_log.read_text()
-    status, headers, body = request(front, front.https, "GET /static/switchyard.css HTTP/1.1\r\n",
-                                    tls=True)  # fmt: skip
+    status, headers, body = request(
+        front, front.https, "GET /static/switchyard.css HTTP/1.1\r\n", tls=True
+    )
     assert status == 200 and body == (ROOT / "static/switchyard.css").read_bytes()
     assert "immutable" in headers["cache-control"]
     assert "/static/" not in front.access_log.read_text()  # nginx's own, never gunicorn's
@@ -391,8 +415,9 @@ def test_the_portal_refuses_a_declared_200_mib_body_before_reading_it(front):
     extra = _csrf(front)
     pids = _tree(front.gunicorn.pid)
     before = written(pids)
-    status, headers, body, _ = post_body(front, front.portal, tls=False, size=200 * MiB,
-                                         chunked=False, extra=extra)  # fmt: skip
+    status, headers, body, _ = post_body(
+        front, front.portal, tls=False, size=200 * MiB, chunked=False, extra=extra
+    )
     assert status == 413, body[:300]
     error = _error(body)
     assert error["got"] > 200 * MiB
@@ -403,8 +428,9 @@ def test_the_portal_refuses_a_declared_200_mib_body_before_reading_it(front):
 
 def test_the_portal_cuts_a_chunked_body_at_its_limit(front):
     extra = _csrf(front)
-    status, _, body, _ = post_body(front, front.portal, tls=False, size=200 * MiB, chunked=True,
-                                   extra=extra)  # fmt: skip
+    status, _, body, _ = post_body(
+        front, front.portal, tls=False, size=200 * MiB, chunked=True, extra=extra
+    )
     assert status == 413, body[:300]
     assert "sent without a length" in _error(body)["message"]
     _nothing_on_disk(front)

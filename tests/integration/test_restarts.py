@@ -66,16 +66,23 @@ class Portal:
         self.procs: list[subprocess.Popen] = []
 
     def manage(self, *args: str) -> str:
-        done = subprocess.run([*MANAGE, *args], cwd=ROOT, env=self.env, capture_output=True,
-                              text=True, timeout=180)  # fmt: skip
+        done = subprocess.run(
+            [*MANAGE, *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=180
+        )
         assert done.returncode == 0, f"manage.py {args}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
         return done.stdout
 
     def serve(self, role: str, *args: str) -> subprocess.Popen:
         log = open(self.folder / f"{role}-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen([*MANAGE, "serve", role, *args], cwd=ROOT, env=self.env,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [*MANAGE, "serve", role, *args],
+            cwd=ROOT,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         proc.log_path = Path(log.name)  # type: ignore[attr-defined]
         log.close()
         self.procs.append(proc)
@@ -130,9 +137,15 @@ class Submitter(threading.Thread):
     def run(self) -> None:
         headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json"}
         for i in range(TASKS):
-            doc = {"apiVersion": "switchyard/v1", "kind": "Task", "name": f"fault-{i}",
-                   "project": "materials", "resources": {"cpus": 1, "memory": "64Mi"},
-                   "walltime": "5m", "command": RUN}  # fmt: skip
+            doc = {
+                "apiVersion": "switchyard/v1",
+                "kind": "Task",
+                "name": f"fault-{i}",
+                "project": "materials",
+                "resources": {"cpus": 1, "memory": "64Mi"},
+                "walltime": "5m",
+                "command": RUN,
+            }
             body = json.dumps(doc).encode()
             while True:
                 try:
@@ -182,8 +195,9 @@ def test_restarts_of_worker_redis_postgresql_and_beat_lose_nothing_and_repeat_no
         os.killpg(worker.pid, signal.SIGKILL)  # the worker and its pool, as a crash would
         worker.wait()
         worker = portal.serve("worker", "--hostname", "second@fault")  # its supervisor
-        wait_until(lambda: "second@fault ready." in log_of(worker), timeout=60,
-                   what="the second worker")  # fmt: skip
+        wait_until(
+            lambda: "second@fault ready." in log_of(worker), timeout=60, what="the second worker"
+        )
         time.sleep(2)
         redis.restart(down_seconds=1)
         redis_back = time.time()
@@ -200,8 +214,11 @@ def test_restarts_of_worker_redis_postgresql_and_beat_lose_nothing_and_repeat_no
         url = pg.url
 
         def all_ended() -> bool:
-            [(left,)] = rows(url, "SELECT count(*) FROM scheduling_task "
-                                  "WHERE state NOT IN ('succeeded', 'failed', 'cancelled')")  # fmt: skip
+            [(left,)] = rows(
+                url,
+                "SELECT count(*) FROM scheduling_task "
+                "WHERE state NOT IN ('succeeded', 'failed', 'cancelled')",
+            )
             return left == 0
 
         try:
@@ -211,8 +228,11 @@ def test_restarts_of_worker_redis_postgresql_and_beat_lose_nothing_and_repeat_no
             raise AssertionError(f"{states}\n{log_of(worker)[-4000:]}") from None
 
         def metered() -> bool:
-            [(unmetered,)] = rows(url, "SELECT count(*) FROM scheduling_attempt a WHERE NOT "
-                "EXISTS (SELECT 1 FROM accounting_usagerecord u WHERE u.attempt_id = a.id)")  # fmt: skip
+            [(unmetered,)] = rows(
+                url,
+                "SELECT count(*) FROM scheduling_attempt a WHERE NOT "
+                "EXISTS (SELECT 1 FROM accounting_usagerecord u WHERE u.attempt_id = a.id)",
+            )
             return unmetered == 0
 
         wait_until(metered, timeout=60, what="every attempt to be metered", step=1)
@@ -225,13 +245,18 @@ def test_restarts_of_worker_redis_postgresql_and_beat_lose_nothing_and_repeat_no
         # 0 run twice: one attempt each, one backend job each, one line in each job's file.
         attempts = rows(url, "SELECT task_id, key FROM scheduling_attempt")
         assert len(attempts) == TASKS and len({t for t, _ in attempts}) == TASKS
-        runs = {key: (root / "jobs" / key / "work" / "ran").read_text().count("ran")
-                for _, key in attempts}  # fmt: skip
+        runs = {
+            key: (root / "jobs" / key / "work" / "ran").read_text().count("ran")
+            for _, key in attempts
+        }
         assert Counter(runs.values()) == {1: TASKS}, "a job ran twice (or never)"
         assert len(list((root / "jobs").iterdir())) == TASKS, "a job folder of no attempt"
         # 0 metered twice: one record per attempt and metric.
-        assert not rows(url, "SELECT attempt_id, metric FROM accounting_usagerecord "
-                             "GROUP BY attempt_id, metric HAVING count(*) > 1")  # fmt: skip
+        assert not rows(
+            url,
+            "SELECT attempt_id, metric FROM accounting_usagerecord "
+            "GROUP BY attempt_id, metric HAVING count(*) > 1",
+        )
         # Every refusal was a 503 in the error shape, saying when to try again.
         for status, headers, data in submitter.refusals:
             assert status == 503, (status, data[:300])
@@ -242,8 +267,11 @@ def test_restarts_of_worker_redis_postgresql_and_beat_lose_nothing_and_repeat_no
         assert worker.poll() is None, log_of(worker)[-4000:]
         worker_log = log_of(worker)
         assert "Connection to broker lost" in worker_log, worker_log[-4000:]
-        [(after,)] = rows(url, "SELECT count(*) FROM scheduling_attempt WHERE submitted_at > "
-                               f"to_timestamp({redis_back + 2})")  # fmt: skip
+        [(after,)] = rows(
+            url,
+            "SELECT count(*) FROM scheduling_attempt WHERE submitted_at > "
+            f"to_timestamp({redis_back + 2})",
+        )
         assert after > 0, "no task was dispatched after the Redis restart"
         assert web.poll() is None and beat.poll() is None
         # The local backend's own accounting against the usage records.
@@ -286,8 +314,13 @@ def _answers(port: int) -> bool:
 
 def _token(port: int) -> str:
     body = urlencode({"username": "alice", "password": "alice-demo-pass"}).encode()
-    status, _, data = request(port, "POST", "/api/v1/auth/token/", body,
-                              {"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    status, _, data = request(
+        port,
+        "POST",
+        "/api/v1/auth/token/",
+        body,
+        {"Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert status == 200, data[:300]
     return json.loads(data)["token"]
 
@@ -318,14 +351,22 @@ def test_a_worker_survives_a_redis_restart_with_a_task_unacknowledged(
 
     folder = Path(tempfile.mkdtemp(prefix="switchyard-redis-restart-"))
     redis = RedisServer(folder / "redis").start()
-    env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": redis.url,
-           "SWITCHYARD_LOCAL_ROOT": str(local_root)}  # fmt: skip
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": redis.url,
+        "SWITCHYARD_LOCAL_ROOT": str(local_root),
+    }
     log_path = folder / "worker.log"
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(
             worker_argv(beat_schedule=None, loglevel="INFO", hostname="restart@test"),
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def worker_log() -> str:
         return log_path.read_text(errors="replace")
@@ -343,12 +384,18 @@ def test_a_worker_survives_a_redis_restart_with_a_task_unacknowledged(
             time.sleep(0.5)  # running, not yet acknowledged (acks_late)
             redis.restart(down_seconds=1)
             time.sleep(1)
-        wait_until(lambda: worker_log().count("Connected to redis") >= 2 or worker.poll(),
-                   timeout=30, what="the worker to reconnect")  # fmt: skip
+        wait_until(
+            lambda: worker_log().count("Connected to redis") >= 2 or worker.poll(),
+            timeout=30,
+            what="the worker to reconnect",
+        )
         assert worker.poll() is None, worker_log()[-5000:]
         after = send()
-        wait_until(lambda: f"{after}] succeeded" in worker_log() or worker.poll(), timeout=30,
-                   what="a task taken after the restart")  # fmt: skip
+        wait_until(
+            lambda: f"{after}] succeeded" in worker_log() or worker.poll(),
+            timeout=30,
+            what="a task taken after the restart",
+        )
         assert worker.poll() is None, worker_log()[-5000:]
         assert "Unrecoverable error" not in worker_log()
         # It met the restart once, and did not keep losing its new connection afterwards.

@@ -167,8 +167,11 @@ def test_a_trigger_file_made_by_the_test_releases_the_waiting_step_within_a_peri
     settings.SWITCHYARD_TRIGGER_ROOTS = [str(root)]
     period = 0.5
     proc = start_worker(
-        extra_env={"SWITCHYARD_TRIGGER_MS": str(int(period * 1000)), "SWITCHYARD_TRIGGER_ROOTS": str(root)}
-    )  # fmt: skip
+        extra_env={
+            "SWITCHYARD_TRIGGER_MS": str(int(period * 1000)),
+            "SWITCHYARD_TRIGGER_ROOTS": str(root),
+        }
+    )
     ready = root / "READY"
     doc = {
         "apiVersion": "switchyard/v1",

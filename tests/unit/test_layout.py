@@ -138,14 +138,30 @@ def test_only_the_engine_imports_backends():
 
 
 # Pages and APIs: scheduling's and the other apps' (which may import their own app's modules).
-INTERFACES = ("scheduling.views", "scheduling.api", "accounting.views", "accounting.views_dashboard",
-              "accounting.api", "simulation.views", "portal.views", "portal.api")  # fmt: skip
+INTERFACES = (
+    "scheduling.views",
+    "scheduling.api",
+    "accounting.views",
+    "accounting.views_dashboard",
+    "accounting.api",
+    "simulation.views",
+    "portal.views",
+    "portal.api",
+)
 # What a page or an API may import from scheduling: writes through services, reads through
 # selectors and presenters, input through forms and serializers, the pure modules, and the port.
-INTERFACE_MAY_IMPORT = ("scheduling.services", "scheduling.selectors", "scheduling.presenters",
-                        "scheduling.forms", "scheduling.serializers", "scheduling.decisions",
-                        "scheduling.spec", "scheduling.descriptor", "scheduling.sites",
-                        "scheduling.usage")  # fmt: skip
+INTERFACE_MAY_IMPORT = (
+    "scheduling.services",
+    "scheduling.selectors",
+    "scheduling.presenters",
+    "scheduling.forms",
+    "scheduling.serializers",
+    "scheduling.decisions",
+    "scheduling.spec",
+    "scheduling.descriptor",
+    "scheduling.sites",
+    "scheduling.usage",
+)
 
 
 def _named_imports(path: Path) -> list[tuple[str, str, int]]:

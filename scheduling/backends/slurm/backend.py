@@ -55,6 +55,9 @@ _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _ACCOUNT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _LEASE_RE = re.compile(r"^lease-[0-9]{1,18}$")
 _PORTAL_RE = re.compile(r"^[a-z0-9]{1,16}$")
+# What sacct reports of a job. JobName goes last so a '|' in someone else's job name cannot
+# shift the columns.
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,Submit,Start,End,NodeList,Reason,JobName"
 
 _ALREADY_GONE = (
     "already completing or completed",
@@ -400,12 +403,9 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
 
     def _sacct(self, *, job_ids: Sequence[str] = (), names: Sequence[str] = ()) -> list[SlurmJob]:
         # Parsable text, not --json: Slurm 22.05's `sacct --json` reports exit code 0 for a
-        # job that exited 3 (docs/slurm.md). JobName goes last so a '|' in someone else's
-        # job name cannot shift the columns.
-        argv = [
-            "sacct", "-X", "-P", "-n", f"--starttime=now-{self.sacct_window_days}days",
-            "--format=JobIDRaw,State,ExitCode,Submit,Start,End,NodeList,Reason,JobName",
-        ]  # fmt: skip
+        # job that exited 3 (docs/slurm.md).
+        window = f"--starttime=now-{self.sacct_window_days}days"
+        argv = ["sacct", "-X", "-P", "-n", window, f"--format={SACCT_FIELDS}"]
         if job_ids:
             argv.append("--jobs=" + ",".join(job_ids))
         if names:

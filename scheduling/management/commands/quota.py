@@ -27,9 +27,11 @@ class Command(BaseCommand):
         change.add_argument("limit", type=int)
         change.add_argument("--over-quota", choices=["queue", "reject"], default="queue")
         change.add_argument(
-            "--period", choices=["day", "week", "month"], default="month",
+            "--period",
+            choices=["day", "week", "month"],
+            default="month",
             help="a GPU-hours or core-hours budget's period",
-        )  # fmt: skip
+        )
 
     def handle(self, *args, action: str, **opts):
         try:

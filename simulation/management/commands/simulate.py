@@ -40,15 +40,26 @@ class Command(BaseCommand):
         parser.add_argument("workload", choices=[*WORKLOADS, *ALIASES])
         parser.add_argument("files", nargs="*", help="swf: FILE; alibaba: PODS.csv NODES.csv")
         parser.add_argument("--seed", type=int, default=1)
-        parser.add_argument("--policies", default=",".join(POLICIES),
-                            help="comma-separated, of: " + ", ".join(POLICIES))  # fmt: skip
+        parser.add_argument(
+            "--policies",
+            default=",".join(POLICIES),
+            help="comma-separated, of: " + ", ".join(POLICIES),
+        )
         parser.add_argument("--limit", type=int, help="read at most this many jobs")
         parser.add_argument("--repeat", type=int, default=1, help="swf: replay it K times")
         parser.add_argument("--days", type=float, default=7, help="history: how far back")
-        parser.add_argument("--compress", type=float, default=1.0,
-                            help="alibaba: arrivals this many times closer together")  # fmt: skip
-        parser.add_argument("--node-share", type=float, default=1.0,
-                            help="alibaba: run on this share of the cluster's nodes")  # fmt: skip
+        parser.add_argument(
+            "--compress",
+            type=float,
+            default=1.0,
+            help="alibaba: arrivals this many times closer together",
+        )
+        parser.add_argument(
+            "--node-share",
+            type=float,
+            default=1.0,
+            help="alibaba: run on this share of the cluster's nodes",
+        )
         parser.add_argument("--json", metavar="FILE", help="write the full result (- = stdout)")
 
     def handle(self, *args, workload: str, files: list[str], **opts):
@@ -65,14 +76,18 @@ class Command(BaseCommand):
                 result.update(workload="history", days=opts["days"], left_out=left_out)
             else:
                 result = run_named(
-                    workload, seed=opts["seed"], policies=policies,
+                    workload,
+                    seed=opts["seed"],
+                    policies=policies,
                     swf=files[0] if workload == "swf" else None,
                     pods=files[0] if workload == "alibaba" else None,
                     nodes=files[1] if workload == "alibaba" else None,
-                    limit=opts["limit"], repeat=opts["repeat"], compress=opts["compress"],
+                    limit=opts["limit"],
+                    repeat=opts["repeat"],
+                    compress=opts["compress"],
                     node_share=opts["node_share"],
                     progress=self._progress,
-                )  # fmt: skip
+                )
         except (WorkloadError, TraceError, OSError) as exc:
             raise CommandError(str(exc)) from None
         self.stderr.write("")

@@ -179,7 +179,11 @@ def job_id(task: Task) -> str:
 @pytest.fixture
 def cluster_site(site):
     """Only the nodes the localhost cluster has."""
-    names = [line.split()[0] for line in (STATE_DIR / "etc" / "nodes.txt").read_text().split("\n") if line.strip()]  # fmt: skip
+    names = [
+        line.split()[0]
+        for line in (STATE_DIR / "etc" / "nodes.txt").read_text().split("\n")
+        if line.strip()
+    ]
     Node.objects.exclude(name__in=names).delete()
     site_view_invalidate()
     return names

@@ -38,11 +38,21 @@ def sacct_totals(job_ids: list[str], env: dict[str, str]) -> dict[str, int]:
     """What Slurm itself accounted for these jobs, every run: allocated TRES × elapsed, in
     the records' base units (core-ms, GPU-ms, MiB-ms)."""
     out = subprocess.run(
-        ["sacct", "-X", "-D", "-P", "-n", "--starttime=now-1days",
-         "--format=JobIDRaw,State,ElapsedRaw,AllocTRES", "--jobs=" + ",".join(job_ids)],
-        capture_output=True, text=True, check=True,
+        [
+            "sacct",
+            "-X",
+            "-D",
+            "-P",
+            "-n",
+            "--starttime=now-1days",
+            "--format=JobIDRaw,State,ElapsedRaw,AllocTRES",
+            "--jobs=" + ",".join(job_ids),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
         env={"PATH": "/usr/bin:/bin", "SLURM_CONF": env["SLURM_CONF"], "TZ": "UTC"},
-    ).stdout  # fmt: skip
+    ).stdout
     totals: dict[str, int] = defaultdict(int)
     for line in out.splitlines():
         _, _, elapsed, tres = line.split("|", 3)
@@ -86,8 +96,9 @@ def launch_cluster(slurm_env):
 
     def start(extra: dict[str, str]) -> None:
         env = {**os.environ, **extra}
-        done = subprocess.run(["bash", str(CLUSTER_SH), "start"], env=env, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            ["bash", str(CLUSTER_SH), "start"], env=env, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
 
     start({"SWITCHYARD_SLURM_NODES_PER_POOL": "4"})
@@ -109,13 +120,38 @@ def test_the_launch_mix_is_billed_exactly_as_slurm_accounted_it(
     assert {"gpu001", "gpu004", "cpu004"} <= set(launch_site)
     started = timezone.now()
     worker = start_worker(extra_env=FAST)
-    ids = [submit_task(api, name=f"agent-{i}", type="agent", walltime="5m",
-                       command=["sh", "-c", f"sleep {1 + i % 3}"]) for i in range(50)]  # fmt: skip
-    ids += [submit_task(api, name=f"train-{i}", type="ai-training", estimate="1m", walltime="5m",
-                        resources={"nodes": 4, "gpus": 32, "cpus": 32, "memory": "8Gi"},
-                        command=["sleep", "3"]) for i in range(2)]  # fmt: skip
-    ids.append(submit_task(api, name="hpc", type="hpc-simulation", walltime="5m",
-                           resources={"cpus": 256, "memory": "4Gi"}, command=["sleep", "4"]))  # fmt: skip
+    ids = [
+        submit_task(
+            api,
+            name=f"agent-{i}",
+            type="agent",
+            walltime="5m",
+            command=["sh", "-c", f"sleep {1 + i % 3}"],
+        )
+        for i in range(50)
+    ]
+    ids += [
+        submit_task(
+            api,
+            name=f"train-{i}",
+            type="ai-training",
+            estimate="1m",
+            walltime="5m",
+            resources={"nodes": 4, "gpus": 32, "cpus": 32, "memory": "8Gi"},
+            command=["sleep", "3"],
+        )
+        for i in range(2)
+    ]
+    ids.append(
+        submit_task(
+            api,
+            name="hpc",
+            type="hpc-simulation",
+            walltime="5m",
+            resources={"cpus": 256, "memory": "4Gi"},
+            command=["sleep", "4"],
+        )
+    )
 
     def done():
         return all(t.is_terminal for t in Task.objects.filter(pk__in=ids))
@@ -154,17 +190,34 @@ def test_the_launch_mix_is_billed_exactly_as_slurm_accounted_it(
 def test_slurmdbd_down_while_jobs_finish_loses_nothing(cluster_site, api, start_worker, slurm_env):
     started = timezone.now()
     worker = start_worker(extra_env=FAST)
-    ids = [submit_task(api, name=f"sim-{i}", type="hpc-simulation", walltime="5m",
-                       resources={"cpus": 4}, command=["sleep", "4"]) for i in range(3)]  # fmt: skip
-    wait_for(lambda: Task.objects.filter(pk__in=ids, state="running").count() == 3,
-             timeout=60, what="running", step=0.3)  # fmt: skip
+    ids = [
+        submit_task(
+            api,
+            name=f"sim-{i}",
+            type="hpc-simulation",
+            walltime="5m",
+            resources={"cpus": 4},
+            command=["sleep", "4"],
+        )
+        for i in range(3)
+    ]
+    wait_for(
+        lambda: Task.objects.filter(pk__in=ids, state="running").count() == 3,
+        timeout=60,
+        what="running",
+        step=0.3,
+    )
     dbd = int((STATE_DIR / "run" / "slurmdbd.pid").read_text().strip())
     os.kill(dbd, signal.SIGTERM)
     try:
         wait_for(lambda: not Path(f"/proc/{dbd}").exists(), timeout=30, what="slurmdbd stopped")
         # The jobs end while slurmdbd is down: the portal sees them end (squeue) ...
-        wait_for(lambda: all(t.is_terminal for t in Task.objects.filter(pk__in=ids)),
-                 timeout=60, what="the jobs to end", step=0.5)  # fmt: skip
+        wait_for(
+            lambda: all(t.is_terminal for t in Task.objects.filter(pk__in=ids)),
+            timeout=60,
+            what="the jobs to end",
+            step=0.5,
+        )
         # ... but cannot meter them yet, and reconciliation says it could not run.
         assert not Metered.objects.filter(attempt__task_id__in=ids).exists()
         failed = reconcile("slurm", started, timezone.now())

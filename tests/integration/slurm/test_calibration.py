@@ -28,13 +28,20 @@ TRAIN = {"nodes": 1, "gpus": 8, "cpus": 32, "memory": "8Gi"}
 INFER = {"gpus": 4, "cpus": 8, "memory": "4Gi"}
 # (name, type, resources, seconds it sleeps), by the second it is submitted in.
 MIX = [
-    [("hpc-a", "hpc-simulation", {"cpus": 64}, 14), ("hpc-b", "hpc-simulation", {"cpus": 64}, 8),
-     ("inf-a", "ai-inference", INFER, 12)],
-    [("train-a", "ai-training", TRAIN, 12), ("train-b", "ai-training", TRAIN, 10),
-     ("hpc-c", "hpc-simulation", {"cpus": 64}, 6), ("inf-b", "ai-inference", INFER, 4)],
+    [
+        ("hpc-a", "hpc-simulation", {"cpus": 64}, 14),
+        ("hpc-b", "hpc-simulation", {"cpus": 64}, 8),
+        ("inf-a", "ai-inference", INFER, 12),
+    ],
+    [
+        ("train-a", "ai-training", TRAIN, 12),
+        ("train-b", "ai-training", TRAIN, 10),
+        ("hpc-c", "hpc-simulation", {"cpus": 64}, 6),
+        ("inf-b", "ai-inference", INFER, 4),
+    ],
     [("train-c", "ai-training", TRAIN, 6)]
     + [(f"agent-{i}", "agent", {"cpus": 1}, 3) for i in range(4)],
-]  # fmt: skip
+]
 
 
 def test_a_scaled_launch_mix_starts_on_slurm_as_the_simulator_says(cluster_site, api):
@@ -42,8 +49,15 @@ def test_a_scaled_launch_mix_starts_on_slurm_as_the_simulator_says(cluster_site,
     for second, group in enumerate(MIX):
         for name, kind, resources, sleep in group:
             extra = {"estimate": "1m"} if kind == "ai-training" else {}
-            ids[name] = submit_task(api, name=name, type=kind, resources=resources,
-                                    walltime="2m", command=["sleep", str(sleep)], **extra)  # fmt: skip
+            ids[name] = submit_task(
+                api,
+                name=name,
+                type=kind,
+                resources=resources,
+                walltime="2m",
+                command=["sleep", str(sleep)],
+                **extra,
+            )
             engine.task_dispatch(ids[name])
         if second < len(MIX) - 1:
             time.sleep(1)
@@ -56,8 +70,14 @@ def test_a_scaled_launch_mix_starts_on_slurm_as_the_simulator_says(cluster_site,
         for a in Attempt.objects.filter(task__in=tasks.values()).select_related("task")
     }
     t0 = min(a.submitted_at for a in runs.values())
-    real = {n: ((a.submitted_at - t0).total_seconds(), (a.started_at - t0).total_seconds(),
-                (a.ended_at - a.started_at).total_seconds()) for n, a in runs.items()}  # fmt: skip
+    real = {
+        n: (
+            (a.submitted_at - t0).total_seconds(),
+            (a.started_at - t0).total_seconds(),
+            (a.ended_at - a.started_at).total_seconds(),
+        )
+        for n, a in runs.items()
+    }
 
     jobs = []
     for name, task in tasks.items():

@@ -71,21 +71,44 @@ def test_agents_preempt_running_inference_on_slurm_and_nothing_else(
 ):
     worker = start_worker(extra_env=FAST)
     inference = [
-        submit_task(api, name=f"infer-{i}", type="ai-inference", resources={"gpus": 1, "cpus": 1},
-                    command=["sleep", "8"])
+        submit_task(
+            api,
+            name=f"infer-{i}",
+            type="ai-inference",
+            resources={"gpus": 1, "cpus": 1},
+            command=["sleep", "8"],
+        )
         for i in range(4)
-    ]  # fmt: skip
-    training = submit_task(api, name="train", type="ai-training", estimate="1m", walltime="10m",
-                           resources={"nodes": 1, "gpus": 2, "cpus": 8}, command=["sleep", "8"])  # fmt: skip
-    hpc = submit_task(api, name="hpc", type="hpc-simulation", resources={"cpus": 2},
-                      command=["sleep", "8"])  # fmt: skip
-    settle(inference + [training, hpc], worker, timeout=90, what="all running",
-           done=lambda t: t.state == "running")  # fmt: skip
+    ]
+    training = submit_task(
+        api,
+        name="train",
+        type="ai-training",
+        estimate="1m",
+        walltime="10m",
+        resources={"nodes": 1, "gpus": 2, "cpus": 8},
+        command=["sleep", "8"],
+    )
+    hpc = submit_task(
+        api, name="hpc", type="hpc-simulation", resources={"cpus": 2}, command=["sleep", "8"]
+    )
+    settle(
+        inference + [training, hpc],
+        worker,
+        timeout=90,
+        what="all running",
+        done=lambda t: t.state == "running",
+    )
     agents = [
-        submit_task(api, name=f"agent-{i}", type="agent", resources={"gpus": 1, "cpus": 1},
-                    command=["sleep", "1"])
+        submit_task(
+            api,
+            name=f"agent-{i}",
+            type="agent",
+            resources={"gpus": 1, "cpus": 1},
+            command=["sleep", "1"],
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
 
     tasks = settle(inference + agents + [training, hpc], worker, timeout=180, what="all done")
 
@@ -98,8 +121,17 @@ def test_agents_preempt_running_inference_on_slurm_and_nothing_else(
         first = Attempt.objects.get(task=by_name[name], number=1)
         assert first.state == "preempted" and first.reason.startswith("preempted by task #")
         # Slurm has the first run as cancelled (portal-driven cancel and requeue).
-        out = slurm("sacct", "-X", "-n", "-P", "-o", "State", "-j",
-                    first.backend_id.partition(":")[0], env=slurm_env)  # fmt: skip
+        out = slurm(
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            "State",
+            "-j",
+            first.backend_id.partition(":")[0],
+            env=slurm_env,
+        )
         assert out.strip().startswith("CANCELLED"), out
 
 
@@ -124,18 +156,32 @@ def test_a_lease_becomes_a_partition_and_its_end_takes_the_node_back(
         assert lease["nodes"] == ["inf001"]  # the GPU node, not the agent node
         partition = f"lease-{lease['id']}"
         wait_for(
-            lambda: "inf001" in slurm("scontrol", "show", "partition", partition, env=slurm_env,
-                                      check=False),
-            timeout=20, what="the lease's partition",
-        )  # fmt: skip
+            lambda: (
+                "inf001"
+                in slurm("scontrol", "show", "partition", partition, env=slurm_env, check=False)
+            ),
+            timeout=20,
+            what="the lease's partition",
+        )
         assert "inf001" not in slurm(
             "sinfo", "-h", "-p", "inference-agent", "-o", "%N", env=slurm_env
         )
-        inside = submit_task(api, name="inside", type="ai-training", estimate="10m",
-                             walltime="30m", resources={"nodes": 1, "gpus": 4, "cpus": 8},
-                             command=["sh", "-c", "exec sleep 3031"])  # fmt: skip
-        [task] = settle([inside], worker, timeout=90, what="running on the lent node",
-                        done=lambda t: t.state == "running")  # fmt: skip
+        inside = submit_task(
+            api,
+            name="inside",
+            type="ai-training",
+            estimate="10m",
+            walltime="30m",
+            resources={"nodes": 1, "gpus": 4, "cpus": 8},
+            command=["sh", "-c", "exec sleep 3031"],
+        )
+        [task] = settle(
+            [inside],
+            worker,
+            timeout=90,
+            what="running on the lent node",
+            done=lambda t: t.state == "running",
+        )
         assert Attempt.objects.get(task=task, number=1).nodes == ["inf001"]
         assert f"Partition={partition}" in slurm(
             "scontrol", "show", "job", job_id(task), env=slurm_env
@@ -145,8 +191,9 @@ def test_a_lease_becomes_a_partition_and_its_end_takes_the_node_back(
         assert admin_api.post(f"/api/v1/leases/{lease['id']}/end/").status_code == 200
         wait_for(
             lambda: NodeLease.objects.filter(pk=lease["id"], state="ended").exists(),
-            timeout=60, what="the lease reclaimed",
-        )  # fmt: skip
+            timeout=60,
+            what="the lease reclaimed",
+        )
         wait_for(lambda: not processes_with("sleep 3031"), timeout=30, what="no process left")
         task.refresh_from_db()
         assert (
@@ -154,8 +201,12 @@ def test_a_lease_becomes_a_partition_and_its_end_takes_the_node_back(
         )
         assert NodeLease.objects.get(pk=lease["id"]).requeued == 1
         assert "inf001" in slurm("sinfo", "-h", "-p", "inference-agent", "-o", "%N", env=slurm_env)
-        gone = subprocess.run(["scontrol", "show", "partition", partition], capture_output=True,
-                              text=True, env={"PATH": "/usr/bin:/bin", **slurm_env})  # fmt: skip
+        gone = subprocess.run(
+            ["scontrol", "show", "partition", partition],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **slurm_env},
+        )
         assert gone.returncode != 0
         api.post(f"/api/v1/tasks/{inside}/cancel/")
         settle([inside], worker, timeout=60, what="cancelled")
@@ -170,8 +221,14 @@ def test_a_node_whose_slurmd_is_killed_is_isolated_and_its_work_runs_elsewhere(
     cluster_site, api, start_worker, slurm_env
 ):
     worker = start_worker(extra_env={**FAST, "SWITCHYARD_HEALTH_MS": "1000"})
-    pk = submit_task(api, name="survivor", type="hpc-simulation", retry_count=1,
-                     resources={"cpus": 1}, command=["sh", "-c", "exec sleep 3041"])  # fmt: skip
+    pk = submit_task(
+        api,
+        name="survivor",
+        type="hpc-simulation",
+        retry_count=1,
+        resources={"cpus": 1},
+        command=["sh", "-c", "exec sleep 3041"],
+    )
     settle([pk], worker, timeout=60, what="running", done=lambda t: t.state == "running")
     [lost] = Attempt.objects.get(task_id=pk, number=1).nodes
     first_pids = wait_for(lambda: processes_with("sleep 3041"), timeout=20, what="its process")
@@ -180,13 +237,17 @@ def test_a_node_whose_slurmd_is_killed_is_isolated_and_its_work_runs_elsewhere(
     try:
         node = wait_for(
             lambda: Node.objects.filter(name=lost, state="down").first(),
-            timeout=60, what="the node isolated (Slurm: not responding)", step=0.5,
-        )  # fmt: skip
+            timeout=60,
+            what="the node isolated (Slurm: not responding)",
+            step=0.5,
+        )
         assert node.health["reason"].startswith("Slurm says")
         rerun = wait_for(
             lambda: Attempt.objects.filter(task_id=pk, number=2, state="running").first(),
-            timeout=60, what="the task running elsewhere", step=0.5,
-        )  # fmt: skip
+            timeout=60,
+            what="the task running elsewhere",
+            step=0.5,
+        )
         assert rerun.nodes and rerun.nodes != [lost]
         assert Attempt.objects.get(task_id=pk, number=1).state == "failed"
         assert Alert.objects.filter(kind="node", node=node).exists()
@@ -196,8 +257,10 @@ def test_a_node_whose_slurmd_is_killed_is_isolated_and_its_work_runs_elsewhere(
     # Back, the node's slurmd kills what Slurm cancelled there: nothing of the lost run stays.
     wait_for(
         lambda: not set(first_pids) & set(processes_with("sleep 3041")),
-        timeout=60, what="the lost run's processes gone", step=0.5,
-    )  # fmt: skip
+        timeout=60,
+        what="the lost run's processes gone",
+        step=0.5,
+    )
     api.post(f"/api/v1/tasks/{pk}/cancel/")
     settle([pk], worker, timeout=60, what="cancelled")
 

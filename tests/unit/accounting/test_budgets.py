@@ -86,8 +86,14 @@ def test_running_work_counts_against_the_budget_as_it_runs(api):
 
 
 def test_a_reject_budget_refuses_at_submit_naming_the_field(api):
-    quota_set(project="materials", queue="hpc", resource="core_hours", limit=1,
-              over_quota="reject", period="day")  # fmt: skip
+    quota_set(
+        project="materials",
+        queue="hpc",
+        resource="core_hours",
+        limit=1,
+        over_quota="reject",
+        period="day",
+    )
     site_view_invalidate()
     _used(api, 30, type="hpc-simulation", walltime="1h", resources={"cpus": 4})  # 2 core-hours
     response = submit(api, descriptor(name="over", type="hpc-simulation", resources={"cpus": 1}))

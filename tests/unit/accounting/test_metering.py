@@ -49,8 +49,9 @@ def _records(task: Task) -> dict[str, int]:
 
 
 def test_an_ended_attempt_is_metered_once_from_what_it_was_allocated(api):
-    task = _run(api, minutes=30, name="sim", type="hpc-simulation",
-                resources={"cpus": 8, "memory": "4Gi"})  # fmt: skip
+    task = _run(
+        api, minutes=30, name="sim", type="hpc-simulation", resources={"cpus": 8, "memory": "4Gi"}
+    )
     attempt = Attempt.objects.get(task=task)
     assert meter([attempt.pk]) == 2
     half_hour_ms = 30 * 60 * 1000
@@ -58,7 +59,11 @@ def test_an_ended_attempt_is_metered_once_from_what_it_was_allocated(api):
     record = UsageRecord.objects.get(task=task, metric="cpu")
     assert metrics.shown(record.quantity, "cpu") == Decimal(4)  # core-hours
     assert (record.queue, record.pool, record.task_type, record.project.slug) == (
-        "hpc", "cpu-hpc", "hpc-simulation", "materials")  # fmt: skip
+        "hpc",
+        "cpu-hpc",
+        "hpc-simulation",
+        "materials",
+    )
     assert record.user.username == "alice" and record.source == "fake"
     assert (record.started_at, record.ended_at, record.day) == (
         T0,
@@ -86,8 +91,9 @@ def _fake_run(cpus: int, minutes: int):
 
 def test_agents_are_metered_in_instance_minutes_and_gpus_in_gpu_hours(api):
     agent = _run(api, minutes=3, name="agent", type="agent", resources={"cpus": 1})
-    infer = _run(api, minutes=90, name="infer", type="ai-inference",
-                 resources={"cpus": 2, "gpus": 2})  # fmt: skip
+    infer = _run(
+        api, minutes=90, name="infer", type="ai-inference", resources={"cpus": 2, "gpus": 2}
+    )
     meter(Attempt.objects.values_list("pk", flat=True))
     assert metrics.shown(_records(agent)["instance"], "instance") == 3
     assert "instance" not in _records(infer)
@@ -151,7 +157,10 @@ def test_the_batchs_rates_are_rate_for_over_one_read(site):
                 T0 + timedelta(days=2),
             ):
                 assert book.valid(queue.pk, metric, at) == rate_for(queue.pk, metric, at), (
-                    queue.name, metric, at)  # fmt: skip
+                    queue.name,
+                    metric,
+                    at,
+                )
     assert book.valid(None, "gpu", T0 + timedelta(days=2)) == rate_for(
         None, "gpu", T0 + timedelta(days=2)
     )
@@ -170,8 +179,14 @@ def test_a_job_still_running_is_not_metered_until_it_ends(api):
 
 
 def test_a_preempted_attempt_and_its_rerun_are_each_billed_for_what_they_ran(api):
-    task = _run(api, minutes=10, name="infer", type="ai-inference",
-                resources={"cpus": 1, "gpus": 1}, end_state=JobState.RUNNING)  # fmt: skip
+    task = _run(
+        api,
+        minutes=10,
+        name="infer",
+        type="ai-inference",
+        resources={"cpus": 1, "gpus": 1},
+        end_state=JobState.RUNNING,
+    )
     assert task.state == "running"
     fake = get_backend("fake")
     first_key = task.backend_id
@@ -217,8 +232,9 @@ def test_a_new_price_applies_from_its_date_and_never_reprices_the_past(api):
     Rate.objects.filter(pk=old.pk).update(valid_until=change)
     Rate.objects.create(queue=queue, metric="cpu", price=Decimal("0.10"), valid_from=change)
     before = _run(api, minutes=59, name="before", type="hpc-simulation", resources={"cpus": 1})
-    after = _run(api, minutes=60, start=change, name="after", type="hpc-simulation",
-                 resources={"cpus": 1})  # fmt: skip
+    after = _run(
+        api, minutes=60, start=change, name="after", type="hpc-simulation", resources={"cpus": 1}
+    )
     meter(Attempt.objects.values_list("pk", flat=True))
     assert UsageRecord.objects.get(task=before, metric="cpu").charge == 59_000
     assert UsageRecord.objects.get(task=after, metric="cpu").charge == 100_000
@@ -237,8 +253,10 @@ def test_reconciliation_is_clean_when_every_job_is_billed_as_accounted(api):
 
 
 def test_reconciliation_finds_missing_extra_and_mismatched_and_alerts_once(api):
-    tasks = [_run(api, minutes=5, name=f"t{i}", type="hpc-simulation", resources={"cpus": 2})
-             for i in range(3)]  # fmt: skip
+    tasks = [
+        _run(api, minutes=5, name=f"t{i}", type="hpc-simulation", resources={"cpus": 2})
+        for i in range(3)
+    ]
     meter(Attempt.objects.values_list("pk", flat=True))
     UsageRecord.objects.filter(task=tasks[0]).delete()  # lost
     UsageRecord.objects.filter(task=tasks[1], metric="cpu").update(quantity=1)  # wrong

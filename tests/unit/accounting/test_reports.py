@@ -51,10 +51,25 @@ def usage(api, outsider_api):
     hpc = {"type": "hpc-simulation", "walltime": "2h"}
     _run(api, project="materials", start=DAY1, minutes=60, name="m1", resources={"cpus": 4}, **hpc)
     _run(api, project="materials", start=DAY2, minutes=60, name="m2", resources={"cpus": 4}, **hpc)
-    _run(api, project="climate", start=DAY1, minutes=30, name="c1", type="ai-inference",
-         walltime="1h", resources={"cpus": 1, "gpus": 2})  # fmt: skip
-    _run(outsider_api, project="genomics", start=DAY1, minutes=60, name="g1",
-         resources={"cpus": 8}, **hpc)  # fmt: skip
+    _run(
+        api,
+        project="climate",
+        start=DAY1,
+        minutes=30,
+        name="c1",
+        type="ai-inference",
+        walltime="1h",
+        resources={"cpus": 1, "gpus": 2},
+    )
+    _run(
+        outsider_api,
+        project="genomics",
+        start=DAY1,
+        minutes=60,
+        name="g1",
+        resources={"cpus": 8},
+        **hpc,
+    )
 
 
 def _client(username: str) -> APIClient:
@@ -65,10 +80,13 @@ def _client(username: str) -> APIClient:
 
 def _cpu(rows, **match) -> Decimal:
     return sum(
-        (Decimal(r["quantity"]) for r in rows
-         if r["metric"] == "cpu" and all(r.get(k) == v for k, v in match.items())),
+        (
+            Decimal(r["quantity"])
+            for r in rows
+            if r["metric"] == "cpu" and all(r.get(k) == v for k, v in match.items())
+        ),
         Decimal(0),
-    )  # fmt: skip
+    )
 
 
 def test_a_researcher_sees_their_projects_and_finance_sees_all(usage, api):
@@ -90,7 +108,10 @@ def test_groups_filters_and_periods(usage):
     finn = _client("finn")
     by_user = finn.get(f"/api/v1/usage/?{RANGE}&group_by=user,queue&period=all&metric=cpu").json()
     assert {(r["user"], r["queue"]) for r in by_user["rows"]} == {
-        ("alice", "hpc"), ("alice", "inference-agent"), ("bob", "hpc")}  # fmt: skip
+        ("alice", "hpc"),
+        ("alice", "inference-agent"),
+        ("bob", "hpc"),
+    }
     week = finn.get(f"/api/v1/usage/?{RANGE}&group_by=project&period=week&project=materials").json()
     assert {r["period"] for r in week["rows"]} == {"2026-11-02"}  # both days in one week
     assert _cpu(week["rows"]) == 8
@@ -125,7 +146,9 @@ def test_csv_export_streams_with_the_period_and_filters_in_its_name(usage):
     )
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
     assert {r["project"]: r["quantity"] for r in rows if r["metric"] == "cpu"} == {
-        "materials": "8.000000", "genomics": "8.000000"}  # fmt: skip
+        "materials": "8.000000",
+        "genomics": "8.000000",
+    }
 
 
 def test_xlsx_export_opens_in_a_real_reader_with_the_right_totals(usage):
@@ -185,17 +208,31 @@ def test_a_collector_sends_samples_once_and_its_token_does_nothing_else(site):
     _, token = collector_create("nas")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Collector {token}")
-    samples = {"samples": [
-        {"id": "2026-11-02/materials", "project": "materials", "metric": "storage",
-         "quantity": 1200.5, "at": "2026-11-02"},
-        {"id": "net-1", "project": "genomics", "metric": "network", "quantity": "40",
-         "at": "2026-11-02T10:00:00Z"},
-    ]}  # fmt: skip
+    samples = {
+        "samples": [
+            {
+                "id": "2026-11-02/materials",
+                "project": "materials",
+                "metric": "storage",
+                "quantity": 1200.5,
+                "at": "2026-11-02",
+            },
+            {
+                "id": "net-1",
+                "project": "genomics",
+                "metric": "network",
+                "quantity": "40",
+                "at": "2026-11-02T10:00:00Z",
+            },
+        ]
+    }
     first = client.post("/api/v1/usage/samples/", samples, format="json")
     assert first.status_code == 200, first.json()
     assert first.json() == {"recorded": 2, "already": 0}
     assert client.post("/api/v1/usage/samples/", samples, format="json").json() == {
-        "recorded": 0, "already": 2}  # fmt: skip
+        "recorded": 0,
+        "already": 2,
+    }
     totals = _client("finn").get(f"/api/v1/usage/?{RANGE}&group_by=metric&period=all").json()
     storage = next(t for t in totals["totals"] if t["metric"] == "storage")
     assert Decimal(storage["settled"]) == Decimal("1200.5")
@@ -206,8 +243,21 @@ def test_a_collector_sends_samples_once_and_its_token_does_nothing_else(site):
         401,
         403,
     )
-    bad = client.post("/api/v1/usage/samples/", {"samples": [{"id": "x", "project": "materials",
-                      "metric": "cpu", "quantity": 1, "at": "2026-11-02"}]}, format="json")  # fmt: skip
+    bad = client.post(
+        "/api/v1/usage/samples/",
+        {
+            "samples": [
+                {
+                    "id": "x",
+                    "project": "materials",
+                    "metric": "cpu",
+                    "quantity": 1,
+                    "at": "2026-11-02",
+                }
+            ]
+        },
+        format="json",
+    )
     assert bad.status_code == 400
     assert bad.json()["errors"][0]["field"] == "samples[0].metric"
     wrong = APIClient()
@@ -264,8 +314,10 @@ def test_pool_utilisation_is_used_hours_over_the_pools_capacity(usage):
 
     finance = User.objects.get(username="finn")
     day = DAY1.date()
-    rows = {r["pool"]: r for r in reports.pool_utilisation(
-        finance, reports.UsageQuery(day, day, ("pool",), "all"))}  # fmt: skip
+    rows = {
+        r["pool"]: r
+        for r in reports.pool_utilisation(finance, reports.UsageQuery(day, day, ("pool",), "all"))
+    }
     cores = sum(Node.objects.filter(pool__name="cpu-hpc").values_list("cpus", flat=True))
     hpc = rows["cpu-hpc"]
     assert hpc["cpu_hours"] == Decimal(12)  # materials m1 (4 × 1 h) and genomics g1 (8 × 1 h)

@@ -99,13 +99,40 @@ def test_each_row_gets_its_own_values_in_one_update(api):
     untouched = submit(api, descriptor(name="upd-other")).json()["id"]
     when = timezone.now()
     rows = [
-        (ids[0], {"reason": AWKWARD, "exit_code": 0, "started_at": when, "admitted": True,
-                  "spec": {"env": [["X", QUOTED]]}, "state": "queued"}),
-        (ids[1], {"reason": "", "exit_code": None, "started_at": None, "admitted": False,
-                  "spec": {}, "state": "queued"}),
-        (ids[2], {"reason": "plain", "exit_code": 137, "started_at": when, "admitted": True,
-                  "spec": {"n": [1, 2.5, None]}, "state": "queued"}),
-    ]  # fmt: skip
+        (
+            ids[0],
+            {
+                "reason": AWKWARD,
+                "exit_code": 0,
+                "started_at": when,
+                "admitted": True,
+                "spec": {"env": [["X", QUOTED]]},
+                "state": "queued",
+            },
+        ),
+        (
+            ids[1],
+            {
+                "reason": "",
+                "exit_code": None,
+                "started_at": None,
+                "admitted": False,
+                "spec": {},
+                "state": "queued",
+            },
+        ),
+        (
+            ids[2],
+            {
+                "reason": "plain",
+                "exit_code": 137,
+                "started_at": when,
+                "admitted": True,
+                "spec": {"n": [1, 2.5, None]},
+                "state": "queued",
+            },
+        ),
+    ]
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
         assert update_rows(Task, rows) == 3
     assert len([q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]) == 1

@@ -101,10 +101,16 @@ def test_promote_makes_them_the_sites_rules_and_history_can_undo_it(site, api):
     new = _agents_start_low(current)
     new["routing_rules"] = [r for r in new["routing_rules"] if r["match_type"] != "sandbox"]
     canary = _start(new, 100)
-    assert _admin().post(
-        "/api/v1/canaries/", data=json.dumps({"name": "two", "share_percent": 5, **new}),
-        content_type="application/json",
-    ).status_code == 409  # fmt: skip
+    assert (
+        _admin()
+        .post(
+            "/api/v1/canaries/",
+            data=json.dumps({"name": "two", "share_percent": 5, **new}),
+            content_type="application/json",
+        )
+        .status_code
+        == 409
+    )
     promoted = _admin().post(
         f"/api/v1/canaries/{canary['id']}/promote/",
         data=json.dumps({"reason": "agents fine low"}),

@@ -26,8 +26,14 @@ def nets(*items: str) -> list:
     return [ipaddress.ip_network(item) for item in items]
 
 
-def obtain(client: Client, *, peer: str, forwarded: str | None = None, password="alice-demo-pass",
-           username="alice"):  # fmt: skip
+def obtain(
+    client: Client,
+    *,
+    peer: str,
+    forwarded: str | None = None,
+    password="alice-demo-pass",
+    username="alice",
+):
     headers = {"REMOTE_ADDR": peer}
     if forwarded is not None:
         headers["HTTP_X_FORWARDED_FOR"] = forwarded
@@ -142,8 +148,17 @@ def test_a_job_on_the_portals_host_cannot_lock_out_another_client(site, client, 
 
 def test_the_pace_grows_with_failures_and_is_capped():
     assert [pace_delay(n, 10, 30) for n in (0, 9, 10, 11, 12, 13, 14, 15, 40, 10**9)] == [
-        0, 0, 1, 2, 4, 8, 16, 30, 30, 30,
-    ]  # fmt: skip
+        0,
+        0,
+        1,
+        2,
+        4,
+        8,
+        16,
+        30,
+        30,
+        30,
+    ]
 
 
 def test_failures_from_many_addresses_pace_a_username_but_never_lock_it_out(site, client, settings):

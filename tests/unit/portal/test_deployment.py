@@ -79,8 +79,11 @@ def test_the_compose_file_holds_no_credential():
 def test_every_secret_a_service_reads_is_mounted_into_it():
     for service, env in _environments().items():
         mounted = set(COMPOSE["services"][service].get("secrets", []))
-        read = {v.removeprefix("/run/secrets/") for v in env.values()
-                if str(v).startswith("/run/secrets/")}  # fmt: skip
+        read = {
+            v.removeprefix("/run/secrets/")
+            for v in env.values()
+            if str(v).startswith("/run/secrets/")
+        }
         assert read <= mounted, f"{service} reads {read - mounted} without mounting it"
         assert mounted <= set(COMPOSE["secrets"]), service
     redis = COMPOSE["services"]["redis"]
@@ -144,8 +147,13 @@ def test_the_settings_start_on_the_compose_environment_and_its_secrets(tmp_path)
         "from django.conf import settings; print(settings.SECRET_KEY); "
         "print(settings.DATABASES['default']['PASSWORD']); print(settings.CELERY_BROKER_URL)"
     )
-    done = subprocess.run([sys.executable, "manage.py", "shell", "-v0", "-c", show], env=env,
-                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v0", "-c", show],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     key, password, broker = done.stdout.split()
     assert key.startswith("django_secret_key-") and password.startswith("db_password-")
@@ -162,8 +170,14 @@ def test_the_image_copies_only_what_the_repository_holds():
 
 
 def _print(service: str, env: dict[str, str]) -> list[str]:
-    out = subprocess.run([*_command(service), "--print"], env=env, cwd=ROOT, check=True,
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [*_command(service), "--print"],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -183,8 +197,9 @@ def test_the_services_run_the_command_lines_make_run_starts(var_env):
     worker = _print("worker", var_env)
     assert worker == worker_argv(beat_schedule=None, loglevel="INFO", concurrency=2)
     beat = _print("beat", var_env)
-    assert beat == beat_argv(schedule=Path(var_env["SWITCHYARD_VAR_DIR"]) / "celerybeat-schedule",
-                             loglevel="INFO")  # fmt: skip
+    assert beat == beat_argv(
+        schedule=Path(var_env["SWITCHYARD_VAR_DIR"]) / "celerybeat-schedule", loglevel="INFO"
+    )
 
 
 def _free_port() -> int:
@@ -217,8 +232,14 @@ def test_each_role_starts_from_its_container_command(var_env, tmp_path):
             argv = [*_command(role)[:3], role, *extra]  # the service's role, on a free port
             log = tmp_path / f"{role}.log"
             with log.open("w") as out:
-                proc = subprocess.Popen(argv, env=var_env, cwd=ROOT, stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                proc = subprocess.Popen(
+                    argv,
+                    env=var_env,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             procs.append(proc)
             _until(proc, log, ready)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10) as response:
@@ -251,10 +272,20 @@ def test_make_runs_portal_stops_everything_it_started_the_local_launcher_too(var
     log = tmp_path / "up.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "up", "--no-seed", "--addr",
-             f"127.0.0.1:{port}"],
-            env=var_env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(ROOT / "manage.py"),
+                "up",
+                "--no-seed",
+                "--addr",
+                f"127.0.0.1:{port}",
+            ],
+            env=var_env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         _until(proc, log, r"Switchyard is up", timeout=120)
         _until(proc, log, r"sending the periodic passes", timeout=60)  # the worker and beat

@@ -177,18 +177,33 @@ def ids(site) -> dict[str, object]:
     task = Task.objects.get(
         pk=submit(api, descriptor(queue="hpc", type="hpc-simulation")).json()["id"]
     )
-    flow = {"apiVersion": "switchyard/v1", "kind": "Workflow", "name": "wf",
-            "project": "materials", "tasks": [{"name": "a", "command": ["true"]}]}  # fmt: skip
+    flow = {
+        "apiVersion": "switchyard/v1",
+        "kind": "Workflow",
+        "name": "wf",
+        "project": "materials",
+        "tasks": [{"name": "a", "command": ["true"]}],
+    }
     made = api.post("/api/v1/workflows/", data=json.dumps(flow), content_type="application/json")
     assert made.status_code == 201, made.content
-    lease = open_lease(pool=Pool.objects.get(name="inference-agent"),
-                       queue=Queue.objects.get(name="training"), count=1, duration_s=600)  # fmt: skip
+    lease = open_lease(
+        pool=Pool.objects.get(name="inference-agent"),
+        queue=Queue.objects.get(name="training"),
+        count=1,
+        duration_s=600,
+    )
     request = PriorityRequest.objects.filter(task=task).first() or PriorityRequest.objects.create(
-        requester=alice, project=task.project, queue=task.queue, task=task, level=2,
-        reason="r", until=task.submitted_at.replace(year=task.submitted_at.year + 1),
-    )  # fmt: skip
-    run = SimulationRun.objects.create(workload="launch-mix", parameters={"policies": ["fifo"]},
-                                       created_by=admin)  # fmt: skip
+        requester=alice,
+        project=task.project,
+        queue=task.queue,
+        task=task,
+        level=2,
+        reason="r",
+        until=task.submitted_at.replace(year=task.submitted_at.year + 1),
+    )
+    run = SimulationRun.objects.create(
+        workload="launch-mix", parameters={"policies": ["fifo"]}, created_by=admin
+    )
     canary = Canary.objects.first()
     return {
         "task": task.pk,
@@ -203,10 +218,17 @@ def ids(site) -> dict[str, object]:
 
 def _kwargs(name: str, route: str, ids: dict) -> dict:
     by_name = {
-        "lease": "lease", "lease-end": "lease", "canary": "canary", "request": "request",
-        "priority": "request", "decide": "request", "simulation": "run", "version": "version",
-        "rollback": "version", "workflow": "workflow",
-    }  # fmt: skip
+        "lease": "lease",
+        "lease-end": "lease",
+        "canary": "canary",
+        "request": "request",
+        "priority": "request",
+        "decide": "request",
+        "simulation": "run",
+        "version": "version",
+        "rollback": "version",
+        "workflow": "workflow",
+    }
     kind = next((v for k, v in by_name.items() if k in name), "task")
     values = {
         "pk": ids[kind],

@@ -267,9 +267,13 @@ def test_a_rollback_never_deletes_what_hangs_on_the_object(site):
     RoutingRule.objects.create(order=99, queue=queue)
     # roll "back" to before it existed is a delete: refused while a rule routes to it
     deleted_version = ConfigVersion.objects.create(
-        model="scheduling.queue", object_id=queue.pk, object_repr="scratch",
-        action="delete", before=created.after, after=None,
-    )  # fmt: skip
+        model="scheduling.queue",
+        object_id=queue.pk,
+        object_repr="scratch",
+        action="delete",
+        before=created.after,
+        after=None,
+    )
     refused = _api("admin").post(
         f"/api/v1/config/versions/{deleted_version.pk}/rollback/",
         data=json.dumps({"reason": "gone"}),

@@ -47,9 +47,12 @@ def served(tmp_path):
     subprocess.run([*manage, "collectstatic", "--noinput", "-v0"], env=env, cwd=ROOT, check=True)
     port = _free_port()
     proc = subprocess.Popen(
-        web_argv(f"127.0.0.1:{port}", workers=2), env=env, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        web_argv(f"127.0.0.1:{port}", workers=2),
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -50,8 +50,13 @@ def test_the_admin_console_refuses_a_project_slug_no_descriptor_could_name(site)
     page = Client()
     page.force_login(User.objects.get(username="admin"))
     form = page.get("/admin/portal/project/add/").content.decode()
-    management = dict(re.findall(r'name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)"'
-                                 r'[^>]*value="(\d*)"', form))  # fmt: skip
+    management = dict(
+        re.findall(
+            r'name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)"'
+            r'[^>]*value="(\d*)"',
+            form,
+        )
+    )
     pi = User.objects.get(username="alice").pk
     data = {**management, "name": "Broken", "pi": pi, "share": 1}
     for key in [k for k in management if k.endswith("TOTAL_FORMS")]:

@@ -24,8 +24,9 @@ TRAINING = QueuePolicy(
 )
 
 
-def spec(*, gpus: int = 1, cpus: int = 1, nodes: int | None = None, walltime_s: int | None = H,
-         **kw: Any) -> TaskSpec:  # fmt: skip
+def spec(
+    *, gpus: int = 1, cpus: int = 1, nodes: int | None = None, walltime_s: int | None = H, **kw: Any
+) -> TaskSpec:
     res = Resources(cpus=cpus, gpus=gpus, memory_mib=1024, nodes=nodes)
     return TaskSpec(name="t", project="p", resources=res, walltime_s=walltime_s, **kw)
 
@@ -34,9 +35,16 @@ def node(name: str = "inf001", *, gpus: int = 4, **kw: Any) -> NodeView:
     return NodeView(name=name, cpus=32, memory_mib=256 * 1024, gpus=gpus, **kw)
 
 
-def running(key: str, *, level: int = LOW, gpus: tuple[int, ...] = (0,), on: str = "inf001",
-            task_type: str = "ai-inference", preemptible: bool = True,
-            started_at: float = NOW - 60) -> Running:  # fmt: skip
+def running(
+    key: str,
+    *,
+    level: int = LOW,
+    gpus: tuple[int, ...] = (0,),
+    on: str = "inf001",
+    task_type: str = "ai-inference",
+    preemptible: bool = True,
+    started_at: float = NOW - 60,
+) -> Running:
     alloc = NodeAllocation(node=on, cpus=1, memory_mib=1024, gpu_indices=gpus)
     return Running(key, task_type, level, preemptible, (alloc,), started_at)
 
@@ -49,8 +57,12 @@ def test_nothing_is_preempted_when_the_task_fits():
 
 
 def test_the_lowest_level_victim_is_taken_and_only_as_many_as_needed():
-    full = [running("a", level=MEDIUM, gpus=(0,)), running("b", level=LOW, gpus=(1,)),
-            running("c", level=LOW, gpus=(2,)), running("d", level=MEDIUM, gpus=(3,))]  # fmt: skip
+    full = [
+        running("a", level=MEDIUM, gpus=(0,)),
+        running("b", level=LOW, gpus=(1,)),
+        running("c", level=LOW, gpus=(2,)),
+        running("d", level=MEDIUM, gpus=(3,)),
+    ]
     decision = whom_to_preempt(spec(gpus=1), INFERENCE, HIGH, [node()], full, now=NOW)
     assert decision is not None
     assert len(decision.victims) == 1 and decision.victims[0] in {"b", "c"}
@@ -67,8 +79,11 @@ def test_among_equals_the_most_recently_started_goes_first():
 
 def test_two_gpus_free_two_victims_and_spare_a_moot_one():
     # The low-level one-GPU task on another node cannot help a two-GPU task on inf001.
-    full = [running("a", gpus=(0, 1)), running("b", level=MEDIUM, gpus=(2, 3)),
-            running("elsewhere", on="inf002", gpus=(0,))]  # fmt: skip
+    full = [
+        running("a", gpus=(0, 1)),
+        running("b", level=MEDIUM, gpus=(2, 3)),
+        running("elsewhere", on="inf002", gpus=(0,)),
+    ]
     nodes = [node(), node("inf002", gpus=1)]
     decision = whom_to_preempt(spec(gpus=2), INFERENCE, HIGH, nodes, full, now=NOW)
     assert decision.victims == ("a",)
@@ -77,9 +92,11 @@ def test_two_gpus_free_two_victims_and_spare_a_moot_one():
 def test_a_victim_that_turns_out_unneeded_is_spared():
     # Lowest first takes "x" (1 GPU on inf002), which does not make room for 4 GPUs; "y"
     # (all of inf001) does, and "x" is then spared.
-    full = [running("x", level=LOW, on="inf002", gpus=(0,)),
-            running("kept", on="inf002", gpus=(1, 2), preemptible=False),
-            running("y", level=MEDIUM, gpus=(0, 1, 2, 3))]  # fmt: skip
+    full = [
+        running("x", level=LOW, on="inf002", gpus=(0,)),
+        running("kept", on="inf002", gpus=(1, 2), preemptible=False),
+        running("y", level=MEDIUM, gpus=(0, 1, 2, 3)),
+    ]
     nodes = [node(), node("inf002", gpus=4)]
     decision = whom_to_preempt(spec(gpus=4), INFERENCE, HIGH, nodes, full, now=NOW)
     assert decision.victims == ("y",)
@@ -88,10 +105,12 @@ def test_a_victim_that_turns_out_unneeded_is_spared():
 def test_for_gpu_work_only_victims_on_gpu_nodes_count_even_cpu_only_ones():
     # inf001's GPUs are free but its cores are all taken by a CPU-only task; the agent node's
     # low-level task is more recent, yet stopping it could never help.
-    cpu_hog = Running("hog", "agent", LOW, True,
-                      (NodeAllocation("inf001", 32, 1024, ()),), NOW - 100)  # fmt: skip
-    elsewhere = Running("agt", "agent", LOW, True,
-                        (NodeAllocation("agt001", 64, 1024, ()),), NOW - 1)  # fmt: skip
+    cpu_hog = Running(
+        "hog", "agent", LOW, True, (NodeAllocation("inf001", 32, 1024, ()),), NOW - 100
+    )
+    elsewhere = Running(
+        "agt", "agent", LOW, True, (NodeAllocation("agt001", 64, 1024, ()),), NOW - 1
+    )
     nodes = [node(), NodeView(name="agt001", cpus=64, memory_mib=512 * 1024)]
     decision = whom_to_preempt(spec(), INFERENCE, HIGH, nodes, [cpu_hog, elsewhere], now=NOW)
     assert decision.victims == ("hog",)
@@ -99,9 +118,17 @@ def test_for_gpu_work_only_victims_on_gpu_nodes_count_even_cpu_only_ones():
 
 def test_training_and_hpc_are_never_preempted_whatever_their_queue_says():
     assert {"ai-training", "hpc-simulation"} == NEVER_PREEMPTED
-    full = [running(k, gpus=(i,), task_type=t)
-            for i, (k, t) in enumerate([("a", "ai-training"), ("b", "hpc-simulation"),
-                                        ("c", "ai-training"), ("d", "hpc-simulation")])]  # fmt: skip
+    full = [
+        running(k, gpus=(i,), task_type=t)
+        for i, (k, t) in enumerate(
+            [
+                ("a", "ai-training"),
+                ("b", "hpc-simulation"),
+                ("c", "ai-training"),
+                ("d", "hpc-simulation"),
+            ]
+        )
+    ]
     assert whom_to_preempt(spec(), INFERENCE, HIGH, [node()], full, now=NOW) is None
 
 
@@ -161,8 +188,12 @@ def test_a_lent_node_and_an_own_node_mix():
 
 
 def test_multi_node_training_goes_under_one_switch_when_one_has_room():
-    nodes = [node("a1", switch="sw1"), node("b1", switch="sw2"), node("b2", switch="sw2"),
-             node("a2", switch="sw1", available=False)]  # fmt: skip
+    nodes = [
+        node("a1", switch="sw1"),
+        node("b1", switch="sw2"),
+        node("b2", switch="sw2"),
+        node("a2", switch="sw1", available=False),
+    ]
     placement = place(spec(gpus=8, cpus=64, nodes=2), TRAINING, nodes, now=NOW)
     assert {a.node for a in placement.allocations} == {"b1", "b2"}
     assert placement.note == ""

@@ -38,8 +38,12 @@ from tests.conftest import descriptor, submit
 pytestmark = pytest.mark.django_db
 
 INFERENCE = {"type": "ai-inference", "walltime": "10m", "resources": {"gpus": 1, "cpus": 1}}
-TRAINING = {"type": "ai-training", "estimate": "1h", "walltime": "2h",
-            "resources": {"nodes": 1, "gpus": 4, "cpus": 8, "memory": "8Gi"}}  # fmt: skip
+TRAINING = {
+    "type": "ai-training",
+    "estimate": "1h",
+    "walltime": "2h",
+    "resources": {"nodes": 1, "gpus": 4, "cpus": 8, "memory": "8Gi"},
+}
 
 
 @pytest.fixture
@@ -237,8 +241,9 @@ def test_a_lease_needs_idle_nodes_another_pool_and_a_sane_length(site):
     with pytest.raises(ValueError, match="idle node"):
         _lease(count=99)
     with pytest.raises(ValueError, match="another pool"):
-        open_lease(pool=pool, queue=Queue.objects.get(name="inference-agent"), count=1,
-                   duration_s=60)  # fmt: skip
+        open_lease(
+            pool=pool, queue=Queue.objects.get(name="inference-agent"), count=1, duration_s=60
+        )
     with pytest.raises(ValueError, match="at most"):
         _lease(1, hours=100)
 
@@ -277,12 +282,24 @@ def test_leases_api_lists_history_and_only_admins_lend(admin_api, api):
     assert response.status_code == 201, response.json()
     body = response.json()
     assert (body["pool"], body["queue"], body["state"], len(body["nodes"])) == (
-        "inference-agent", "training", "active", 2)  # fmt: skip
-    assert api.post("/api/v1/leases/", {"pool": "inference-agent", "queue": "training",
-                                        "count": 1, "until": "1h"}, format="json"
-                    ).status_code == 403  # fmt: skip
-    bad = admin_api.post("/api/v1/leases/", {"pool": "inference-agent", "queue": "training",
-                                             "count": "two", "until": "1h"}, format="json")  # fmt: skip
+        "inference-agent",
+        "training",
+        "active",
+        2,
+    )
+    assert (
+        api.post(
+            "/api/v1/leases/",
+            {"pool": "inference-agent", "queue": "training", "count": 1, "until": "1h"},
+            format="json",
+        ).status_code
+        == 403
+    )
+    bad = admin_api.post(
+        "/api/v1/leases/",
+        {"pool": "inference-agent", "queue": "training", "count": "two", "until": "1h"},
+        format="json",
+    )
     assert bad.status_code == 400
     assert bad.json()["errors"][0]["field"] == "count"
     capacity_pass(timezone.now() + timedelta(hours=5))  # it ends

@@ -678,8 +678,12 @@ def test_a_lease_lends_nodes_to_another_pool_for_work_that_ends_in_time(job_root
         "inf": [NodeView(name="g1", cpus=4, memory_mib=16384, gpus=2)],
         "train": [NodeView(name="t1", cpus=4, memory_mib=16384, gpus=2, available=False)],
     }
-    backend = LocalBackend("local-lease", root=str(job_root / "lease"),
-                           node_source=lambda alias: inventory, kill_grace_s=0.5)  # fmt: skip
+    backend = LocalBackend(
+        "local-lease",
+        root=str(job_root / "lease"),
+        node_source=lambda alias: inventory,
+        kill_grace_s=0.5,
+    )
     lease = LeaseView(7, ("g1",), ("inference",), "training", "train", time.time() + 3600)
     before = backend.submit(request("before", ["true"], queue=train, gpus=2, walltime_s=60))
     assert before.state is JobState.PENDING  # the training pool's one node is down
@@ -704,13 +708,24 @@ PACK_INF = QueuePolicy(name="inference", pool="inf", task_types=())
 
 def test_multi_node_work_says_when_it_could_not_stay_under_one_switch(make):
     whole = QueuePolicy(name="training", pool="p", task_types=(), allocation="whole-node")
-    backend = make([NodeView(name="a1", cpus=2, memory_mib=4096, switch="sw1"),
-                    NodeView(name="b1", cpus=2, memory_mib=4096, switch="sw2")])  # fmt: skip
+    backend = make(
+        [
+            NodeView(name="a1", cpus=2, memory_mib=4096, switch="sw1"),
+            NodeView(name="b1", cpus=2, memory_mib=4096, switch="sw2"),
+        ]
+    )
     req = request("spread", ["sleep", "5"], queue=whole, cpus=4)
-    req = SubmitRequest(**{**{f: getattr(req, f) for f in req.__dataclass_fields__},
-                           "spec": TaskSpec(name="spread", project="materials",
-                                            resources=Resources(cpus=4, nodes=2),
-                                            command=("sleep", "5"))})  # fmt: skip
+    req = SubmitRequest(
+        **{
+            **{f: getattr(req, f) for f in req.__dataclass_fields__},
+            "spec": TaskSpec(
+                name="spread",
+                project="materials",
+                resources=Resources(cpus=4, nodes=2),
+                command=("sleep", "5"),
+            ),
+        }
+    )
     job = running(backend, backend.submit(req).backend_id)
     assert set(job.nodes) == {"a1", "b1"}
     assert job.reason == "placed across 2 switches: no switch has 2 free nodes for it"

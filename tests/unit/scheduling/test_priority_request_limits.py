@@ -129,9 +129,14 @@ def test_single_submissions_workflows_and_requests_stop_at_the_ceiling(researche
         "kind": "Workflow",
         "name": "wf",
         "project": "materials",
-        "tasks": [{k: v for k, v in descriptor(name="a", priority="high").items()
-                   if k not in ("apiVersion", "kind", "project")}],
-    }  # fmt: skip
+        "tasks": [
+            {
+                k: v
+                for k, v in descriptor(name="a", priority="high").items()
+                if k not in ("apiVersion", "kind", "project")
+            }
+        ],
+    }
     refused = _api(researcher).post(
         "/api/v1/workflows/", data=json.dumps(flow), content_type="application/json"
     )

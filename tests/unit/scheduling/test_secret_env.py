@@ -76,12 +76,21 @@ def test_the_database_holds_no_secret_value_in_clear(site, api):
     flow = api.post(
         "/api/v1/workflows/",
         {
-            "apiVersion": "switchyard/v1", "kind": "Workflow", "name": "wf", "project": "materials",
-            "tasks": [{"name": "a", "walltime": "10m", "command": ["true"],
-                       "secret_env": {"API_KEY": SECRET}}],
+            "apiVersion": "switchyard/v1",
+            "kind": "Workflow",
+            "name": "wf",
+            "project": "materials",
+            "tasks": [
+                {
+                    "name": "a",
+                    "walltime": "10m",
+                    "command": ["true"],
+                    "secret_env": {"API_KEY": SECRET},
+                }
+            ],
         },
         format="json",
-    )  # fmt: skip
+    )
     assert flow.status_code == 201, flow.json()
     assert Task.objects.count() == 5
     held = _all_rows_text()
@@ -107,8 +116,12 @@ def test_secret_env_follows_envs_rules_and_no_error_repeats_a_value(site, api):
     )
     assert bad.status_code == 400
     fields = {e["field"] for e in bad.json()["errors"]}
-    assert fields == {"secret_env.LD_PRELOAD", "secret_env.bad name", "secret_env.TOKEN",
-                      "secret_env.N"}  # fmt: skip
+    assert fields == {
+        "secret_env.LD_PRELOAD",
+        "secret_env.bad name",
+        "secret_env.TOKEN",
+        "secret_env.N",
+    }
     assert SECRET not in bad.content.decode()
     # "Submit again" shows the mask; sent back as it is, it is refused, not run as the value.
     masked = submit(api, descriptor(secret_env={"API_KEY": "••••"}))

@@ -133,10 +133,18 @@ def test_secret_env_reaches_the_job_but_not_the_script_slurm_keeps_nor_other_acc
     assert done.stdout == secret + "\n"
     other = pwd.getpwnam("nobody")
     peek = subprocess.run(
-        ["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups",
-         "cat", str(held)],
-        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        [
+            "setpriv",
+            f"--reuid={other.pw_uid}",
+            f"--regid={other.pw_gid}",
+            "--clear-groups",
+            "cat",
+            str(held),
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert peek.returncode != 0 and secret not in peek.stdout
 
 
@@ -180,11 +188,20 @@ def test_account_partition_and_limits_go_on_the_command_line(backend):
 
 
 def test_a_task_that_fits_on_a_lease_may_also_run_in_its_partition(backend):
-    spec = TaskSpec(name="t", project="materials", command=("true",),
-                    resources=Resources(nodes=1, gpus=4, cpus=8), walltime_s=1800)  # fmt: skip
+    spec = TaskSpec(
+        name="t",
+        project="materials",
+        command=("true",),
+        resources=Resources(nodes=1, gpus=4, cpus=8),
+        walltime_s=1800,
+    )
     lent = request(spec, TRAINING, "ai-training")
-    lent = SubmitRequest(**{**{f: getattr(lent, f) for f in lent.__dataclass_fields__},
-                            "extra": {"lease_partitions": "lease-3,lease-9"}})  # fmt: skip
+    lent = SubmitRequest(
+        **{
+            **{f: getattr(lent, f) for f in lent.__dataclass_fields__},
+            "extra": {"lease_partitions": "lease-3,lease-9"},
+        }
+    )
     argv, _ = backend.sbatch_command(lent)
     assert "--partition=training,lease-3,lease-9" in argv
     assert not [a for a in argv if a.startswith("--switches")]  # one node: no switch to ask
@@ -236,15 +253,25 @@ def test_a_researchers_own_account_is_used_and_root_is_refused(backend):
 
     spec = TaskSpec(name="x", project="materials", command=("true",))
     mine = SubmitRequest(
-        key="sy-1-1", spec=spec, type="hpc-simulation", queue=HPC, project="materials",
-        user="alice", extra={"run_as": "sy-alice"},
-    )  # fmt: skip
+        key="sy-1-1",
+        spec=spec,
+        type="hpc-simulation",
+        queue=HPC,
+        project="materials",
+        user="alice",
+        extra={"run_as": "sy-alice"},
+    )
     argv, _ = backend.sbatch_command(mine)
     assert "--uid=sy-alice" in argv
     as_root = SubmitRequest(
-        key="sy-1-2", spec=spec, type="hpc-simulation", queue=HPC, project="materials",
-        user="alice", extra={"run_as": "root"},
-    )  # fmt: skip
+        key="sy-1-2",
+        spec=spec,
+        type="hpc-simulation",
+        queue=HPC,
+        project="materials",
+        user="alice",
+        extra={"run_as": "root"},
+    )
     with pytest.raises(BackendError, match="refusing to run a job as 'root'"):
         backend.sbatch_command(as_root)
     nobody = SlurmBackend("slurm", cluster="test", workdir=str(backend.workdir))
@@ -262,8 +289,12 @@ def test_the_cpu_watcher_runs_isolated_and_ends_as_its_command_did(tmp_path):
 
     (tmp_path / "usercustomize.py").write_text("raise SystemExit(42)\n")
     (tmp_path / "subprocess.py").write_text("raise SystemExit(43)\n")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONINSPECT": "1", "PYTHONUSERBASE": str(tmp_path),
-           "PYTHONPATH": str(tmp_path)}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONINSPECT": "1",
+        "PYTHONUSERBASE": str(tmp_path),
+        "PYTHONPATH": str(tmp_path),
+    }
     out = tmp_path / "cpu"
 
     def run(command: str) -> int:

@@ -47,8 +47,15 @@ def test_answers_keep_their_requests_order_while_several_run_at_once():
     results = submit_concurrently(submit, _requests(8), workers=4)
     assert 1 < most[0] <= 4
     assert [getattr(r, "backend_id", None) for r in results] == [
-        "id-k0", "id-k1", "id-k2", None, "id-k4", "id-k5", "id-k6", "id-k7",
-    ]  # fmt: skip
+        "id-k0",
+        "id-k1",
+        "id-k2",
+        None,
+        "id-k4",
+        "id-k5",
+        "id-k6",
+        "id-k7",
+    ]
     assert isinstance(results[3], BackendError) and "bad partition" in str(results[3])
 
 

@@ -108,9 +108,14 @@ def test_while_it_runs_the_page_asks_only_for_what_changed_and_then_stops(browse
     body = one.json()
     assert [t["id"] for t in body["tasks"]] == [a.pk]
     assert body["tasks"][0] == {
-        "id": a.pk, "state": "succeeded", "shown": "succeeded", "exit_code": None,
-        "attempts": 0, "reason": "", "edges": "done",
-    }  # fmt: skip
+        "id": a.pk,
+        "state": "succeeded",
+        "shown": "succeeded",
+        "exit_code": None,
+        "attempts": 0,
+        "reason": "",
+        "edges": "done",
+    }
     assert len(one.content) < 1000
     assert float(body["since"]) > since
 
@@ -130,8 +135,10 @@ def test_the_changes_of_another_projects_workflow_are_404_and_a_bad_since_is_400
     bad = browser.get(f"/workflows/{diamond.pk}/changes/?since=yesterday")
     assert bad.status_code == 400
     assert bad.json()["errors"][0] == {
-        "field": "since", "message": "expected seconds since the epoch (0 to 253402300799)", "got": "yesterday"
-    }  # fmt: skip
+        "field": "since",
+        "message": "expected seconds since the epoch (0 to 253402300799)",
+        "got": "yesterday",
+    }
 
 
 def test_the_graph_keeps_updating_while_an_aborted_workflow_still_has_running_tasks(

@@ -85,9 +85,10 @@ class Flow:
     def submit(self, *tasks: dict[str, Any], **fields: Any) -> Workflow:
         with self.run():
             response = self.api.post(
-                "/api/v1/workflows/", data=json.dumps(workflow(*tasks, **fields)),
+                "/api/v1/workflows/",
+                data=json.dumps(workflow(*tasks, **fields)),
                 content_type="application/json",
-            )  # fmt: skip
+            )
         assert response.status_code == 201, response.json()
         self.workflow = Workflow.objects.get(pk=response.json()["id"])
         return self.workflow

@@ -76,9 +76,19 @@ def test_an_swf_trace_runs_under_every_policy(tmp_path):
 
 def test_the_alibaba_trace_reads_pods_and_nodes_and_says_what_it_left_out(tmp_path):
     target = tmp_path / "ali.json"
-    _run("alibaba", str(TRACES / "openb_pod_list_default.csv"),
-         str(TRACES / "openb_node_list_gpu_node.csv"), "--limit", "300", "--compress", "50",
-         "--policies", "fifo,switchyard", "--json", str(target))  # fmt: skip
+    _run(
+        "alibaba",
+        str(TRACES / "openb_pod_list_default.csv"),
+        str(TRACES / "openb_node_list_gpu_node.csv"),
+        "--limit",
+        "300",
+        "--compress",
+        "50",
+        "--policies",
+        "fifo,switchyard",
+        "--json",
+        str(target),
+    )
     result = json.loads(target.read_text())
     assert result["jobs"] == 300 and set(result["policies"]) == {"fifo", "switchyard"}
     assert result["left_out"]["never scheduled"] > 0 and result["compress"] == 50

@@ -187,8 +187,9 @@ def test_a_researcher_gets_a_404_on_every_simulation_url(site, researcher, admin
         ({"workload": "swf", "repeat": "1000", "file": "trace"}, "repeat", "from 1 to 100"),
     ],
 )
-def test_bad_input_names_the_field_and_stores_nothing(admin_page, sent, settings, fields, field,
-                                                      says):  # fmt: skip
+def test_bad_input_names_the_field_and_stores_nothing(
+    admin_page, sent, settings, fields, field, says
+):
     if fields.get("file") == "trace":
         fields["file"] = _swf()
     response = _start(admin_page, sent, **fields)
@@ -243,8 +244,9 @@ def test_a_malformed_trace_ends_the_run_failed_with_the_line_at_fault(admin_page
 
 def test_a_run_that_breaks_is_kept_failed_with_the_error(admin_page, sent):
     _start(admin_page, sent)
-    with mock.patch("simulation.services.run_named", autospec=True,
-                    side_effect=RuntimeError("boom")):  # fmt: skip
+    with mock.patch(
+        "simulation.services.run_named", autospec=True, side_effect=RuntimeError("boom")
+    ):
         tasks.simulations()
     run = SimulationRun.objects.get()
     assert (run.state, run.error) == ("failed", "internal error: RuntimeError: boom")

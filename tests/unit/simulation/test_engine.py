@@ -24,10 +24,15 @@ ONE_NODE = Site(
 )
 
 
-def _job(key, submit, cpus, runtime, walltime, *, kind="hpc-simulation", queue="q", gpus=0,
-         project="p") -> SimJob:  # fmt: skip
-    spec = TaskSpec(name=key, project=project, resources=Resources(cpus=cpus, gpus=gpus,
-                    memory_mib=1024), walltime_s=walltime)  # fmt: skip
+def _job(
+    key, submit, cpus, runtime, walltime, *, kind="hpc-simulation", queue="q", gpus=0, project="p"
+) -> SimJob:
+    spec = TaskSpec(
+        name=key,
+        project=project,
+        resources=Resources(cpus=cpus, gpus=gpus, memory_mib=1024),
+        walltime_s=walltime,
+    )
     return SimJob(key, spec, kind, queue, submit, runtime)
 
 
@@ -62,8 +67,13 @@ def test_easy_backfills_past_the_reservation_into_room_the_head_leaves():
         pools={"p": tuple(NodeView(f"n{i}", cpus=4, memory_mib=16384) for i in (1, 2, 3))},
         queues={"q": QueuePolicy(name="q", pool="p", task_types=())},
     )
-    jobs = [_job("A", 0, 4, 10, 10), _job("A2", 0, 4, 10, 10), _job("A3", 0, 3, 10, 10),
-            _job("B", 1, 10, 5, 5), _job("E", 2, 1, 100, 100)]  # fmt: skip
+    jobs = [
+        _job("A", 0, 4, 10, 10),
+        _job("A2", 0, 4, 10, 10),
+        _job("A3", 0, 3, 10, 10),
+        _job("B", 1, 10, 5, 5),
+        _job("E", 2, 1, 100, 100),
+    ]
     easy = _schedule("easy", jobs, site)
     assert easy["B"] == (10, 15)
     assert easy["E"] == (2, 102)
@@ -120,8 +130,11 @@ def test_a_quota_holds_work_until_its_projects_running_work_ends():
         queues={"t": QueuePolicy(name="t", pool="g", task_types=())},
         quotas=(QuotaTemplate("t", "gpus", 4),),
     )
-    jobs = [_job("a", 0, 1, 50, 60, queue="t", gpus=4), _job("b", 1, 1, 50, 60, queue="t", gpus=4),
-            _job("c", 2, 1, 50, 60, queue="t", gpus=4, project="other")]  # fmt: skip
+    jobs = [
+        _job("a", 0, 1, 50, 60, queue="t", gpus=4),
+        _job("b", 1, 1, 50, 60, queue="t", gpus=4),
+        _job("c", 2, 1, 50, 60, queue="t", gpus=4, project="other"),
+    ]
     got = _schedule("switchyard", jobs, site)
     # b waits for a (same project, 4 GPUs at most) though the node has room; c does not.
     assert got == {"a": (0, 50), "b": (50, 100), "c": (2, 52)}
@@ -130,15 +143,22 @@ def test_a_quota_holds_work_until_its_projects_running_work_ends():
 
 def test_a_daily_lease_lends_idle_nodes_and_takes_them_back():
     site = Site(
-        pools={"inf": (NodeView("i1", cpus=4, memory_mib=16384),),
-               "train": (NodeView("t1", cpus=4, memory_mib=16384),)},
-        queues={"inf": QueuePolicy(name="inf", pool="inf", task_types=()),
-                "train": QueuePolicy(name="train", pool="train", task_types=())},
+        pools={
+            "inf": (NodeView("i1", cpus=4, memory_mib=16384),),
+            "train": (NodeView("t1", cpus=4, memory_mib=16384),),
+        },
+        queues={
+            "inf": QueuePolicy(name="inf", pool="inf", task_types=()),
+            "train": QueuePolicy(name="train", pool="train", task_types=()),
+        },
         leases=(LeaseTemplate("inf", "train", 1, "08:01", 3600),),
         start_minute=8 * 60,
-    )  # fmt: skip
-    jobs = [_job("t-a", 0, 4, 1000, 1000, queue="train"), _job("t-b", 1, 4, 100, 100, queue="train"),
-            _job("t-c", 2, 4, 5000, 5000, queue="train")]  # fmt: skip
+    )
+    jobs = [
+        _job("t-a", 0, 4, 1000, 1000, queue="train"),
+        _job("t-b", 1, 4, 100, 100, queue="train"),
+        _job("t-c", 2, 4, 5000, 5000, queue="train"),
+    ]
     run = simulate(jobs, site, "switchyard")
     # At 08:01 (t=60) i1 is lent until t=3660: t-b (walltime 100) fits before the lease ends
     # and runs there; t-c (walltime 5000) would not, so it waits for t1.
@@ -179,10 +199,10 @@ def test_the_simulator_imports_no_django_and_uses_the_engines_decisions():
 def test_the_simulator_calls_the_functions_the_live_engine_calls():
     from scheduling.backends.local import backend as local
     from scheduling.engine import admission, capacity
-    from simulation.simulator import baselines, switchyard
+    from simulation.simulator import baselines, leases, switchyard
 
     assert switchyard.schedule_pass is local.schedule_pass
-    assert switchyard.lend is local.lend
+    assert leases.lend is local.lend
     assert switchyard.whom_to_preempt is capacity.whom_to_preempt
     assert switchyard.admit is admission.admit
     assert switchyard.place is baselines.place is capacity.place

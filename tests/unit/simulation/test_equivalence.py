@@ -44,11 +44,17 @@ class OneCall(SitePolicy):
                 weight=weight_at(site.weights.get(job.queue, ()), job.type, minute),
                 share=shares[job.queue].get(job.project, 1.0),
             )
-            offered.append(WaitingJob(job.key, job.spec, site.queues[job.queue], value,
-                                      self.seq[job.key]))  # fmt: skip
-        decisions = schedule_pass(offered, pools={pool: list(sim.pool_nodes(pool))},
-                                  allocations=sim.allocations, running=sim.per_queue,
-                                  drained=set(sim.down), now=now)  # fmt: skip
+            offered.append(
+                WaitingJob(job.key, job.spec, site.queues[job.queue], value, self.seq[job.key])
+            )
+        decisions = schedule_pass(
+            offered,
+            pools={pool: list(sim.pool_nodes(pool))},
+            allocations=sim.allocations,
+            running=sim.per_queue,
+            drained=set(sim.down),
+            now=now,
+        )
         for d in decisions:
             job = sim.waiting[d.key]
             if isinstance(d, Start):
@@ -63,55 +69,113 @@ class OneCall(SitePolicy):
 
 def _site_and_jobs(seed: int):
     rng = random.Random(seed)
-    cpu = tuple(NodeView(f"c{i}", cpus=rng.choice((4, 8, 16)), memory_mib=rng.choice((16, 32)) * GIB,
-                         switch=rng.choice(("s1", "s2"))) for i in range(rng.randint(2, 4)))  # fmt: skip
-    gpu = tuple(NodeView(f"g{i}", cpus=rng.choice((8, 16)), memory_mib=64 * GIB, gpus=rng.choice((2, 4)),
-                         gpu_model=rng.choice(("a", "b")), switch="s3") for i in range(rng.randint(2, 3)))  # fmt: skip
+    cpu = tuple(
+        NodeView(
+            f"c{i}",
+            cpus=rng.choice((4, 8, 16)),
+            memory_mib=rng.choice((16, 32)) * GIB,
+            switch=rng.choice(("s1", "s2")),
+        )
+        for i in range(rng.randint(2, 4))
+    )
+    gpu = tuple(
+        NodeView(
+            f"g{i}",
+            cpus=rng.choice((8, 16)),
+            memory_mib=64 * GIB,
+            gpus=rng.choice((2, 4)),
+            gpu_model=rng.choice(("a", "b")),
+            switch="s3",
+        )
+        for i in range(rng.randint(2, 3))
+    )
     agents = tuple(
         NodeView(f"a{i}", cpus=rng.choice((4, 8)), memory_mib=16 * GIB) for i in range(2)
     )
     queues = {
         "hpc": QueuePolicy("hpc", "cpu", (), max_concurrency=rng.choice((None, 1, 3))),
         "hpc2": QueuePolicy("hpc2", "cpu", (), cpu_oversubscription=rng.choice((1, 2, 4))),
-        "wn": QueuePolicy("wn", "gpu", (), allocation="whole-node", max_concurrency=rng.choice((None, 2))),
+        "wn": QueuePolicy(
+            "wn", "gpu", (), allocation="whole-node", max_concurrency=rng.choice((None, 2))
+        ),
         "tr": QueuePolicy("tr", "gpu", ()),
-        "ag": QueuePolicy("ag", "ag", (), preemptible=True, cpu_oversubscription=rng.choice((1, 4))),
+        "ag": QueuePolicy(
+            "ag", "ag", (), preemptible=True, cpu_oversubscription=rng.choice((1, 4))
+        ),
         "inf": QueuePolicy("inf", "ag", ()),
-    }  # fmt: skip
+    }
     rules = (
-        LevelRule("agent", start=HIGH, step=-1, every_s=rng.choice((5, 20)), limit=LOW, repeat=True),
-        LevelRule("ai-inference", start=LOW, step=+1, every_s=rng.choice((7, 30)), limit=HIGH, repeat=True),
+        LevelRule(
+            "agent", start=HIGH, step=-1, every_s=rng.choice((5, 20)), limit=LOW, repeat=True
+        ),
+        LevelRule(
+            "ai-inference", start=LOW, step=+1, every_s=rng.choice((7, 30)), limit=HIGH, repeat=True
+        ),
         LevelRule("hpc-simulation", start=LOW, step=+1, every_s=40, limit=HIGH, repeat=True),
         LevelRule("ai-training", start=MEDIUM, step=+1, every_s=25, limit=HIGH),
-    )  # fmt: skip
+    )
     leases = ()
     if rng.random() < 0.6:
-        leases = (LeaseTemplate(rng.choice(("gpu", "cpu")), rng.choice(("hpc", "tr")), 1,
-                                f"08:0{rng.randint(0, 4)}", rng.choice((60, 150, 400))),)  # fmt: skip
-    site = Site(pools={"cpu": cpu, "gpu": gpu, "ag": agents}, queues=queues, level_rules=rules,
-                quotas=(QuotaTemplate("tr", "gpus", rng.choice((2, 4))),) if rng.random() < 0.6 else (),
-                leases=leases, shares={"p1": 2.0, "p2": 1.0}, half_life_s=300,
-                preempt_after_s=rng.choice((3, 10)))  # fmt: skip
-    kinds = [("hpc-simulation", "hpc"), ("hpc-simulation", "hpc2"), ("ai-training", "wn"),
-             ("ai-training", "tr"), ("agent", "ag"), ("ai-inference", "inf")]  # fmt: skip
+        leases = (
+            LeaseTemplate(
+                rng.choice(("gpu", "cpu")),
+                rng.choice(("hpc", "tr")),
+                1,
+                f"08:0{rng.randint(0, 4)}",
+                rng.choice((60, 150, 400)),
+            ),
+        )
+    site = Site(
+        pools={"cpu": cpu, "gpu": gpu, "ag": agents},
+        queues=queues,
+        level_rules=rules,
+        quotas=(QuotaTemplate("tr", "gpus", rng.choice((2, 4))),) if rng.random() < 0.6 else (),
+        leases=leases,
+        shares={"p1": 2.0, "p2": 1.0},
+        half_life_s=300,
+        preempt_after_s=rng.choice((3, 10)),
+    )
+    kinds = [
+        ("hpc-simulation", "hpc"),
+        ("hpc-simulation", "hpc2"),
+        ("ai-training", "wn"),
+        ("ai-training", "tr"),
+        ("agent", "ag"),
+        ("ai-inference", "inf"),
+    ]
     jobs = []
     for i in range(rng.randint(15, 50)):
         kind, queue = rng.choice(kinds)
         if queue in ("hpc", "hpc2"):
-            res = Resources(cpus=rng.choice((1, 2, 4, 8, 12, 20)), memory_mib=rng.choice((1, 8)) * GIB,
-                            nodes=rng.choice((None, None, 1, 2)))  # fmt: skip
+            res = Resources(
+                cpus=rng.choice((1, 2, 4, 8, 12, 20)),
+                memory_mib=rng.choice((1, 8)) * GIB,
+                nodes=rng.choice((None, None, 1, 2)),
+            )
         elif queue == "wn":
-            res = Resources(cpus=rng.choice((4, 8)), gpus=rng.choice((0, 1, 4)), memory_mib=8 * GIB,
-                            nodes=rng.choice((None, 1, 2)))  # fmt: skip
+            res = Resources(
+                cpus=rng.choice((4, 8)),
+                gpus=rng.choice((0, 1, 4)),
+                memory_mib=8 * GIB,
+                nodes=rng.choice((None, 1, 2)),
+            )
         elif queue == "tr":
-            res = Resources(cpus=rng.choice((1, 2)), gpus=rng.choice((1, 2, 3)), memory_mib=4 * GIB,
-                            gpu_type=rng.choice((None, "a", "b")))  # fmt: skip
+            res = Resources(
+                cpus=rng.choice((1, 2)),
+                gpus=rng.choice((1, 2, 3)),
+                memory_mib=4 * GIB,
+                gpu_type=rng.choice((None, "a", "b")),
+            )
         else:
             res = Resources(cpus=rng.choice((1, 2, 4)), memory_mib=GIB)
         runtime = rng.choice((5, 10, 30, 60, 120))
-        spec = TaskSpec(name=f"j{i}", project=rng.choice(("p1", "p2", "p3")), resources=res,
-                        walltime_s=rng.choice((runtime, 2 * runtime)),
-                        priority=rng.choice(("normal", "low")))  # fmt: skip
+        spec = TaskSpec(
+            name=f"j{i}",
+            project=rng.choice(("p1", "p2", "p3")),
+            resources=res,
+            walltime_s=rng.choice((runtime, 2 * runtime)),
+            priority=rng.choice(("normal", "low")),
+        )
         jobs.append(
             SimJob(f"j{i:02d}", spec, kind, queue, float(rng.randint(0, 300)), float(runtime))
         )

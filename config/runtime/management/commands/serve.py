@@ -48,10 +48,17 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=1)
             # Hashed static file names need the manifest storage, chosen at start-up.
             subprocess.run(
-                [sys.executable, str(settings.BASE_DIR / "manage.py"), "collectstatic",
-                 "--noinput", "--verbosity=0"],
-                env={**os.environ, STATIC_MANIFEST_ENV: "1"}, cwd=settings.BASE_DIR, check=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    str(settings.BASE_DIR / "manage.py"),
+                    "collectstatic",
+                    "--noinput",
+                    "--verbosity=0",
+                ],
+                env={**os.environ, STATIC_MANIFEST_ENV: "1"},
+                cwd=settings.BASE_DIR,
+                check=True,
+            )
             return
         if role == "web":
             argv = web_argv(
