@@ -12,7 +12,6 @@ from scheduling.backends.base import (
     LeaseView,
     NodeHealth,
     Run,
-    ShowsStarts,
     SubmitRequest,
 )
 
@@ -25,6 +24,5 @@ __all__ = [
     "LeaseView",
     "NodeHealth",
     "Run",
-    "ShowsStarts",
     "SubmitRequest",
 ]

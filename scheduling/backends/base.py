@@ -171,12 +171,14 @@ class Backend(Protocol):
         go on, and a later call may start it again. Most backends hold nothing."""
         return None
 
+    # Whether `started` can say at once which jobs have started (the local backend can: its
+    # jobs are processes here); the engine then shows them running without waiting a poll.
+    shows_starts: bool = False
 
-@runtime_checkable
-class ShowsStarts(Protocol):
-    """A backend that can say at once which jobs have started (the local backend)."""
-
-    def started(self, backend_ids: list[str], *, within_s: float) -> dict[str, Job]: ...
+    def started(self, backend_ids: list[str], *, within_s: float) -> dict[str, Job]:
+        """The jobs among these that have started (or ended), waiting up to `within_s` for
+        them; only asked of a backend whose `shows_starts` is true."""
+        return {}
 
 
 def submit_concurrently(

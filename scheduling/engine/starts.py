@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from scheduling import hooks
-from scheduling.backends import Job, ShowsStarts
+from scheduling.backends import Job
 from scheduling.engine.follow import apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.models import Task
@@ -36,7 +36,7 @@ def watch_starts(backend, task_ids: dict[str, int]) -> None:
     """Have the jobs just queued (backend id → task id) shown running once they start, if
     the backend can say so at once (`started`)."""
     within = settings.SWITCHYARD_START_WAIT_SECONDS
-    if not task_ids or within <= 0 or not hasattr(backend, "started"):
+    if not task_ids or within <= 0 or not backend.shows_starts:
         return
     if current_task and not current_task.request.is_eager:  # in a worker's task
         WATCHER.watch(backend.alias, task_ids, within)
@@ -118,7 +118,7 @@ class StartWatcher:
             by_alias.setdefault(alias, {})[backend_id] = task_id
         for alias, task_ids in by_alias.items():
             backend = get_backend(alias)
-            if not isinstance(backend, ShowsStarts):  # watch_starts takes only such backends
+            if not backend.shows_starts:  # watch_starts takes only such backends
                 continue
             started = backend.started(list(task_ids), within_s=0)
             if not started:

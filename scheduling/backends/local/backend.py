@@ -65,6 +65,7 @@ class LocalBackend(Backend):
     uses_inventory = True
     # Its jobs are processes of this machine: they share its process ids (scheduling/host.py).
     runs_on_this_host = True
+    shows_starts = True  # a job's start shows at once in its folder (engine/starts.py)
 
     def __init__(
         self,
