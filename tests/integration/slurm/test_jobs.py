@@ -226,13 +226,13 @@ django.setup()
 from scheduling import engine
 from scheduling.backends.slurm import SlurmBackend
 
-original = SlurmBackend.submit
+original = SlurmBackend.submit_many  # what dispatch calls, for one job or many
 
-def submit_then_die(self, request):
-    job = original(self, request)   # sbatch has returned: the job exists in Slurm
+def submit_then_die(self, requests):
+    jobs = original(self, requests)   # sbatch has returned: the job exists in Slurm
     os.kill(os.getpid(), signal.SIGKILL)  # ... and the worker dies before the commit
 
-SlurmBackend.submit = submit_then_die
+SlurmBackend.submit_many = submit_then_die
 engine.task_dispatch(int(sys.argv[1]))
 """
 
@@ -392,7 +392,7 @@ def test_a_controller_stopped_and_started_again_loses_nothing(site, api, slurm_e
         assert len(sacct_runs(task.key, slurm_env)) == 1
 
 
-def test_a_level_change_reaches_slurm_as_the_jobs_priority(site, api, slurm_env):
+def test_a_level_change_reaches_slurm_as_the_jobs_priority(site, api, slurm_env, worker):
     """Levels reach Slurm as the job's priority (sbatch --priority, then scontrol update)."""
     from django.contrib.auth.models import User
 
@@ -428,7 +428,8 @@ def test_a_level_change_reaches_slurm_as_the_jobs_priority(site, api, slurm_env)
         reason="deadline",
         until=timezone.now() + timedelta(hours=1),
     )
-    priority_request_decide(user=quinn, request=request, approve=True)
+    with worker():  # the approval's relevel message, taken as a worker takes it
+        priority_request_decide(user=quinn, request=request, approve=True)
     task.refresh_from_db()
     assert task.level == 2
     assert slurm_priority(task) == task.priority_value  # scontrol update Priority=
