@@ -41,6 +41,7 @@ from scheduling.backends.base import (
 )
 from scheduling.backends.sandbox import job_network, sandbox_argv
 from scheduling.backends.slurm import secret_env
+from scheduling.backends.slurm.accounts import SlurmAccounts, account_name
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_ACCOUNT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _LEASE_RE = re.compile(r"^lease-[0-9]{1,18}$")
 _PORTAL_RE = re.compile(r"^[a-z0-9]{1,16}$")
 # What sacct reports of a job. JobName goes last so a '|' in someone else's job name cannot
@@ -66,7 +66,7 @@ _ALREADY_GONE = (
 )
 
 
-class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
+class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
     """The Backend protocol over Slurm's commands."""
 
     def __init__(
@@ -137,7 +137,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         """The sbatch argv and the script it reads on stdin."""
         spec = request.spec
         res = spec.resources
-        account = _account(request.project)
+        account = account_name(request.project)
         out_dir = self.workdir / request.key
         argv = [
             "sbatch",
@@ -278,58 +278,6 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         if entry.pw_uid == 0 or entry.pw_gid == 0:
             raise BackendError(f"refusing to run a job as {name!r}: it is root (uid or gid 0)")
         return name
-
-    # -- accounts ----------------------------------------------------------------------------
-
-    def ensure_association(self, project: str, unix_user: str | None) -> None:
-        """Make the project's Slurm account (and the user's association with it) exist."""
-        account = _account(project)
-        user = unix_user or _current_user()
-        if (account, user) in self._known_associations:
-            return
-        for argv in (
-            [
-                "sacctmgr",
-                "-i",
-                "add",
-                "account",
-                account,
-                f"cluster={self.cluster}",
-                f"description=switchyard project {account}",
-            ],
-            [
-                "sacctmgr",
-                "-i",
-                "add",
-                "user",
-                user,
-                f"account={account}",
-                f"cluster={self.cluster}",
-            ],
-        ):
-            try:
-                self.run(argv)
-            except BackendError as exc:
-                # sacctmgr exits non-zero when there is "nothing new" to add.
-                if "Nothing new added" not in str(exc) and "already exists" not in str(exc):
-                    raise
-        self._known_associations.add((account, user))
-
-    def set_account_share(self, project: str, shares: int) -> None:
-        """The project's fair-share shares as its account's `Fairshare` (docs/policy.md)."""
-        self.run(
-            [
-                "sacctmgr",
-                "-i",
-                "modify",
-                "account",
-                "where",
-                f"name={_account(project)}",
-                f"cluster={self.cluster}",
-                "set",
-                f"fairshare={max(1, int(shares))}",
-            ]
-        )
 
     # -- follow ------------------------------------------------------------------------------
 
@@ -472,16 +420,6 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
 
 def _minutes(seconds: int) -> int:
     return max(1, math.ceil(seconds / 60))
-
-
-def _account(project: str) -> str:
-    if not _ACCOUNT_RE.match(project):
-        raise BackendError(f"project {project!r} cannot be a Slurm account name")
-    return project
-
-
-def _current_user() -> str:
-    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def job_comment(request: SubmitRequest) -> str:
