@@ -77,6 +77,7 @@ def sandbox_argv(
     max_processes: int | None = None,
     max_file_bytes: int | None = None,
     prlimit: str = PRLIMIT,
+    devices: Sequence[str] = (),
 ) -> list[str]:
     """The argv prefix that runs a command in the sandbox (append the command's argv to it).
 
@@ -85,7 +86,8 @@ def sandbox_argv(
     The job has a network namespace of its own, empty until its runner connects it.
     `tmp_bytes` bounds each writable tmpfs (`TMPFS`: it is memory); `max_processes` and
     `max_file_bytes` become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user
-    namespace.
+    namespace. `devices` are bubblewrap's arguments that bind the job's device files into its
+    private /dev (devices.py): its GPUs' and nothing else of the machine's.
     """
     binds: list[str] = []
     for path in writable:
@@ -114,6 +116,7 @@ def sandbox_argv(
         *SYSTEM_BINDS,
         "--dev",
         "/dev",
+        *devices,
         "--proc",
         "/proc",
         *tmp,

@@ -27,6 +27,7 @@ from scheduling.backends import (
     JobState,
     SubmitRequest,
 )
+from scheduling.decisions.devices import NO_DEVICES
 from scheduling.decisions.quota import Hold, Reject
 from scheduling.engine import admission
 from scheduling.engine.capacity import lease_partitions
@@ -251,7 +252,8 @@ def _prepare(task: Task) -> _Ready | str:
     site = site_view()
     queue = site.queues.get(task.queue.name)
     if queue is None:  # deleted meanwhile; the fresh view will know
-        queue = site_view(fresh=True).queues[task.queue.name]
+        site = site_view(fresh=True)
+        queue = site.queues[task.queue.name]
     try:
         # The only place secret values are opened: for the backend that runs the job.
         spec = TaskSpec.from_dict(task.spec)
@@ -275,6 +277,7 @@ def _prepare(task: Task) -> _Ready | str:
             "portal": site.instance,
         },
         priority=task.priority_value,
+        devices=site.devices.get(queue.pool, NO_DEVICES),
     )
     return _Ready(task, number, key, request)
 

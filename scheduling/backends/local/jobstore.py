@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest, decode_log
+from scheduling.decisions.devices import DeviceTable
 from scheduling.decisions.types import NodeAllocation, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
 
@@ -385,6 +386,7 @@ def request_as_dict(request: SubmitRequest) -> dict[str, Any]:
         "user": request.user,
         "extra": dict(request.extra),
         "priority": request.priority,
+        "devices": request.devices.as_dict(),
     }
 
 
@@ -416,6 +418,7 @@ def request_from(data: Mapping[str, Any]) -> SubmitRequest:
         user=data["user"],
         extra=dict(data.get("extra") or {}),
         priority=int(data.get("priority") or 0),
+        devices=DeviceTable.from_dict(data.get("devices")),
     )
 
 

@@ -30,12 +30,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduling.backends.base import BackendError, SubmitRequest
+from scheduling.backends.devices import bwrap_args, missing_reason
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import TMPFS, sandbox_argv
+from scheduling.decisions.devices import device_binds
 from scheduling.decisions.processes import job_processes, queue_concurrency
 from scheduling.decisions.types import NodeView, Placement
 
@@ -177,9 +179,14 @@ def launch_plan(
     first = placement.allocations[0] if placement.allocations else None
     env["SWITCHYARD_TASK_KEY"] = key
     env["SWITCHYARD_NODES"] = ",".join(placement.nodes)
+    # The process runs "on" the first node of its allocation: it gets the device files of
+    # its GPUs there, renumbered from 0 (decisions/devices.py).
+    gpus = first.gpu_indices if first else ()
+    binds = device_binds(request.devices.for_node(first.node), first.node, gpus) if first else ()
     # Always set, empty when no GPU was allocated: unset would expose every GPU of the
-    # machine to the job. The process runs "on" the first node of its allocation.
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (first.gpu_indices if first else ()))
+    # machine to the job. Counted from 0 as its device files are; the allocation's own
+    # indices where its GPUs have no device files (virtual GPUs).
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (range(len(gpus)) if binds else gpus))
     # The memory it booked: its request on every node it holds (one process tree here).
     memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib
     memory_bytes = memory << 20
@@ -193,6 +200,7 @@ def launch_plan(
             tmp_bytes=memory_bytes,
             max_processes=limits.max_processes,
             max_file_bytes=limits.max_disk_bytes,
+            devices=bwrap_args(binds),
         ),
         *argv,
     ]
@@ -202,6 +210,8 @@ def launch_plan(
         "cwd": work,
         "mkdirs": [work, home],
         "readable": [script] if spec.command is None else [],
+        # Checked by the supervisor before the sandbox starts: a missing one fails the job.
+        "devices": [[host, missing_reason(host, what)] for host, _, what in binds],
         "run_as": list(account) if account else None,
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,

@@ -155,6 +155,14 @@ class Shim:
         if (run_as and run_as[0] == 0) or (not run_as and os.getuid() == 0):
             self.finish("failed", RUN_AS_ROOT)
             return
+        for path, missing in plan.get("devices", ()):
+            try:
+                is_device = os.stat(path).st_mode & 0o170000 == 0o020000  # S_ISCHR
+            except OSError:
+                is_device = False
+            if not is_device:
+                self.finish("failed", missing)
+                return
         for d in plan.get("mkdirs", ()):
             os.makedirs(d, mode=0o700, exist_ok=True)
             if run_as:

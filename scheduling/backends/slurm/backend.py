@@ -39,6 +39,7 @@ from scheduling.backends.base import (
     decode_log,
     submit_concurrently,
 )
+from scheduling.backends.devices import SHELL_DEVICES, slurm_lines
 from scheduling.backends.sandbox import job_network, sandbox_argv
 from scheduling.backends.slurm import secret_env
 from scheduling.backends.slurm.accounts import SlurmAccounts, account_name
@@ -190,11 +191,14 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
 
     def batch_script(self, request: SubmitRequest) -> str:
         spec = request.spec
+        devices = slurm_lines(request.devices, spec.resources.gpus)
         lines = [
             "#!/bin/bash",
             # A command before anything from the descriptor: Slurm reads #SBATCH directives
             # only until the first command, so none can hide in a user's script.
             ":",
+            # The device files of the GPUs Slurm gave it, before anything the job sets.
+            *devices,
             f"export SWITCHYARD_TASK_KEY={shlex.quote(request.key)}",
             # With --export=NONE an srun inside the job would get an empty environment.
             "export SLURM_EXPORT_ENV=ALL",
@@ -232,6 +236,7 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             tmp_bytes=spec.resources.memory_mib << 20,
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
+            devices=[SHELL_DEVICES] if devices else [],
         )
         argv = [*prefix, *argv]
         # Written into the script as data: the watcher connects a batch job's network with

@@ -46,8 +46,16 @@ class Command(BaseCommand):
         site = default_site()
         pools = {}
         for spec in site.pools:
+            # The demo's GPUs are virtual (counted, without device files): a site with
+            # real GPUs sets its pools' device files (docs/security.md).
             pool, _ = Pool.objects.update_or_create(
-                name=spec.name, defaults={"kind": spec.kind, "backend": backend}
+                name=spec.name,
+                defaults={
+                    "kind": spec.kind,
+                    "backend": backend,
+                    "gpu_devices": "",
+                    "control_devices": [],
+                },
             )
             pools[spec.name] = pool
             for node in spec.nodes:
