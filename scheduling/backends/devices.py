@@ -35,8 +35,8 @@ def missing_reason(path: str, what: str) -> str:
 
 def slurm_lines(table: DeviceTable, gpus: int) -> list[str]:
     """Script lines that fill `switchyard_devices` with the device files of the GPUs Slurm
-    gave the job on this node, renumbered from 0, and the control devices; and that count
-    CUDA_VISIBLE_DEVICES from 0. Nothing for a job without GPUs or a site without device
+    gave the job on this node, each under its own name, and the control devices; and that
+    count CUDA_VISIBLE_DEVICES from 0 (decisions/devices.py says why). Nothing for a job without GPUs or a site without device
     files. They run before the descriptor's environment is exported: what the job sets cannot
     change which GPUs it gets."""
     if not gpus or not table.any:
@@ -70,8 +70,7 @@ def slurm_lines(table: DeviceTable, gpus: int) -> list[str]:
         '  [ -n "$switchyard_host" ] || break',
         '  switchyard_what="GPU $switchyard_g of node $switchyard_node"',
         "  switchyard_check",
-        '  switchyard_inside=$(switchyard_gpu_file "$switchyard_n")',
-        '  switchyard_devices+=(--dev-bind "$switchyard_host" "/dev/${switchyard_inside##*/}")',
+        '  switchyard_devices+=(--dev-bind "$switchyard_host" "/dev/${switchyard_host##*/}")',
         "  switchyard_visible+=${switchyard_visible:+,}$switchyard_n",
         "  switchyard_n=$((switchyard_n + 1))",
         "done",

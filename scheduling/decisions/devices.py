@@ -3,13 +3,14 @@
 A pool says where its nodes keep their GPUs' device files (a pattern such as
 `/dev/nvidia{index}`) and the control devices every GPU job needs (`/dev/nvidiactl`, ...);
 a node may say otherwise. A job gets exactly the device files of the GPUs it was allocated,
-renumbered from 0 inside its sandbox (the host's `/dev/nvidia3` is `/dev/nvidia0` when it is
-the job's first GPU, and CUDA_VISIBLE_DEVICES counts from 0), plus the control devices; a job
-without GPUs gets none (docs/security.md).
+under their own names (the host's `/dev/nvidia3` is `/dev/nvidia3` inside: NVIDIA's libraries
+find a GPU's file by its minor number), plus the control devices; CUDA counts the GPUs it can
+open from 0, so CUDA_VISIBLE_DEVICES inside is `0,1,…`. A job without GPUs gets none
+(docs/security.md).
 
 Patterns name `{index}` (the GPU's index on its node: on Slurm, its place in the node's
 gres.conf, as `SLURM_JOB_GPUS` counts) and may name `{node}`. Inside the sandbox every device
-is `/dev/<its file name>`, with the job's own index in a GPU's.
+is `/dev/<its file name>`.
 """
 
 from __future__ import annotations
@@ -100,17 +101,22 @@ def device_binds(
     files: DeviceFiles | None, node: str, gpu_indices: Sequence[int]
 ) -> tuple[tuple[str, str, str], ...]:
     """(host path, path inside the sandbox, what it is) for each device file a job with these
-    GPUs of `node` gets: its GPUs renumbered from 0, then the control devices. None for a
-    job without GPUs, or on a node without device files."""
+    GPUs of `node` gets: its GPUs, then the control devices. None for a job without GPUs, or
+    on a node without device files.
+
+    A GPU's file keeps its host name inside (`/dev/nvidia3` stays `/dev/nvidia3`), as Docker's
+    and Kubernetes' GPU plugins keep it: NVIDIA's libraries open `/dev/nvidia<minor>` by the
+    minor number the driver reports, so a renamed file would not be found. CUDA counts only
+    the GPUs it can open, from 0, so `CUDA_VISIBLE_DEVICES` inside is `0,1,…`."""
     if files is None or not gpu_indices:
         return ()
     binds = [
         (
             fill(files.gpu, node=node, index=host),
-            inside_path(files.gpu, node=node, index=own),
+            inside_path(files.gpu, node=node, index=host),
             f"GPU {host} of node {node}",
         )
-        for own, host in enumerate(gpu_indices)
+        for host in gpu_indices
     ]
     for path in files.control:
         host = fill(path, node=node)

@@ -180,12 +180,12 @@ def launch_plan(
     env["SWITCHYARD_TASK_KEY"] = key
     env["SWITCHYARD_NODES"] = ",".join(placement.nodes)
     # The process runs "on" the first node of its allocation: it gets the device files of
-    # its GPUs there, renumbered from 0 (decisions/devices.py).
+    # its GPUs there, under their own names (decisions/devices.py).
     gpus = first.gpu_indices if first else ()
     binds = device_binds(request.devices.for_node(first.node), first.node, gpus) if first else ()
     # Always set, empty when no GPU was allocated: unset would expose every GPU of the
-    # machine to the job. Counted from 0 as its device files are; the allocation's own
-    # indices where its GPUs have no device files (virtual GPUs).
+    # machine to the job. Counted from 0 over the GPUs whose files it has, as CUDA counts
+    # them; the allocation's own indices where its GPUs have no device files (virtual GPUs).
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (range(len(gpus)) if binds else gpus))
     # The memory it booked: its request on every node it holds (one process tree here).
     memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib

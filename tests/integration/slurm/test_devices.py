@@ -1,4 +1,4 @@
-"""On the localhost Slurm: a job sees exactly the GPUs Slurm gave it, renumbered from 0.
+"""On the localhost Slurm: a job sees exactly the GPUs Slurm gave it, under their own names.
 
 The cluster's GPUs are character devices docker/slurm/cluster.sh makes from gres.conf, each
 with numbers of its own; the site's pools name them as their device files. The job runs
@@ -59,12 +59,12 @@ def test_a_2_gpu_job_sees_exactly_the_2_gpus_slurm_gave_it(cluster_site, api):
     assert len(given) == 2 and node.startswith("inf")
     listing, _, rest = rest.partition("---\n")
     assert sorted(name for name in listing.split() if name.startswith("nvidia")) == sorted(
-        ["nvidia0", "nvidia1", *CONTROL]
+        [f"nvidia{given[0]}", f"nvidia{given[1]}", *CONTROL]
     )
     files = dict(line.split() for line in rest.splitlines() if line.startswith("/dev/"))
     assert files == {
-        "/dev/nvidia0": numbers(cluster.device(node, int(given[0]))),
-        "/dev/nvidia1": numbers(cluster.device(node, int(given[1]))),
+        f"/dev/nvidia{given[0]}": numbers(cluster.device(node, int(given[0]))),
+        f"/dev/nvidia{given[1]}": numbers(cluster.device(node, int(given[1]))),
         **{f"/dev/{name}": numbers(f"{STATE_DIR}/dev/{name}") for name in CONTROL},
     }
     # Five distinct device files: no GPU bound twice, none standing in for another.

@@ -1,4 +1,4 @@
-"""A job sees exactly the device files of its GPUs, renumbered from 0, and the control devices.
+"""A job sees exactly the device files of its GPUs, under their own names, and the control devices.
 
 The device files are real character devices made with mknod (root) under the test's folder,
 with numbers of their own, configured as the node's device files; the jobs really run in
@@ -101,11 +101,11 @@ def files_in(folder: Path, gpu: str = "nvidia{index}") -> DeviceFiles:
 # -- which files, in plain values -----------------------------------------------------------
 
 
-def test_a_jobs_gpus_are_renumbered_from_0_and_the_control_devices_follow():
+def test_a_jobs_gpus_keep_their_names_and_the_control_devices_follow():
     files = DeviceFiles("/dev/nvidia{index}", DEFAULT_CONTROL_DEVICES)
     assert device_binds(files, "g1", (3, 6)) == (
-        ("/dev/nvidia3", "/dev/nvidia0", "GPU 3 of node g1"),
-        ("/dev/nvidia6", "/dev/nvidia1", "GPU 6 of node g1"),
+        ("/dev/nvidia3", "/dev/nvidia3", "GPU 3 of node g1"),
+        ("/dev/nvidia6", "/dev/nvidia6", "GPU 6 of node g1"),
         ("/dev/nvidiactl", "/dev/nvidiactl", "control device of node g1"),
         ("/dev/nvidia-uvm", "/dev/nvidia-uvm", "control device of node g1"),
         ("/dev/nvidia-uvm-tools", "/dev/nvidia-uvm-tools", "control device of node g1"),
@@ -125,7 +125,7 @@ def test_a_node_of_its_own_overrides_its_pool_and_a_pattern_may_name_the_node():
     assert table.nodes == (("b", own), ("c", None))  # only those that differ
     assert table.for_node("a") is pool and table.for_node("zz") is pool
     assert device_binds(table.for_node("b"), "b", (2,)) == (
-        ("/srv/b/gpu2", "/dev/gpu0", "GPU 2 of node b"),
+        ("/srv/b/gpu2", "/dev/gpu2", "GPU 2 of node b"),
         ("/srv/b/ctl", "/dev/ctl", "control device of node b"),
     )
     assert device_binds(table.for_node("c"), "c", (0,)) == ()
@@ -178,16 +178,12 @@ def test_a_2_gpu_job_on_an_8_gpu_node_sees_exactly_its_2_gpus_and_the_control_de
     host = allocation["gpu_indices"]
     assert len(host) == 2 and not set(host) & set(held["gpu_indices"]) and host != [0, 1]
     listing, files, cuda = seen(backend.log("ours"))
-    assert sorted(name for name in listing if name.startswith("nvidia")) == [
-        "nvidia-uvm",
-        "nvidia-uvm-tools",
-        "nvidia0",
-        "nvidia1",
-        "nvidiactl",
-    ]
+    assert sorted(name for name in listing if name.startswith("nvidia")) == sorted(
+        [f"nvidia{host[0]}", f"nvidia{host[1]}", *CONTROL]
+    )
     assert files == {
-        "/dev/nvidia0": numbers(fake_gpus / f"nvidia{host[0]}"),
-        "/dev/nvidia1": numbers(fake_gpus / f"nvidia{host[1]}"),
+        f"/dev/nvidia{host[0]}": numbers(fake_gpus / f"nvidia{host[0]}"),
+        f"/dev/nvidia{host[1]}": numbers(fake_gpus / f"nvidia{host[1]}"),
         **{f"/dev/{name}": numbers(fake_gpus / name) for name in CONTROL},
     }
     assert cuda == "0,1"
@@ -263,7 +259,7 @@ def run_as_job(script: str, **slurm_env: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_a_slurm_job_binds_the_gpus_slurm_gave_it_on_its_node_renumbered(job_root):
+def test_a_slurm_job_binds_the_gpus_slurm_gave_it_on_its_node(job_root):
     folder = job_root / "dev"
     make_devices(folder, nodes=("gpu001", "gpu002"))
     table = DeviceTable(files_in(folder, "{node}/nvidia{index}"))
@@ -273,11 +269,11 @@ def test_a_slurm_job_binds_the_gpus_slurm_gave_it_on_its_node_renumbered(job_roo
     assert done.returncode == 0, done.stderr
     listing, files, cuda = seen(done.stdout)
     assert sorted(n for n in listing if n.startswith("nvidia")) == sorted(
-        ["nvidia0", "nvidia1", *CONTROL]
+        ["nvidia3", "nvidia5", *CONTROL]
     )
     assert files == {
-        "/dev/nvidia0": numbers(folder / "gpu002" / "nvidia3"),
-        "/dev/nvidia1": numbers(folder / "gpu002" / "nvidia5"),
+        "/dev/nvidia3": numbers(folder / "gpu002" / "nvidia3"),
+        "/dev/nvidia5": numbers(folder / "gpu002" / "nvidia5"),
         **{f"/dev/{name}": numbers(folder / name) for name in CONTROL},
     }
     assert cuda == "0,1"
