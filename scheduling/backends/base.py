@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from scheduling.decisions.storage import JobStorage
 from scheduling.decisions.types import NodeView, QueuePolicy, Run
 
 # The backends decode their logs with these (re-exported: they were defined here).
@@ -72,6 +73,8 @@ class SubmitRequest:
     extra: dict[str, str] = field(default_factory=dict)
     # The portal's priority number for the job (higher starts first; docs/policy.md).
     priority: int = 0
+    # The storage folders bound into its sandbox and the folder it starts in (docs/storage.md).
+    storage: JobStorage = field(default_factory=JobStorage)
 
 
 @dataclass(frozen=True, slots=True)

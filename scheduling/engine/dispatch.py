@@ -33,6 +33,7 @@ from scheduling.engine.capacity import lease_partitions
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.engine.starts import watch_starts
+from scheduling.engine.storage import StorageError, prepare_job
 from scheduling.models import Attempt, Task, TaskState, attempt_key
 from scheduling.selectors import site_view
 from scheduling.spec import TaskSpec
@@ -257,7 +258,9 @@ def _prepare(task: Task) -> _Ready | str:
         spec = TaskSpec.from_dict(task.spec)
         if spec.secret_env:
             spec = dataclasses.replace(spec, secret_env=sealed.open_sealed(task.spec["secret_env"]))
-    except sealed.CannotOpen as exc:
+        # Its storage folders, made here (root): docs/storage.md.
+        storage = prepare_job(task, pool=queue.pool, areas=site.storage)
+    except (sealed.CannotOpen, StorageError) as exc:
         task_set_state(
             task=task, to=S.FAILED, reason=str(exc), fields={"dispatch_lease_until": None}
         )
@@ -275,6 +278,7 @@ def _prepare(task: Task) -> _Ready | str:
             "portal": site.instance,
         },
         priority=task.priority_value,
+        storage=storage,
     )
     return _Ready(task, number, key, request)
 

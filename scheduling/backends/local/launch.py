@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduling.backends import storage
 from scheduling.backends.base import BackendError, SubmitRequest
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
@@ -188,8 +189,9 @@ def launch_plan(
             bwrap,
             writable=[work, home],  # HOME must be writable too
             readonly=[script] if spec.command is None else [],
+            mounts=storage.mounts(request),  # the site's storage areas of its pool
             hide=store.root,
-            chdir=work,
+            chdir=storage.workdir(request, work),
             tmp_bytes=memory_bytes,
             max_processes=limits.max_processes,
             max_file_bytes=limits.max_disk_bytes,
@@ -203,6 +205,9 @@ def launch_plan(
         "mkdirs": [work, home],
         "readable": [script] if spec.command is None else [],
         "run_as": list(account) if account else None,
+        "groups": storage.project_groups(request) if account else [],
+        "umask": storage.umask(request),
+        "makedirs_as_job": [request.storage.workdir] if request.storage.workdir else [],
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,
         "bwrap": bwrap,
