@@ -144,9 +144,10 @@ def op_list(root: str, path: str) -> tuple[dict, int | None]:
 
 def op_stat(root: str, path: str) -> tuple[dict, int | None]:
     parts = names(path)
-    if not parts:
-        return {"type": "folder"}, None
     fd = open_folder(root, parts[:-1])
+    if not parts:
+        os.close(fd)
+        return {"type": "folder"}, None
     try:
         return _entry(fd, parts[-1]), None
     finally:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, HttpResponse
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
 
 from portal.errors import ApplicationError
@@ -59,8 +59,10 @@ def files_browse(
     try:
         info = file_info(request.user, folder, rest)
     except ApplicationError as exc:
-        if exc.status != 404 or rest:
-            raise
+        if exc.status == 404 and rest:
+            raise Http404(str(exc)) from None
+        if exc.status != 404:  # a link, a bad name, a denied folder: said as it is
+            return HttpResponse(str(exc), status=exc.status, content_type="text/plain")
         folders_prepare(user=request.user)
         info = {"type": "missing"}
     if info["type"] == "file":

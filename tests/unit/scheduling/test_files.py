@@ -153,6 +153,7 @@ def test_the_files_page_browses_uploads_shows_text_and_links_the_tasks_workdir(
     browser.post("/files/projects/materials/", {"action": "delete", "name": "sub"})
     assert not (areas / "projects" / "materials" / "sub").exists()
     assert browser.get("/files/projects/genomics/").status_code == 404
+    assert browser.get("/files/projects/materials/%2e%2e/genomics/").status_code == 400
     task, _ = run(api, areas, "true")
     detail = browser.get(f"/tasks/{task.pk}/")
     assert f'href="/files/projects/materials/tasks/{task.pk}"'.encode() in detail.content
