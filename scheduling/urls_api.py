@@ -24,7 +24,7 @@ urlpatterns = [
     ),
     path("descriptor-schema/", api.descriptor_schema, name="api-descriptor-schema"),
     path("files/", api_files.FileRoot.as_view(), name="api-files"),
-    path("files/<slug:area>/", api_files.FileDetail.as_view(), name="api-files-area"),
+    path("files/<slug:area>/", api_files.FileArea.as_view(), name="api-files-area"),
     path("files/<slug:area>/<path:path>", api_files.FileDetail.as_view(), name="api-file"),
     path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
     path("leases/<int:pk>/", api_capacity.LeaseDetail.as_view(), name="api-lease"),

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import cast
 
 from django.http import FileResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.parsers import BaseParser
@@ -74,11 +75,25 @@ def download(fd: int, size: int, name: str) -> FileResponse:
     return response
 
 
+_OBJECT = {200: OpenApiTypes.OBJECT}
+
+
 class FileRoot(APIView):
-    @extend_schema(summary="The storage folders you may open", responses={200: dict})
+    @extend_schema(
+        operation_id="files_folders", summary="The folders you may open", responses=_OBJECT
+    )
     def get(self, request: SignedInApiRequest) -> Response:
         folders = folders_for_user(request.user)
         folders_prepare(user=request.user)  # those not made yet are made by a worker
+        return Response({"folders": [folder_data(f) for f in folders]})
+
+
+class FileArea(APIView):
+    @extend_schema(
+        operation_id="files_area_folders", summary="Your folders of one area", responses=_OBJECT
+    )
+    def get(self, request: SignedInApiRequest, area: str) -> Response:
+        folders = area_folders(request.user, area)
         return Response({"folders": [folder_data(f) for f in folders]})
 
 
@@ -88,11 +103,12 @@ class FileDetail(APIView):
     def _resolve(self, request: SignedInApiRequest, area: str, path: str) -> tuple[Folder, str]:
         return folder_get_for_user(request.user, area, path)
 
-    @extend_schema(summary="List a folder, or download a file", responses={200: dict})
-    def get(self, request: SignedInApiRequest, area: str, path: str = "") -> Response:
-        if not path:  # an area's root: your folders of it
-            folders = area_folders(request.user, area)
-            return Response({"folders": [folder_data(f) for f in folders]})
+    @extend_schema(
+        operation_id="files_get",
+        summary="List a folder (JSON), or download a file (its bytes)",
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: SignedInApiRequest, area: str, path: str) -> Response:
         folder, rest = self._resolve(request, area, path)
         info = file_info(request.user, folder, rest)
         if info["type"] == "folder":
@@ -115,14 +131,23 @@ class FileDetail(APIView):
         )
         return Response(entry, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Remove a file or an empty folder", responses={204: None})
-    def delete(self, request: SignedInApiRequest, area: str, path: str = "") -> Response:
+    @extend_schema(
+        operation_id="files_remove",
+        summary="Remove a file or an empty folder",
+        responses={204: None},
+    )
+    def delete(self, request: SignedInApiRequest, area: str, path: str) -> Response:
         folder, rest = self._resolve(request, area, path)
         file_delete(user=request.user, folder=folder, path=rest)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(summary='Make a folder in this one: {"mkdir": NAME}', responses={201: dict})
-    def post(self, request: SignedInApiRequest, area: str, path: str = "") -> Response:
+    @extend_schema(
+        operation_id="files_mkdir",
+        summary='Make a folder in this one: {"mkdir": NAME}',
+        request={"application/json": OpenApiTypes.OBJECT},
+        responses={201: OpenApiTypes.OBJECT},
+    )
+    def post(self, request: SignedInApiRequest, area: str, path: str) -> Response:
         folder, rest = self._resolve(request, area, path)
         raw = request._request.read(64 * 1024 + 1)
         try:
