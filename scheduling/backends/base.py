@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from scheduling.decisions.devices import NO_DEVICES, DeviceTable
+from scheduling.decisions.storage import JobStorage
 from scheduling.decisions.types import NodeView, QueuePolicy, Run
 
 # The backends decode their logs with these (re-exported: they were defined here).
@@ -75,6 +76,8 @@ class SubmitRequest:
     priority: int = 0
     # The device files of the nodes it may run on: it gets its GPUs' (decisions/devices.py).
     devices: DeviceTable = NO_DEVICES
+    # The storage folders bound into its sandbox and the folder it starts in (docs/storage.md).
+    storage: JobStorage = field(default_factory=JobStorage)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ def sandbox_argv(
     *,
     writable: Sequence[str],
     readonly: Sequence[str] = (),
+    mounts: Sequence[tuple[str, bool]] = (),
     hide: str,
     chdir: str,
     tmp_bytes: int | None = None,
@@ -83,6 +84,8 @@ def sandbox_argv(
 
     `hide` is covered by an empty tmpfs (where job folders live: other jobs' are not this
     job's to read), then this job's own folders are brought back: `writable` and `readonly`.
+    `mounts` are (path, read-only) of the storage folders it sees (docs/storage.md), bound
+    after its own, parents first.
     The job has a network namespace of its own, empty until its runner connects it.
     `tmp_bytes` bounds each writable tmpfs (`TMPFS`: it is memory); `max_processes` and
     `max_file_bytes` become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user
@@ -94,6 +97,8 @@ def sandbox_argv(
         binds += ["--bind", path, path]
     for path in readonly:
         binds += ["--ro-bind", path, path]
+    for path, read_only in mounts:
+        binds += ["--ro-bind" if read_only else "--bind", path, path]
     size = ["--size", str(tmp_bytes)] if tmp_bytes else []
     # bwrap's --dev makes /dev a tmpfs with shm an empty folder on it: a tmpfs of its own.
     tmp = [arg for path in TMPFS for arg in (*size, "--tmpfs", path)]

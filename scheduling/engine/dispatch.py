@@ -34,6 +34,7 @@ from scheduling.engine.capacity import lease_partitions
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.engine.starts import watch_starts
+from scheduling.engine.storage import StorageError, prepare_job
 from scheduling.models import Attempt, Task, TaskState, attempt_key
 from scheduling.selectors import site_view
 from scheduling.spec import TaskSpec
@@ -259,7 +260,9 @@ def _prepare(task: Task) -> _Ready | str:
         spec = TaskSpec.from_dict(task.spec)
         if spec.secret_env:
             spec = dataclasses.replace(spec, secret_env=sealed.open_sealed(task.spec["secret_env"]))
-    except sealed.CannotOpen as exc:
+        # Its storage folders, made here (root): docs/storage.md.
+        storage = prepare_job(task, pool=queue.pool, areas=site.storage)
+    except (sealed.CannotOpen, StorageError) as exc:
         task_set_state(
             task=task, to=S.FAILED, reason=str(exc), fields={"dispatch_lease_until": None}
         )
@@ -278,6 +281,7 @@ def _prepare(task: Task) -> _Ready | str:
         },
         priority=task.priority_value,
         devices=site.devices.get(queue.pool, NO_DEVICES),
+        storage=storage,
     )
     return _Ready(task, number, key, request)
 

@@ -17,6 +17,7 @@ from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.order import ScheduleError, WeightWindow, parse_weight_schedule
 from scheduling.decisions.quota import QuotaRule
+from scheduling.decisions.storage import AreaView
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
 from scheduling.models import (
     Canary,
@@ -30,6 +31,7 @@ from scheduling.models import (
     RoutingRule,
 )
 from scheduling.models import LevelRule as LevelRuleRow
+from scheduling.selectors.storage import storage_areas
 from scheduling.spec import TASK_TYPES
 
 
@@ -130,6 +132,8 @@ class SiteView:
     # The active canary: (its id, its share of submissions in percent, the site as its rules
     # make it). Tasks it took are routed and levelled by `arm(canary_id)`.
     canary: tuple[int, int, SiteView] | None = None
+    # The storage areas, with the pools that mount them (docs/storage.md).
+    storage: tuple[AreaView, ...] = ()
 
     def arm(self, canary_id: int | None) -> SiteView:
         """The site as a task's rules see it: the canary's, for a task the canary took."""
@@ -221,6 +225,7 @@ def _load_site_view() -> SiteView:
                 state=NodeLease.State.ACTIVE
             ).values_list("pk", "queue__name", "ends_at")
         ),
+        storage=tuple(storage_areas()),
     )
     return _with_canary(view)
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduling.backends import storage
 from scheduling.backends.base import BackendError, SubmitRequest
 from scheduling.backends.devices import bwrap_args, missing_reason
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
@@ -195,8 +196,9 @@ def launch_plan(
             bwrap,
             writable=[work, home],  # HOME must be writable too
             readonly=[script] if spec.command is None else [],
+            mounts=storage.mounts(request),  # the site's storage areas of its pool
             hide=store.root,
-            chdir=work,
+            chdir=storage.workdir(request, work),
             tmp_bytes=memory_bytes,
             max_processes=limits.max_processes,
             max_file_bytes=limits.max_disk_bytes,
@@ -213,6 +215,9 @@ def launch_plan(
         # Checked by the supervisor before the sandbox starts: a missing one fails the job.
         "devices": [[host, missing_reason(host, what)] for host, _, what in binds],
         "run_as": list(account) if account else None,
+        "groups": storage.project_groups(request) if account else [],
+        "umask": storage.umask(request),
+        "makedirs_as_job": [request.storage.workdir] if request.storage.workdir else [],
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,
         "bwrap": bwrap,

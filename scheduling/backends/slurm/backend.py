@@ -29,6 +29,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from scheduling.backends import storage
 from scheduling.backends.base import (
     Backend,
     BackendError,
@@ -45,9 +46,10 @@ from scheduling.backends.slurm import secret_env
 from scheduling.backends.slurm.accounts import SlurmAccounts, account_name
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
+from scheduling.backends.slurm.jobfolder import prepare_job_folder
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
 from scheduling.backends.slurm.usage import SlurmUsage
-from scheduling.backends.slurm.watch import prepare_usage_file, watched
+from scheduling.backends.slurm.watch import watched
 from scheduling.decisions.types import NodeView
 
 log = logging.getLogger(__name__)
@@ -218,6 +220,7 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         # Every type runs in the sandbox, as on the local backend (docs/security.md); the
         # real HOME is not in it, the job folder is.
         lines += [f"export HOME={shlex.quote(str(workdir))}", "export TMPDIR=/tmp"]
+        lines += storage.script_lines(request)
         lines.append(
             "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
             "this node: tasks never run unsandboxed' >&2; exit 127; }"
@@ -231,8 +234,9 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             "bwrap",
             writable=[str(workdir)],
             readonly=readonly,
+            mounts=storage.mounts(request),  # the site's storage areas of its pool
             hide=str(self.workdir),
-            chdir=str(workdir),
+            chdir=storage.workdir(request, str(workdir)),
             tmp_bytes=spec.resources.memory_mib << 20,
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
@@ -242,25 +246,10 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         # Written into the script as data: the watcher connects a batch job's network with
         # these, and the node's own addresses, out of reach (jobnet.py).
         lines += watched(argv, str(self.usage_path(request.key)), job_network(request.type))
-        self._prepare_workdir(request)
+        prepare_job_folder(
+            self.workdir, request, pwd.getpwnam(self._unix_user(request)), self.usage_path
+        )
         return "\n".join(lines) + "\n"
-
-    def _prepare_workdir(self, request: SubmitRequest) -> None:
-        """The job's folder, its account's alone; the folders above it passable (o+x)."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.workdir.chmod(0o711)
-        path = self.workdir / request.key
-        path.mkdir(exist_ok=True)
-        entry = pwd.getpwnam(self._unix_user(request))
-        if request.spec.script is not None:
-            script = path / "script.sh"
-            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o500)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(request.spec.script)
-            os.chown(script, entry.pw_uid, entry.pw_gid)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
-        path.chmod(0o700)
-        prepare_usage_file(self.usage_path(request.key), entry.pw_uid, entry.pw_gid)
 
     def usage_path(self, key: str) -> Path:
         return self.workdir / f"{key}.cpu"
