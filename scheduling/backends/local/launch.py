@@ -34,6 +34,7 @@ from scheduling.backends.local.jobstore import KEY_RE, JobStore
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
+from scheduling.backends.local.ranks import RANK_ENV, rank_argv, rank_env
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import TMPFS, sandbox_argv
 from scheduling.decisions.processes import job_processes, queue_concurrency
@@ -67,7 +68,7 @@ _DETACHED: dict[str, Any] = {
 }
 LAUNCHER_BATCH = 100  # jobs a request: their plans well within the launcher's 1 MiB
 # Set by the backend from the allocation; a descriptor's env may not override them.
-RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES")
+RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES", *RANK_ENV)
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
@@ -177,9 +178,12 @@ def launch_plan(
     first = placement.allocations[0] if placement.allocations else None
     env["SWITCHYARD_TASK_KEY"] = key
     env["SWITCHYARD_NODES"] = ",".join(placement.nodes)
+    env.update(rank_env(spec, placement, env))  # rank 0 of 1, or of each node (ranks.py)
     # Always set, empty when no GPU was allocated: unset would expose every GPU of the
     # machine to the job. The process runs "on" the first node of its allocation.
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (first.gpu_indices if first else ()))
+    # A multi-node job: one process per node it holds, all in the one sandbox (ranks.py).
+    argv = rank_argv(argv, spec, placement, grace_s=grace_s)
     # The memory it booked: its request on every node it holds (one process tree here).
     memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib
     memory_bytes = memory << 20
