@@ -41,9 +41,11 @@ from scheduling.backends.base import (
 )
 from scheduling.backends.sandbox import job_network, sandbox_argv
 from scheduling.backends.slurm import secret_env
+from scheduling.backends.slurm.accounts import SlurmAccounts, slurm_account
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
+from scheduling.backends.slurm.steps import step_access
 from scheduling.backends.slurm.usage import SlurmUsage
 from scheduling.backends.slurm.watch import prepare_usage_file, watched
 from scheduling.decisions.types import NodeView
@@ -52,7 +54,6 @@ log = logging.getLogger(__name__)
 
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_ACCOUNT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _LEASE_RE = re.compile(r"^lease-[0-9]{1,18}$")
 _PORTAL_RE = re.compile(r"^[a-z0-9]{1,16}$")
 # What sacct reports of a job. JobName goes last so a '|' in someone else's job name cannot
@@ -66,7 +67,7 @@ _ALREADY_GONE = (
 )
 
 
-class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
+class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
     """The Backend protocol over Slurm's commands."""
 
     def __init__(
@@ -137,7 +138,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         """The sbatch argv and the script it reads on stdin."""
         spec = request.spec
         res = spec.resources
-        account = _account(request.project)
+        account = slurm_account(request.project)
         out_dir = self.workdir / request.key
         argv = [
             "sbatch",
@@ -218,11 +219,12 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
             "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
             "this node: tasks never run unsandboxed' >&2; exit 127; }"
         )
+        # What srun and MPI need inside: the configuration, munge, the node's network for
+        # a multi-node job (steps.py).
+        steps = step_access(request, self.slurm_conf)
         readonly = [argv[1]] if spec.command is None else []
-        if self.slurm_conf and os.path.isdir(os.path.dirname(self.slurm_conf)):
-            # So that srun inside a batch script finds the cluster's configuration.
-            readonly.append(os.path.dirname(self.slurm_conf))
-            lines.append(f"export SLURM_CONF={shlex.quote(self.slurm_conf)}")
+        readonly += steps.readonly
+        lines += steps.lines
         prefix = sandbox_argv(
             "bwrap",
             writable=[str(workdir)],
@@ -232,11 +234,13 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
             tmp_bytes=spec.resources.memory_mib << 20,
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
+            share_net=steps.host_network,
         )
         argv = [*prefix, *argv]
         # Written into the script as data: the watcher connects a batch job's network with
         # these, and the node's own addresses, out of reach (jobnet.py).
-        lines += watched(argv, str(self.usage_path(request.key)), job_network(request.type))
+        network = None if steps.host_network else job_network(request.type)
+        lines += watched(argv, str(self.usage_path(request.key)), network)
         self._prepare_workdir(request)
         return "\n".join(lines) + "\n"
 
@@ -278,58 +282,6 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         if entry.pw_uid == 0 or entry.pw_gid == 0:
             raise BackendError(f"refusing to run a job as {name!r}: it is root (uid or gid 0)")
         return name
-
-    # -- accounts ----------------------------------------------------------------------------
-
-    def ensure_association(self, project: str, unix_user: str | None) -> None:
-        """Make the project's Slurm account (and the user's association with it) exist."""
-        account = _account(project)
-        user = unix_user or _current_user()
-        if (account, user) in self._known_associations:
-            return
-        for argv in (
-            [
-                "sacctmgr",
-                "-i",
-                "add",
-                "account",
-                account,
-                f"cluster={self.cluster}",
-                f"description=switchyard project {account}",
-            ],
-            [
-                "sacctmgr",
-                "-i",
-                "add",
-                "user",
-                user,
-                f"account={account}",
-                f"cluster={self.cluster}",
-            ],
-        ):
-            try:
-                self.run(argv)
-            except BackendError as exc:
-                # sacctmgr exits non-zero when there is "nothing new" to add.
-                if "Nothing new added" not in str(exc) and "already exists" not in str(exc):
-                    raise
-        self._known_associations.add((account, user))
-
-    def set_account_share(self, project: str, shares: int) -> None:
-        """The project's fair-share shares as its account's `Fairshare` (docs/policy.md)."""
-        self.run(
-            [
-                "sacctmgr",
-                "-i",
-                "modify",
-                "account",
-                "where",
-                f"name={_account(project)}",
-                f"cluster={self.cluster}",
-                "set",
-                f"fairshare={max(1, int(shares))}",
-            ]
-        )
 
     # -- follow ------------------------------------------------------------------------------
 
@@ -472,16 +424,6 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
 
 def _minutes(seconds: int) -> int:
     return max(1, math.ceil(seconds / 60))
-
-
-def _account(project: str) -> str:
-    if not _ACCOUNT_RE.match(project):
-        raise BackendError(f"project {project!r} cannot be a Slurm account name")
-    return project
-
-
-def _current_user() -> str:
-    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def job_comment(request: SubmitRequest) -> str:
