@@ -10,7 +10,8 @@ end. From inside the sandbox that needs
 - munge's socket, to sign srun's requests as the job's own account: its folder read-only
   (connecting to a socket needs no write access to the folder; the job cannot replace it);
 - the `SLURM_*` variables slurmd gave the batch script: the sandbox keeps the environment it
-  is started with, and `SLURM_EXPORT_ENV=ALL` (set by the script) hands it on to the steps;
+  is started with, and `SLURM_EXPORT_ENV=ALL` (set by the script) hands it on to the steps,
+  with a `PATH` (`--export=NONE` gives the script none);
 - the node's network: srun listens for the nodes' connections, which cannot reach it
   through slirp4netns's address translation, and the controller and the nodes' daemons are
   on the control-plane addresses a batch job's network keeps out of reach. So a job that asks
@@ -30,6 +31,7 @@ from scheduling.spec import SANDBOXED_TYPES
 
 # Where Debian's munged listens when slurm.conf does not say (AuthInfo=socket=...).
 MUNGE_SOCKET = "/run/munge/munge.socket.2"
+STEP_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +46,11 @@ class StepAccess:
 def step_access(request: SubmitRequest, slurm_conf: str | None) -> StepAccess:
     """The configuration and munge's socket for every job (a one-node job may run `srun`
     too, on its own node); the node's network for a multi-node batch job."""
-    readonly, lines = [], []
+    readonly: list[str] = []
+    # --export=NONE leaves the script no PATH (bash searches a default of its own, but does
+    # not export it): a step's tasks would find no program (`srun hostname`). The
+    # descriptor's own PATH, exported before, is kept.
+    lines = [f'export PATH="${{PATH:-{STEP_PATH}}}"']
     if slurm_conf and os.path.isdir(os.path.dirname(slurm_conf)):
         readonly.append(os.path.dirname(slurm_conf))
         lines.append(f"export SLURM_CONF={shlex.quote(slurm_conf)}")
