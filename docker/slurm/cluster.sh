@@ -92,6 +92,8 @@ ensure_packages() {
   command -v slurmdbd >/dev/null || missing+=(slurmdbd)
   command -v munged >/dev/null && command -v mungekey >/dev/null || missing+=(munge)
   command -v mariadb >/dev/null || command -v mysql >/dev/null || missing+=(mariadb-client)
+  # slurmd loads mpi/pmix's library when it starts: `srun --mpi=pmix` (MPI across nodes).
+  ldconfig -p 2>/dev/null | grep 'libpmix\.so\.2 ' >/dev/null || missing+=(libpmix2)
   [ ${#missing[@]} -eq 0 ] && return
   say "installing: ${missing[*]}"
   # Keep the packages from starting their system services (we run our own daemons).

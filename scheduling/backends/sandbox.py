@@ -79,6 +79,7 @@ def sandbox_argv(
     max_file_bytes: int | None = None,
     prlimit: str = PRLIMIT,
     devices: Sequence[str] = (),
+    share_net: bool = False,
 ) -> list[str]:
     """The argv prefix that runs a command in the sandbox (append the command's argv to it).
 
@@ -86,7 +87,8 @@ def sandbox_argv(
     job's to read), then this job's own folders are brought back: `writable` and `readonly`.
     `mounts` are (path, read-only) of the storage folders it sees (docs/storage.md), bound
     after its own, parents first.
-    The job has a network namespace of its own, empty until its runner connects it.
+    The job has a network namespace of its own, empty until its runner connects it; with
+    `share_net` the node's (a multi-node Slurm job's, for srun: slurm/steps.py).
     `tmp_bytes` bounds each writable tmpfs (`TMPFS`: it is memory); `max_processes` and
     `max_file_bytes` become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user
     namespace. `devices` are bubblewrap's arguments that bind the job's device files into its
@@ -110,6 +112,7 @@ def sandbox_argv(
     return [
         bwrap,
         "--unshare-all",  # new user/ipc/pid/net/uts/cgroup namespaces
+        *(["--share-net"] if share_net else []),
         "--unshare-user",  # required (not just tried), for:
         "--disable-userns",  # no further user namespaces inside
         "--cap-drop",

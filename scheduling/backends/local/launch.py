@@ -36,6 +36,7 @@ from scheduling.backends.local.jobstore import KEY_RE, JobStore
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
+from scheduling.backends.local.ranks import RANK_ENV, rank_argv, rank_env
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import TMPFS, sandbox_argv
 from scheduling.decisions.devices import device_binds
@@ -70,7 +71,7 @@ _DETACHED: dict[str, Any] = {
 }
 LAUNCHER_BATCH = 100  # jobs a request: their plans well within the launcher's 1 MiB
 # Set by the backend from the allocation; a descriptor's env may not override them.
-RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES")
+RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES", *RANK_ENV)
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
@@ -180,6 +181,7 @@ def launch_plan(
     first = placement.allocations[0] if placement.allocations else None
     env["SWITCHYARD_TASK_KEY"] = key
     env["SWITCHYARD_NODES"] = ",".join(placement.nodes)
+    env.update(rank_env(spec, placement, env))  # rank 0 of 1, or of each node (ranks.py)
     # The process runs "on" the first node of its allocation: it gets the device files of
     # its GPUs there, under their own names (decisions/devices.py).
     gpus = first.gpu_indices if first else ()
@@ -188,6 +190,8 @@ def launch_plan(
     # machine to the job. Counted from 0 over the GPUs whose files it has, as CUDA counts
     # them; the allocation's own indices where its GPUs have no device files (virtual GPUs).
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (range(len(gpus)) if binds else gpus))
+    # A multi-node job: one process per node it holds, all in the one sandbox (ranks.py).
+    argv = rank_argv(argv, spec, placement, grace_s=grace_s)
     # The memory it booked: its request on every node it holds (one process tree here).
     memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib
     memory_bytes = memory << 20

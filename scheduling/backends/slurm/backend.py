@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import pwd
 import re
 import shlex
@@ -48,6 +47,7 @@ from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.jobfolder import prepare_job_folder
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
+from scheduling.backends.slurm.steps import step_access
 from scheduling.backends.slurm.usage import SlurmUsage
 from scheduling.backends.slurm.watch import watched
 from scheduling.decisions.types import NodeView
@@ -89,6 +89,7 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         max_file_bytes: int = 10 << 30,
         switch_wait_s: int = 600,
         submit_concurrency: int = 4,
+        multinode_host_network: bool = False,
     ) -> None:
         self.alias = alias
         self.cluster = cluster
@@ -103,6 +104,9 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         self.switch_wait_s = switch_wait_s
         self.sacct_window_days = sacct_window_days
         self.submit_concurrency = submit_concurrency
+        # Multi-node jobs share their node's network, for srun (slurm/steps.py): only where
+        # the site's network keeps the portal's services out of the compute nodes' reach.
+        self.multinode_host_network = multinode_host_network
         self.run = runner or CommandRunner(
             slurm_conf=slurm_conf, timeout_s=command_timeout_s, bin_dir=bin_dir
         )
@@ -225,11 +229,12 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
             "this node: tasks never run unsandboxed' >&2; exit 127; }"
         )
+        # What srun and MPI need inside: the configuration, munge, the node's network for
+        # a multi-node job (steps.py).
+        steps = step_access(request, self.slurm_conf, host_network=self.multinode_host_network)
         readonly = [argv[1]] if spec.command is None else []
-        if self.slurm_conf and os.path.isdir(os.path.dirname(self.slurm_conf)):
-            # So that srun inside a batch script finds the cluster's configuration.
-            readonly.append(os.path.dirname(self.slurm_conf))
-            lines.append(f"export SLURM_CONF={shlex.quote(self.slurm_conf)}")
+        readonly += steps.readonly
+        lines += steps.lines
         prefix = sandbox_argv(
             "bwrap",
             writable=[str(workdir)],
@@ -241,11 +246,13 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
             devices=[SHELL_DEVICES] if devices else [],
+            share_net=steps.host_network,
         )
         argv = [*prefix, *argv]
         # Written into the script as data: the watcher connects a batch job's network with
         # these, and the node's own addresses, out of reach (jobnet.py).
-        lines += watched(argv, str(self.usage_path(request.key)), job_network(request.type))
+        network = None if steps.host_network else job_network(request.type)
+        lines += watched(argv, str(self.usage_path(request.key)), network)
         prepare_job_folder(
             self.workdir, request, pwd.getpwnam(self._unix_user(request)), self.usage_path
         )
