@@ -152,14 +152,15 @@ def test_cancel_and_walltime_stop_every_rank(backend, how):
     # Both ranks and their sleeps run, in the job's work folder.
     deadline_wait(backend, "stop", lambda _: len(in_folder(work)) >= 4, timeout=10)
     pids = in_folder(work)
+    # Their first lines are in the job's log (a stop may end the readers that prefix them).
+    both = ("[rank 0] rank 0 runs", "[rank 1] rank 1 runs")
+    deadline_wait(backend, "stop", lambda _: all(line in backend.log("stop") for line in both))
     if how == "cancel":
         backend.cancel("stop")
     job = finished(backend, "stop", timeout=10)
     expected = JobState.CANCELLED if how == "cancel" else JobState.TIMEOUT
     assert job.state is expected, (job.reason, backend.log("stop"))
     deadline_wait(backend, "stop", lambda _: not any(alive(pid) for pid in pids))
-    log = backend.log("stop")
-    assert "[rank 0] rank 0 runs" in log and "[rank 1] rank 1 runs" in log, log
     # Ended by the signal: SIGTERM, or SIGKILL where the sandbox's own process took the
     # SIGTERM first and its namespace's end killed the ranks (either way none is left).
     assert job.exit_code in (128 + signal.SIGTERM, 128 + signal.SIGKILL)

@@ -256,8 +256,8 @@ def test_the_fake_gpus_are_where_the_clusters_device_pattern_says():
     files = device_files(CLUSTER.gpu_device_pattern, CLUSTER.control_devices)
     binds = device_binds(files, "gpu002", [3, 5])
     assert [(host, inside) for host, inside, _ in binds] == [
-        (CLUSTER.device("gpu002", 3), "/dev/nvidia0"),
-        (CLUSTER.device("gpu002", 5), "/dev/nvidia1"),
+        (CLUSTER.device("gpu002", 3), "/dev/nvidia3"),
+        (CLUSTER.device("gpu002", 5), "/dev/nvidia5"),
         ("/var/tmp/sy-test/dev/nvidiactl", "/dev/nvidiactl"),
         ("/var/tmp/sy-test/dev/nvidia-uvm", "/dev/nvidia-uvm"),
         ("/var/tmp/sy-test/dev/nvidia-uvm-tools", "/dev/nvidia-uvm-tools"),
