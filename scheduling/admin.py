@@ -15,7 +15,6 @@ from scheduling.models import (
     Queue,
     Quota,
     RoutingRule,
-    StorageArea,
     Task,
     TaskEvent,
 )
@@ -129,13 +128,6 @@ class TaskAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
-
-
-@admin.register(StorageArea)
-class StorageAreaAdmin(admin.ModelAdmin):
-    # Versioned in the configuration history as pools and queues are (docs/storage.md).
-    list_display = ["name", "path", "owner", "read_only", "quota_bytes"]
-    filter_horizontal = ["pools"]
 
 
 @admin.register(LeaseSchedule)

@@ -187,7 +187,6 @@ _TOP_FIELDS = (
     "fail_action",
     "wait_timeout",
     "trigger",
-    "workdir",
     "priority",
     "notify",
 )

@@ -65,9 +65,6 @@ READS: dict[str, tuple[str, ...]] = {
     "api-workflow-detail": (),
     "api-workflow-cancel": (),
     "api-descriptor-schema": (),
-    "api-files": (),
-    "api-files-area": (),
-    "api-file": (),
     "api-leases": ("state", PAGE_),
     "api-lease": (),
     "api-lease-end": (),
@@ -126,9 +123,6 @@ READS: dict[str, tuple[str, ...]] = {
     "project-detail": (),
     "project-members": (),
     "project-quota": (),
-    "files": (),
-    "files-area": (),
-    "files-path": ("view",),
     "capacity": (),
     "capacity-lend": (),
     "capacity-lease-end": (),
@@ -243,8 +237,6 @@ def _kwargs(name: str, route: str, ids: dict) -> dict:
         "username": "alice",
         "state": "drained",
         "verdict": "approve",
-        "area": "projects",
-        "path": "materials",
     }
     return {k: v for k, v in values.items() if f":{k}>" in route}
 
