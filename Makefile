@@ -29,6 +29,9 @@ system-deps:
 	@bash docker/job-accounts.sh switchyard-job
 	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 		|| bash docker/install-packages.sh redis-server postgresql
+	@# Open MPI (mpicc, and the PMIx library Slurm's mpi/pmix loads): the multi-node tests
+	@# build and run an MPI program under the localhost Slurm (docs/slurm.md).
+	@command -v mpicc >/dev/null || bash docker/install-packages.sh openmpi-bin libopenmpi-dev
 
 # A secret key per install (settings read it when DJANGO_SECRET_KEY is not set).
 %/secret-key:

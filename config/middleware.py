@@ -58,6 +58,14 @@ LARGER_BODIES: dict[str, tuple[str, int, int]] = {
     "api-usage-samples": ("SWITCHYARD_BODY_MAX_BYTES", 4, 0),
 }
 
+# Paths below these take a file of up to the setting's size: a Files upload, streamed by its
+# view into the folder (the API's PUT, the page's form with its multipart framing). Sent
+# without a length, such a body is refused (411) rather than held in memory here.
+STREAMED_BODIES: dict[str, tuple[str, int]] = {
+    "api-files": ("SWITCHYARD_FILES_UPLOAD_MAX_BYTES", 0),
+    "files": ("SWITCHYARD_FILES_UPLOAD_MAX_BYTES", MULTIPART_SLACK),
+}
+
 # Who a request without a session may be: an API token or a collector's token. Session
 # authentication is not among them: DRF's checks the CSRF token, which reads the body.
 _TOKEN_AUTHENTICATION = (
@@ -75,7 +83,18 @@ def body_limit(path: str, *, authenticated: bool) -> int:
     for name, (setting, times, slack) in LARGER_BODIES.items():
         if path == reverse(name):
             limit = max(limit, getattr(settings, setting) * times + slack)
+    if _streamed(path):
+        setting, slack = STREAMED_BODIES[_streamed(path)]
+        limit = max(limit, getattr(settings, setting) + slack)
     return limit
+
+
+def _streamed(path: str) -> str:
+    """The name of the Files root `path` is below, or ""."""
+    for name in STREAMED_BODIES:
+        if path.startswith(reverse(name)) and path != reverse(name):
+            return name
+    return ""
 
 
 class BodyLimit:
@@ -99,6 +118,8 @@ class BodyLimit:
         if chunked or (declared or 0) > settings.SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS:
             authenticated = _authenticated(request)
             limit = body_limit(request.path, authenticated=authenticated)
+            if chunked and authenticated and _streamed(request.path):
+                return _length_required(request)
             if chunked:
                 body = _read_at_most(meta["wsgi.input"], limit)
                 if body is None:
@@ -148,6 +169,12 @@ def _read_at_most(stream, limit: int) -> bytes | None:
         parts.append(part)
         size += len(part)
     return None
+
+
+def _length_required(request: HttpRequest) -> HttpResponse:
+    message = "an upload must say its length (Content-Length); it is not sent in chunks"
+    body = {"errors": [{"field": None, "message": message, "got": None}]}
+    return JsonResponse(body, status=411)
 
 
 def _too_large(

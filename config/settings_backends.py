@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.env import env_int, env_networks, env_str
+from config.env import env_bool, env_int, env_networks, env_str
 from config.paths import VAR_DIR
 
 # --- Compute backends, by alias (a pool names one) ----------------------------------------
@@ -65,5 +65,8 @@ COMPUTE_BACKENDS["slurm"] = {
         "max_file_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
         # sbatch calls a dispatch batch runs at once (docs/slurm.md)
         "submit_concurrency": env_int("SWITCHYARD_SLURM_SUBMIT_CONCURRENCY", 4),
+        # Multi-node jobs share their node's network so srun and MPI reach the other nodes:
+        # only where a firewall keeps the compute nodes from the portal's services (docs/slurm.md).
+        "multinode_host_network": env_bool("SWITCHYARD_SLURM_MULTINODE_HOST_NETWORK", False),
     },
 }

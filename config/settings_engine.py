@@ -79,6 +79,15 @@ SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES = env_int(
 )
 SWITCHYARD_SIMULATION_SWEEP_SECONDS = env_int("SWITCHYARD_SIMULATION_SWEEP_SECONDS", 60)
 
+# --- Storage and Files (docs/storage.md) ----------------------------------------------------
+# The largest file one upload to Files may store (the API's PUT, the page's form).
+SWITCHYARD_FILES_UPLOAD_MAX_BYTES = env_int("SWITCHYARD_FILES_UPLOAD_MAX_BYTES", 1 << 30)
+# The Python the Files helper runs as a job account (standard library only, 3.9 or later):
+# one every account may run, which the portal's own virtual environment may not be.
+SWITCHYARD_FILES_HELPER_PYTHON = env_str("SWITCHYARD_FILES_HELPER_PYTHON", "/usr/bin/python3")
+# Where the demo site's storage areas live (seed_demo): no root-owned /scratch needed.
+SWITCHYARD_DEMO_STORAGE_DIR = Path(env_str("SWITCHYARD_DEMO_STORAGE_DIR", str(VAR_DIR / "storage")))
+
 # One beat sends, however many run: the others wait on its lock (config/runtime/beat.py).
 CELERY_BEAT_SCHEDULER = "config.runtime.beat:SingleBeatScheduler"
 # Each periodic task: how often it is sent, and how long its message may wait before it is

@@ -15,6 +15,7 @@ from scheduling.models import (
     Queue,
     Quota,
     RoutingRule,
+    StorageArea,
     Task,
     TaskEvent,
 )
@@ -128,6 +129,13 @@ class TaskAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+@admin.register(StorageArea)
+class StorageAreaAdmin(admin.ModelAdmin):
+    # Versioned in the configuration history as pools and queues are (docs/storage.md).
+    list_display = ["name", "path", "owner", "read_only", "quota_bytes"]
+    filter_horizontal = ["pools"]
 
 
 @admin.register(LeaseSchedule)

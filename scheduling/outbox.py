@@ -33,6 +33,7 @@ NOTIFY_END = "scheduling.notify_task_end"
 SIMULATIONS = "scheduling.simulations"
 SETTLE = "scheduling.settle_waiting"
 RELEVEL = "scheduling.relevel"
+STORAGE = "scheduling.storage_prepare"
 MANY_CHUNK = 100  # task ids in one dispatch_many message
 
 
@@ -104,6 +105,12 @@ def simulations() -> None:
     """Wake a worker to run the queued what-if runs, once the transaction commits (the beat
     sends the same message every minute: a lost one only delays a run)."""
     _on_commit(SIMULATIONS, (), what="the queued simulations")
+
+
+def storage_prepare(user_id: int) -> None:
+    """Make the user's storage folders (a worker does it, as root), once the transaction
+    commits; a lost message only leaves them to their first job or next visit."""
+    _on_commit(STORAGE, (user_id,), what=f"the storage folders of user {user_id}")
 
 
 def _on_commit(name: str, args: tuple[Any, ...], *, countdown: float = 0, what: str) -> None:

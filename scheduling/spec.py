@@ -49,6 +49,9 @@ class TaskSpec:
     fail_action: str = "abort"
     wait_timeout_s: int | None = None
     trigger_file: str | None = None
+    # Where the job starts: inside a storage folder it mounts (docs/storage.md); None: a
+    # folder of its own in its project's area.
+    workdir: str | None = None
     priority: str = "normal"
     notify: str | None = None  # "end": mail the owner when it ends; "none"; None: their setting
     # ids of tasks that already exist; the service checks the submitter may see them

@@ -14,7 +14,7 @@ from django.db.models import Q
 
 from config.locks import exclusive
 from scheduling import engine, notifications, outbox
-from scheduling.engine import capacity, cluster, health, levels, samples, settle
+from scheduling.engine import capacity, cluster, health, levels, samples, settle, storage
 from simulation.selectors import next_queued_simulation
 from simulation.services import simulation_fail_orphans, simulation_run
 
@@ -163,6 +163,12 @@ def slurm_sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:
     """Every project a Slurm account with its members associated (an operator's command runs
     it in its own process: `manage.py slurm_sync_accounts`)."""
     return cluster.sync_accounts(alias)
+
+
+@shared_task(name=outbox.STORAGE, acks_late=True)
+def storage_prepare(user_id: int) -> int:
+    """The user's folders in every storage area (docs/storage.md)."""
+    return storage.prepare_user(user_id)
 
 
 @shared_task(name=outbox.NOTIFY_END, acks_late=True)

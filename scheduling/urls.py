@@ -2,6 +2,7 @@ from django.urls import path
 
 from scheduling.views import canary as views_canary
 from scheduling.views import capacity as views_capacity
+from scheduling.views import files as views_files
 from scheduling.views import policy as views_policy
 from scheduling.views import queues as views_queues
 from scheduling.views import quotas as views_quotas
@@ -37,6 +38,9 @@ urlpatterns = [
         name="canary-decide",
     ),
     path("projects/<slug:slug>/quotas/", views_quotas.project_quota, name="project-quota"),
+    path("files/", views_files.files_home, name="files"),
+    path("files/<slug:area>/", views_files.files_browse, name="files-area"),
+    path("files/<slug:area>/<path:path>", views_files.files_browse, name="files-path"),
     path("capacity/", views_capacity.capacity, name="capacity"),
     path("capacity/lend/", views_capacity.lend, name="capacity-lend"),
     path("capacity/leases/<int:pk>/end/", views_capacity.lease_end, name="capacity-lease-end"),

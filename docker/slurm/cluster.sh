@@ -92,6 +92,8 @@ ensure_packages() {
   command -v slurmdbd >/dev/null || missing+=(slurmdbd)
   command -v munged >/dev/null && command -v mungekey >/dev/null || missing+=(munge)
   command -v mariadb >/dev/null || command -v mysql >/dev/null || missing+=(mariadb-client)
+  # slurmd loads mpi/pmix's library when it starts: `srun --mpi=pmix` (MPI across nodes).
+  ldconfig -p 2>/dev/null | grep 'libpmix\.so\.2 ' >/dev/null || missing+=(libpmix2)
   [ ${#missing[@]} -eq 0 ] && return
   say "installing: ${missing[*]}"
   # Keep the packages from starting their system services (we run our own daemons).
@@ -359,15 +361,20 @@ config_differs() {
   return 1
 }
 
+# The fake GPUs and control devices (`path major minor` in devices.txt): character devices
+# no driver answers, each with numbers of its own, so a job's sandbox can be checked to hold
+# exactly its GPUs' (docs/slurm.md). Readable by every job account, as real ones are.
 make_devices() {
-  local path
-  while read -r path; do
+  local path major minor
+  while read -r path major minor; do
     [ -n "$path" ] || continue
-    [ -c "$path" ] && continue
+    [ -c "$path" ] && [ "$(stat -c %t:%T "$path")" = "$(printf '%x:%x' "$major" "$minor")" ] &&
+      continue
     mkdir -p "$(dirname "$path")"
+    chmod 0755 "$(dirname "$path")"
     rm -f "$path"
-    mknod "$path" c 1 3 || fail "cannot create the fake GPU device $path (mknod)"
-  done <"$ETC/gpus.txt"
+    mknod -m 0666 "$path" c "$major" "$minor" || fail "cannot create the fake device $path (mknod)"
+  done <"$ETC/devices.txt"
 }
 
 # --- slurmctld and slurmd --------------------------------------------------------------------

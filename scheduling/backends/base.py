@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from scheduling.decisions.devices import NO_DEVICES, DeviceTable
+from scheduling.decisions.storage import JobStorage
 from scheduling.decisions.types import NodeView, QueuePolicy, Run
 
 # The backends decode their logs with these (re-exported: they were defined here).
@@ -72,6 +74,10 @@ class SubmitRequest:
     extra: dict[str, str] = field(default_factory=dict)
     # The portal's priority number for the job (higher starts first; docs/policy.md).
     priority: int = 0
+    # The device files of the nodes it may run on: it gets its GPUs' (decisions/devices.py).
+    devices: DeviceTable = NO_DEVICES
+    # The storage folders bound into its sandbox and the folder it starts in (docs/storage.md).
+    storage: JobStorage = field(default_factory=JobStorage)
 
 
 @dataclass(frozen=True, slots=True)

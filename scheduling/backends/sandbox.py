@@ -71,27 +71,36 @@ def sandbox_argv(
     *,
     writable: Sequence[str],
     readonly: Sequence[str] = (),
+    mounts: Sequence[tuple[str, bool]] = (),
     hide: str,
     chdir: str,
     tmp_bytes: int | None = None,
     max_processes: int | None = None,
     max_file_bytes: int | None = None,
     prlimit: str = PRLIMIT,
+    devices: Sequence[str] = (),
+    share_net: bool = False,
 ) -> list[str]:
     """The argv prefix that runs a command in the sandbox (append the command's argv to it).
 
     `hide` is covered by an empty tmpfs (where job folders live: other jobs' are not this
     job's to read), then this job's own folders are brought back: `writable` and `readonly`.
-    The job has a network namespace of its own, empty until its runner connects it.
+    `mounts` are (path, read-only) of the storage folders it sees (docs/storage.md), bound
+    after its own, parents first.
+    The job has a network namespace of its own, empty until its runner connects it; with
+    `share_net` the node's (a multi-node Slurm job's, for srun: slurm/steps.py).
     `tmp_bytes` bounds each writable tmpfs (`TMPFS`: it is memory); `max_processes` and
     `max_file_bytes` become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user
-    namespace.
+    namespace. `devices` are bubblewrap's arguments that bind the job's device files into its
+    private /dev (devices.py): its GPUs' and nothing else of the machine's.
     """
     binds: list[str] = []
     for path in writable:
         binds += ["--bind", path, path]
     for path in readonly:
         binds += ["--ro-bind", path, path]
+    for path, read_only in mounts:
+        binds += ["--ro-bind" if read_only else "--bind", path, path]
     size = ["--size", str(tmp_bytes)] if tmp_bytes else []
     # bwrap's --dev makes /dev a tmpfs with shm an empty folder on it: a tmpfs of its own.
     tmp = [arg for path in TMPFS for arg in (*size, "--tmpfs", path)]
@@ -103,6 +112,7 @@ def sandbox_argv(
     return [
         bwrap,
         "--unshare-all",  # new user/ipc/pid/net/uts/cgroup namespaces
+        *(["--share-net"] if share_net else []),
         "--unshare-user",  # required (not just tried), for:
         "--disable-userns",  # no further user namespaces inside
         "--cap-drop",
@@ -114,6 +124,7 @@ def sandbox_argv(
         *SYSTEM_BINDS,
         "--dev",
         "/dev",
+        *devices,
         "--proc",
         "/proc",
         *tmp,

@@ -187,6 +187,7 @@ _TOP_FIELDS = (
     "fail_action",
     "wait_timeout",
     "trigger",
+    "workdir",
     "priority",
     "notify",
 )

@@ -212,6 +212,15 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
             },
         }
     ),
+    "workdir": _nullable(
+        {
+            "type": "string",
+            "pattern": "^/[^\\n\\r\\u0000]*$",
+            "maxLength": _MAX_PATH,
+            "description": "absolute path inside a storage folder the job mounts read-write; "
+            "where it starts (absent: a folder of its own in its project's area)",
+        }
+    ),
     "priority": _nullable({"enum": list(PRIORITIES), "default": "normal"}),
     "notify": _nullable(
         {

@@ -120,6 +120,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
     retry_count = _optional_int(get("retry_count"), "retry_count", 0, _MAX_RETRIES, 0, errors)
     fail_action = _optional_choice(get("fail_action"), "fail_action", FAIL_ACTIONS, "abort", errors)
     trigger_file = _trigger(get("trigger"), errors)
+    workdir = _absolute_path(get("workdir"), "workdir", errors)
     priority = _optional_choice(get("priority"), "priority", PRIORITIES, "normal", errors)
     notify = _optional_choice(get("notify"), "notify", NOTIFY, None, errors)
     return {
@@ -140,6 +141,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
         "fail_action": fail_action,
         "wait_timeout_s": wait_timeout,
         "trigger_file": trigger_file,
+        "workdir": workdir,
         "priority": priority,
         "notify": notify,
     }
@@ -396,6 +398,12 @@ def _trigger(value: Any, errors: list[FieldError]) -> str | None:
     if path is None:
         _add(errors, "trigger.file", "is required: the absolute path of the file to wait for")
         return None
+    return _absolute_path(path, "trigger.file", errors)
+
+
+def _absolute_path(path: Any, field: str, errors: list[FieldError]) -> str | None:
+    if path is None:
+        return None
     if (
         not isinstance(path, str)
         or not path.startswith("/")
@@ -406,12 +414,12 @@ def _trigger(value: Any, errors: list[FieldError]) -> str | None:
     ):
         _add(
             errors,
-            "trigger.file",
+            field,
             f"must be an absolute path (starting with /, at most {_MAX_PATH} characters, one line)",
             path,
         )
         return None
     if "/.." in path and ".." in path.split("/"):
-        _add(errors, "trigger.file", "must not contain .. components", path)
+        _add(errors, field, "must not contain .. components", path)
         return None
     return path

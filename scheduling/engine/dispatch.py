@@ -27,12 +27,14 @@ from scheduling.backends import (
     JobState,
     SubmitRequest,
 )
+from scheduling.decisions.devices import NO_DEVICES
 from scheduling.decisions.quota import Hold, Reject
 from scheduling.engine import admission
 from scheduling.engine.capacity import lease_partitions
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.engine.starts import watch_starts
+from scheduling.engine.storage import StorageError, prepare_job
 from scheduling.models import Attempt, Task, TaskState, attempt_key
 from scheduling.selectors import site_view
 from scheduling.spec import TaskSpec
@@ -251,13 +253,16 @@ def _prepare(task: Task) -> _Ready | str:
     site = site_view()
     queue = site.queues.get(task.queue.name)
     if queue is None:  # deleted meanwhile; the fresh view will know
-        queue = site_view(fresh=True).queues[task.queue.name]
+        site = site_view(fresh=True)
+        queue = site.queues[task.queue.name]
     try:
         # The only place secret values are opened: for the backend that runs the job.
         spec = TaskSpec.from_dict(task.spec)
         if spec.secret_env:
             spec = dataclasses.replace(spec, secret_env=sealed.open_sealed(task.spec["secret_env"]))
-    except sealed.CannotOpen as exc:
+        # Its storage folders, made here (root): docs/storage.md.
+        storage = prepare_job(task, pool=queue.pool, areas=site.storage)
+    except (sealed.CannotOpen, StorageError) as exc:
         task_set_state(
             task=task, to=S.FAILED, reason=str(exc), fields={"dispatch_lease_until": None}
         )
@@ -275,6 +280,8 @@ def _prepare(task: Task) -> _Ready | str:
             "portal": site.instance,
         },
         priority=task.priority_value,
+        devices=site.devices.get(queue.pool, NO_DEVICES),
+        storage=storage,
     )
     return _Ready(task, number, key, request)
 

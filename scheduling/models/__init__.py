@@ -1,5 +1,5 @@
-"""The scheduling app's tables: the site (`site`), work (`tasks`), capacity (`capacity`), and
-what projects may use of a queue (`quotas`, `priority`)."""
+"""The scheduling app's tables: the site (`site`), work (`tasks`), capacity (`capacity`),
+storage areas (`storage`), and what projects may use of a queue (`quotas`, `priority`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from scheduling.models.site import (
     Queue,
     RoutingRule,
 )
+from scheduling.models.storage import StorageArea
 from scheduling.models.tasks import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -51,6 +52,7 @@ __all__ = [
     "Queue",
     "Quota",
     "RoutingRule",
+    "StorageArea",
     "Task",
     "TaskEvent",
     "TaskState",

@@ -10,10 +10,32 @@ from django.db.models import TextChoices
 from portal.models import validate_slug
 from scheduling import host
 from scheduling.decisions import levels
+from scheduling.decisions.devices import (
+    DEFAULT_CONTROL_DEVICES,
+    DEFAULT_GPU_DEVICE,
+    DeviceFiles,
+    control_devices_error,
+    device_files,
+    gpu_pattern_error,
+)
 from scheduling.decisions.order import ScheduleError, parse_weight_schedule
 from scheduling.decisions.processes import concurrency_error
 from scheduling.decisions.types import RoutingRuleView
 from scheduling.spec import TASK_TYPES
+
+
+def default_control_devices() -> list[str]:
+    return list(DEFAULT_CONTROL_DEVICES)
+
+
+def check_devices(gpu: str, control: object) -> None:
+    errors = {}
+    if why := gpu_pattern_error(gpu):
+        errors["gpu_devices"] = why
+    if control is not None and (why := control_devices_error(control)):
+        errors["control_devices"] = why
+    if errors:
+        raise ValidationError(errors)
 
 
 class Pool(models.Model):
@@ -29,12 +51,34 @@ class Pool(models.Model):
         max_length=63, help_text="Alias in settings.COMPUTE_BACKENDS that runs this pool's work."
     )
     labels = models.JSONField(default=dict, blank=True)
+    # What a GPU job of this pool sees of its node's devices (docs/security.md).
+    gpu_devices = models.CharField(
+        max_length=255,
+        blank=True,
+        default=DEFAULT_GPU_DEVICE,
+        help_text="Each GPU's device file on its node, {index} its index (on Slurm: its place "
+        "in the node's gres.conf), {node} the node's name. Empty: the GPUs have no device "
+        "files (virtual GPUs, counted only).",
+    )
+    control_devices = models.JSONField(
+        default=default_control_devices,
+        blank=True,
+        help_text="Device files every GPU job gets besides its GPUs', e.g. "
+        '["/dev/nvidiactl", "/dev/nvidia-uvm"]. A missing one fails the job.',
+    )
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def devices(self) -> DeviceFiles | None:
+        return device_files(self.gpu_devices, self.control_devices or ())
+
+    def clean(self) -> None:
+        check_devices(self.gpu_devices, self.control_devices)
 
 
 class Node(models.Model):
@@ -52,12 +96,28 @@ class Node(models.Model):
     switch = models.CharField(max_length=63, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.UP)
     health = models.JSONField(default=dict, blank=True)
+    gpu_devices = models.CharField(
+        max_length=255, blank=True, help_text="Empty: the pool's (a pattern as the pool's)."
+    )
+    control_devices = models.JSONField(
+        null=True, blank=True, default=None, help_text="Empty: the pool's."
+    )
 
     class Meta:
         ordering = ["pool", "name"]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def devices(self) -> DeviceFiles | None:
+        """Its own device files where it says, else its pool's."""
+        pool = self.pool
+        control = pool.control_devices if self.control_devices is None else self.control_devices
+        return device_files(self.gpu_devices or pool.gpu_devices, control or ())
+
+    def clean(self) -> None:
+        check_devices(self.gpu_devices, self.control_devices)
 
 
 class Queue(models.Model):

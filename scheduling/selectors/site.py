@@ -5,16 +5,19 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from portal.models import Project
 from scheduling.decisions import PoolCapacity, pool_capacity
 from scheduling.decisions.canary import CanaryError, parse_rule_set
 from scheduling.decisions.classify import DEFAULT_CLASSIFIER, ClassifierPolicy
+from scheduling.decisions.devices import DeviceTable, device_table
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.order import ScheduleError, WeightWindow, parse_weight_schedule
 from scheduling.decisions.quota import QuotaRule
+from scheduling.decisions.storage import AreaView
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
 from scheduling.models import (
     Canary,
@@ -22,11 +25,13 @@ from scheduling.models import (
     Instance,
     Node,
     NodeLease,
+    Pool,
     Queue,
     Quota,
     RoutingRule,
 )
 from scheduling.models import LevelRule as LevelRuleRow
+from scheduling.selectors.storage import storage_areas
 from scheduling.spec import TASK_TYPES
 
 
@@ -70,6 +75,21 @@ def node_views_for_backend(alias: str) -> dict[str, list[NodeView]]:
     return pools
 
 
+def device_tables(
+    pools: Iterable[Pool], nodes: Iterable[Node], serving: Mapping[str, Iterable[NodeView]]
+) -> dict[str, DeviceTable]:
+    """Each pool's device files, with those of the nodes serving it (its own, and those lent
+    to it: a lent node keeps its own files) where they differ."""
+    own = {node.name: node.devices for node in nodes}
+    return {
+        pool.name: device_table(
+            pool.devices,
+            [(n.name, own[n.name]) for n in serving.get(pool.name, ()) if n.name in own],
+        )
+        for pool in pools
+    }
+
+
 def active_loans() -> dict[str, Loan]:
     """Every node of an active lease: the borrowing queue's pool, and the lease's end."""
     return {
@@ -107,9 +127,13 @@ class SiteView:
     leases: tuple[tuple[int, str, float], ...] = ()
     # This portal's name on shared clusters (models.Instance).
     instance: str = ""
+    # Each pool's device files, for the jobs of its queues (decisions/devices.py).
+    devices: dict[str, DeviceTable] = field(default_factory=dict)
     # The active canary: (its id, its share of submissions in percent, the site as its rules
     # make it). Tasks it took are routed and levelled by `arm(canary_id)`.
     canary: tuple[int, int, SiteView] | None = None
+    # The storage areas, with the pools that mount them (docs/storage.md).
+    storage: tuple[AreaView, ...] = ()
 
     def arm(self, canary_id: int | None) -> SiteView:
         """The site as a task's rules see it: the canary's, for a task the canary took."""
@@ -161,7 +185,8 @@ def site_view_invalidate() -> None:
 def _load_site_view() -> SiteView:
     queues = list(Queue.objects.select_related("pool"))
     pool_nodes: dict[str, list[NodeView]] = {}
-    for node in Node.objects.select_related("pool").order_by("name"):
+    node_rows = list(Node.objects.select_related("pool").order_by("name"))
+    for node in node_rows:
         pool_nodes.setdefault(node.pool.name, []).append(node_view(node))
     rules = tuple(
         RoutingRuleView(
@@ -187,6 +212,7 @@ def _load_site_view() -> SiteView:
         # Where work may go now (leases applied); what each pool could ever hold (they not).
         pool_nodes={pool: tuple(nodes) for pool, nodes in lent.items()},
         pool_capacity={pool: pool_capacity(nodes) for pool, nodes in pool_nodes.items()},
+        devices=device_tables({q.pool.name: q.pool for q in queues}.values(), node_rows, lent),
         classifier=classifier_policy(settings_row) if settings_row else DEFAULT_CLASSIFIER,
         instance=instance.name,
         level_rules=tuple(r.as_rule() for r in LevelRuleRow.objects.select_related("queue")),
@@ -199,6 +225,7 @@ def _load_site_view() -> SiteView:
                 state=NodeLease.State.ACTIVE
             ).values_list("pk", "queue__name", "ends_at")
         ),
+        storage=tuple(storage_areas()),
     )
     return _with_canary(view)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import cache
 
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
+from scheduling.decisions.storage import AreaView
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
 from scheduling.sites.types import LeaseTemplate, PoolSpec, QuotaTemplate, RateTemplate, Site
 
@@ -147,6 +148,14 @@ def default_site() -> Site:
         RateTemplate("", "storage", "0.01"),
         RateTemplate("", "network", "0.50"),
     )
+    # Every pool mounts each project's folder and each user's read-write, and the site's
+    # datasets read-only (docs/storage.md); below the site's storage folder.
+    every_pool = tuple(pool.name for pool in pools)
+    storage_areas = (
+        AreaView("projects", "/projects/{project}", "project", pools=every_pool),
+        AreaView("home", "/home/{user}", "user", pools=every_pool),
+        AreaView("datasets", "/datasets", "site", read_only=True, pools=every_pool),
+    )
     return Site(
         pools=pools,
         queues=queues,
@@ -157,4 +166,5 @@ def default_site() -> Site:
         startup_timeouts=startup_timeouts,
         lease_schedules=lease_schedules,
         rates=rates,
+        storage_areas=storage_areas,
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduling.decisions.levels import LevelRule
+from scheduling.decisions.storage import AreaView
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
 
 # The values of `scheduling.models.Pool.Kind`, as plain strings (this package may not import
@@ -77,6 +78,9 @@ class Site:
     startup_timeouts: dict[str, int] = field(default_factory=dict)
     lease_schedules: tuple[LeaseTemplate, ...] = ()
     rates: tuple[RateTemplate, ...] = ()
+    # Storage areas; their paths lie below the site's storage folder (seed_demo: the var
+    # folder's, so that the demo needs no root-owned /scratch), docs/storage.md.
+    storage_areas: tuple[AreaView, ...] = ()
 
     def __post_init__(self) -> None:
         _unique("pool", [p.name for p in self.pools])
@@ -95,6 +99,10 @@ class Site:
         for rule in self.rules:
             if rule.queue not in queues:
                 raise ValueError(f"rule {rule.order} names queue {rule.queue}, which is not here")
+        _unique("storage area", [a.name for a in self.storage_areas])
+        for area in self.storage_areas:
+            if set(area.pools) - pools:
+                raise ValueError(f"storage area {area.name} names a pool that is not here")
         for rate in self.rates:
             if rate.queue and rate.queue not in queues:
                 raise ValueError(

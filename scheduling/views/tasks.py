@@ -21,6 +21,7 @@ from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
 from scheduling.presenters.efficiency import task_efficiency
+from scheduling.presenters.files import task_workdir_link
 from scheduling.presenters.starters import STARTERS, starter_initial
 from scheduling.presenters.states import TASK_STATE_CHOICES
 from scheduling.selectors import (
@@ -70,6 +71,7 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         "can_ask": can_change and not task.is_terminal and task.level < HIGH,
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
         "efficiency": task_efficiency(task) if task.is_terminal else None,
+        "workdir": task_workdir_link(request.user, task),
     }
     # While the task lives, htmx re-fetches the status block (state, timeline, log) every 2 s.
     template = "scheduling/task_status.html" if request.htmx else "scheduling/task_detail.html"

@@ -173,6 +173,9 @@ def test_restarts_of_worker_redis_postgresql_and_beat_lose_nothing_and_repeat_no
     # Not pytest's tmp_path: its folders may be cleaned away by another pytest run meanwhile,
     # and the processes' logs are kept when the test fails.
     tmp_path = Path(tempfile.mkdtemp(prefix="switchyard-restarts-"))
+    # The storage areas live under its var/: the jobs' accounts pass through to their folders
+    # (mkdtemp makes it 0700, which only root could pass).
+    tmp_path.chmod(0o711)
     pg = PostgresServer().init().start()
     redis = RedisServer(tmp_path / "redis").start()
     root = make_job_root()

@@ -53,6 +53,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest, decode_log
+from scheduling.decisions.devices import DeviceTable
+from scheduling.decisions.storage import JobStorage, Mount
 from scheduling.decisions.types import NodeAllocation, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
 
@@ -385,6 +387,8 @@ def request_as_dict(request: SubmitRequest) -> dict[str, Any]:
         "user": request.user,
         "extra": dict(request.extra),
         "priority": request.priority,
+        "devices": request.devices.as_dict(),
+        "storage": dataclasses.asdict(request.storage),
     }
 
 
@@ -416,7 +420,14 @@ def request_from(data: Mapping[str, Any]) -> SubmitRequest:
         user=data["user"],
         extra=dict(data.get("extra") or {}),
         priority=int(data.get("priority") or 0),
+        devices=DeviceTable.from_dict(data.get("devices")),
+        storage=job_storage_from(data.get("storage") or {}),
     )
+
+
+def job_storage_from(data: Mapping[str, Any]) -> JobStorage:
+    mounts = tuple(Mount(**mount) for mount in data.get("mounts") or ())
+    return JobStorage(mounts=mounts, workdir=data.get("workdir") or "")
 
 
 def job_from(key: str, state: Mapping[str, Any]) -> Job:

@@ -16,6 +16,8 @@ import shim as supervisor  # beside this file: the supervisor that imported this
 # How often the wait loop wakes to look for the cancel marker when nothing else happens: a
 # cancel reaches the job (SIGTERM, then SIGKILL after the grace period) within this.
 MARKER_POLL_S = 0.25
+# The last line of a multi-node job whose rank failed (the rank runner's, ranks.py).
+RANK_FAILED = "switchyard: rank "
 
 
 def wait(shim, pid: int, out_r: int, jobwatch) -> None:
@@ -125,6 +127,9 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
         )
     elif rc == 0:
         shim.finish("succeeded", "", exit_code=0)
+    elif shim.log.last_line().startswith(RANK_FAILED):
+        # A multi-node job's runner stopped its other ranks (ranks.py) and says which failed.
+        shim.finish("failed", shim.log.last_line().removeprefix("switchyard: "), exit_code=code)
     elif code in (126, 127) and b"prlimit: failed to execute " in shim.log.tail:
         # The sandbox ran, the command in it could not be started.
         why_not = shim.log.last_line().removeprefix("prlimit: failed to execute ")

@@ -29,13 +29,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduling.backends import storage
 from scheduling.backends.base import BackendError, SubmitRequest
+from scheduling.backends.devices import bwrap_args, missing_reason
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
+from scheduling.backends.local.ranks import RANK_ENV, rank_argv, rank_env
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import TMPFS, sandbox_argv
+from scheduling.decisions.devices import device_binds
 from scheduling.decisions.processes import job_processes, queue_concurrency
 from scheduling.decisions.types import NodeView, Placement
 
@@ -67,7 +71,7 @@ _DETACHED: dict[str, Any] = {
 }
 LAUNCHER_BATCH = 100  # jobs a request: their plans well within the launcher's 1 MiB
 # Set by the backend from the allocation; a descriptor's env may not override them.
-RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES")
+RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES", *RANK_ENV)
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
@@ -177,9 +181,17 @@ def launch_plan(
     first = placement.allocations[0] if placement.allocations else None
     env["SWITCHYARD_TASK_KEY"] = key
     env["SWITCHYARD_NODES"] = ",".join(placement.nodes)
+    env.update(rank_env(spec, placement, env))  # rank 0 of 1, or of each node (ranks.py)
+    # The process runs "on" the first node of its allocation: it gets the device files of
+    # its GPUs there, under their own names (decisions/devices.py).
+    gpus = first.gpu_indices if first else ()
+    binds = device_binds(request.devices.for_node(first.node), first.node, gpus) if first else ()
     # Always set, empty when no GPU was allocated: unset would expose every GPU of the
-    # machine to the job. The process runs "on" the first node of its allocation.
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (first.gpu_indices if first else ()))
+    # machine to the job. Counted from 0 over the GPUs whose files it has, as CUDA counts
+    # them; the allocation's own indices where its GPUs have no device files (virtual GPUs).
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (range(len(gpus)) if binds else gpus))
+    # A multi-node job: one process per node it holds, all in the one sandbox (ranks.py).
+    argv = rank_argv(argv, spec, placement, grace_s=grace_s)
     # The memory it booked: its request on every node it holds (one process tree here).
     memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib
     memory_bytes = memory << 20
@@ -188,11 +200,13 @@ def launch_plan(
             bwrap,
             writable=[work, home],  # HOME must be writable too
             readonly=[script] if spec.command is None else [],
+            mounts=storage.mounts(request),  # the site's storage areas of its pool
             hide=store.root,
-            chdir=work,
+            chdir=storage.workdir(request, work),
             tmp_bytes=memory_bytes,
             max_processes=limits.max_processes,
             max_file_bytes=limits.max_disk_bytes,
+            devices=bwrap_args(binds),
         ),
         *argv,
     ]
@@ -202,7 +216,12 @@ def launch_plan(
         "cwd": work,
         "mkdirs": [work, home],
         "readable": [script] if spec.command is None else [],
+        # Checked by the supervisor before the sandbox starts: a missing one fails the job.
+        "devices": [[host, missing_reason(host, what)] for host, _, what in binds],
         "run_as": list(account) if account else None,
+        "groups": storage.project_groups(request) if account else [],
+        "umask": storage.umask(request),
+        "makedirs_as_job": [request.storage.workdir] if request.storage.workdir else [],
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,
         "bwrap": bwrap,

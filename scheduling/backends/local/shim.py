@@ -155,6 +155,14 @@ class Shim:
         if (run_as and run_as[0] == 0) or (not run_as and os.getuid() == 0):
             self.finish("failed", RUN_AS_ROOT)
             return
+        for path, missing in plan.get("devices", ()):
+            try:
+                is_device = os.stat(path).st_mode & 0o170000 == 0o020000  # S_ISCHR
+            except OSError:
+                is_device = False
+            if not is_device:
+                self.finish("failed", missing)
+                return
         for d in plan.get("mkdirs", ()):
             os.makedirs(d, mode=0o700, exist_ok=True)
             if run_as:
@@ -236,7 +244,8 @@ class Shim:
                 os.dup2(out_w, 2)
                 if run_as:
                     # Groups, then gid, then uid: after setuid nothing could drop the others.
-                    os.setgroups([])
+                    # Only its project's group (a storage area's folder), if any.
+                    os.setgroups(self.plan.get("groups") or [])
                     os.setgid(run_as[1])
                     os.setuid(run_as[0])
                 if os.getuid() == 0 or os.geteuid() == 0:
@@ -246,7 +255,10 @@ class Shim:
                 # reader that went away, a file past the size limit: the writer dies).
                 for signo in (_signal.SIGPIPE, _signal.SIGXFSZ):
                     _signal.signal(signo, _signal.SIG_DFL)
-                os.umask(0o077)
+                os.umask(self.plan.get("umask", 0o077))
+                # Its working folder in a storage area: made as the job's own account.
+                for folder in self.plan.get("makedirs_as_job", ()):
+                    os.makedirs(folder, exist_ok=True)
                 os.chdir(cwd)
                 os.set_inheritable(info_w, True)
                 if block_r >= 0:

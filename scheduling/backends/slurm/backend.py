@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import pwd
 import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from scheduling.backends import storage
 from scheduling.backends.base import (
     Backend,
     BackendError,
@@ -39,20 +39,23 @@ from scheduling.backends.base import (
     decode_log,
     submit_concurrently,
 )
+from scheduling.backends.devices import SHELL_DEVICES, slurm_lines
 from scheduling.backends.sandbox import job_network, sandbox_argv
 from scheduling.backends.slurm import secret_env
+from scheduling.backends.slurm.accounts import SlurmAccounts, account_name
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
+from scheduling.backends.slurm.jobfolder import prepare_job_folder
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
+from scheduling.backends.slurm.steps import step_access
 from scheduling.backends.slurm.usage import SlurmUsage
-from scheduling.backends.slurm.watch import prepare_usage_file, watched
+from scheduling.backends.slurm.watch import watched
 from scheduling.decisions.types import NodeView
 
 log = logging.getLogger(__name__)
 
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_ACCOUNT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _LEASE_RE = re.compile(r"^lease-[0-9]{1,18}$")
 _PORTAL_RE = re.compile(r"^[a-z0-9]{1,16}$")
 # What sacct reports of a job. JobName goes last so a '|' in someone else's job name cannot
@@ -66,7 +69,7 @@ _ALREADY_GONE = (
 )
 
 
-class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
+class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
     """The Backend protocol over Slurm's commands."""
 
     def __init__(
@@ -86,6 +89,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         max_file_bytes: int = 10 << 30,
         switch_wait_s: int = 600,
         submit_concurrency: int = 4,
+        multinode_host_network: bool = False,
     ) -> None:
         self.alias = alias
         self.cluster = cluster
@@ -100,6 +104,9 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         self.switch_wait_s = switch_wait_s
         self.sacct_window_days = sacct_window_days
         self.submit_concurrency = submit_concurrency
+        # Multi-node jobs share their node's network, for srun (slurm/steps.py): only where
+        # the site's network keeps the portal's services out of the compute nodes' reach.
+        self.multinode_host_network = multinode_host_network
         self.run = runner or CommandRunner(
             slurm_conf=slurm_conf, timeout_s=command_timeout_s, bin_dir=bin_dir
         )
@@ -137,7 +144,7 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         """The sbatch argv and the script it reads on stdin."""
         spec = request.spec
         res = spec.resources
-        account = _account(request.project)
+        account = account_name(request.project)
         out_dir = self.workdir / request.key
         argv = [
             "sbatch",
@@ -190,11 +197,14 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
 
     def batch_script(self, request: SubmitRequest) -> str:
         spec = request.spec
+        devices = slurm_lines(request.devices, spec.resources.gpus)
         lines = [
             "#!/bin/bash",
             # A command before anything from the descriptor: Slurm reads #SBATCH directives
             # only until the first command, so none can hide in a user's script.
             ":",
+            # The device files of the GPUs Slurm gave it, before anything the job sets.
+            *devices,
             f"export SWITCHYARD_TASK_KEY={shlex.quote(request.key)}",
             # With --export=NONE an srun inside the job would get an empty environment.
             "export SLURM_EXPORT_ENV=ALL",
@@ -214,48 +224,39 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         # Every type runs in the sandbox, as on the local backend (docs/security.md); the
         # real HOME is not in it, the job folder is.
         lines += [f"export HOME={shlex.quote(str(workdir))}", "export TMPDIR=/tmp"]
+        lines += storage.script_lines(request)
         lines.append(
             "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
             "this node: tasks never run unsandboxed' >&2; exit 127; }"
         )
+        # What srun and MPI need inside: the configuration, munge, the node's network for
+        # a multi-node job (steps.py).
+        steps = step_access(request, self.slurm_conf, host_network=self.multinode_host_network)
         readonly = [argv[1]] if spec.command is None else []
-        if self.slurm_conf and os.path.isdir(os.path.dirname(self.slurm_conf)):
-            # So that srun inside a batch script finds the cluster's configuration.
-            readonly.append(os.path.dirname(self.slurm_conf))
-            lines.append(f"export SLURM_CONF={shlex.quote(self.slurm_conf)}")
+        readonly += steps.readonly
+        lines += steps.lines
         prefix = sandbox_argv(
             "bwrap",
             writable=[str(workdir)],
             readonly=readonly,
+            mounts=storage.mounts(request),  # the site's storage areas of its pool
             hide=str(self.workdir),
-            chdir=str(workdir),
+            chdir=storage.workdir(request, str(workdir)),
             tmp_bytes=spec.resources.memory_mib << 20,
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
+            devices=[SHELL_DEVICES] if devices else [],
+            share_net=steps.host_network,
         )
         argv = [*prefix, *argv]
         # Written into the script as data: the watcher connects a batch job's network with
         # these, and the node's own addresses, out of reach (jobnet.py).
-        lines += watched(argv, str(self.usage_path(request.key)), job_network(request.type))
-        self._prepare_workdir(request)
+        network = None if steps.host_network else job_network(request.type)
+        lines += watched(argv, str(self.usage_path(request.key)), network)
+        prepare_job_folder(
+            self.workdir, request, pwd.getpwnam(self._unix_user(request)), self.usage_path
+        )
         return "\n".join(lines) + "\n"
-
-    def _prepare_workdir(self, request: SubmitRequest) -> None:
-        """The job's folder, its account's alone; the folders above it passable (o+x)."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.workdir.chmod(0o711)
-        path = self.workdir / request.key
-        path.mkdir(exist_ok=True)
-        entry = pwd.getpwnam(self._unix_user(request))
-        if request.spec.script is not None:
-            script = path / "script.sh"
-            fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o500)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(request.spec.script)
-            os.chown(script, entry.pw_uid, entry.pw_gid)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
-        path.chmod(0o700)
-        prepare_usage_file(self.usage_path(request.key), entry.pw_uid, entry.pw_gid)
 
     def usage_path(self, key: str) -> Path:
         return self.workdir / f"{key}.cpu"
@@ -278,58 +279,6 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
         if entry.pw_uid == 0 or entry.pw_gid == 0:
             raise BackendError(f"refusing to run a job as {name!r}: it is root (uid or gid 0)")
         return name
-
-    # -- accounts ----------------------------------------------------------------------------
-
-    def ensure_association(self, project: str, unix_user: str | None) -> None:
-        """Make the project's Slurm account (and the user's association with it) exist."""
-        account = _account(project)
-        user = unix_user or _current_user()
-        if (account, user) in self._known_associations:
-            return
-        for argv in (
-            [
-                "sacctmgr",
-                "-i",
-                "add",
-                "account",
-                account,
-                f"cluster={self.cluster}",
-                f"description=switchyard project {account}",
-            ],
-            [
-                "sacctmgr",
-                "-i",
-                "add",
-                "user",
-                user,
-                f"account={account}",
-                f"cluster={self.cluster}",
-            ],
-        ):
-            try:
-                self.run(argv)
-            except BackendError as exc:
-                # sacctmgr exits non-zero when there is "nothing new" to add.
-                if "Nothing new added" not in str(exc) and "already exists" not in str(exc):
-                    raise
-        self._known_associations.add((account, user))
-
-    def set_account_share(self, project: str, shares: int) -> None:
-        """The project's fair-share shares as its account's `Fairshare` (docs/policy.md)."""
-        self.run(
-            [
-                "sacctmgr",
-                "-i",
-                "modify",
-                "account",
-                "where",
-                f"name={_account(project)}",
-                f"cluster={self.cluster}",
-                "set",
-                f"fairshare={max(1, int(shares))}",
-            ]
-        )
 
     # -- follow ------------------------------------------------------------------------------
 
@@ -472,16 +421,6 @@ class SlurmBackend(SlurmCapacity, SlurmUsage, Backend):
 
 def _minutes(seconds: int) -> int:
     return max(1, math.ceil(seconds / 60))
-
-
-def _account(project: str) -> str:
-    if not _ACCOUNT_RE.match(project):
-        raise BackendError(f"project {project!r} cannot be a Slurm account name")
-    return project
-
-
-def _current_user() -> str:
-    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def job_comment(request: SubmitRequest) -> str:

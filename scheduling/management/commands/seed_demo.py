@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, time
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -12,7 +13,16 @@ from django.db import transaction
 from accounting.models import Rate
 from portal.auth import issue_token
 from portal.models import Membership, Project
-from scheduling.models import LeaseSchedule, LevelRule, Node, Pool, Queue, Quota, RoutingRule
+from scheduling.models import (
+    LeaseSchedule,
+    LevelRule,
+    Node,
+    Pool,
+    Queue,
+    Quota,
+    RoutingRule,
+    StorageArea,
+)
 from scheduling.selectors import site_view_invalidate
 from scheduling.sites import default_site
 
@@ -46,8 +56,16 @@ class Command(BaseCommand):
         site = default_site()
         pools = {}
         for spec in site.pools:
+            # The demo's GPUs are virtual (counted, without device files): a site with
+            # real GPUs sets its pools' device files (docs/security.md).
             pool, _ = Pool.objects.update_or_create(
-                name=spec.name, defaults={"kind": spec.kind, "backend": backend}
+                name=spec.name,
+                defaults={
+                    "kind": spec.kind,
+                    "backend": backend,
+                    "gpu_devices": "",
+                    "control_devices": [],
+                },
             )
             pools[spec.name] = pool
             for node in spec.nodes:
@@ -106,6 +124,19 @@ class Command(BaseCommand):
                     valid_from=since,
                     note="default site",
                 )
+        # The site's storage areas, below the demo's storage folder (no root-owned /scratch).
+        root = str(settings.SWITCHYARD_DEMO_STORAGE_DIR).rstrip("/")
+        for spec_area in site.storage_areas:
+            area, _ = StorageArea.objects.update_or_create(
+                name=spec_area.name,
+                defaults={
+                    "path": root + spec_area.path,
+                    "owner": spec_area.owner,
+                    "read_only": spec_area.read_only,
+                    "quota_bytes": spec_area.quota_bytes,
+                },
+            )
+            area.pools.set([pools[name] for name in spec_area.pools])
         RoutingRule.objects.all().delete()
         for routing_rule in site.rules:
             RoutingRule.from_view(routing_rule, queues).save()

@@ -15,12 +15,12 @@ from scheduling.models import Node, Pool, Queue
 from scheduling.selectors import node_view, queue_policy, site_view_invalidate
 from scheduling.sites.slurm import ClusterSettings, SlurmConfigError, render, scale_down
 
-FILES = ("slurm.conf", "gres.conf", "topology.conf", "nodes.txt", "gpus.txt")
+FILES = ("slurm.conf", "gres.conf", "topology.conf", "nodes.txt", "devices.txt")
 
 
 class Command(BaseCommand):
     help = (
-        "Write slurm.conf, gres.conf and topology.conf (plus nodes.txt and gpus.txt for "
+        "Write slurm.conf, gres.conf and topology.conf (plus nodes.txt and devices.txt for "
         "docker/slurm/cluster.sh) from the pools, nodes and queues in the database."
     )
 
@@ -50,8 +50,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--prune-db",
             action="store_true",
-            help="also delete from the database the nodes the scaled-down cluster leaves out, "
-            "so this database describes exactly the cluster (for a dedicated database only)",
+            help="also delete from the database the nodes the scaled-down cluster leaves out "
+            "and give its pools the cluster's fake device files, so this database describes "
+            "exactly the cluster (for a dedicated database only)",
         )
         parser.add_argument(
             "--hostname",
@@ -120,6 +121,10 @@ class Command(BaseCommand):
                 gone, _ = (
                     Node.objects.filter(pool__name__in=pool_names).exclude(name__in=kept).delete()
                 )
+                for pool in pools:
+                    pool.gpu_devices = cluster.gpu_device_pattern
+                    pool.control_devices = list(cluster.control_devices)
+                    pool.save(update_fields=["gpu_devices", "control_devices"])
             site_view_invalidate()
             if opts["verbosity"] > 1:
                 self.stdout.write(f"removed {gone} node(s) left out of the cluster")
@@ -129,7 +134,7 @@ class Command(BaseCommand):
             partitions = files["slurm.conf"].count("\nPartitionName=")
             self.stdout.write(
                 f"{out}: cluster {cluster.name}, {count} node(s), {partitions} partition(s), "
-                f"{files['gpus.txt'].count(chr(10))} GPU device(s)"
+                f"{files['devices.txt'].count(chr(10))} device file(s)"
                 + (", topology" if "topology.conf" in files else "")
             )
 

@@ -19,8 +19,9 @@ from scheduling import engine
 from scheduling.backends.slurm.capacity import DRAIN_PREFIX
 from scheduling.backends.slurm.parse import slurm_json
 from scheduling.engine import get_backend
-from scheduling.models import TERMINAL_STATES, Node, Task, TaskState
+from scheduling.models import TERMINAL_STATES, Node, Pool, Task, TaskState
 from scheduling.selectors import site_view_invalidate
+from scheduling.sites.slurm import ClusterSettings
 from tests.conftest import ROOT, descriptor, in_ci, no_lease_schedules, submit
 from tests.integration.conftest import wait_for
 
@@ -79,6 +80,11 @@ def site(transactional_db, slurm, local_root):
     """The default site with every pool on Slurm, committed so a worker sees it."""
     resume_portal_drains(slurm)
     call_command("seed_demo", backend="slurm", quiet=True)
+    # The cluster's GPUs are its fake device files (docker/slurm/cluster.sh makes them).
+    cluster = ClusterSettings(state_dir=str(STATE_DIR))
+    Pool.objects.update(
+        gpu_devices=cluster.gpu_device_pattern, control_devices=list(cluster.control_devices)
+    )
     no_lease_schedules()
     site_view_invalidate()
     yield

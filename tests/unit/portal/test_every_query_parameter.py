@@ -65,6 +65,9 @@ READS: dict[str, tuple[str, ...]] = {
     "api-workflow-detail": (),
     "api-workflow-cancel": (),
     "api-descriptor-schema": (),
+    "api-files": (),
+    "api-files-area": (),
+    "api-file": (),
     "api-leases": ("state", PAGE_),
     "api-lease": (),
     "api-lease-end": (),
@@ -123,6 +126,9 @@ READS: dict[str, tuple[str, ...]] = {
     "project-detail": (),
     "project-members": (),
     "project-quota": (),
+    "files": (),
+    "files-area": (),
+    "files-path": ("view",),
     "capacity": (),
     "capacity-lend": (),
     "capacity-lease-end": (),
@@ -237,6 +243,8 @@ def _kwargs(name: str, route: str, ids: dict) -> dict:
         "username": "alice",
         "state": "drained",
         "verdict": "approve",
+        "area": "projects",
+        "path": "materials",
     }
     return {k: v for k, v in values.items() if f":{k}>" in route}
 

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
-from config.middleware import LARGER_BODIES, body_limit
+from config.middleware import LARGER_BODIES, STREAMED_BODIES, body_limit
 from tests.conftest import ROOT
 
 CONFIG = (ROOT / "docker/nginx/switchyard.conf").read_text()
@@ -67,6 +67,13 @@ def front_limit(path: str) -> int:
     else the one all servers inherit."""
     server = [d for d in https_server() if d.name == "client_max_body_size"]
     exact = [d for d in server if d.blocks[2:] == (f"location = {path}",)]
+    exact += [
+        d
+        for d in server
+        if len(d.blocks) == 3
+        and d.blocks[2].startswith("location ^~ ")
+        and path.startswith(d.blocks[2].removeprefix("location ^~ "))
+    ]
     default = [d for d in server if len(d.blocks) == 2]
     every = [d for d in directives(CONFIG) if d.blocks == ("http",)]
     inherited = [d for d in every if d.name == "client_max_body_size"]
@@ -77,6 +84,9 @@ def test_every_larger_body_path_has_the_portals_limit_at_the_front():
     assert front_limit("/some/page/") == settings.SWITCHYARD_BODY_MAX_BYTES
     for name in LARGER_BODIES:
         path = reverse(name)
+        assert front_limit(path) == body_limit(path, authenticated=True), path
+    for name in STREAMED_BODIES:
+        path = reverse(name) + "area/owner/file"  # a file's path below the root
         assert front_limit(path) == body_limit(path, authenticated=True), path
 
 

@@ -1,14 +1,23 @@
-"""The local backend's tests share one way to build backends (`make`)."""
+"""The local backend's tests share one way to build backends (`make`); the storage tests
+the demo site's areas in a folder of their own (`areas`)."""
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
 
+from portal.models import ClusterAccount
 from scheduling.backends.local import LocalBackend
 from scheduling.decisions.types import NodeView
+from scheduling.engine.storage import prepare_user
+from scheduling.models import Pool, StorageArea
+from scheduling.selectors import site_view_invalidate
 from tests.unit.scheduling.test_local_backend import SMALL, finished
 
 
@@ -37,3 +46,24 @@ def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
             backend.cancel(key)
         for key in keys:
             finished(backend, key)
+
+
+@pytest.fixture
+def areas(site) -> Iterator[Path]:
+    """The demo site's areas, moved to a fresh folder; every pool on the local backend;
+    alice and bob mapped to accounts of their own."""
+    root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
+    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
+    for area in StorageArea.objects.all():
+        area.path = str(root) + area.path.removeprefix(demo)
+        area.save()
+    Pool.objects.update(backend="local")
+    for name in ("alice", "bob"):
+        ClusterAccount.objects.create(
+            user=User.objects.get(username=name), unix_username=f"sy-{name}"
+        )
+    site_view_invalidate()
+    for name in ("alice", "bob"):  # what a worker does when they first open Files
+        prepare_user(User.objects.get(username=name).pk)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduling.decisions.devices import device_binds, device_files
 from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.sites import default_site
 from scheduling.sites.slurm import (
@@ -233,12 +234,34 @@ def test_gres_conf_has_one_device_file_per_gpu():
     files = render(CLUSTER, SITE, QUEUES)
     gres = lines_starting(files["gres.conf"], "NodeName=")
     assert len(gres) == 20 * 8 + 10 * 4
-    assert "NodeName=gpu001 Name=gpu File=/var/tmp/sy-test/dev/gpu001_gpu0" in gres
-    assert "NodeName=gpu001 Name=gpu File=/var/tmp/sy-test/dev/gpu001_gpu7" in gres
+    assert "NodeName=gpu001 Name=gpu File=/var/tmp/sy-test/dev/gpu001/nvidia0" in gres
+    assert "NodeName=gpu001 Name=gpu File=/var/tmp/sy-test/dev/gpu001/nvidia7" in gres
     assert not [line for line in gres if line.startswith(("NodeName=cpu", "NodeName=agt"))]
     assert "AutoDetect=off" in files["gres.conf"]
-    devices = files["gpus.txt"].split()
-    assert devices == [line.split("File=")[1] for line in gres]
+    devices = [line.split() for line in files["devices.txt"].splitlines()]
+    assert [path for path, _, _ in devices[: len(gres)]] == [
+        line.split("File=")[1] for line in gres
+    ]
+    # Then the control devices, named as the real ones.
+    assert [path for path, _, _ in devices[len(gres) :]] == [
+        "/var/tmp/sy-test/dev/nvidiactl",
+        "/var/tmp/sy-test/dev/nvidia-uvm",
+        "/var/tmp/sy-test/dev/nvidia-uvm-tools",
+    ]
+    # Every fake has numbers of its own: a job's devices can be told apart by them.
+    assert len({(major, minor) for _, major, minor in devices}) == len(devices)
+
+
+def test_the_fake_gpus_are_where_the_clusters_device_pattern_says():
+    files = device_files(CLUSTER.gpu_device_pattern, CLUSTER.control_devices)
+    binds = device_binds(files, "gpu002", [3, 5])
+    assert [(host, inside) for host, inside, _ in binds] == [
+        (CLUSTER.device("gpu002", 3), "/dev/nvidia3"),
+        (CLUSTER.device("gpu002", 5), "/dev/nvidia5"),
+        ("/var/tmp/sy-test/dev/nvidiactl", "/dev/nvidiactl"),
+        ("/var/tmp/sy-test/dev/nvidia-uvm", "/dev/nvidia-uvm"),
+        ("/var/tmp/sy-test/dev/nvidia-uvm-tools", "/dev/nvidia-uvm-tools"),
+    ]
 
 
 def test_gres_conf_without_gpus_is_only_the_header():
@@ -303,7 +326,7 @@ def test_scale_down_refuses_zero():
 
 def test_render_scaled_site_files():
     files = render(CLUSTER, SITE, QUEUES, max_per_pool=2)
-    assert set(files) == {"slurm.conf", "gres.conf", "topology.conf", "nodes.txt", "gpus.txt"}
+    assert set(files) == {"slurm.conf", "gres.conf", "topology.conf", "nodes.txt", "devices.txt"}
     assert files["nodes.txt"].splitlines() == [
         "agt001 17001",
         "cpu001 17002",
@@ -312,7 +335,7 @@ def test_render_scaled_site_files():
         "gpu002 17005",
         "inf001 17006",
     ]
-    assert len(files["gpus.txt"].split()) == 2 * 8 + 4
+    assert len(files["devices.txt"].splitlines()) == 2 * 8 + 4 + 3  # GPUs, control devices
     parts = lines_starting(files["slurm.conf"], "PartitionName=training ")
     assert "Nodes=gpu001,gpu002 " in parts[0]
 
@@ -328,7 +351,7 @@ def test_slurm_node_name_is_its_views():
 def test_command_writes_the_files_from_the_database(site, tmp_path):
     from django.core.management import call_command
 
-    from scheduling.models import Node
+    from scheduling.models import Node, Pool
 
     out = tmp_path / "etc"
     call_command(
@@ -348,7 +371,7 @@ def test_command_writes_the_files_from_the_database(site, tmp_path):
         verbosity=0,
     )
     assert sorted(p.name for p in out.iterdir()) == [
-        "gpus.txt",
+        "devices.txt",
         "gres.conf",
         "nodes.txt",
         "slurm.conf",
@@ -359,6 +382,7 @@ def test_command_writes_the_files_from_the_database(site, tmp_path):
     assert "PartitionName=training Nodes=gpu001,gpu002 MaxTime=UNLIMITED" in conf
     assert len((out / "nodes.txt").read_text().splitlines()) == 6
     assert Node.objects.count() == 40  # without --prune-db the database is left alone
+    assert set(Pool.objects.values_list("gpu_devices", flat=True)) == {""}  # seed_demo's
 
     call_command("slurm_config", "--out", str(out), "--scale", "2", "--prune-db", verbosity=0)
     assert sorted(Node.objects.values_list("name", flat=True)) == [
@@ -369,6 +393,10 @@ def test_command_writes_the_files_from_the_database(site, tmp_path):
         "gpu002",
         "inf001",
     ]
+    # ... and the pools' GPUs are the cluster's fake devices.
+    assert set(Pool.objects.values_list("gpu_devices", flat=True)) == {
+        "/var/tmp/switchyard-slurm/dev/{node}/nvidia{index}"
+    }
 
 
 def test_command_without_pools_for_the_backend_fails(site, tmp_path):

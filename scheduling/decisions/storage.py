@@ -1,0 +1,154 @@
+"""Storage areas as plain values: where a project's and a user's folder is, what a job
+mounts, where it works. Pure: no Django, no file system (docs/storage.md).
+
+An area's path is a pattern: `/scratch/{project}` (a folder per project), `/home/{user}` (a
+folder per user) or `/datasets` (one folder for the site). The placeholder, when there is
+one, is the pattern's last component, so an area is a base folder (`/scratch`) holding one
+folder per owner (`/scratch/materials`), and a path inside the area reads the same on the
+host, in a job's sandbox and in the Files API (`/api/v1/files/scratch/materials/...`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# Who owns the folders of an area: a project (its members' job accounts, through a group of
+# the project's), a user (their job account), or the site (one folder, made by its admins).
+OWNERS = ("project", "user", "site")
+PLACEHOLDERS = {"project": "{project}", "user": "{user}"}
+# Folder names an owner's folder may have: project slugs and POSIX user names both fit.
+_OWNER_NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,62}$")
+_PATTERN_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+(/\{(project|user)\})?$|^/\{(project|user)\}$")
+# Where a task's own working folder goes inside its project's folder (kept after it ends).
+TASKS_FOLDER = "tasks"
+
+
+@dataclass(frozen=True, slots=True)
+class AreaView:
+    """A storage area: `path` is its pattern; `pools` the pools whose jobs mount it."""
+
+    name: str
+    path: str
+    owner: str  # one of OWNERS
+    read_only: bool = False
+    pools: tuple[str, ...] = ()
+    quota_bytes: int | None = None
+
+    @property
+    def base(self) -> str:
+        """The folder that holds the owners' folders (the pattern less its placeholder);
+        the area's one folder when it is the site's."""
+        return posixpath.dirname(self.path) if self.owner in PLACEHOLDERS else self.path
+
+    def folder(self, owner_name: str) -> str:
+        """The folder of this owner (a project slug, a user name); the site's folder for a
+        site area. ValueError for a name that cannot be a folder's."""
+        if self.owner not in PLACEHOLDERS:
+            return self.path
+        if not _OWNER_NAME_RE.fullmatch(owner_name):
+            raise ValueError(f"{owner_name!r} cannot name a folder of area {self.name}")
+        return posixpath.join(self.base, owner_name)
+
+
+def pattern_problem(path: str, owner: str) -> str | None:
+    """Why `path` cannot be the pattern of an area whose folders `owner` owns, or None."""
+    if owner not in OWNERS:
+        return f"the owner must be one of {', '.join(OWNERS)}"
+    if not _PATTERN_RE.fullmatch(path) or "/../" in f"{path}/" or "/./" in f"{path}/":
+        return (
+            "must be an absolute path of letters, digits and . _ - components, optionally "
+            "ending in /{project} or /{user} (e.g. /scratch/{project}, /home/{user}, /datasets)"
+        )
+    wanted = PLACEHOLDERS.get(owner)
+    if wanted is None and "{" in path:
+        return "a site area has one folder: its path has no {project} or {user}"
+    if wanted is not None and not path.endswith(wanted):
+        return f"the folders of a {owner} area are named by {wanted}: end the path with it"
+    return None
+
+
+def owner_name(area: AreaView, *, project: str, user: str) -> str:
+    """The name of a job's own folder in this area: its project's, its user's, or "" (the
+    site's one folder)."""
+    return {"project": project, "user": user}.get(area.owner, "")
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A folder bound into a job's sandbox at the same path."""
+
+    path: str
+    read_only: bool
+    owner: str  # the area's owner kind: who the folder is made for (docs/storage.md)
+
+
+@dataclass(frozen=True, slots=True)
+class JobStorage:
+    """What a job mounts of the site's storage, and the folder it starts in ("" when its pool
+    mounts no project area and the descriptor named none)."""
+
+    mounts: tuple[Mount, ...] = ()
+    workdir: str = ""
+
+
+def pool_areas(areas: Iterable[AreaView], pool: str) -> list[AreaView]:
+    return sorted((a for a in areas if pool in a.pools), key=lambda a: a.name)
+
+
+def job_mounts(areas: Iterable[AreaView], *, pool: str, project: str, user: str) -> list[Mount]:
+    """The folders a job of `pool` mounts: of each area its pool mounts, its project's or its
+    user's own folder (never the area's base: other projects' folders are not in its
+    sandbox), or the site's folder."""
+    return [
+        Mount(area.folder(owner_name(area, project=project, user=user)), area.read_only, area.owner)
+        for area in pool_areas(areas, pool)
+    ]
+
+
+def default_workdir(areas: Iterable[AreaView], *, pool: str, project: str, task_id: int) -> str:
+    """A task's own folder in the first project area its pool mounts read-write (by name):
+    `<project folder>/tasks/<task id>`; "" when the pool mounts none."""
+    for area in pool_areas(areas, pool):
+        if area.owner == "project" and not area.read_only:
+            return posixpath.join(area.folder(project), TASKS_FOLDER, str(task_id))
+    return ""
+
+
+def workdir_problem(
+    areas: Iterable[AreaView], workdir: str, *, pool: str, project: str, user: str
+) -> str | None:
+    """Why a job of `pool` (of this project and user) cannot work in `workdir`, or None: it
+    must be inside a folder the job mounts read-write."""
+    mounts = job_mounts(areas, pool=pool, project=project, user=user)
+    writable = [m.path for m in mounts if not m.read_only]
+    if within(workdir, writable):
+        return None
+    where = ", ".join(writable) or "none: this queue's pool mounts no writable storage area"
+    return f"must be inside a folder the job mounts read-write ({where})"
+
+
+def within(path: str, folders: Iterable[str]) -> bool:
+    """Whether the absolute, normalised `path` is one of `folders` or below one."""
+    if not path.startswith("/") or posixpath.normpath(path) != path.rstrip("/") or "\0" in path:
+        return False
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def job_storage(
+    areas: Iterable[AreaView],
+    *,
+    pool: str,
+    project: str,
+    user: str,
+    task_id: int,
+    workdir: str | None,
+) -> JobStorage:
+    """The mounts and working folder of one task's job (the descriptor's `workdir`, checked
+    at submission, else its own folder in its project area)."""
+    areas = list(areas)
+    mounts = job_mounts(areas, pool=pool, project=project, user=user)
+    chosen = workdir or default_workdir(areas, pool=pool, project=project, task_id=task_id)
+    return JobStorage(mounts=tuple(mounts), workdir=chosen)

@@ -1,0 +1,115 @@
+"""A job's storage, made on the worker's side before it is submitted: its project's Unix
+group, the owners' folders of its pool's areas, and its working folder (docs/storage.md).
+
+The owners' folders are made as root (scheduling/files/folders.py); the working folder, which
+lies inside a folder users write, is made by the job's own account as it starts (a link
+planted on the way leads it nowhere the account could not go anyway). The same pass runs for
+a user opening Files before any job of theirs ran (`prepare_user`).
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+
+from django.contrib.auth.models import User
+
+from portal.models import Membership
+from scheduling.decisions.storage import AreaView, JobStorage, job_storage
+from scheduling.files.folders import (
+    PROJECT_MODE,
+    SITE_MODE,
+    USER_MODE,
+    account_ids,
+    ensure_folder,
+    ensure_project_group,
+)
+from scheduling.models import Task
+from scheduling.selectors.storage import job_account_name, storage_areas
+
+log = logging.getLogger(__name__)
+
+
+class StorageError(Exception):
+    """The job's folders could not be made: it is not submitted (the reason says why)."""
+
+
+def prepare_folders(
+    areas: list[AreaView], *, project: str | None, username: str, account: str
+) -> None:
+    """The owners' folders of these areas for this project and user (made if missing), and
+    the user's job account in the project's group: each member's account joins it with
+    their first job or visit to Files."""
+    ids = account_ids(account)
+    for area in areas:
+        if area.owner == "project" and project is not None:
+            gid = ensure_project_group(project, [account])
+            ensure_folder(area.base, project, uid=0, gid=gid, mode=PROJECT_MODE)
+        elif area.owner == "user":
+            uid, gid = ids if ids else (None, None)
+            ensure_folder(area.base, username, uid=uid, gid=gid, mode=USER_MODE)
+        elif area.owner == "site":
+            ensure_folder(area.path, "", uid=None, gid=None, mode=SITE_MODE)
+
+
+# (project, user, the areas' paths) → when its folders were last made: a dispatch of many
+# tasks of one project makes them once, not once a task.
+_PREPARED: dict[tuple[str, ...], float] = {}
+PREPARED_TTL_S = 60.0
+
+
+def prepare_job(task: Task, *, pool: str, areas: tuple[AreaView, ...]) -> JobStorage:
+    """The storage of the task's next job, the owners' folders made; StorageError when they
+    cannot be (a folder that is not one, a refused group). The working folder is made by the
+    job's own account as the job starts (the backends do it), since it lies inside a folder
+    users write."""
+    mounted = [a for a in areas if pool in a.pools]
+    if not mounted:
+        return JobStorage()
+    username = task.owner.get_username()
+    try:
+        storage = job_storage(
+            mounted,
+            pool=pool,
+            project=task.project.slug,
+            user=username,
+            task_id=task.pk,
+            workdir=task.spec.get("workdir") if isinstance(task.spec, dict) else None,
+        )
+        account = job_account_name(task.owner)
+        key = (task.project.slug, username, account, *(a.path for a in mounted))
+        if time.monotonic() - _PREPARED.get(key, -PREPARED_TTL_S) >= PREPARED_TTL_S:
+            prepare_folders(mounted, project=task.project.slug, username=username, account=account)
+            _PREPARED[key] = time.monotonic()
+    except (OSError, ValueError, subprocess.CalledProcessError) as exc:
+        raise StorageError(f"the job's storage folders could not be made: {exc}") from exc
+    return storage
+
+
+def prepare_user(user_id: int) -> int:
+    """Every folder the user may open in Files, made if missing (a user who opens Files
+    before any job of theirs ran); how many areas were looked at."""
+    user = User.objects.select_related("cluster_account").filter(pk=user_id).first()
+    if user is None:
+        return 0
+    areas = storage_areas()
+    account = job_account_name(user)
+    projects = Membership.objects.filter(user=user).values_list("project__slug", flat=True)
+    try:
+        prepare_folders(
+            [a for a in areas if a.owner != "project"],
+            project=None,
+            username=user.get_username(),
+            account=account,
+        )
+        for project in projects:
+            prepare_folders(
+                [a for a in areas if a.owner == "project"],
+                project=project,
+                username=user.get_username(),
+                account=account,
+            )
+    except (OSError, ValueError, subprocess.CalledProcessError) as exc:
+        log.warning("the storage folders of %s could not be made: %s", user, exc)
+    return len(areas)

@@ -1,0 +1,362 @@
+"""File operations inside a storage folder, done by a short-lived helper process that runs as
+the folder's job account, never as root (docs/storage.md, "Files").
+
+`run(account, op, root, ...)` starts `python -I -S` on this file as `account` (uid, primary
+gid, the project's group), with a socket it answers on: JSON, and for `read` and `temp` the
+open file's descriptor (SCM_RIGHTS), which the web process then streams from or into. The
+kernel checks every permission as that account; the web process never opens a user's file by
+path itself.
+
+No path escapes its folder: a path is split into names, each of which may not be empty, `.`,
+`..`, or hold a NUL or a slash; the helper walks them from the folder with `openat` and
+O_NOFOLLOW, so a symbolic link anywhere on the way (pointing in or out) is refused rather
+than followed. Standard library only: the helper starts in ~20 ms.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_RUN = f"import sys; sys.path.insert(0, {HERE!r}); import fileops; sys.exit(fileops.main(sys.argv))"
+MAX_NAME_BYTES = 255
+MAX_LISTED = 10_000
+TEMP_PREFIX = ".upload-"
+TIMEOUT_S = 30.0
+
+# What a failed operation is called in answers: the API turns each into its status.
+NOT_FOUND, EXISTS, NOT_EMPTY, DENIED, NOT_A_FOLDER, IS_A_FOLDER, LINK, INVALID = (
+    "not-found",
+    "exists",
+    "not-empty",
+    "denied",
+    "not-a-folder",
+    "is-a-folder",
+    "link",
+    "invalid",
+)
+_ERRNO = {
+    errno.ENOENT: NOT_FOUND,
+    errno.EEXIST: EXISTS,
+    errno.ENOTEMPTY: NOT_EMPTY,
+    errno.EACCES: DENIED,
+    errno.EPERM: DENIED,
+    errno.EROFS: DENIED,
+    errno.ENOTDIR: NOT_A_FOLDER,
+    errno.EISDIR: IS_A_FOLDER,
+    errno.ELOOP: LINK,
+}
+
+
+class FileOpError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def names(path: str) -> list[str]:
+    """The names of a relative path ("" is the folder itself), or FileOpError(invalid)."""
+    if "\0" in path:
+        raise FileOpError(INVALID, "a path must not contain a NUL character")
+    if path.startswith("/"):
+        raise FileOpError(INVALID, "a path inside a folder is relative: it must not start with /")
+    parts = path.removesuffix("/").split("/") if path else []
+    for part in parts:
+        check_name(part)
+    return parts
+
+
+def check_name(name: str) -> str:
+    if name in ("", ".", ".."):
+        raise FileOpError(INVALID, f"{name!r} cannot be a file's name here (no '', '.', '..')")
+    if "/" in name or "\0" in name:
+        raise FileOpError(INVALID, "a name must not contain / or a NUL character")
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        raise FileOpError(INVALID, f"a name is at most {MAX_NAME_BYTES} bytes")
+    return name
+
+
+# --- the helper's side: runs as the account ----------------------------------------------------
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_folder(root: str, parts: list[str]) -> int:
+    """A descriptor of the folder `parts` below `root`, walked without following a link."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            try:
+                new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ENOTDIR and _is_link(fd, part):
+                    exc.errno = errno.ELOOP  # O_DIRECTORY answers a link with ENOTDIR
+                raise
+            os.close(fd)
+            fd = new
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _entry(dir_fd: int, name: str) -> dict:
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    kind = (
+        "folder"
+        if stat.S_ISDIR(info.st_mode)
+        else "file"
+        if stat.S_ISREG(info.st_mode)
+        else "link"
+        if stat.S_ISLNK(info.st_mode)
+        else "other"
+    )
+    return {"name": name, "type": kind, "size": info.st_size, "mtime": int(info.st_mtime)}
+
+
+def op_list(root: str, path: str) -> tuple[dict, int | None]:
+    fd = open_folder(root, names(path))
+    try:
+        entries = []
+        for name in sorted(os.listdir(fd))[:MAX_LISTED]:
+            try:
+                entries.append(_entry(fd, name))
+            except FileNotFoundError:
+                continue  # removed while listed
+        return {"entries": entries}, None
+    finally:
+        os.close(fd)
+
+
+def op_stat(root: str, path: str) -> tuple[dict, int | None]:
+    parts = names(path)
+    fd = open_folder(root, parts[:-1])
+    if not parts:
+        os.close(fd)
+        return {"type": "folder"}, None
+    try:
+        return _entry(fd, parts[-1]), None
+    finally:
+        os.close(fd)
+
+
+def op_read(root: str, path: str) -> tuple[dict, int | None]:
+    parts = names(path)
+    if not parts:
+        raise FileOpError(IS_A_FOLDER, "a folder is listed, not read")
+    fd = open_folder(root, parts[:-1])
+    try:
+        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    info = os.fstat(file_fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(file_fd)
+        raise FileOpError(IS_A_FOLDER, "only a regular file can be read")
+    return {"size": info.st_size, "mtime": int(info.st_mtime)}, file_fd
+
+
+def op_temp(root: str, path: str) -> tuple[dict, int | None]:
+    """A new, empty temporary file in the folder of `path` (the upload's target), opened
+    for writing; `commit` renames it into place."""
+    parts = names(path)
+    if not parts:
+        raise FileOpError(IS_A_FOLDER, "upload to a file's path, not the folder's")
+    fd = open_folder(root, parts[:-1])
+    try:
+        temp = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        file_fd = os.open(temp, flags, 0o666, dir_fd=fd)  # the umask decides the mode
+    finally:
+        os.close(fd)
+    return {"temp": temp}, file_fd
+
+
+def op_commit(root: str, path: str, temp: str) -> tuple[dict, int | None]:
+    parts = names(path)
+    if not parts or not check_name(temp).startswith(TEMP_PREFIX):
+        raise FileOpError(INVALID, "not an upload's temporary file")
+    fd = open_folder(root, parts[:-1])
+    try:
+        try:
+            mode = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            os.unlink(temp, dir_fd=fd)
+            if stat.S_ISLNK(mode):
+                raise FileOpError(LINK, "a link of that name is there: remove it first")
+            raise FileOpError(IS_A_FOLDER, "a folder of that name is there")
+        os.rename(temp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
+        return _entry(fd, parts[-1]), None
+    finally:
+        os.close(fd)
+
+
+def op_discard(root: str, path: str, temp: str) -> tuple[dict, int | None]:
+    parts = names(path)
+    if not check_name(temp).startswith(TEMP_PREFIX):
+        raise FileOpError(INVALID, "not an upload's temporary file")
+    fd = open_folder(root, parts[:-1])
+    try:
+        os.unlink(temp, dir_fd=fd)
+        return {}, None
+    finally:
+        os.close(fd)
+
+
+def op_delete(root: str, path: str) -> tuple[dict, int | None]:
+    """Remove a file (or a link itself) or an empty folder."""
+    parts = names(path)
+    if not parts:
+        raise FileOpError(DENIED, "the folder of an area's owner is not removed here")
+    fd = open_folder(root, parts[:-1])
+    try:
+        if stat.S_ISDIR(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode):
+            os.rmdir(parts[-1], dir_fd=fd)
+        else:
+            os.unlink(parts[-1], dir_fd=fd)
+        return {}, None
+    finally:
+        os.close(fd)
+
+
+def op_mkdir(root: str, path: str, parents: bool = False) -> tuple[dict, int | None]:
+    """Make the folder `path` (and, with `parents`, the folders above it that are missing)."""
+    parts = names(path)
+    if not parts:
+        raise FileOpError(EXISTS, "the folder is there")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for at, part in enumerate(parts):
+            last = at == len(parts) - 1
+            if last or parents:
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)  # the umask and a setgid parent decide
+                except FileExistsError:
+                    if last and not parents:
+                        raise
+            new = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = new
+        return {"name": parts[-1], "type": "folder"}, None
+    finally:
+        os.close(fd)
+
+
+OPS: dict[str, Callable[..., tuple[dict, int | None]]] = {
+    "list": op_list,
+    "stat": op_stat,
+    "read": op_read,
+    "temp": op_temp,
+    "commit": op_commit,
+    "discard": op_discard,
+    "delete": op_delete,
+    "mkdir": op_mkdir,
+}
+
+
+def main(argv: list[str]) -> int:
+    """argv: the socket's descriptor, then the request as JSON ({"op", "root", "args"})."""
+    sock = socket.socket(fileno=int(argv[1]))
+    file_fd = None
+    reply: dict[str, object]
+    try:
+        if os.geteuid() == 0 or os.getuid() == 0:
+            raise FileOpError(DENIED, "refusing to touch a user's files as root")
+        request = json.loads(argv[2])
+        answer, file_fd = OPS[request["op"]](request["root"], *request.get("args", ()))
+        reply = {"ok": answer}
+    except FileOpError as exc:
+        reply = {"error": exc.code, "message": str(exc)}
+    except OSError as exc:
+        code = _ERRNO.get(exc.errno or 0, DENIED)
+        reply = {"error": code, "message": os.strerror(exc.errno or 0)}
+    data = json.dumps(reply).encode()
+    if file_fd is not None:
+        socket.send_fds(sock, [data], [file_fd])
+    else:
+        sock.sendall(data)
+    sock.close()
+    return 0
+
+
+# --- the web process's side -------------------------------------------------------------------
+
+
+def run(
+    account: tuple[int, int, tuple[int, ...]] | None,
+    op: str,
+    root: str,
+    *args: object,
+    umask: int = 0o077,
+    python: str = "/usr/bin/python3",
+) -> tuple[dict, int | None]:
+    """Do `op` on `root` as `account` (uid, gid, extra groups; None: as this process, which is
+    then not root) in a helper process run by `python` (one the account may run: the
+    portal's own may live where only root goes); its answer, and the descriptor it sent, if
+    any. Raises FileOpError with the helper's reason."""
+    if account is None and os.geteuid() == 0:
+        raise FileOpError(DENIED, "refusing to touch a user's files as root")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    request = json.dumps({"op": op, "root": root, "args": list(args)})
+    switch: dict = {}
+    if account is not None:
+        uid, gid, groups = account
+        switch = {"user": uid, "group": gid, "extra_groups": list(groups)}
+    try:
+        child = subprocess.Popen(
+            [python, "-I", "-S", "-c", _RUN, str(theirs.fileno()), request],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            cwd="/",
+            umask=umask,
+            **switch,
+        )
+        theirs.close()
+        ours.settimeout(TIMEOUT_S)
+        data, fds = b"", []
+        while True:
+            chunk, got, _, _ = socket.recv_fds(ours, 1 << 20, 1)
+            fds += got
+            if not chunk:
+                break
+            data += chunk
+        child.wait(timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise FileOpError(DENIED, f"the file helper failed: {exc}") from None
+    finally:
+        theirs.close()
+        ours.close()
+    try:
+        reply = json.loads(data or b"{}")
+    except ValueError:
+        reply = {}
+    if "ok" not in reply:
+        for fd in fds:
+            os.close(fd)
+        raise FileOpError(
+            reply.get("error", DENIED), reply.get("message", "the file helper failed")
+        )
+    return reply["ok"], (fds[0] if fds else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,138 @@
+"""The owners' folders of the storage areas, made on the worker's side (root) with the right
+owner and mode; and the Unix group of each project (docs/storage.md).
+
+A project's folder is root's, group the project's (`sy-project-<slug>`, whose members are the
+project's job accounts), mode 2770: its members' jobs read and write it, the set-group bit
+gives what they make the project's group, and no other project's account gets in. A user's
+folder is their job account's, mode 0700. A site area's one folder is root's, 0755 (its
+admins fill it). An area's base folder (`/scratch`) is root's, 0711: passable, not listable.
+
+Nothing here follows a link: a folder is made and opened below its base with O_NOFOLLOW and
+changed through its descriptor, so a link planted where a folder is expected changes nothing.
+A worker that is not root makes the folders as itself (its jobs run as itself too).
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import logging
+import os
+import pwd
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+GROUP_PREFIX = "sy-project-"
+MAX_GROUP_NAME = 32  # useradd/groupadd's limit
+PROJECT_MODE = 0o2770
+USER_MODE = 0o700
+SITE_MODE = 0o755
+BASE_MODE = 0o711
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def project_group(slug: str) -> str:
+    """The Unix group of a project's job accounts; a long slug is shortened with a hash."""
+    name = GROUP_PREFIX + slug
+    if len(name) <= MAX_GROUP_NAME:
+        return name
+    digest = hashlib.sha256(slug.encode()).hexdigest()[:8]
+    return f"{name[: MAX_GROUP_NAME - 9]}-{digest}"
+
+
+def group_id(name: str) -> int | None:
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        return None
+
+
+def account_ids(name: str) -> tuple[int, int] | None:
+    """(uid, primary gid) of a Unix account, or None when there is none."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+def ensure_project_group(slug: str, accounts: list[str]) -> int | None:
+    """The gid of the project's group, made if missing, with `accounts` among its members
+    (the accounts Slurm's jobs get their groups from). None when this process is not root."""
+    if os.geteuid() != 0:
+        return None
+    name = project_group(slug)
+    if group_id(name) is None:
+        _group_tool(["groupadd", "--system", name], made=lambda: group_id(name) is not None)
+        log.info("made the Unix group %s of project %s", name, slug)
+    members = set(grp.getgrnam(name).gr_mem)
+    for account in accounts:
+        if account not in members and account_ids(account) is not None:
+            _group_tool(["gpasswd", "-a", account, name], made=_member(account, name))
+    return group_id(name)
+
+
+def _member(account: str, group: str) -> Callable[[], bool]:
+    return lambda: account in grp.getgrnam(group).gr_mem
+
+
+def _group_tool(argv: list[str], *, made: Callable[[], bool], tries: int = 5) -> None:
+    """Run groupadd or gpasswd; another process holding /etc/group's lock (or making the
+    same group) meanwhile is waited out, not an error."""
+    for attempt in range(tries):
+        done = subprocess.run(argv, capture_output=True, check=False)
+        if done.returncode == 0 or made():
+            return
+        if attempt == tries - 1:
+            raise subprocess.CalledProcessError(done.returncode, argv, stderr=done.stderr)
+        time.sleep(0.1 * (attempt + 1))
+
+
+def ensure_base(base: str) -> None:
+    """An area's base folder: passable and not listable, with every folder this makes above it
+    (the portal's umask would leave them closed to the jobs' accounts)."""
+    missing = []
+    path = base
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, BASE_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(path, BASE_MODE)
+
+
+def ensure_folder(base: str, name: str, *, uid: int | None, gid: int | None, mode: int) -> str:
+    """`<base>/<name>`, made with this owner and mode if missing (an existing folder is left
+    as its admins set it). `name` "" is the base itself (a site area's one folder)."""
+    if not name:
+        base, name = os.path.split(base.rstrip("/"))
+    ensure_base(base)
+    if "/" in name or name in (".", ".."):
+        raise ValueError(f"{name!r} is not a folder's name")
+    base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            os.mkdir(name, 0o700, dir_fd=base_fd)
+            made = True
+        except FileExistsError:
+            made = False
+        fd = os.open(name, _DIR, dir_fd=base_fd)  # a link planted here is refused (ELOOP)
+        try:
+            if made:
+                if os.geteuid() == 0:
+                    os.fchown(fd, 0 if uid is None else uid, 0 if gid is None else gid)
+                os.fchmod(fd, mode if os.geteuid() == 0 else USER_MODE)
+            elif not stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise NotADirectoryError(name)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(base_fd)
+    return os.path.join(base, name)

@@ -1,0 +1,58 @@
+"""Storage areas on a real Slurm: a job sees its pool's areas in its batch script's sandbox,
+at their paths and with their modes, and works in its own kept folder (docs/storage.md). The
+localhost cluster shares this machine's folders and accounts, as a site's shared file
+system and directory would."""
+
+from __future__ import annotations
+
+import grp
+import pwd
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from portal.models import ClusterAccount
+from scheduling.engine import get_backend
+from scheduling.files.folders import project_group
+from scheduling.models import StorageArea
+from tests.integration.slurm.conftest import drive, submit_task
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_slurm_job_sees_its_pools_areas_and_works_in_its_own_folder(site, api, researcher):
+    root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
+    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
+    for area in StorageArea.objects.all():
+        area.path = str(root) + area.path.removeprefix(demo)
+        area.save()
+    ClusterAccount.objects.create(user=researcher, unix_username="sy-alice")
+    projects, datasets = root / "projects", root / "datasets"
+    script = f"""
+echo "pwd=$(pwd)"
+echo made > {projects}/materials/by-job && echo PROJECT-WRITABLE
+echo made > {root}/home/alice/by-job && echo HOME-WRITABLE
+echo made > {datasets}/by-job 2>/dev/null && echo DATASETS-WRITABLE
+test -d {datasets} && echo DATASETS-SEEN
+echo "listed=$(ls {projects})"
+echo result > result.txt
+"""
+    try:
+        pk = submit_task(api, name="areas", command=None, script=script)
+        [task] = drive([pk], timeout=90)
+        log = get_backend("slurm").log(task.backend_id)
+        assert task.state == "succeeded", (task.reason, log)
+        assert "PROJECT-WRITABLE" in log and "HOME-WRITABLE" in log, log
+        assert "DATASETS-SEEN" in log and "DATASETS-WRITABLE" not in log, log
+        assert "listed=materials\n" in log, log  # no other project's folder in its sandbox
+        workdir = projects / "materials" / "tasks" / str(pk)
+        assert f"pwd={workdir}" in log, log
+        result = workdir / "result.txt"
+        assert result.read_text() == "result\n"
+        assert result.stat().st_uid == pwd.getpwnam("sy-alice").pw_uid
+        assert result.stat().st_gid == grp.getgrnam(project_group("materials")).gr_gid
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
