@@ -326,7 +326,17 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
 from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.db.migrations.loader import MigrationLoader  # noqa: E402
 
+# The site's database is derived from this checkout: one migrated by another checkout (a
+# migration this code does not have) is started again rather than half-understood.
+loader = MigrationLoader(connection)
+if set(loader.applied_migrations) - set(loader.disk_migrations):
+    name = connection.settings_dict["NAME"]
+    connection.close()
+    os.remove(name)
+    print(f"started {name} again: another checkout had migrated it", file=sys.stderr)
 call_command("migrate", verbosity=0, interactive=False)
 call_command("seed_demo", backend="slurm", quiet=True)
 call_command("slurm_config", *sys.argv[1:])

@@ -3,7 +3,7 @@ runs them (`manage.py serve ROLE`), on a PostgreSQL and a Redis of this test's o
 short tasks are submitted over HTTP and run: a worker is SIGKILLed (a supervisor starts
 another), Redis restarts, PostgreSQL restarts, the beat is SIGKILLed (another starts).
 
-Then no task is lost, none ran twice (each job appends a line to a file in its work folder),
+Then no task is lost, none ran twice (each job appends a line to a file in its task's folder),
 none was metered twice, the worker met the Redis restart and went on taking tasks, every
 refused submission was a 503 in the error shape with Retry-After, and the reconciliation of
 the local backend's accounting against the usage records is clean.
@@ -248,11 +248,13 @@ def test_restarts_of_worker_redis_postgresql_and_beat_lose_nothing_and_repeat_no
         # 0 run twice: one attempt each, one backend job each, one line in each job's file.
         attempts = rows(url, "SELECT task_id, key FROM scheduling_attempt")
         assert len(attempts) == TASKS and len({t for t, _ in attempts}) == TASKS
+        # Each job works in its task's own folder of the project's storage area (tasks/<id>).
         runs = {
-            key: (root / "jobs" / key / "work" / "ran").read_text().count("ran")
-            for _, key in attempts
+            int(ran.parent.name): ran.read_text().count("ran")
+            for ran in (tmp_path / "var").rglob("tasks/*/ran")
         }
-        assert Counter(runs.values()) == {1: TASKS}, "a job ran twice (or never)"
+        assert set(runs) == set(tasks), "a task whose job never ran (or a folder of none)"
+        assert Counter(runs.values()) == {1: TASKS}, "a job ran twice"
         assert len(list((root / "jobs").iterdir())) == TASKS, "a job folder of no attempt"
         # 0 metered twice: one record per attempt and metric.
         assert not rows(
