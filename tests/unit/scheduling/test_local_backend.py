@@ -145,11 +145,16 @@ def test_a_command_that_succeeds(make):
     assert backend.log("ok-1", offset=2, limit=3) == "llo"
 
 
+# A child that burns `seconds` of CPU time (a wall-clock loop gets less under load).
+BUSY = "/usr/bin/python3 -I -S -c 'import time\nwhile time.process_time() < {seconds}: pass'"
+
+
 def test_the_cpu_time_a_job_really_used_is_measured_inside_the_sandbox(make):
-    """A job that keeps one core busy for 1.5 s, then sleeps: its usage says so, whatever
-    the sandbox's init does with the processes it reaps (docs/console.md)."""
+    """A job that uses 1.5 s of one core, then sleeps: its usage says so, whatever the
+    sandbox's init does with the processes it reaps (docs/console.md). The loop counts its own
+    CPU time, not the clock, so a busy machine only makes it take longer."""
     backend = make()
-    busy = 'end=$(($(date +%s%N) + 1500000000)); while [ "$(date +%s%N)" -lt "$end" ]; do :; done'
+    busy = BUSY.format(seconds=1.5)
     backend.submit(request("cpu-1", ["sh", "-c", f"({busy}); sleep 0.5"], cpus=4))
     finished(backend, "cpu-1", timeout=20)
     (run,) = backend.usage(["cpu-1"])["cpu-1"]
