@@ -96,3 +96,18 @@ def test_a_job_submitted_from_the_form_with_a_picked_folder_works_there(
     # The same descriptor through the API runs, and the job starts in the picked folder.
     ran, log = run(api, areas, "pwd > where.txt", workdir=str(run1))
     assert (run1 / "where.txt").read_text().strip() == str(run1), log
+
+
+def test_the_task_pages_working_directory_link_opens_it_for_members_only(
+    browser: Client, outsider_browser: Client, api, areas
+):
+    task, _ = run(api, areas, "echo out > out.txt")
+    detail = browser.get(f"/tasks/{task.pk}/")
+    link = f"/files/projects/materials/tasks/{task.pk}"
+    assert f'href="{link}" id="task-workdir"'.encode() in detail.content
+    opened = browser.get(link)
+    assert opened.status_code == 200 and b"out.txt" in opened.content
+    # bob is not in materials: neither the task nor its folder exists for him.
+    assert outsider_browser.get(f"/tasks/{task.pk}/").status_code == 404
+    assert outsider_browser.get(link).status_code == 404
+    assert outsider_browser.get(f"{link}/out.txt").status_code == 404
