@@ -10,7 +10,7 @@ from scheduling.spec import TASK_TYPES
 
 # The fields a newcomer needs; the rest sit under "More options" on the page.
 MAIN_FIELDS = ("name", "project", "walltime", "command", "cpus", "gpus", "memory")
-MORE_FIELDS = ("type", "queue", "estimate")
+MORE_FIELDS = ("type", "queue", "estimate", "workdir")
 
 
 class TaskSubmitForm(forms.Form):
@@ -67,6 +67,17 @@ class TaskSubmitForm(forms.Form):
     estimate = forms.CharField(
         required=False,
         help_text="How long you expect it to run, e.g. 40h. The training queue needs it.",
+    )
+    workdir = forms.CharField(
+        required=False,
+        max_length=4096,
+        label="Working folder",
+        help_text="Where the job starts: a folder of your project's or your own storage, as "
+        "jobs see it (pick one below). Empty: a folder of the task's own, "
+        "<project folder>/tasks/<task id>.",
+        widget=forms.TextInput(
+            attrs={"placeholder": "/scratch/materials/run1", "autocomplete": "off"}
+        ),
     )
     descriptor = forms.CharField(
         required=False,
@@ -146,4 +157,5 @@ FIELD_FOR_ERROR = {
     "resources.memory": "memory",
     "walltime": "walltime",
     "estimate": "estimate",
+    "workdir": "workdir",
 }

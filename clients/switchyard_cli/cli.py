@@ -1,7 +1,8 @@
 """`switchyard`: the portal from a terminal, over its REST API (docs/cli.md).
 
 For researchers with sbatch habits: `switchyard submit job.yaml`, `switchyard wait 42`,
-`switchyard logs -f 42`. Only the standard library and PyYAML: it runs on a laptop that has
+`switchyard logs -f 42`, `switchyard files put train.py projects/materials/` (clients/
+switchyard_cli/files.py). Only the standard library and PyYAML: it runs on a laptop that has
 the package installed, with no Django settings. The token from `login` is kept in the user's
 config file (`$SWITCHYARD_CONFIG`, else `$XDG_CONFIG_HOME/switchyard/config.json`), mode 0600
 in a folder made 0700; a folder or file another account owns or may write is refused.
@@ -441,6 +442,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--to", dest="end", help="last day (default: today)")
     p.add_argument("--group-by", default="project", help="project, queue, pool, type, user …")
     p.set_defaults(run=cmd_usage)
+
+    from switchyard_cli.files import add_parser  # it imports this module's client
+
+    add_parser(sub)
     return top
 
 

@@ -21,7 +21,7 @@ from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
 from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
 from scheduling.presenters.efficiency import task_efficiency
-from scheduling.presenters.files import task_workdir_link
+from scheduling.presenters.files import folder_picker, picked_workdir, task_workdir_link
 from scheduling.presenters.starters import STARTERS, starter_initial
 from scheduling.presenters.states import TASK_STATE_CHOICES
 from scheduling.selectors import (
@@ -119,7 +119,8 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
         # Descriptor errors are listed beside the box or the file they came from.
         "errors_at": form.source if errors else None,
         "main_fields": [form[name] for name in MAIN_FIELDS],
-        "more_fields": [form[name] for name in MORE_FIELDS],
+        "more_fields": [form[name] for name in MORE_FIELDS if name != "workdir"],
+        "workdir_field": form["workdir"],
         "more_open": any(form[name].errors or form[name].value() for name in MORE_FIELDS),
         "starters": [(kind, starter["label"]) for kind, starter in STARTERS.items()],
         "starter": request.GET.get("template", ""),
@@ -130,6 +131,24 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
         context,
         status=400 if form.is_bound else 200,
     )
+
+
+@login_required
+def task_submit_folders(request: SignedInRequest) -> HttpResponse:
+    """The submit form's folder picker (htmx): the folders at `?at=<Files path>`, or with
+    `?use=<Files path>` the working-folder field filled with the path jobs see."""
+    if "use" in request.GET:
+        try:
+            workdir = picked_workdir(request.user, request.GET["use"])
+        except ApplicationError as exc:  # htmx swaps no error in: the field stays as it was
+            return HttpResponse(str(exc), status=exc.status, content_type="text/plain")
+        field = TaskSubmitForm(projects=[], initial={"workdir": workdir})["workdir"]
+        return render(request, "scheduling/workdir_input.html", {"field": field})
+    try:
+        context = folder_picker(request.user, request.GET.get("at", ""))
+    except ApplicationError as exc:  # a folder not made yet, or not readable: said as it is
+        context = {"error": str(exc), "at": request.GET.get("at", "")[:200], "rows": []}
+    return render(request, "scheduling/folder_picker.html", context)
 
 
 def _initial(request: SignedInRequest, projects: list[str]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from tests.integration.conftest import (  # noqa: F401 - fixtures re-exported fo
     purge_broker,
     site,
     start_worker,
+    storage_root,
 )
 
 CHROMIUM = Path("/usr/bin/chromium")

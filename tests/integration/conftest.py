@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -64,6 +66,27 @@ def site(transactional_db, local_root):
     call_command("seed_demo", backend="local", quiet=True)
     no_lease_schedules()
     site_view_invalidate()
+
+
+@pytest.fixture
+def storage_root(site) -> Iterator[Path]:
+    """The demo site's storage areas moved to a fresh folder of this test's (the jobs'
+    accounts pass through the var dir to it), with alice's folders made as a worker makes
+    them when she first opens Files. Request it before a worker starts."""
+    from django.contrib.auth.models import User
+
+    from scheduling.engine.storage import prepare_user
+    from scheduling.models import StorageArea
+
+    root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
+    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
+    for area in StorageArea.objects.all():
+        area.path = str(root) + area.path.removeprefix(demo)
+        area.save()
+    site_view_invalidate()
+    prepare_user(User.objects.get(username="alice").pk)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

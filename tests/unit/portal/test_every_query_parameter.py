@@ -129,6 +129,7 @@ READS: dict[str, tuple[str, ...]] = {
     "files": (),
     "files-area": (),
     "files-path": ("view",),
+    "task-submit-folders": ("at", "use"),
     "capacity": (),
     "capacity-lend": (),
     "capacity-lease-end": (),

@@ -157,3 +157,51 @@ def test_the_files_page_browses_uploads_shows_text_and_links_the_tasks_workdir(
     task, _ = run(api, areas, "true")
     detail = browser.get(f"/tasks/{task.pk}/")
     assert f'href="/files/projects/materials/tasks/{task.pk}"'.encode() in detail.content
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "projects/materials/../genomics/secret",  # .. as sent, not encoded
+        "projects/materials/sub/../../genomics/secret",
+        "projects/materials/%2E%2E/genomics/secret",  # upper-case escapes
+        "projects/materials/sub%2f..%2f..%2fgenomics%2fsecret",  # an encoded slash
+        "projects/materials//etc/passwd",  # absolute after the owner
+        "projects/materials/%2fetc%2fpasswd",
+        "projects/materials/x%00",  # a NUL at the end
+        "projects/materials/inside/secret",  # through a link that points in
+        "projects/materials/next-door/secret",  # through a link to another project's folder
+        "projects/materials/" + "x" * 256,  # a name longer than a file system allows
+    ],
+)
+def test_more_ways_out_are_refused_and_none_reads_or_writes_outside(api, areas, path):
+    genomics = areas / "projects" / "genomics"
+    genomics.mkdir(parents=True, exist_ok=True)
+    (genomics / "secret").write_text("genomics only\n")
+    own = areas / "projects" / "materials"
+    (own / "sub").mkdir(exist_ok=True)
+    for name, target in (("inside", "."), ("next-door", "../genomics")):
+        if not os.path.lexists(own / name):
+            os.symlink(target, own / name)
+    for method in ("get", "put", "delete"):
+        sent = {"data": b"ESCAPED", "content_type": "text/plain"} if method == "put" else {}
+        answer = getattr(api, method)(f"{API}/{path}", **sent)
+        assert 400 <= answer.status_code < 500, (method, path, answer.status_code)
+        assert b"genomics only" not in body(answer)
+    assert (genomics / "secret").read_text() == "genomics only\n"
+    assert not [p for p in areas.rglob("*") if p.is_file() and p.read_bytes() == b"ESCAPED"]
+
+
+@pytest.mark.parametrize("name", ["..", ".", "/etc", "a/b", "x\0y", "", "y" * 256])
+def test_a_folder_name_that_leaves_its_folder_is_refused_by_the_api_and_the_page(
+    api, browser: Client, areas, name
+):
+    before = sorted(p.name for p in (areas / "projects").rglob("*"))
+    made = api.post(f"{API}/projects/materials/", data={"mkdir": name}, format="json")
+    assert made.status_code == 400, (name, made.status_code)
+    page = browser.post("/files/projects/materials/", {"action": "mkdir", "name": name})
+    assert page.status_code in (302, 400), (name, page.status_code)
+    removed = browser.post("/files/projects/materials/", {"action": "delete", "name": name})
+    assert removed.status_code in (302, 400), (name, removed.status_code)
+    assert sorted(p.name for p in (areas / "projects").rglob("*")) == before
+    assert (areas / "projects" / "materials").is_dir()
