@@ -108,13 +108,29 @@ def job_mounts(areas: Iterable[AreaView], *, pool: str, project: str, user: str)
     ]
 
 
-def default_workdir(areas: Iterable[AreaView], *, pool: str, project: str, task_id: int) -> str:
-    """A task's own folder in the first project area its pool mounts read-write (by name):
-    `<project folder>/tasks/<task id>`; "" when the pool mounts none."""
+def project_folder(areas: Iterable[AreaView], *, pool: str, project: str) -> str:
+    """The project's folder in the first project area its pool mounts read-write (by name),
+    where its tasks work and its workflows' steps share data; "" when the pool mounts none."""
     for area in pool_areas(areas, pool):
         if area.owner == "project" and not area.read_only:
-            return posixpath.join(area.folder(project), TASKS_FOLDER, str(task_id))
+            return area.folder(project)
     return ""
+
+
+def default_workdir(areas: Iterable[AreaView], *, pool: str, project: str, task_id: int) -> str:
+    """A task's own folder in its project folder: `<project folder>/tasks/<task id>`; ""
+    when the pool mounts no project area."""
+    folder = project_folder(areas, pool=pool, project=project)
+    return posixpath.join(folder, TASKS_FOLDER, str(task_id)) if folder else ""
+
+
+def in_project_folder(path: str, folder: str) -> str | None:
+    """A descriptor's path made absolute: a relative one (`flows/run-1/READY`) names a place
+    in the project `folder`, so a workflow's steps name the same place on any site. None for
+    a relative path when there is no project folder."""
+    if path.startswith("/"):
+        return path
+    return posixpath.join(folder, path) if folder else None
 
 
 def workdir_problem(

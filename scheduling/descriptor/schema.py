@@ -67,6 +67,12 @@ _DURATION_SCHEMA: dict[str, Any] = {
     "description": _DURATION_RULE.removeprefix("must be ") + "; at most 365d",
 }
 
+# A path: absolute, or relative to the project's folder (names joined by single /, no "."),
+# in either case with no ".." component.
+_PATH_PATTERN = (
+    r"^(?!.*(^|/)\.\.(/|$))"
+    r"(/[^\n\r\u0000]*|(?!\.(/|$))[^/\n\r\u0000]+(/(?!\.(/|$))[^/\n\r\u0000]+)*)$"
+)
 _NAME_SCHEMA = _pattern_string(NAME_PATTERN, _MAX_NAME, _NAME_RULE.removeprefix("must be "))
 _PROJECT_SCHEMA = _pattern_string(SLUG_PATTERN, _MAX_NAME, "the project's slug")
 _TASK_ID_SCHEMA = {
@@ -205,9 +211,11 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
             "properties": {
                 "file": {
                     "type": "string",
-                    "pattern": "^/[^\\n\\r\\u0000]*$",
+                    "pattern": _PATH_PATTERN,
                     "maxLength": _MAX_PATH,
-                    "description": "absolute path; the task is released when it exists",
+                    "description": "absolute, or relative to the project's folder; the task "
+                    "is released when it exists (inside a folder its jobs mount, or a trigger "
+                    "root)",
                 }
             },
         }
@@ -215,10 +223,11 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
     "workdir": _nullable(
         {
             "type": "string",
-            "pattern": "^/[^\\n\\r\\u0000]*$",
+            "pattern": _PATH_PATTERN,
             "maxLength": _MAX_PATH,
-            "description": "absolute path inside a storage folder the job mounts read-write; "
-            "where it starts (absent: a folder of its own in its project's area)",
+            "description": "where the job starts: inside a storage folder it mounts "
+            "read-write, absolute or relative to the project's folder (absent: a folder of "
+            "its own in its project's area)",
         }
     ),
     "priority": _nullable({"enum": list(PRIORITIES), "default": "normal"}),

@@ -120,7 +120,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
     retry_count = _optional_int(get("retry_count"), "retry_count", 0, _MAX_RETRIES, 0, errors)
     fail_action = _optional_choice(get("fail_action"), "fail_action", FAIL_ACTIONS, "abort", errors)
     trigger_file = _trigger(get("trigger"), errors)
-    workdir = _absolute_path(get("workdir"), "workdir", errors)
+    workdir = _file_path(get("workdir"), "workdir", errors)
     priority = _optional_choice(get("priority"), "priority", PRIORITIES, "normal", errors)
     notify = _optional_choice(get("notify"), "notify", NOTIFY, None, errors)
     return {
@@ -391,22 +391,24 @@ def _trigger(value: Any, errors: list[FieldError]) -> str | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        _add(errors, "trigger", "must be a mapping like {file: /absolute/path/READY}", value)
+        _add(errors, "trigger", "must be a mapping like {file: flows/run-1/READY}", value)
         return None
     _check_unknown(value, _TRIGGER_FIELDS, "trigger.", errors)
     path = value.get("file")
     if path is None:
-        _add(errors, "trigger.file", "is required: the absolute path of the file to wait for")
+        _add(errors, "trigger.file", "is required: the path of the file to wait for")
         return None
-    return _absolute_path(path, "trigger.file", errors)
+    return _file_path(path, "trigger.file", errors)
 
 
-def _absolute_path(path: Any, field: str, errors: list[FieldError]) -> str | None:
+def _file_path(path: Any, field: str, errors: list[FieldError]) -> str | None:
+    """An absolute path, or one relative to the task's project folder (made absolute once
+    the task is routed: scheduling/decisions/storage.py `in_project_folder`)."""
     if path is None:
         return None
     if (
         not isinstance(path, str)
-        or not path.startswith("/")
+        or not path
         or len(path) > _MAX_PATH
         or "\x00" in path
         or "\r" in path
@@ -415,11 +417,16 @@ def _absolute_path(path: Any, field: str, errors: list[FieldError]) -> str | Non
         _add(
             errors,
             field,
-            f"must be an absolute path (starting with /, at most {_MAX_PATH} characters, one line)",
+            "must be a path: absolute, or relative to the project's folder "
+            f"(at most {_MAX_PATH} characters, one line)",
             path,
         )
         return None
-    if "/.." in path and ".." in path.split("/"):
+    names = path.split("/")
+    if ".." in names:
         _add(errors, field, "must not contain .. components", path)
+        return None
+    if not path.startswith("/") and ("." in names or "" in names):
+        _add(errors, field, "a relative path is names joined by single /, with no . in it", path)
         return None
     return path

@@ -23,11 +23,13 @@ from django.utils import timezone
 from scheduling import outbox
 from scheduling.decisions import format_duration
 from scheduling.decisions.lifecycle import BAD_ENDS
+from scheduling.decisions.triggers import Allowed
 from scheduling.models import Hold, Task, TaskState, Workflow, WorkflowState
+from scheduling.selectors import site_view
 from scheduling.selectors.dependencies import verdict
 from scheduling.services.workflows import workflow_refresh
 from scheduling.states import task_set_state
-from scheduling.triggers import trigger_ready, trigger_roots
+from scheduling.triggers import trigger_allowed, trigger_roots, trigger_state
 
 S = TaskState
 W = WorkflowState
@@ -79,9 +81,11 @@ def settle_waiting(task_ids: Iterable[int]) -> None:
             more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
             _set_reason(task, f"waiting for {names}{more}")
             continue
-        if task.trigger_file and not trigger_ready(task.trigger_file):
-            _set_reason(task, f"waiting for the trigger file {task.trigger_file}")
-            continue
+        if task.trigger_file:
+            state = trigger_state(task.trigger_file, _allowed(task.pk))
+            if state != "ready":
+                _set_reason(task, _trigger_reason(task.trigger_file, state))
+                continue
         what = "dependencies done" if deps else "no dependencies"
         if task.trigger_file:
             what += f"; trigger file {task.trigger_file} exists"
@@ -96,6 +100,24 @@ def settle_waiting(task_ids: Iterable[int]) -> None:
             outbox.dispatch(task.pk)
     for workflow_id in workflows:
         workflow_refresh(workflow_id)
+
+
+def _allowed(task_id: int) -> Allowed:
+    """Where this task's trigger may lie: the folders its jobs mount, the trigger roots."""
+    pool, project, user = Task.objects.values_list(
+        "queue__pool__name", "project__slug", "owner__username"
+    ).get(pk=task_id)
+    return trigger_allowed(site_view().storage, pool=pool, project=project, user=user)
+
+
+def _trigger_reason(path: str, state: str) -> str:
+    if state == "outside":
+        # Said without where the link leads: that is not the user's to learn.
+        return (
+            f"waiting for the trigger file {path}, which now leads outside the folders its "
+            "jobs mount (a symbolic link on its way points out): it is not looked at"
+        )
+    return f"waiting for the trigger file {path}"
 
 
 def _set_reason(task: Task, reason: str) -> None:
@@ -148,35 +170,46 @@ def check_triggers() -> int:
     thousands of unchanged triggers costs a query and a stat per folder, and writes nothing.
     Quota-held tasks passed their trigger already: the quota releases them.
     """
-    folders: dict[str, list[tuple[int, str]]] = {}
+    folders: dict[str, list[tuple[int, str, tuple[str, str, str]]]] = {}
     waiting = (
         Task.objects.filter(state=S.WAITING)
         .exclude(trigger_file="")
         .exclude(hold=Hold.QUOTA)
-        .values_list("pk", "trigger_file")
+        .values_list("pk", "trigger_file", "queue__pool__name", "project__slug", "owner__username")
     )
-    for pk, path in waiting:
-        folders.setdefault(os.path.dirname(path), []).append((pk, path))
+    for pk, path, pool, project, user in waiting:
+        folders.setdefault(os.path.dirname(path), []).append((pk, path, (pool, project, user)))
     now_ns = time.time_ns()
     roots: list[str] | None = None  # resolved once, when some folder changed
-    ready: list[int] = []
+    # (pool, project, user) → where their triggers may lie, resolved once a pass.
+    allowed: dict[tuple[str, str, str], Allowed] = {}
+    changed: list[int] = []
     looked = 0
     for folder, tasks in folders.items():
         try:
             mtime = os.stat(folder).st_mtime_ns
         except OSError:
             mtime = -1  # not there (yet): its creation changes it
-        ids = frozenset(pk for pk, _ in tasks)
+        ids = frozenset(pk for pk, _, _ in tasks)
         seen = _watched.get(folder)
         if seen is not None and seen[0] == mtime and ids <= seen[1]:
             continue
         looked += len(tasks)
         roots = trigger_roots() if roots is None else roots
-        ready += [pk for pk, path in tasks if trigger_ready(path, roots)]
+        for pk, path, whose in tasks:
+            if whose not in allowed:
+                pool, project, user = whose
+                allowed[whose] = trigger_allowed(
+                    site_view().storage, pool=pool, project=project, user=user, roots=roots
+                )
+            # A file that appeared releases its task; a link that now leads out changes
+            # its reason. Either way the task is settled again, which checks once more.
+            if trigger_state(path, allowed[whose]) != "absent":
+                changed.append(pk)
         still = now_ns - mtime > SETTLED_NS
         _watched[folder] = (mtime if still else -2, ids)
     for folder in _watched.keys() - folders.keys():
         del _watched[folder]  # no task waits on it now
-    if ready:
-        settle_waiting(sorted(ready))
+    if changed:
+        settle_waiting(sorted(changed))
     return looked

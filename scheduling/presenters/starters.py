@@ -22,7 +22,16 @@ STARTERS: dict[str, dict[str, str]] = {
         "memory": "64Gi",
         "walltime": "12h",
         "estimate": "8h",
-        "command": "python3 train.py --epochs 10",
+        # Runs as it stands: without a train.py of yours in its working folder it writes a
+        # tiny one (the standard library only) that trains for show and saves model.txt.
+        "command": (
+            r"""sh -c 'test -f train.py || printf "%s\n" "import sys, time" """
+            r""""epochs = int(sys.argv[2])" "for epoch in range(1, epochs + 1):" """
+            r""""    print(f\"epoch {epoch}/{epochs}: loss {1 / epoch:.3f}\", flush=True)" """
+            r""""    time.sleep(0.5)" """
+            r""""print(f\"trained for {epochs} epochs\", file=open(\"model.txt\", \"w\"))" """
+            r"""> train.py; python3 train.py --epochs 10'"""
+        ),
     },
     "ai-inference": {
         "label": "AI inference",

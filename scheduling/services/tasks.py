@@ -27,7 +27,6 @@ from portal.selectors import project_get_for_member, project_get_for_user
 from scheduling import decisions, outbox, sealed
 from scheduling.decisions.canary import in_canary
 from scheduling.decisions.quota import Ask, Reject, admit
-from scheduling.decisions.storage import workdir_problem
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
@@ -37,9 +36,9 @@ from scheduling.services.priority import (
     priority_request_from_descriptor,
     priority_requests_room,
 )
+from scheduling.services.task_paths import task_paths
 from scheduling.spec import TaskSpec
 from scheduling.states import task_set_state
-from scheduling.triggers import trigger_path_allowed, trigger_roots
 
 S = TaskState
 
@@ -98,24 +97,13 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
     refused = decisions.check(spec, queue, site.capacity(queue.pool))
     if refused is not None:
         raise ApplicationError(refused.reason, field=prefixed(field_prefix, refused.field))
-    if spec.trigger_file and not trigger_path_allowed(spec.trigger_file):
-        raise ApplicationError(
-            f"must be under one of the trigger roots: {', '.join(trigger_roots())}",
-            field=prefixed(field_prefix, "trigger.file"),
-            got=spec.trigger_file,
-        )
-    if spec.workdir:
-        problem = workdir_problem(
-            site.storage,
-            spec.workdir,
-            pool=queue.pool,
-            project=spec.project,
-            user=user.get_username() if user is not None else "",
-        )
-        if problem is not None:
-            raise ApplicationError(
-                problem, field=prefixed(field_prefix, "workdir"), got=spec.workdir
-            )
+    spec = task_paths(
+        spec,
+        site.storage,
+        pool=queue.pool,
+        user=user.get_username() if user is not None else "",
+        prefix=f"{field_prefix}." if field_prefix else "",
+    )
     if spec.walltime_s is None and queue.default_walltime_s:
         spec = dataclasses.replace(spec, walltime_s=queue.default_walltime_s)
     if user is not None:
