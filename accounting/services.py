@@ -32,6 +32,8 @@ def collector_create(name: str) -> tuple[Collector, str]:
     if Collector.objects.filter(name=name).exists():
         raise ApplicationError("a collector of that name exists", field="name", got=name)
     token = secrets.token_urlsafe(32)
+    while token.startswith("-"):  # a command-line option's value must not look like one
+        token = secrets.token_urlsafe(32)
     collector = Collector.objects.create(
         name=name,
         token_digest=hashlib.sha256(token.encode()).hexdigest(),

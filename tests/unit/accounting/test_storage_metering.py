@@ -85,7 +85,7 @@ def _collect(live_server, token: str) -> str:
             pass
 
     call_command(
-        "collector", "storage", "--once", "--url", live_server.url, "--token", token, stdout=Out()
+        "collector", "storage", "--once", "--url", live_server.url, f"--token={token}", stdout=Out()
     )
     return "".join(out)
 
