@@ -92,7 +92,7 @@ _PARAMS = [
         "group_by",
         str,
         description="up to two of project, user, queue, pool, "
-        "type, metric (comma-separated); none; or record (every record)",
+        "type, area, metric (comma-separated); none; or record (every record)",
     ),
     OpenApiParameter("period", str, description="day, week, month or all"),
     OpenApiParameter("format", str, description="json (default), csv or xlsx"),
@@ -113,6 +113,7 @@ class UsageReport(APIView):
                     "currency": serializers.CharField(),
                     "rows": serializers.ListField(child=serializers.DictField()),
                     "totals": serializers.ListField(child=serializers.DictField()),
+                    "storage_by_area": serializers.ListField(child=serializers.DictField()),
                 },
             )
         },
@@ -136,6 +137,7 @@ class UsageReport(APIView):
                 "currency": settings.SWITCHYARD_CURRENCY,
                 "rows": reports.as_json(reports.report(request.user, q)),
                 "totals": reports.as_json(reports.totals(request.user, q)),
+                "storage_by_area": reports.as_json(reports.storage_by_area(request.user, q)),
             }
         )
 
@@ -213,8 +215,9 @@ class SampleIngest(APIView):
             {
                 "samples": serializers.ListField(
                     child=serializers.DictField(),
-                    help_text="{id, project, metric: storage|network, "
-                    "quantity (GB-days or GB), at (ISO time or date), user?}",
+                    help_text="{id, project, metric: storage|network, at (ISO time or "
+                    "date), user?; storage: area?, and bytes with seconds (held that "
+                    "long from `at`) or quantity in GB-days; network: quantity in GB}",
                 )
             },
         ),

@@ -207,16 +207,16 @@ def add_to_daily(records: list[UsageRecord]) -> None:
     groups: dict[tuple, list[int]] = {}
     for r in records:
         username = r.user.get_username() if r.user else ""
-        key = (r.day, r.project_id, username, r.queue, r.pool, r.task_type, r.metric)
+        key = (r.day, r.project_id, username, r.queue, r.pool, r.task_type, r.area, r.metric)
         total = groups.setdefault(key, [0, 0, 0])
         total[0] += r.quantity
         total[1] += r.charge
         total[2] += 1
     table = connection.ops.quote_name(UsageDaily._meta.db_table)
-    columns = "day, project_id, username, queue, pool, task_type, metric"
+    columns = "day, project_id, username, queue, pool, task_type, area, metric"
     sql = (
         f"INSERT INTO {table} ({columns}, quantity, charge, records) "
-        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
         f"ON CONFLICT ({columns}) DO UPDATE SET "
         f"quantity = {table}.quantity + excluded.quantity, "
         f"charge = {table}.charge + excluded.charge, "

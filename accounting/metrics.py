@@ -28,12 +28,15 @@ METRICS: dict[str, Metric] = {
         Metric("gpu", "GPU", "GPU-hours", "GPU-milliseconds", 3_600_000),
         Metric("memory", "Memory", "GiB-hours", "MiB-milliseconds", 1024 * 3_600_000),
         Metric("instance", "Instances", "instance-minutes", "instance-milliseconds", 60_000),
-        Metric("storage", "Storage", "GB-days", "milli-GB-days", 1000),
+        Metric("storage", "Storage", "GiB-hours", "KiB-seconds", 1024 * 1024 * 3600),
         Metric("network", "Network", "GB", "MB", 1000),
     )
 }
 COMPUTE = ("cpu", "gpu", "memory", "instance")
 SAMPLED = ("storage", "network")
+# A storage sample's quantity in GB-days (the older form): exactly this many KiB-seconds,
+# 10^9 bytes / 1024 × 86,400 s. KiB-seconds hold both units without a remainder.
+KIB_SECONDS_PER_GB_DAY = 84_375_000_000
 # Agents and sandboxes are billed by the instance-minute too (the sandbox queue's unit).
 INSTANCE_TYPES = frozenset({"agent", "sandbox"})
 MICROS = 1_000_000  # charges are kept in millionths of the currency
@@ -75,5 +78,18 @@ def shown(quantity: int | Decimal, metric: str) -> Decimal:
 
 
 def to_base(value: Decimal, metric: str) -> int:
-    """A shown quantity (a collector's GB-days, say) in base units, rounded half to even."""
+    """A shown quantity (a collector's GB of network, say) in base units, rounded half to
+    even."""
     return int((value * METRICS[metric].per).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def storage_from_gb_days(value: Decimal) -> int:
+    """A storage sample's GB-days in KiB-seconds, rounded half to even."""
+    exact = value * KIB_SECONDS_PER_GB_DAY
+    return int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def storage_from_bytes(size: int, seconds: int) -> int:
+    """`size` bytes held for `seconds`, in KiB-seconds, rounded half to even."""
+    exact = Decimal(size) * seconds / 1024
+    return int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))

@@ -36,7 +36,8 @@ class Rate(models.Model):
         help_text="Empty: every queue without a rate of its own (and collectors' samples).",
     )
     metric = models.CharField(max_length=16, choices=METRIC_CHOICES)
-    price = models.DecimalField(max_digits=14, decimal_places=6)
+    # Ten places: a GiB-hour of storage costs a few ten-thousandths.
+    price = models.DecimalField(max_digits=20, decimal_places=10)
     currency = models.CharField(max_length=3, default=default_currency)
     valid_from = models.DateTimeField()
     valid_until = models.DateTimeField(null=True, blank=True)
@@ -88,6 +89,12 @@ class UsageRecord(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField()
     day = models.DateField(help_text="The day the usage ended, in the site's time zone.")
+    area = models.CharField(
+        max_length=63, blank=True, help_text="The storage area a storage sample measured."
+    )
+    bytes = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The bytes a storage sample measured (its folder's)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -96,6 +103,8 @@ class UsageRecord(models.Model):
             models.Index(fields=["ended_at"]),
             models.Index(fields=["backend", "ended_at"]),
             models.Index(fields=["project", "day"]),
+            # The latest measured bytes of a project's folder of an area (its soft quota).
+            models.Index(fields=["project", "area", "started_at"], name="usage_storage_latest"),
         ]
 
     def __str__(self) -> str:
@@ -112,6 +121,7 @@ class UsageDaily(models.Model):
     queue = models.CharField(max_length=63, blank=True)
     pool = models.CharField(max_length=63, blank=True)
     task_type = models.CharField(max_length=32, blank=True)
+    area = models.CharField(max_length=63, blank=True)
     metric = models.CharField(max_length=16, choices=METRIC_CHOICES)
     quantity = models.BigIntegerField(default=0)
     charge = models.BigIntegerField(default=0)
@@ -120,8 +130,17 @@ class UsageDaily(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["day", "project", "username", "queue", "pool", "task_type", "metric"],
-                name="one_usage_row_per_day_and_group",
+                fields=[
+                    "day",
+                    "project",
+                    "username",
+                    "queue",
+                    "pool",
+                    "task_type",
+                    "area",
+                    "metric",
+                ],
+                name="one_usage_row_per_day_and_group_and_area",
             )
         ]
         indexes = [models.Index(fields=["day", "metric"])]

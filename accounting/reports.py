@@ -36,10 +36,11 @@ GROUPS = {
     "queue": "queue",
     "pool": "pool",
     "type": "task_type",
+    "area": "area",
     "metric": "metric",
 }
 PERIODS = ("day", "week", "month", "all")
-FILTERS = ("project", "user", "queue", "pool", "type", "metric")
+FILTERS = ("project", "user", "queue", "pool", "type", "area", "metric")
 MAX_DAYS = 3 * 366
 
 
@@ -99,7 +100,7 @@ def parse_query(params: Mapping[str, str], *, today: date | None = None) -> Usag
     if period not in PERIODS:
         errors.append(ErrorItem("period", f"must be one of {', '.join(PERIODS)}", period[:80]))
     filters = {k: params[k] for k in FILTERS if params.get(k)}
-    for name in ("project", "queue"):  # as a descriptor names them, or no row has them
+    for name in ("project", "queue", "area"):  # as the portal names them, or no row has them
         if name in filters and (problem := slug_problem(filters[name])) is not None:
             errors.append(ErrorItem(name, problem, filters[name][:80]))
     if "metric" in filters and filters["metric"] not in METRICS:
@@ -158,6 +159,32 @@ def report(user: User, q: UsageQuery) -> list[dict[str, Any]]:
     return out
 
 
+def storage_by_area(user: User, q: UsageQuery) -> list[dict[str, Any]]:
+    """Storage over the whole query, per storage area (GiB-hours and charge); "" is the
+    samples that named no area."""
+    rows = (
+        daily_for(user, q)
+        .filter(metric="storage")
+        .values("area")
+        .order_by()
+        .annotate(quantity=Sum("quantity"), charge=Sum("charge"), records=Sum("records"))
+    )
+    per = METRICS["storage"].per
+    return sorted(
+        (
+            {
+                "area": row["area"],
+                "unit": METRICS["storage"].unit,
+                "quantity": _shown(row["quantity"], per),
+                "charge": _money(row["charge"]),
+                "records": row["records"],
+            }
+            for row in rows
+        ),
+        key=lambda r: r["area"],
+    )
+
+
 def totals(user: User, q: UsageQuery) -> list[dict[str, Any]]:
     """Per metric over the whole query: settled (records) beside committed (running work
     so far, not yet billed)."""
@@ -198,6 +225,8 @@ def committed(user: User | None, q: UsageQuery | None = None, *, task=None) -> d
         if not sees_all(user):
             attempts = attempts.filter(task__project__memberships__user=user)
         filters = dict(q.filters) if q else {}
+        if "area" in filters:  # running work is in no storage area
+            return {}
         lookups = {
             "project": "task__project__slug",
             "user": "task__owner__username",
@@ -242,6 +271,8 @@ RECORD_COLUMNS = (
     "job_id",
     "source",
     "key",
+    "area",
+    "bytes",
 )
 
 
@@ -257,6 +288,7 @@ def records(user: User, q: UsageQuery) -> Iterator[tuple]:
         "queue": "queue",
         "pool": "pool",
         "type": "task_type",
+        "area": "area",
         "metric": "metric",
     }
     for name, value in q.filters.items():
@@ -279,6 +311,8 @@ def records(user: User, q: UsageQuery) -> Iterator[tuple]:
         "job_id",
         "source",
         "key",
+        "area",
+        "bytes",
     )
     for (
         ended,
@@ -298,6 +332,8 @@ def records(user: User, q: UsageQuery) -> Iterator[tuple]:
         job_id,
         source,
         key,
+        area,
+        size,
     ) in values.iterator(chunk_size=5000):
         m = METRICS[metric]
         yield (
@@ -319,6 +355,8 @@ def records(user: User, q: UsageQuery) -> Iterator[tuple]:
             job_id,
             source,
             key,
+            area,
+            size,
         )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import UTC, date, datetime, time
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -20,6 +21,7 @@ from accounting.reconcile import reconcile_pass
 from accounting.reports import committed
 from portal.errors import ApplicationError, ErrorItem
 from portal.models import Project
+from scheduling import usage
 from scheduling.models import Task
 
 MAX_SAMPLES = 10_000
@@ -30,6 +32,8 @@ def collector_create(name: str) -> tuple[Collector, str]:
     if Collector.objects.filter(name=name).exists():
         raise ApplicationError("a collector of that name exists", field="name", got=name)
     token = secrets.token_urlsafe(32)
+    while token.startswith("-"):  # a command-line option's value must not look like one
+        token = secrets.token_urlsafe(32)
     collector = Collector.objects.create(
         name=name,
         token_digest=hashlib.sha256(token.encode()).hexdigest(),
@@ -38,9 +42,26 @@ def collector_create(name: str) -> tuple[Collector, str]:
     return collector, token
 
 
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    sid: str
+    project: Project
+    user: User | None
+    metric: str
+    amount: int  # base units
+    started: datetime
+    ended: datetime
+    area: str
+    size: int | None  # bytes measured (a storage sample in the bytes form)
+
+
 def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
-    """Store a collector's samples (storage in GB-days, network in GB) as usage records,
-    priced; a sample id seen before is not stored again. All or nothing on bad input."""
+    """Store a collector's samples as usage records, priced; a sample id seen before is not
+    stored again. All or nothing on bad input.
+
+    Storage comes as `bytes` held for `seconds` (what `manage.py collector storage` sends),
+    or as a `quantity` of GB-days (the older form); either names its `area` or not. Network
+    comes as a `quantity` of GB."""
     if not isinstance(samples, list) or not samples:
         raise ApplicationError(
             "a non-empty list of samples", field="samples", got=type(samples).__name__
@@ -49,88 +70,57 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
         raise ApplicationError(
             f"at most {MAX_SAMPLES} samples a request", field="samples", got=len(samples)
         )
-    errors: list[ErrorItem] = []
+    given = [s for s in samples if isinstance(s, dict)]
     projects = {
         p.slug: p
         for p in Project.objects.filter(
-            slug__in=[
-                s.get("project")
-                for s in samples
-                if isinstance(s, dict) and isinstance(s.get("project"), str)
-            ]
+            slug__in=[s["project"] for s in given if isinstance(s.get("project"), str)]
         )
     }
+    users = {
+        u.username: u
+        for u in User.objects.filter(
+            username__in=[s["user"] for s in given if isinstance(s.get("user"), str)]
+        )
+    }
+    areas = {a.name for a in usage.storage_areas()}
+    errors: list[ErrorItem] = []
     parsed = []
     for i, sample in enumerate(samples):
-        where = f"samples[{i}]"
-        if not isinstance(sample, dict):
-            errors.append(ErrorItem(where, "an object", type(sample).__name__))
-            continue
-        sid = sample.get("id")
-        if not isinstance(sid, str) or not 0 < len(sid) <= 100:
-            errors.append(ErrorItem(f"{where}.id", "a string of 1 to 100 characters", sid))
-        project = projects.get(sample.get("project", ""))
-        if project is None:
-            errors.append(ErrorItem(f"{where}.project", "a project's slug", sample.get("project")))
-        metric = sample.get("metric")
-        if metric not in metrics.SAMPLED:
-            errors.append(ErrorItem(f"{where}.metric", "storage or network", metric))
-        quantity = _decimal(sample.get("quantity"))
-        if quantity is None or quantity < 0:
-            errors.append(
-                ErrorItem(
-                    f"{where}.quantity",
-                    "a number of GB-days or GB, 0 or more",
-                    sample.get("quantity"),
-                )
-            )
-        at = _moment(sample.get("at"))
-        if at is None:
-            errors.append(ErrorItem(f"{where}.at", "an ISO time or date", sample.get("at")))
-        user = None
-        if sample.get("user") is not None:
-            user = User.objects.filter(username=sample.get("user")).first()
-            if user is None:
-                errors.append(ErrorItem(f"{where}.user", "a username", sample.get("user")))
-        # A sample with a problem is reported above and all are refused below.
-        if (
-            isinstance(sid, str)
-            and isinstance(metric, str)
-            and project is not None
-            and quantity is not None
-            and at is not None
-        ):
-            parsed.append((sid, project, metric, quantity, at, user))
+        one = _sample(f"samples[{i}]", sample, projects, users, areas, errors)
+        if one is not None:
+            parsed.append(one)
     if errors:
         raise ApplicationError(errors[0].message, errors=errors)
 
     for _ in range(3):  # a concurrent request with the same ids: count again
-        keys = {f"collector:{collector.name}:{p[0]}" for p in parsed}
+        keys = {f"collector:{collector.name}:{p.sid}" for p in parsed}
         known = set(UsageRecord.objects.filter(key__in=keys).values_list("key", flat=True))
         records = []
         seen = set(known)
-        for sid, project, metric, quantity, at, user in parsed:
-            key = f"collector:{collector.name}:{sid}"
+        for p in parsed:
+            key = f"collector:{collector.name}:{p.sid}"
             if key in seen:
                 continue
             seen.add(key)
-            amount = metrics.to_base(quantity, metric)
-            rate = rate_for(None, metric, at)
+            rate = rate_for(None, p.metric, p.started)
             records.append(
                 UsageRecord(
                     key=key,
-                    metric=metric,
-                    quantity=amount,
-                    charge=metrics.charge_micros(amount, metric, rate.price) if rate else 0,
+                    metric=p.metric,
+                    quantity=p.amount,
+                    charge=metrics.charge_micros(p.amount, p.metric, rate.price) if rate else 0,
                     rate=rate,
-                    project=project,
-                    user=user,
+                    project=p.project,
+                    user=p.user,
                     source="collector",
                     backend=f"collector:{collector.name}"[:63],
-                    job_id=sid[:64],
-                    started_at=at,
-                    ended_at=at,
-                    day=site_day(at),
+                    job_id=p.sid[:64],
+                    started_at=p.started,
+                    ended_at=p.ended,
+                    day=site_day(p.started),
+                    area=p.area,
+                    bytes=p.size,
                 )
             )
         try:
@@ -142,6 +132,120 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
     raise ApplicationError(
         "samples are being stored by another request; send them again", status=409
     )
+
+
+def _sample(
+    where: str,
+    sample: Any,
+    projects: dict[str, Project],
+    users: dict[str, User],
+    areas: set[str],
+    errors: list[ErrorItem],
+) -> _Sample | None:
+    """One sample checked, or None with its problems added to `errors`."""
+    if not isinstance(sample, dict):
+        errors.append(ErrorItem(where, "an object", type(sample).__name__))
+        return None
+    count = len(errors)
+    sid = sample.get("id")
+    if not isinstance(sid, str) or not 0 < len(sid) <= 100:
+        errors.append(ErrorItem(f"{where}.id", "a string of 1 to 100 characters", sid))
+    slug = sample.get("project")
+    project = projects.get(slug) if isinstance(slug, str) else None
+    if project is None:
+        errors.append(ErrorItem(f"{where}.project", "a project's slug", sample.get("project")))
+    metric = sample.get("metric")
+    if metric not in metrics.SAMPLED:
+        errors.append(ErrorItem(f"{where}.metric", "storage or network", metric))
+    at = _moment(sample.get("at"))
+    if at is None:
+        errors.append(ErrorItem(f"{where}.at", "an ISO time or date", sample.get("at")))
+    user = None
+    if sample.get("user") is not None:
+        user = users.get(sample["user"]) if isinstance(sample["user"], str) else None
+        if user is None:
+            errors.append(ErrorItem(f"{where}.user", "a username", sample.get("user")))
+    area = sample.get("area")
+    if area is not None and metric != "storage":
+        errors.append(ErrorItem(f"{where}.area", "no area: only storage is by area", area))
+    elif area is not None and (not isinstance(area, str) or area not in areas):
+        errors.append(
+            ErrorItem(f"{where}.area", f"a storage area: one of {', '.join(sorted(areas))}", area)
+        )
+    amount, seconds, size = _amount(where, sample, metric, errors)
+    if len(errors) > count:
+        return None
+    assert isinstance(sid, str) and project is not None and at is not None
+    assert isinstance(metric, str) and amount is not None
+    return _Sample(
+        sid, project, user, metric, amount, at, at + timedelta(seconds=seconds), area or "", size
+    )
+
+
+# A storage sample stands for at most this long (a collector's period).
+MAX_SAMPLE_SECONDS = 31 * 24 * 3600
+
+
+def _amount(
+    where: str, sample: dict, metric: Any, errors: list[ErrorItem]
+) -> tuple[int | None, int, int | None]:
+    """The sample's quantity in base units, the seconds it stands for, the bytes measured."""
+    if metric == "storage" and ("bytes" in sample or "seconds" in sample):
+        size = _whole(sample.get("bytes"), 0, None)
+        seconds = _whole(sample.get("seconds"), 1, MAX_SAMPLE_SECONDS)
+        if "quantity" in sample:
+            errors.append(
+                ErrorItem(
+                    f"{where}.quantity",
+                    "no quantity beside bytes and seconds (it is computed from them)",
+                    sample.get("quantity"),
+                )
+            )
+        if size is None:
+            errors.append(
+                ErrorItem(
+                    f"{where}.bytes", "a whole number of bytes, 0 or more", sample.get("bytes")
+                )
+            )
+        if seconds is None:
+            errors.append(
+                ErrorItem(
+                    f"{where}.seconds",
+                    f"a whole number of seconds from 1 to {MAX_SAMPLE_SECONDS}",
+                    sample.get("seconds"),
+                )
+            )
+        if size is None or seconds is None:
+            return None, 0, None
+        return metrics.storage_from_bytes(size, seconds), seconds, size
+    for name in ("bytes", "seconds"):
+        if name in sample and metric != "storage":
+            errors.append(
+                ErrorItem(f"{where}.{name}", "only a storage sample has it", sample.get(name))
+            )
+    quantity = _decimal(sample.get("quantity"))
+    if quantity is None or quantity < 0:
+        expected = {"storage": "GB-days (or bytes and seconds)", "network": "GB"}.get(
+            metric, "GB-days or GB"
+        )
+        errors.append(
+            ErrorItem(
+                f"{where}.quantity", f"a number of {expected}, 0 or more", sample.get("quantity")
+            )
+        )
+        return None, 0, None
+    if metric == "storage":
+        return metrics.storage_from_gb_days(quantity), 0, None
+    if metric == "network":
+        return metrics.to_base(quantity, metric), 0, None
+    return None, 0, None
+
+
+def _whole(value: Any, least: int, most: int | None) -> int | None:
+    """`value` when it is a whole number in [least, most], else None."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        return None
+    return value if most is None or value <= most else None
 
 
 def task_usage(task: Task) -> dict[str, list[dict[str, Any]]]:

@@ -61,12 +61,12 @@ def _fill(n: int) -> dict[str, Any]:
             """
             INSERT INTO accounting_usagerecord
               (key, metric, quantity, charge, project_id, user_id, queue, pool, task_type,
-               backend, job_id, source, started_at, ended_at, day, created_at)
+               backend, job_id, source, started_at, ended_at, day, area, created_at)
             SELECT 'sy-' || i || '-bench-1:' || m.metric, m.metric,
                    (1 + i %% 97)::bigint * 60000 * m.scale, (1 + i %% 97)::bigint * m.price,
                    (%s::int[])[1 + i %% 20], (%s::int[])[1 + (i / 7) %% 100],
                    m.queue, m.pool, m.type, 'slurm', i::text, 'slurm',
-                   t.ended - interval '1 hour', t.ended, (t.ended)::date, now()
+                   t.ended - interval '1 hour', t.ended, (t.ended)::date, '', now()
             FROM generate_series(1, %s) AS i
             CROSS JOIN LATERAL (SELECT now() - (i %% %s) * interval '1 day'
                                         - (i %% 1440) * interval '1 minute' AS ended) t
@@ -83,11 +83,12 @@ def _fill(n: int) -> dict[str, Any]:
         cur.execute(
             """
             INSERT INTO accounting_usagedaily
-              (day, project_id, username, queue, pool, task_type, metric, quantity, charge, records)
+              (day, project_id, username, queue, pool, task_type, area, metric, quantity, charge,
+               records)
             SELECT r.day, r.project_id, COALESCE(u.username, ''), r.queue, r.pool, r.task_type,
-                   r.metric, SUM(r.quantity), SUM(r.charge), COUNT(*)
+                   r.area, r.metric, SUM(r.quantity), SUM(r.charge), COUNT(*)
             FROM accounting_usagerecord r LEFT JOIN auth_user u ON u.id = r.user_id
-            GROUP BY 1, 2, 3, 4, 5, 6, 7
+            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
             """
         )
         cur.execute("ANALYZE accounting_usagerecord")

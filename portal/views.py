@@ -1,6 +1,6 @@
 """Console pages of the portal itself: the configuration history, the audit log, and the
 projects with their members (a project's quotas are set on its page through scheduling's
-quota view)."""
+quota view; its page warns when a folder of it passes its storage area's soft quota)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from accounting.selectors import storage_warnings
 from portal import history, roles
 from portal.errors import ApplicationError
 from portal.http import SignedInRequest
@@ -140,6 +141,7 @@ def project_detail(request: SignedInRequest, slug: str) -> HttpResponse:
         "project": project,
         "members": project_memberships(project, order=("role", "user__username")),
         "quotas": usage.project_quotas(project),
+        "storage_warnings": storage_warnings(project),
         "leads": roles.leads_project(request.user, project),
         "queues": usage.queue_names(),
         "resources": usage.quota_resources(),

@@ -7,7 +7,8 @@ the engine: what only the engine can read (the backends' own accounting) is prov
 at app start (`scheduling.hooks`), and reaches accounting's passes through `runs_of` and
 `accounted`. The portal's project page shows the project's quotas and offers its queues; the
 usage report offers the queues and pools to group by; when a member leaves a project, their
-own quotas go with them. tests/unit/test_layout.py holds the rule.
+own quotas go with them. Accounting reads the storage areas (their names and soft quotas) to
+meter and warn. tests/unit/test_layout.py holds the rule.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from scheduling.selectors.policy import site_minute
 from scheduling.selectors.queues import pool_names, queue_names
 from scheduling.selectors.quota import project_quotas
 from scheduling.selectors.site import node_view, site_view
+from scheduling.selectors.storage import storage_areas
 from scheduling.services.alerts import raise_alert
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "simulations",
     "site_minute",
     "site_view",
+    "storage_areas",
     "task_get_for_user",
     "task_list_for_member",
 ]

@@ -145,7 +145,7 @@ def default_site() -> Site:
         RateTemplate("training", "gpu", "12.00"),
         RateTemplate("inference-agent", "gpu", "8.00"),
         RateTemplate("inference-agent", "instance", "0.02"),
-        RateTemplate("", "storage", "0.01"),
+        RateTemplate("", "storage", "0.0005"),
         RateTemplate("", "network", "0.50"),
     )
     # Every pool mounts each project's folder and each user's read-write, and the site's

@@ -235,8 +235,12 @@ def test_a_collector_sends_samples_once_and_its_token_does_nothing_else(site):
     }
     totals = _client("finn").get(f"/api/v1/usage/?{RANGE}&group_by=metric&period=all").json()
     storage = next(t for t in totals["totals"] if t["metric"] == "storage")
-    assert Decimal(storage["settled"]) == Decimal("1200.5")
-    assert Decimal(storage["charge"]) == Decimal("12.01")  # 1200.5 GB-days at 0.01 (rounded)
+    # 1200.5 GB-days (the older form) are 1200.5 × 10^9 / 2^30 × 24 GiB-hours …
+    assert storage["unit"] == "GiB-hours"
+    assert Decimal(storage["settled"]) == (Decimal("1200.5") * 10**9 / 2**30 * 24).quantize(
+        Decimal("0.000001")
+    )
+    assert Decimal(storage["charge"]) == Decimal("13.42")  # … at 0.0005 a GiB-hour (rounded)
     # The collector token is no user token, and a user token cannot ingest.
     assert client.get("/api/v1/tasks/").status_code == 401
     assert _client("alice").post("/api/v1/usage/samples/", samples, format="json").status_code in (

@@ -48,7 +48,19 @@ FEW = ["nan", "🚀", "x" * 5000]
 HOSTILE_IDS = ["0", "9223372036854775808", "9" * 40]
 
 PAGE_ = "page"  # Django's Paginator and DRF's page-number pagination
-USAGE = ("from", "to", "group_by", "period", "project", "user", "queue", "pool", "type", "metric")
+USAGE = (
+    "from",
+    "to",
+    "group_by",
+    "period",
+    "project",
+    "user",
+    "queue",
+    "pool",
+    "type",
+    "area",
+    "metric",
+)
 AUDIT = ("action", "actor", "project", "since", PAGE_)
 
 # URL name: the query parameters its view reads on GET. DRF's `format` (content

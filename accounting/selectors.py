@@ -1,0 +1,57 @@
+"""Accounting's reads for other pages: a project's storage against its areas' soft quotas
+(docs/storage.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from accounting.models import UsageRecord
+from portal.models import Project
+from scheduling.usage import storage_areas
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def size_text(size: int) -> str:
+    """Bytes as people read them: `12.3 GiB`, `10 GiB`, `512 B`."""
+    value, unit = float(size), 0
+    while value >= 1024 and unit < len(_UNITS) - 1:
+        value, unit = value / 1024, unit + 1
+    shown = f"{value:.1f}".removesuffix(".0") if unit else str(size)
+    return f"{shown} {_UNITS[unit]}"
+
+
+@dataclass(frozen=True, slots=True)
+class StorageWarning:
+    """A project's folder of an area holds more than the area's soft quota."""
+
+    area: str
+    used: int  # bytes, as last measured
+    quota: int
+    measured_at: datetime
+
+    @property
+    def text(self) -> str:
+        return f"{self.area}: {size_text(self.used)} of {size_text(self.quota)} soft quota"
+
+
+def storage_warnings(project: Project) -> list[StorageWarning]:
+    """The project areas with a soft quota whose folder of the project's held more than it
+    when last measured (a collector's latest storage sample of that folder)."""
+    found = []
+    for area in storage_areas():
+        if area.owner != "project" or area.quota_bytes is None:
+            continue
+        latest = (
+            UsageRecord.objects.filter(
+                project=project, area=area.name, metric="storage", user__isnull=True
+            )
+            .exclude(bytes=None)
+            .order_by("-started_at", "-id")
+            .values_list("bytes", "started_at")
+            .first()
+        )
+        if latest is not None and latest[0] is not None and latest[0] > area.quota_bytes:
+            found.append(StorageWarning(area.name, latest[0], area.quota_bytes, latest[1]))
+    return found
