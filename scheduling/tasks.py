@@ -171,6 +171,12 @@ def storage_prepare(user_id: int) -> int:
     return storage.prepare_user(user_id)
 
 
+@shared_task(name="scheduling.storage_retention", acks_late=True)
+def storage_retention() -> int:
+    """Tasks' working folders past their area's retention are removed (docs/storage.md)."""
+    return storage.expire_task_folders()
+
+
 @shared_task(name=outbox.NOTIFY_END, acks_late=True)
 def notify_task_end(task_id: int) -> bool:
     return notifications.send_task_end(task_id)

@@ -1,6 +1,9 @@
 """A job's storage, made on the worker's side before it is submitted: its project's Unix
 group, the owners' folders of its pool's areas, and its working folder (docs/storage.md).
 
+Tasks' own working folders past their area's retention are removed here too
+(`expire_task_folders`, a periodic pass).
+
 The owners' folders are made as root (scheduling/files/folders.py); the working folder, which
 lies inside a folder users write, is made by the job's own account as it starts (a link
 planted on the way leads it nowhere the account could not go anyway). The same pass runs for
@@ -10,13 +13,23 @@ a user opening Files before any job of theirs ran (`prepare_user`).
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
+from datetime import datetime
 
 from django.contrib.auth.models import User
+from django.utils import timezone
 
-from portal.models import Membership
-from scheduling.decisions.storage import AreaView, JobStorage, job_storage
+from portal.models import Membership, Project
+from scheduling.decisions.storage import (
+    TASKS_FOLDER,
+    AreaView,
+    JobStorage,
+    expired_task_folders,
+    job_storage,
+    task_folder_ids,
+)
 from scheduling.files.folders import (
     PROJECT_MODE,
     SITE_MODE,
@@ -24,8 +37,10 @@ from scheduling.files.folders import (
     account_ids,
     ensure_folder,
     ensure_project_group,
+    remove_folder,
+    tasks_folder,
 )
-from scheduling.models import Task
+from scheduling.models import TERMINAL_STATES, AttemptState, Task
 from scheduling.selectors.storage import job_account_name, storage_areas
 
 log = logging.getLogger(__name__)
@@ -113,3 +128,61 @@ def prepare_user(user_id: int) -> int:
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         log.warning("the storage folders of %s could not be made: %s", user, exc)
     return len(areas)
+
+
+IDS_A_QUERY = 500
+
+
+def expire_task_folders(*, now: datetime | None = None) -> int:
+    """Remove the tasks' own working folders (`<project folder>/tasks/<task id>`) whose task
+    ended more than its area's `retention_days` ago; how many were removed.
+
+    Only a folder named by the id of one of the project's own tasks that has ended, with no
+    attempt of it still queued or running, is ever removed; anything else in `tasks/` is left
+    as it is. Nothing is followed through a link: not a `tasks` that is one, not a task's
+    folder that is one, not one inside (docs/storage.md)."""
+    now = now or timezone.now()
+    areas = [a for a in storage_areas() if a.owner == "project" and a.retention_days]
+    if not areas:
+        return 0
+    projects = list(Project.objects.order_by("slug").values_list("pk", "slug"))
+    removed = 0
+    for area in areas:
+        for project_id, slug in projects:
+            try:
+                area.folder(slug)
+                removed += _expire_in(area, slug, project_id, now=now)
+            except (OSError, ValueError) as exc:
+                log.warning("tasks' folders of %s in area %s: %s", slug, area.name, exc)
+    return removed
+
+
+def _expire_in(area: AreaView, slug: str, project_id: int, *, now: datetime) -> int:
+    removed = 0
+    with tasks_folder(area.base, slug, TASKS_FOLDER) as fd:
+        if fd is None:
+            return 0
+        ids = task_folder_ids(os.listdir(fd))
+        for at in range(0, len(ids), IDS_A_QUERY):
+            ended = dict(
+                Task.objects.filter(
+                    project_id=project_id,
+                    pk__in=ids[at : at + IDS_A_QUERY],
+                    state__in=TERMINAL_STATES,
+                )
+                .exclude(attempt_set__state__in=(AttemptState.QUEUED, AttemptState.RUNNING))
+                .values_list("pk", "ended_at")
+            )
+            expired = expired_task_folders(ended, now=now, retention_days=area.retention_days)
+            for task_id in expired:
+                if remove_folder(fd, str(task_id)):
+                    removed += 1
+                    log.info(
+                        "removed the working folder of task %s (%s/%s/%s, kept %s days)",
+                        task_id,
+                        area.folder(slug),
+                        TASKS_FOLDER,
+                        task_id,
+                        area.retention_days,
+                    )
+    return removed
