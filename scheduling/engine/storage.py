@@ -2,7 +2,8 @@
 group, the owners' folders of its pool's areas, and its working folder (docs/storage.md).
 
 Tasks' own working folders past their area's retention are removed here too
-(`expire_task_folders`, a periodic pass).
+(`expire_task_folders`, a periodic pass), and a member who left a project leaves its group
+(`member_left`).
 
 The owners' folders are made as root (scheduling/files/folders.py); the working folder, which
 lies inside a folder users write, is made by the job's own account as it starts (a link
@@ -16,12 +17,13 @@ import logging
 import os
 import subprocess
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from portal.models import Membership, Project
+from portal import audit
+from portal.models import AuditEvent, Membership, Project
 from scheduling.decisions.storage import (
     TASKS_FOLDER,
     AreaView,
@@ -37,6 +39,7 @@ from scheduling.files.folders import (
     account_ids,
     ensure_folder,
     ensure_project_group,
+    leave_project_group,
     remove_folder,
     tasks_folder,
 )
@@ -95,11 +98,22 @@ def prepare_job(task: Task, *, pool: str, areas: tuple[AreaView, ...]) -> JobSto
         account = job_account_name(task.owner)
         key = (task.project.slug, username, account, *(a.path for a in mounted))
         if time.monotonic() - _PREPARED.get(key, -PREPARED_TTL_S) >= PREPARED_TTL_S:
+            # Checked with the folders, once a minute: a member who left is never put back
+            # in the project's group, and their tasks not yet started do not start with it.
+            if any(a.owner == "project" for a in mounted) and not _is_member(task):
+                raise StorageError(
+                    f"{username} is no longer a member of project {task.project.slug}: "
+                    "their jobs do not get its folders"
+                )
             prepare_folders(mounted, project=task.project.slug, username=username, account=account)
             _PREPARED[key] = time.monotonic()
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         raise StorageError(f"the job's storage folders could not be made: {exc}") from exc
     return storage
+
+
+def _is_member(task: Task) -> bool:
+    return Membership.objects.filter(project_id=task.project_id, user_id=task.owner_id).exists()
 
 
 def prepare_user(user_id: int) -> int:
@@ -128,6 +142,46 @@ def prepare_user(user_id: int) -> int:
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         log.warning("the storage folders of %s could not be made: %s", user, exc)
     return len(areas)
+
+
+def member_left(project: str, user_id: int) -> bool:
+    """A member left `project`: their job account leaves the project's group, so it reaches
+    the project's folders no more (outside jobs, and in the Slurm jobs that get their groups
+    from it). Not when they are a member again, nor when a member who stays runs their jobs as
+    the same account (the shared service account). Whether it left."""
+    user = User.objects.select_related("cluster_account").filter(pk=user_id).first()
+    members = list(
+        Membership.objects.filter(project__slug=project).select_related("user__cluster_account")
+    )
+    if user is None or any(m.user_id == user_id for m in members):
+        return False
+    account = job_account_name(user)
+    if account in {job_account_name(m.user) for m in members}:
+        return False
+    for key in [k for k in _PREPARED if k[0] == project and k[2] == account]:
+        del _PREPARED[key]  # their next job here must not find the group "already made"
+    try:
+        return leave_project_group(project, account)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        log.warning("%s could not leave the group of project %s: %s", account, project, exc)
+        return False
+
+
+# How far back the storage pass looks for members who left (a lost message is caught then).
+DEPARTURES_WINDOW = timedelta(days=2)
+
+
+def sweep_departures(*, now: datetime | None = None) -> int:
+    """`member_left` for every removal of a member in the audit log of the last two days:
+    the message sent at the removal may have been lost (a broker down). How many left."""
+    since = (now or timezone.now()) - DEPARTURES_WINDOW
+    rows = AuditEvent.objects.filter(action=audit.Action.MEMBER_REMOVE, at__gte=since)
+    seen = set()
+    for project, detail in rows.values_list("project", "detail"):
+        user_id = (detail or {}).get("user_id")
+        if isinstance(user_id, int):
+            seen.add((project, user_id))
+    return sum(member_left(project, user_id) for project, user_id in sorted(seen))
 
 
 IDS_A_QUERY = 500

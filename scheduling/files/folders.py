@@ -79,6 +79,22 @@ def ensure_project_group(slug: str, accounts: list[str]) -> int | None:
     return group_id(name)
 
 
+def leave_project_group(slug: str, account: str) -> bool:
+    """Take `account` out of the project's group (a member left the project); whether it was
+    in it. Nothing to do when this process is not root (it made no groups)."""
+    if os.geteuid() != 0:
+        return False
+    name = project_group(slug)
+    try:
+        if account not in grp.getgrnam(name).gr_mem:
+            return False
+    except KeyError:
+        return False
+    _group_tool(["gpasswd", "-d", account, name], made=lambda: not _member(account, name)())
+    log.info("took %s out of the Unix group %s of project %s", account, name, slug)
+    return True
+
+
 def _member(account: str, group: str) -> Callable[[], bool]:
     return lambda: account in grp.getgrnam(group).gr_mem
 

@@ -23,7 +23,7 @@ from scheduling import engine
 from scheduling.decisions.storage import expired_task_folders, task_folder_ids
 from scheduling.engine.storage import expire_task_folders
 from scheduling.models import Attempt, AttemptState, StorageArea, Task, TaskState
-from scheduling.tasks import storage_retention
+from scheduling.tasks import storage_housekeeping
 from tests.conftest import descriptor, in_ci, submit
 from tests.unit.scheduling.test_storage import run
 
@@ -117,9 +117,9 @@ def test_an_area_removes_ended_tasks_folders_past_its_retention_and_nothing_else
 
     # The periodic pass a worker runs is this one, as the beat sends it.
     Task.objects.filter(pk=recent.pk).update(ended_at=timezone.now() - timedelta(days=8))
-    beat = settings.CELERY_BEAT_SCHEDULE["storage-retention"]
-    assert beat["task"] == storage_retention.name
-    assert storage_retention.apply().get() == 1
+    beat = settings.CELERY_BEAT_SCHEDULE["storage-housekeeping"]
+    assert beat["task"] == storage_housekeeping.name
+    assert storage_housekeeping.apply().get()["folders_removed"] == 1
     assert not (tasks / str(recent.pk)).exists()
 
 
