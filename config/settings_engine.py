@@ -85,6 +85,10 @@ SWITCHYARD_FILES_UPLOAD_MAX_BYTES = env_int("SWITCHYARD_FILES_UPLOAD_MAX_BYTES",
 # The Python the Files helper runs as a job account (standard library only, 3.9 or later):
 # one every account may run, which the portal's own virtual environment may not be.
 SWITCHYARD_FILES_HELPER_PYTHON = env_str("SWITCHYARD_FILES_HELPER_PYTHON", "/usr/bin/python3")
+# How often tasks' working folders past their area's retention are removed (a day is the
+# shortest retention, so an hour late is nothing), and members who left a project lately are
+# checked to be out of its group (the message at their removal may have been lost).
+SWITCHYARD_STORAGE_HOUSEKEEPING_SECONDS = env_int("SWITCHYARD_STORAGE_HOUSEKEEPING_SECONDS", 3600)
 # Where the demo site's storage areas live (seed_demo): no root-owned /scratch needed.
 SWITCHYARD_DEMO_STORAGE_DIR = Path(env_str("SWITCHYARD_DEMO_STORAGE_DIR", str(VAR_DIR / "storage")))
 
@@ -111,6 +115,12 @@ CELERY_BEAT_SCHEDULE = {
         ("load-sample", "scheduling.load_sample", SWITCHYARD_SAMPLE_SECONDS, None),
         ("simulations", "scheduling.simulations", SWITCHYARD_SIMULATION_SWEEP_SECONDS, None),
         ("housekeeping", "scheduling.housekeeping", 600.0, None),
+        (
+            "storage-housekeeping",
+            "scheduling.storage_housekeeping",
+            SWITCHYARD_STORAGE_HOUSEKEEPING_SECONDS,
+            None,
+        ),
     )
 }
 

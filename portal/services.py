@@ -42,12 +42,15 @@ def member_add(*, by: User, project: Project, username: str) -> Membership:
     if not created:
         raise ApplicationError("already a member", field="username", got=username, status=409)
     audit.record(audit.Action.MEMBER_ADD, actor=by, target=f"user {username}", project=project.slug)
+    usage.member_joined(project=project, user=member)
     return membership
 
 
 @transaction.atomic
 def member_remove(*, by: User, project: Project, username: str) -> None:
-    """Remove a member (and their own quotas); the project's lead stays."""
+    """Remove a member (and their own quotas); the project's lead stays. Their job account
+    leaves the project's Unix group (a worker does it): it reaches the project's folders no
+    more, and their tasks not yet started are refused the project's folders."""
     if not roles.leads_project(by, project):
         raise ApplicationError(
             "only the project's lead or a platform admin removes members", status=403
@@ -59,6 +62,11 @@ def member_remove(*, by: User, project: Project, username: str) -> None:
         raise ApplicationError("the project's lead cannot be removed", field="username", status=409)
     usage.member_quotas_delete(project=project, user=membership.user)
     membership.delete()
+    usage.member_left(project=project, user=membership.user)
     audit.record(
-        audit.Action.MEMBER_REMOVE, actor=by, target=f"user {username}", project=project.slug
+        audit.Action.MEMBER_REMOVE,
+        actor=by,
+        target=f"user {username}",
+        project=project.slug,
+        detail={"user_id": membership.user_id},  # the storage pass's record of who left
     )

@@ -134,7 +134,7 @@ class TaskAdmin(admin.ModelAdmin):
 @admin.register(StorageArea)
 class StorageAreaAdmin(admin.ModelAdmin):
     # Versioned in the configuration history as pools and queues are (docs/storage.md).
-    list_display = ["name", "path", "owner", "read_only", "quota_bytes"]
+    list_display = ["name", "path", "owner", "read_only", "quota_bytes", "retention_days"]
     filter_horizontal = ["pools"]
 
 

@@ -34,6 +34,7 @@ SIMULATIONS = "scheduling.simulations"
 SETTLE = "scheduling.settle_waiting"
 RELEVEL = "scheduling.relevel"
 STORAGE = "scheduling.storage_prepare"
+STORAGE_LEAVE = "scheduling.storage_leave"
 MANY_CHUNK = 100  # task ids in one dispatch_many message
 
 
@@ -111,6 +112,12 @@ def storage_prepare(user_id: int) -> None:
     """Make the user's storage folders (a worker does it, as root), once the transaction
     commits; a lost message only leaves them to their first job or next visit."""
     _on_commit(STORAGE, (user_id,), what=f"the storage folders of user {user_id}")
+
+
+def storage_leave(project: str, user_id: int) -> None:
+    """Take the job account of a member who left `project` out of its Unix group (a worker
+    does it, as root), once the transaction commits; the storage pass catches a lost one."""
+    _on_commit(STORAGE_LEAVE, (project, user_id), what=f"user {user_id} leaving {project}")
 
 
 def _on_commit(name: str, args: tuple[Any, ...], *, countdown: float = 0, what: str) -> None:

@@ -171,6 +171,22 @@ def storage_prepare(user_id: int) -> int:
     return storage.prepare_user(user_id)
 
 
+@shared_task(name=outbox.STORAGE_LEAVE, acks_late=True)
+def storage_leave(project: str, user_id: int) -> bool:
+    """A member left the project: their job account leaves its group (docs/storage.md)."""
+    return storage.member_left(project, user_id)
+
+
+@shared_task(name="scheduling.storage_housekeeping", acks_late=True)
+def storage_housekeeping() -> dict[str, int]:
+    """Tasks' working folders past their area's retention are removed; members who left a
+    project lately are out of its group, were a message lost (docs/storage.md)."""
+    return {
+        "folders_removed": storage.expire_task_folders(),
+        "groups_left": storage.sweep_departures(),
+    }
+
+
 @shared_task(name=outbox.NOTIFY_END, acks_late=True)
 def notify_task_end(task_id: int) -> bool:
     return notifications.send_task_end(task_id)

@@ -30,7 +30,7 @@ from scheduling.hooks import (
 )
 from scheduling.hooks import accounting as _accounting
 from scheduling.models import Attempt, Quota
-from scheduling.outbox import send, simulations
+from scheduling.outbox import send, simulations, storage_leave, storage_prepare
 from scheduling.presenters.efficiency import efficiency_report
 from scheduling.selectors import site_view_invalidate
 from scheduling.selectors.access import task_get_for_user, task_list_for_member
@@ -50,6 +50,8 @@ __all__ = [
     "close_backends",
     "efficiency_report",
     "load_now",
+    "member_joined",
+    "member_left",
     "member_quotas_delete",
     "node_view",
     "on_attempt_end",
@@ -85,6 +87,18 @@ def accounted(alias: str, start: datetime, end: datetime) -> list[Run]:
 def quota_resources() -> list[tuple[str, Any]]:
     """What a quota can limit, as (value, label) choices."""
     return list(Quota.Resource.choices)
+
+
+def member_joined(*, project: Project, user: User) -> None:
+    """A member joined the project: a worker makes their folders and puts their job account
+    in the project's group now, not at their first job (docs/storage.md)."""
+    storage_prepare(user.pk)
+
+
+def member_left(*, project: Project, user: User) -> None:
+    """A member left the project: a worker takes their job account out of its group, so it
+    reaches the project's folders no more (docs/storage.md)."""
+    storage_leave(project.slug, user.pk)
 
 
 def member_quotas_delete(*, project: Project, user: User) -> None:

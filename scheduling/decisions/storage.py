@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 # Who owns the folders of an area: a project (its members' job accounts, through a group of
 # the project's), a user (their job account), or the site (one folder, made by its admins).
@@ -36,6 +37,7 @@ class AreaView:
     read_only: bool = False
     pools: tuple[str, ...] = ()
     quota_bytes: int | None = None
+    retention_days: int | None = None  # tasks' own folders, after their task ended
 
     @property
     def base(self) -> str:
@@ -68,6 +70,37 @@ def pattern_problem(path: str, owner: str) -> str | None:
     if wanted is not None and not path.endswith(wanted):
         return f"the folders of a {owner} area are named by {wanted}: end the path with it"
     return None
+
+
+def retention_problem(owner: str, retention_days: int | None) -> str | None:
+    """Why an area of this owner cannot keep tasks' folders this many days, or None: only a
+    project area holds tasks' own folders, and a day is the least (a task's outputs must be
+    there to download once it ended)."""
+    if retention_days is None:
+        return None
+    if owner != "project":
+        return "only a project area holds tasks' own folders: leave it empty"
+    if retention_days < 1:
+        return "at least 1 day (empty: kept forever)"
+    return None
+
+
+def task_folder_ids(names: Iterable[str]) -> list[int]:
+    """The names in a project folder's `tasks/` that are task ids (a folder per task); any
+    other name is someone's own and never a task's."""
+    return sorted(int(n) for n in names if n.isascii() and n.isdigit() and n == str(int(n)))
+
+
+def expired_task_folders(
+    ended: Mapping[int, datetime | None], *, now: datetime, retention_days: int | None
+) -> list[int]:
+    """Of the ended tasks whose folders are there (task id → when it ended), those whose
+    folders are past the area's retention: ended more than `retention_days` ago. A task that
+    has not ended (None) is never one; nor is any when the area keeps them forever."""
+    if retention_days is None:
+        return []
+    cutoff = now - timedelta(days=retention_days)
+    return sorted(t for t, at in ended.items() if at is not None and at < cutoff)
 
 
 def owner_name(area: AreaView, *, project: str, user: str) -> str:

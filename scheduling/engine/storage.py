@@ -1,6 +1,10 @@
 """A job's storage, made on the worker's side before it is submitted: its project's Unix
 group, the owners' folders of its pool's areas, and its working folder (docs/storage.md).
 
+Tasks' own working folders past their area's retention are removed here too
+(`expire_task_folders`, a periodic pass), and a member who left a project leaves its group
+(`member_left`).
+
 The owners' folders are made as root (scheduling/files/folders.py); the working folder, which
 lies inside a folder users write, is made by the job's own account as it starts (a link
 planted on the way leads it nowhere the account could not go anyway). The same pass runs for
@@ -10,13 +14,24 @@ a user opening Files before any job of theirs ran (`prepare_user`).
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
+from django.utils import timezone
 
-from portal.models import Membership
-from scheduling.decisions.storage import AreaView, JobStorage, job_storage
+from portal import audit
+from portal.models import AuditEvent, Membership, Project
+from scheduling.decisions.storage import (
+    TASKS_FOLDER,
+    AreaView,
+    JobStorage,
+    expired_task_folders,
+    job_storage,
+    task_folder_ids,
+)
 from scheduling.files.folders import (
     PROJECT_MODE,
     SITE_MODE,
@@ -24,8 +39,11 @@ from scheduling.files.folders import (
     account_ids,
     ensure_folder,
     ensure_project_group,
+    leave_project_group,
+    remove_folder,
+    tasks_folder,
 )
-from scheduling.models import Task
+from scheduling.models import TERMINAL_STATES, AttemptState, Task
 from scheduling.selectors.storage import job_account_name, storage_areas
 
 log = logging.getLogger(__name__)
@@ -80,11 +98,22 @@ def prepare_job(task: Task, *, pool: str, areas: tuple[AreaView, ...]) -> JobSto
         account = job_account_name(task.owner)
         key = (task.project.slug, username, account, *(a.path for a in mounted))
         if time.monotonic() - _PREPARED.get(key, -PREPARED_TTL_S) >= PREPARED_TTL_S:
+            # Checked with the folders, once a minute: a member who left is never put back
+            # in the project's group, and their tasks not yet started do not start with it.
+            if any(a.owner == "project" for a in mounted) and not _is_member(task):
+                raise StorageError(
+                    f"{username} is no longer a member of project {task.project.slug}: "
+                    "their jobs do not get its folders"
+                )
             prepare_folders(mounted, project=task.project.slug, username=username, account=account)
             _PREPARED[key] = time.monotonic()
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         raise StorageError(f"the job's storage folders could not be made: {exc}") from exc
     return storage
+
+
+def _is_member(task: Task) -> bool:
+    return Membership.objects.filter(project_id=task.project_id, user_id=task.owner_id).exists()
 
 
 def prepare_user(user_id: int) -> int:
@@ -113,3 +142,101 @@ def prepare_user(user_id: int) -> int:
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         log.warning("the storage folders of %s could not be made: %s", user, exc)
     return len(areas)
+
+
+def member_left(project: str, user_id: int) -> bool:
+    """A member left `project`: their job account leaves the project's group, so it reaches
+    the project's folders no more (outside jobs, and in the Slurm jobs that get their groups
+    from it). Not when they are a member again, nor when a member who stays runs their jobs as
+    the same account (the shared service account). Whether it left."""
+    user = User.objects.select_related("cluster_account").filter(pk=user_id).first()
+    members = list(
+        Membership.objects.filter(project__slug=project).select_related("user__cluster_account")
+    )
+    if user is None or any(m.user_id == user_id for m in members):
+        return False
+    account = job_account_name(user)
+    if account in {job_account_name(m.user) for m in members}:
+        return False
+    for key in [k for k in _PREPARED if k[0] == project and k[2] == account]:
+        del _PREPARED[key]  # their next job here must not find the group "already made"
+    try:
+        return leave_project_group(project, account)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        log.warning("%s could not leave the group of project %s: %s", account, project, exc)
+        return False
+
+
+# How far back the storage pass looks for members who left (a lost message is caught then).
+DEPARTURES_WINDOW = timedelta(days=2)
+
+
+def sweep_departures(*, now: datetime | None = None) -> int:
+    """`member_left` for every removal of a member in the audit log of the last two days:
+    the message sent at the removal may have been lost (a broker down). How many left."""
+    since = (now or timezone.now()) - DEPARTURES_WINDOW
+    rows = AuditEvent.objects.filter(action=audit.Action.MEMBER_REMOVE, at__gte=since)
+    seen = set()
+    for project, detail in rows.values_list("project", "detail"):
+        user_id = (detail or {}).get("user_id")
+        if isinstance(user_id, int):
+            seen.add((project, user_id))
+    return sum(member_left(project, user_id) for project, user_id in sorted(seen))
+
+
+IDS_A_QUERY = 500
+
+
+def expire_task_folders(*, now: datetime | None = None) -> int:
+    """Remove the tasks' own working folders (`<project folder>/tasks/<task id>`) whose task
+    ended more than its area's `retention_days` ago; how many were removed.
+
+    Only a folder named by the id of one of the project's own tasks that has ended, with no
+    attempt of it still queued or running, is ever removed; anything else in `tasks/` is left
+    as it is. Nothing is followed through a link: not a `tasks` that is one, not a task's
+    folder that is one, not one inside (docs/storage.md)."""
+    now = now or timezone.now()
+    areas = [a for a in storage_areas() if a.owner == "project" and a.retention_days]
+    if not areas:
+        return 0
+    projects = list(Project.objects.order_by("slug").values_list("pk", "slug"))
+    removed = 0
+    for area in areas:
+        for project_id, slug in projects:
+            try:
+                area.folder(slug)
+                removed += _expire_in(area, slug, project_id, now=now)
+            except (OSError, ValueError) as exc:
+                log.warning("tasks' folders of %s in area %s: %s", slug, area.name, exc)
+    return removed
+
+
+def _expire_in(area: AreaView, slug: str, project_id: int, *, now: datetime) -> int:
+    removed = 0
+    with tasks_folder(area.base, slug, TASKS_FOLDER) as fd:
+        if fd is None:
+            return 0
+        ids = task_folder_ids(os.listdir(fd))
+        for at in range(0, len(ids), IDS_A_QUERY):
+            ended = dict(
+                Task.objects.filter(
+                    project_id=project_id,
+                    pk__in=ids[at : at + IDS_A_QUERY],
+                    state__in=TERMINAL_STATES,
+                )
+                .exclude(attempt_set__state__in=(AttemptState.QUEUED, AttemptState.RUNNING))
+                .values_list("pk", "ended_at")
+            )
+            expired = expired_task_folders(ended, now=now, retention_days=area.retention_days)
+            for task_id in expired:
+                if remove_folder(fd, str(task_id)):
+                    removed += 1
+                    log.info(
+                        "removed the working folder of task %s (%s/%s/%s, kept %s days)",
+                        task_id,
+                        area.folder(slug),
+                        TASKS_FOLDER,
+                        task_id,
+                        area.retention_days,
+                    )
+    return removed

@@ -14,15 +14,18 @@ A worker that is not root makes the folders as itself (its jobs run as itself to
 
 from __future__ import annotations
 
+import errno
 import grp
 import hashlib
 import logging
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,22 @@ def ensure_project_group(slug: str, accounts: list[str]) -> int | None:
         if account not in members and account_ids(account) is not None:
             _group_tool(["gpasswd", "-a", account, name], made=_member(account, name))
     return group_id(name)
+
+
+def leave_project_group(slug: str, account: str) -> bool:
+    """Take `account` out of the project's group (a member left the project); whether it was
+    in it. Nothing to do when this process is not root (it made no groups)."""
+    if os.geteuid() != 0:
+        return False
+    name = project_group(slug)
+    try:
+        if account not in grp.getgrnam(name).gr_mem:
+            return False
+    except KeyError:
+        return False
+    _group_tool(["gpasswd", "-d", account, name], made=lambda: not _member(account, name)())
+    log.info("took %s out of the Unix group %s of project %s", account, name, slug)
+    return True
 
 
 def _member(account: str, group: str) -> Callable[[], bool]:
@@ -136,3 +155,43 @@ def ensure_folder(base: str, name: str, *, uid: int | None, gid: int | None, mod
     finally:
         os.close(base_fd)
     return os.path.join(base, name)
+
+
+@contextmanager
+def tasks_folder(base: str, name: str, tasks: str) -> Iterator[int | None]:
+    """An open descriptor of `<base>/<name>/<tasks>` (a project folder's tasks' folders), or
+    None when it is not there. Neither below the base is followed if it is a link: the
+    project's members may plant one where `tasks` was, and root must not be led by it."""
+    fds: list[int] = []
+    try:
+        fds.append(os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        for part in (name, tasks):
+            fds.append(os.open(part, _DIR, dir_fd=fds[-1]))
+    except (FileNotFoundError, NotADirectoryError):
+        fds.append(-1)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:  # a link: as if not there
+            raise
+        fds.append(-1)
+    try:
+        yield None if fds[-1] < 0 else fds[-1]
+    finally:
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+
+
+def remove_folder(dir_fd: int, name: str) -> bool:
+    """Remove the folder `name` in the open folder `dir_fd` with all it holds, following no
+    link (shutil's descriptor-based rmtree: a link inside is removed, never what it points
+    to, even one swapped in while it runs); False, and nothing removed, when `name` is not a
+    folder (a link where the folder was is left alone)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(name, dir_fd=dir_fd).st_mode):
+            return False
+    except FileNotFoundError:
+        return False
+    if not shutil.rmtree.avoids_symlink_attacks:  # Linux's works through descriptors
+        raise OSError(errno.ENOTSUP, "this platform's rmtree may follow links")
+    shutil.rmtree(name, dir_fd=dir_fd)
+    return True

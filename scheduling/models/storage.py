@@ -4,11 +4,12 @@ mount them, and how (docs/storage.md). Configuration: versioned like pools and q
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import TextChoices
 
 from portal.models import validate_slug
-from scheduling.decisions.storage import AreaView, pattern_problem
+from scheduling.decisions.storage import AreaView, pattern_problem, retention_problem
 from scheduling.models.site import Pool
 
 
@@ -50,6 +51,13 @@ class StorageArea(models.Model):
         blank=True,
         help_text="A soft quota per folder, in bytes: a warning, not a limit.",
     )
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Tasks' own working folders (<project folder>/tasks/<task id>) are removed "
+        "this many days after their task ended; empty: kept forever. Project areas only.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -61,6 +69,9 @@ class StorageArea(models.Model):
         problem = pattern_problem(self.path, self.owner)
         if problem is not None:
             raise ValidationError({"path": problem})
+        problem = retention_problem(self.owner, self.retention_days)
+        if problem is not None:
+            raise ValidationError({"retention_days": problem})
 
     def as_view(self, pools: tuple[str, ...]) -> AreaView:
         return AreaView(
@@ -70,4 +81,5 @@ class StorageArea(models.Model):
             read_only=self.read_only,
             pools=pools,
             quota_bytes=self.quota_bytes,
+            retention_days=self.retention_days,
         )

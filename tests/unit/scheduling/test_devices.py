@@ -3,7 +3,8 @@
 The device files are real character devices made with mknod (root) under the test's folder,
 with numbers of their own, configured as the node's device files; the jobs really run in
 bubblewrap (the local backend's launch path, or the Slurm script run by bash as the job's
-account), and what they see is read from inside: `ls /dev` and `stat -c %t:%T`.
+account), and what they see is read from inside: `ls /dev` and `stat -c %t:%T`, and
+`nvidia-smi -L` as its stand-in (tests/fixtures/nvidia-smi) prints it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from scheduling.decisions.devices import (
     device_table,
     gpu_pattern_error,
 )
+from scheduling.decisions.storage import JobStorage, Mount
 from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.engine import get_backend
 from scheduling.models import Node, Pool
@@ -187,6 +189,41 @@ def test_a_2_gpu_job_on_an_8_gpu_node_sees_exactly_its_2_gpus_and_the_control_de
         **{f"/dev/{name}": numbers(fake_gpus / name) for name in CONTROL},
     }
     assert cuda == "0,1"
+
+
+# A stand-in for NVIDIA's tool: lists the GPUs whose device files it sees, numbered from 0.
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+NVIDIA_SMI = FIXTURES / "nvidia-smi"
+
+
+def test_nvidia_smi_in_the_sandbox_lists_exactly_the_jobs_2_gpus_of_8(make, fake_gpus):
+    backend = make([BIG])
+    devices = DeviceTable(files_in(fake_gpus))
+    backend.submit(with_devices(request("first", ["sleep", "30"], gpus=3), devices))
+    assert running(backend, "first").state is JobState.RUNNING
+    # The stand-in reaches the sandbox as a site's read-only folder would, at its own path.
+    tools = JobStorage(mounts=(Mount(str(FIXTURES), read_only=True, owner="site"),))
+    ours = with_devices(request("ours", [str(NVIDIA_SMI), "-L"], gpus=2), devices)
+    backend.submit(dataclasses.replace(ours, storage=tools))
+    job = finished(backend, "ours")
+    assert job.state is JobState.SUCCEEDED, (job.reason, backend.log("ours"))
+    [allocation] = state_file(backend, "ours")["allocations"]
+    host = sorted(allocation["gpu_indices"])
+    assert host != [0, 1]  # the first job holds three of the host's GPUs
+    minors = [os.minor(os.stat(fake_gpus / f"nvidia{index}").st_rdev) for index in host]
+    listed = [line for line in backend.log("ours").splitlines() if line.startswith("GPU ")]
+    assert listed == [
+        f"GPU {at}: NVIDIA H200 (UUID: GPU-5f3e2b1a-9c4d-4e8f-a6b7-{minor:012x})"
+        for at, minor in enumerate(minors)
+    ]
+
+
+def test_the_nvidia_smi_stand_in_fails_as_the_real_one_without_the_driver():
+    # Outside a sandbox on this machine: no /dev/nvidiactl (or no GPU), as on a CPU node.
+    if os.path.exists("/dev/nvidiactl"):
+        pytest.skip("this machine has NVIDIA's driver: the stand-in is not what runs here")
+    done = subprocess.run([NVIDIA_SMI, "-L"], capture_output=True, text=True)
+    assert done.returncode == 9 and "couldn't communicate with the NVIDIA driver" in done.stdout
 
 
 def test_a_cpu_only_job_gets_no_gpu_device(make, fake_gpus):
