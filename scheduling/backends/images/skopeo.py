@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,9 +63,16 @@ _MISSING = ("manifest unknown", "name unknown", "repository name not known", "no
 _DENIED = ("unauthorized", "denied", "authentication required")
 
 
+# skopeo logs as `time="..." level=fatal msg="..."`: the message is what a person reads.
+_MSG_RE = re.compile(r'\bmsg="((?:[^"\\]|\\.)*)"')
+
+
 def _last_words(stderr: str) -> str:
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
     text = lines[-1] if lines else "no output"
+    found = _MSG_RE.search(text)
+    if found:
+        text = re.sub(r"\\(.)", r"\1", found.group(1))
     return text if len(text) <= 300 else text[:297] + "..."
 
 
