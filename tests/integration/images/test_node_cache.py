@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,26 @@ def test_a_registry_that_goes_away_mid_pull_fails_with_a_reason_and_a_retry_succ
     assert in_image(image.rootfs, "python3", "-c", "print('back')", env=image.config.env) == (
         "back\n"
     )
+
+
+def test_a_tag_moved_after_it_was_resolved_does_not_change_what_the_digest_pulls(
+    cache, ref, registry
+):
+    # A repository of this test's own, its tag first on tiny:1's content, then moved to 2's.
+    moving = f"test/moving-{uuid.uuid4().hex[:8]}:latest"
+
+    def point(tag_from: str) -> None:
+        subprocess.run(
+            ["skopeo", "copy", "--quiet", "--src-tls-verify=false", "--dest-tls-verify=false"]
+            + [f"docker://{registry}/{tag_from}", f"docker://{registry}/{moving}"],
+            check=True,
+            capture_output=True,
+        )
+
+    point("demo/tiny:1")
+    submitted = cache.resolve(ref(moving))
+    point("demo/tiny:2")
+    assert cache.resolve(ref(moving)).digest != submitted.digest
+    # What was resolved before the move (the task's recorded digest) still pulls version 1.
+    image = cache.pull(submitted)
+    assert in_image(image.rootfs, "/bin/cat", "/etc/demo-release") == "1\n"
