@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import subprocess
 import time
 import uuid
@@ -76,19 +77,33 @@ def _tree_bytes(root: Path) -> int:
     return total
 
 
-def _set_writable(root: Path, writable: bool) -> None:
-    """Take the write bits off every file and folder under `root` (or give the owner's back,
-    so that the tree can be removed); links are left as they are."""
+def _seal(root: Path) -> None:
+    """Make an unpacked tree what every job may share: nothing writable, no set-user-id or
+    set-group-id bit (the files lie on the host, owned by the cache's account, where any
+    local account could run them), and everything readable, folders and programs passable,
+    by every job account (in the image a job would have been root and read it all)."""
+    for path in [root, *_walk(root)]:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        mode = stat.S_IMODE(st.st_mode) & ~0o6222 | 0o444
+        if stat.S_ISDIR(st.st_mode) or mode & 0o100:
+            mode |= 0o111
+        os.chmod(path, mode)
+
+
+def _unseal(root: Path) -> None:
+    """Give the owner back the write bit on the folders, so that the tree can be removed."""
+    for path in [root, *_walk(root)]:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
+
+
+def _walk(root: Path) -> Iterator[Path]:
     for dirpath, dirs, files in os.walk(root):
         for name in [*dirs, *files]:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if os.path.islink(path):
-                continue
-            mode = st.st_mode & 0o7777
-            os.chmod(path, (mode | 0o200) if writable else (mode & ~0o222))
-    st = os.lstat(root)
-    os.chmod(root, (st.st_mode | 0o200) if writable else (st.st_mode & ~0o222))
+            yield Path(dirpath, name)
 
 
 @contextlib.contextmanager
@@ -181,7 +196,10 @@ class ImageCache:
 
     def size(self) -> int:
         """Bytes the cache holds: the root file systems and the blobs."""
-        blobs = sum(p.stat().st_size for p in (self.blobs / "sha256").iterdir() if p.is_file())
+        blobs = 0
+        for path in (self.blobs / "sha256").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # collected meanwhile
+                blobs += path.stat().st_size
         return blobs + sum(i.rootfs_bytes for i in self.cached())
 
     # --- resolving and pulling ------------------------------------------------------------
@@ -230,11 +248,11 @@ class ImageCache:
                 "rootfs_bytes": _tree_bytes(work / "rootfs"),
                 "image_bytes": sum(layers.values()),
                 # What this pull moved: layers another image had brought are not counted.
-                "pull_bytes": sum(n for d, n in layers.items() if _hex(d) not in had),
+                "pull_bytes": sum(n for d, n in layers.items() if d.partition(":")[2] not in had),
                 "pull_seconds": round(pulled - started, 3),
                 "unpack_seconds": round(time.monotonic() - pulled, 3),
             }
-            _set_writable(work / "rootfs", False)
+            _seal(work / "rootfs")
             (work / "image.json").write_text(json.dumps(data, indent=1) + "\n")
             work.chmod(0o755)
             os.rename(work, self.images / hexa)
@@ -356,7 +374,7 @@ class ImageCache:
 
     def _remove(self, folder: Path) -> None:
         if folder.exists():
-            _set_writable(folder, True)
+            _unseal(folder)
             shutil.rmtree(folder, ignore_errors=True)
 
     def blob(self, digest: str) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from scheduling.backends.images import (
     RegistryDenied,
     RegistryUnreachable,
 )
+from scheduling.backends.images.cache import _seal, _unseal
 from scheduling.backends.images.layout import ImageConfig, blobs_of, config_of, layer_sizes
 from scheduling.backends.images.skopeo import classify
 from scheduling.decisions.images import parse_image_ref
@@ -125,3 +127,28 @@ def test_an_empty_cache_has_nothing_and_refuses_to_pin_what_it_lacks(tmp_path):
         cache.pin(digest)
     with pytest.raises(ValueError, match="64 hex"):
         cache.get("sha256:abc")
+
+
+def test_an_unpacked_tree_is_sealed_read_only_without_set_id_bits_and_readable_by_jobs(tmp_path):
+    root = tmp_path / "rootfs"
+    (root / "private").mkdir(parents=True, mode=0o700)
+    (root / "bin").mkdir()
+    setuid = root / "bin" / "su"
+    setuid.write_text("#!/bin/sh\n")
+    setuid.chmod(0o4755)
+    secret = root / "private" / "key"
+    secret.write_text("k")
+    secret.chmod(0o600)
+    (root / "bin" / "link").symlink_to("su")
+
+    _seal(root)
+    modes = {
+        p.relative_to(root).as_posix(): stat.S_IMODE(p.lstat().st_mode)
+        for p in [root / "private", root / "bin", setuid, secret]
+    }
+    assert modes == {"private": 0o555, "bin": 0o555, "bin/su": 0o555, "private/key": 0o444}
+    assert stat.S_IMODE(root.stat().st_mode) == 0o555
+
+    _unseal(root)
+    assert stat.S_IMODE((root / "private").stat().st_mode) == 0o755
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o444  # files stay as they were sealed
