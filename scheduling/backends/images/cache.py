@@ -29,7 +29,7 @@ import stat
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,8 @@ from scheduling.backends.images.skopeo import ImageError, PullFailed, Skopeo
 from scheduling.decisions.images import ImageRef
 
 _LAYOUT_NAME = "image"
+# progress(bytes here, bytes in all): 0 in all when the registry's manifest does not say.
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +210,10 @@ class ImageCache:
         """`ref` pinned to a digest: its own, or the one its tag names now."""
         return ref if ref.digest is not None else ref.with_digest(self.skopeo.digest(ref))
 
-    def pull(self, ref: ImageRef) -> CachedImage:
+    def pull(self, ref: ImageRef, *, progress: Progress | None = None) -> CachedImage:
         """The image `ref` names, pulled and unpacked unless it is here already. Concurrent
-        pulls of one digest (from any process) make one pull; the others wait for it."""
+        pulls of one digest (from any process) make one pull; the others wait for it.
+        `progress(done, total)` is told the layer bytes here so far while this pull runs."""
         ref = self.resolve(ref)
         assert ref.digest is not None
         hexa = _hex(ref.digest)
@@ -221,11 +224,11 @@ class ImageCache:
             image = self.get(ref.digest)
             if image is None:
                 with _flock(self.root / "gc.lock", fcntl.LOCK_SH):
-                    image = self._pull_locked(ref, hexa)
+                    image = self._pull_locked(ref, hexa, progress)
         self.evict(keep=ref.digest)
         return image
 
-    def _pull_locked(self, ref: ImageRef, hexa: str) -> CachedImage:
+    def _pull_locked(self, ref: ImageRef, hexa: str, progress: Progress | None) -> CachedImage:
         assert ref.digest is not None
         layout = self.layouts / hexa
         shutil.rmtree(layout, ignore_errors=True)  # what an interrupted pull left
@@ -235,7 +238,10 @@ class ImageCache:
         had = {p.name for p in (self.blobs / "sha256").iterdir()}
         started = time.monotonic()
         try:
-            self.skopeo.copy(ref, str(layout), _LAYOUT_NAME)
+            poll = self._progress(ref, layout, progress) if progress else None
+            self.skopeo.copy(ref, str(layout), _LAYOUT_NAME, poll=poll)
+            if poll is not None:
+                poll()  # all of it
             pulled = time.monotonic()
             work.mkdir()
             self._unpack(layout, work / "rootfs", ref)
@@ -267,6 +273,34 @@ class ImageCache:
         image = self.get(ref.digest)
         assert image is not None
         return image
+
+    def _progress(self, ref: ImageRef, layout: Path, progress: Progress) -> Callable[[], None]:
+        """A poll that tells `progress` how many of the image's layer bytes are here: the
+        layers already stored, and what skopeo has written of the others so far."""
+        manifest = json.loads(self.skopeo.manifest(ref))
+        if "layers" not in manifest:  # an index: its platform's manifest is not known yet
+            manifest = {"layers": []}
+        layers = {d["digest"]: int(d.get("size", 0)) for d in manifest["layers"]}
+        total = sum(layers.values())
+
+        shown = 0
+
+        def poll() -> None:
+            nonlocal shown
+            done = 0
+            for partial in layout.glob("oci-put-blob*"):
+                with contextlib.suppress(FileNotFoundError):
+                    done += partial.stat().st_size
+            for digest, size in layers.items():
+                if blob_path(self.blobs, digest).exists():
+                    done += size
+            # A blob renamed between the two looks may count twice or not at all: what is
+            # shown never goes back, nor past the total.
+            shown = max(shown, min(done, total) if total else done)
+            progress(shown, total)
+
+        poll()
+        return poll
 
     def _unpack(self, layout: Path, rootfs: Path, ref: ImageRef) -> None:
         try:

@@ -8,7 +8,8 @@ import hashlib
 import json
 import re
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduling.backends.base import BackendError
@@ -105,20 +106,38 @@ class Skopeo:
         plain = registry_is_local(ref.registry) or ref.registry in self.insecure
         return "false" if plain else "true"
 
-    def _run(self, args: Sequence[str], ref: ImageRef, *, what: str) -> bytes:
+    def _run(
+        self,
+        args: Sequence[str],
+        ref: ImageRef,
+        *,
+        what: str,
+        poll: Callable[[], None] | None = None,
+    ) -> bytes:
+        """skopeo's stdout; `poll` is called about every 0.2 s while it runs."""
         try:
-            done = subprocess.run(
-                [self.command, *args], capture_output=True, timeout=self.timeout_s, check=False
+            proc = subprocess.Popen(
+                [self.command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
-        except subprocess.TimeoutExpired as e:
-            raise RegistryUnreachable(
-                f"registry {ref.registry} did not answer in {self.timeout_s:g}s"
-            ) from e
         except FileNotFoundError as e:
             raise PullFailed(f"{self.command} is not installed on this node") from e
-        if done.returncode != 0:
-            raise classify(done.stderr.decode(errors="replace"), ref, what=what)
-        return done.stdout
+        deadline = time.monotonic() + self.timeout_s
+        with proc:
+            while True:
+                try:
+                    out, err = proc.communicate(timeout=0.2 if poll else self.timeout_s)
+                    break
+                except subprocess.TimeoutExpired as e:
+                    if time.monotonic() >= deadline or poll is None:
+                        proc.kill()
+                        proc.communicate()
+                        raise RegistryUnreachable(
+                            f"registry {ref.registry} did not answer in {self.timeout_s:g}s"
+                        ) from e
+                    poll()
+        if proc.returncode != 0:
+            raise classify(err.decode(errors="replace"), ref, what=what)
+        return out
 
     def digest(self, ref: ImageRef) -> str:
         """The digest `ref`'s tag names now (`latest` when it has none): the sha256 of the
@@ -156,8 +175,19 @@ class Skopeo:
             raise
         return [str(t) for t in json.loads(out).get("Tags") or []]
 
-    def copy(self, ref: ImageRef, layout: str, name: str) -> None:
-        """Copy the pinned `ref` into the OCI layout at `layout`, tagged `name` there."""
+    def manifest(self, ref: ImageRef) -> bytes:
+        """The manifest the pinned `ref` names, as the registry serves it."""
+        return self._run(
+            ["inspect", "--raw", f"--tls-verify={self._tls(ref)}", f"docker://{ref.by_digest}"],
+            ref,
+            what=f"image {ref.digest}",
+        )
+
+    def copy(
+        self, ref: ImageRef, layout: str, name: str, *, poll: Callable[[], None] | None = None
+    ) -> None:
+        """Copy the pinned `ref` into the OCI layout at `layout`, tagged `name` there;
+        `poll` is called about every 0.2 s while the copy runs."""
         self._run(
             [
                 "copy",
@@ -168,4 +198,5 @@ class Skopeo:
             ],
             ref,
             what=f"image {ref.digest}",
+            poll=poll,
         )

@@ -127,6 +127,20 @@ def test_two_tags_of_one_image_share_their_base_layer_and_a_rollback_shows(cache
     assert [p["digest"] for p in pulls(cache)] == [two.digest, one.digest]
 
 
+def test_a_pull_tells_its_progress_as_the_layers_arrive(cache, ref, flaky_registry):
+    # Through the rate-limited relay the 21 MB layer takes seconds: several samples on the way.
+    seen: list[tuple[int, int]] = []
+    image = cache.pull(
+        ref("switchyard/python:3", host=flaky_registry.address),
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    totals = {total for _, total in seen}
+    assert totals == {image.image_bytes}
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == image.image_bytes
+    assert len([d for d in done if 0 < d < image.image_bytes]) >= 3, seen
+
+
 def test_a_missing_tag_a_missing_image_and_a_registry_that_is_not_there_say_so(
     cache, ref, registry
 ):
