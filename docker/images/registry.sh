@@ -226,7 +226,8 @@ EOF
 }
 
 # The Python root: Debian's packages extracted (no maintainer scripts run, nothing else in it),
-# built once and kept.
+# built once and kept. Built again from a mirror that has since updated a package, it differs,
+# and so does the image's digest.
 build_python_root() {
   local tar=$BUILD/python-root-$SUITE.tar
   if [ -s "$tar" ]; then
@@ -234,7 +235,8 @@ build_python_root() {
     return
   fi
   local t0=$SECONDS
-  mmdebstrap --variant=extract --include="$PYTHON_PACKAGES" --skip=output/dev \
+  # SOURCE_DATE_EPOCH makes the same packages give the same bytes (and so the same digest).
+  SOURCE_DATE_EPOCH=$(date -d "$EPOCH" +%s) mmdebstrap --variant=extract --include="$PYTHON_PACKAGES" --skip=output/dev \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --format=tar "$SUITE" "$tar.tmp" >"$LOG/mmdebstrap.log" 2>&1 ||
     fail "mmdebstrap $SUITE $PYTHON_PACKAGES failed" "$LOG/mmdebstrap.log"
