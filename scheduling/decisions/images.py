@@ -174,3 +174,38 @@ def registry_is_local(registry: str) -> bool:
     host = registry.rsplit(":", 1)[0] if not registry.endswith("]") else registry
     host = host.strip("[]").lower()
     return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def container_argv(
+    entrypoint: tuple[str, ...] | list[str],
+    cmd: tuple[str, ...] | list[str],
+    command: tuple[str, ...] | list[str] | None,
+) -> tuple[str, ...]:
+    """What runs in an image, as `docker run IMAGE [COMMAND...]` decides: the image's
+    Entrypoint followed by the task's command, or by the image's Cmd when the task gives
+    none. ValueError when that is nothing at all."""
+    argv = (*entrypoint, *(cmd if command is None else command))
+    if not argv:
+        raise ValueError("the image has no Entrypoint or Cmd, and the task gives no command")
+    return argv
+
+
+def container_env(
+    image_env: tuple[str, ...] | list[str], task_env: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
+    """The environment in an image: the image's `NAME=value` pairs in their order, a name
+    the task sets taking the task's value in place, then the task's other names in order."""
+    task = dict(task_env)
+    merged: dict[str, str] = {}
+    for pair in image_env:
+        name, sep, value = pair.partition("=")
+        if name and sep:
+            merged[name] = task.pop(name, value)
+    merged.update(task)
+    return tuple(merged.items())
+
+
+def container_workdir(image_workdir: str) -> str:
+    """Where a command in the image starts when the task names no folder: its WorkingDir, or
+    `/` as Docker does when the image names none."""
+    return image_workdir or "/"

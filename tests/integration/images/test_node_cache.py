@@ -23,6 +23,7 @@ from scheduling.backends.images import (
     Skopeo,
 )
 from scheduling.backends.images.layout import blobs_of
+from scheduling.decisions.images import container_argv, container_env, container_workdir
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.registry]
@@ -94,10 +95,18 @@ def test_the_image_config_is_kept_and_runs_as_docker_would_run_it(cache, ref):
     assert config.workdir == "/srv/demo"
     assert "DEMO_VERSION=2" in config.env
     # Entrypoint then Cmd, in WorkingDir, with Env: what `docker run demo/tiny:2` prints.
+    env = tuple(f"{k}={v}" for k, v in container_env(config.env, (("EXTRA", "x"),)))
     out = in_image(
-        image.rootfs, *config.entrypoint, *config.cmd, env=config.env, chdir=config.workdir
+        image.rootfs,
+        *container_argv(config.entrypoint, config.cmd, None),
+        env=env,
+        chdir=container_workdir(config.workdir),
     )
     assert out == "demo/tiny 2 entrypoint in /srv/demo\n2\n"
+    # A task's command replaces Cmd, not the Entrypoint (`docker run demo/tiny:2 sh -c ...`).
+    argv = container_argv(config.entrypoint, config.cmd, ("/bin/sh", "-c", "echo $EXTRA"))
+    out = in_image(image.rootfs, *argv, env=env, chdir=config.workdir)
+    assert out == "demo/tiny 2 entrypoint in /srv/demo\nx\n"
     # Kept beside the root file system: a later process reads the same.
     again = ImageCache(cache.root).get(image.digest)
     assert again is not None and again.config == config

@@ -8,6 +8,9 @@ import pytest
 from scheduling.decisions.images import (
     ImageRef,
     ImageRefError,
+    container_argv,
+    container_env,
+    container_workdir,
     parse_image_ref,
     registry_is_local,
 )
@@ -133,3 +136,42 @@ def test_a_bad_default_registry_and_a_bad_digest_are_refused():
 )
 def test_only_the_loopback_is_a_local_registry(registry, local):
     assert registry_is_local(registry) is local
+
+
+@pytest.mark.parametrize(
+    "entrypoint, cmd, command, argv",
+    [
+        ((), ("python3",), None, ("python3",)),
+        ((), ("python3",), ("bash", "-c", "x"), ("bash", "-c", "x")),
+        (("/e",), ("cat", "/f"), None, ("/e", "cat", "/f")),
+        (("/e",), ("cat", "/f"), ("ls",), ("/e", "ls")),
+        (("/e",), (), None, ("/e",)),
+        (("/e",), ("cat",), (), ("/e",)),  # an empty command replaces Cmd too
+    ],
+)
+def test_the_command_in_an_image_is_composed_as_docker_run_composes_it(
+    entrypoint, cmd, command, argv
+):
+    assert container_argv(entrypoint, cmd, command) == argv
+
+
+def test_an_image_with_nothing_to_run_and_no_command_is_refused():
+    with pytest.raises(ValueError, match="no Entrypoint or Cmd"):
+        container_argv((), (), None)
+
+
+def test_the_tasks_env_overrides_the_images_in_place_and_adds_the_rest():
+    image = ("PATH=/usr/bin:/bin", "LANG=C.UTF-8", "EMPTY=", "broken")
+    task = (("LANG", "en_GB.UTF-8"), ("SEED", "1"))
+    assert container_env(image, task) == (
+        ("PATH", "/usr/bin:/bin"),
+        ("LANG", "en_GB.UTF-8"),
+        ("EMPTY", ""),
+        ("SEED", "1"),
+    )
+    assert container_env((), ()) == ()
+
+
+def test_an_image_without_a_working_dir_starts_in_the_root():
+    assert container_workdir("") == "/"
+    assert container_workdir("/srv/demo") == "/srv/demo"
