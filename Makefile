@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 VAR ?= $(or $(SWITCHYARD_VAR_DIR),$(CURDIR)/var)
 TEST_VAR := $(CURDIR)/var/test
 
-.PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench slurm-up slurm-down clean
+.PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench slurm-up slurm-down registry-up registry-down clean
 
 $(VENV)/.installed: pyproject.toml clients/pyproject.toml
 	python3 -m venv $(VENV)
@@ -86,6 +86,14 @@ slurm-up: install
 
 slurm-down:
 	bash docker/slurm/cluster.sh stop
+
+# The localhost container registry and the images the project builds for it from Debian
+# packages (docs/containers.md).
+registry-up:
+	bash docker/images/registry.sh start
+
+registry-down:
+	bash docker/images/registry.sh stop
 
 # The portal on the localhost Slurm cluster: every pool's backend is Slurm.
 run-slurm: slurm-up system-deps

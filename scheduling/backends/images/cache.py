@@ -1,0 +1,415 @@
+"""A node's image cache: images pulled by digest, their layers stored once by content, each
+image unpacked once into a read-only root file system that every job using it shares
+(docs/containers.md).
+
+Under the cache's root:
+
+    blobs/sha256/<hex>        layers, configs and manifests, by content, shared by all images
+    layouts/<hex>/            one OCI layout per image (its `blobs` is a link to ../../blobs)
+    images/<hex>/rootfs/      the unpacked root file system, read-only
+    images/<hex>/image.json   its digest, reference, config (Env, WorkingDir, Entrypoint, Cmd),
+                              sizes and pull time; its mtime is when a job last used the image
+    locks/<hex>.pull          held while one process pulls the image: others wait, then use it
+    locks/<hex>.use           held shared by every job that uses the image (a pin); eviction
+                              takes it exclusively or leaves the image alone
+    gc.lock                   held shared by pulls, exclusively by the removal of unused blobs
+    pulls.log                 one JSON line per pull made (digest, bytes, seconds)
+
+An image appears whole or not at all: it is unpacked under tmp/ and renamed into images/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduling.backends.images.layout import (
+    ImageConfig,
+    blob_path,
+    blobs_of,
+    config_of,
+    layer_sizes,
+)
+from scheduling.backends.images.skopeo import ImageError, PullFailed, Skopeo
+from scheduling.decisions.images import ImageRef
+
+_LAYOUT_NAME = "image"
+# progress(bytes here, bytes in all): 0 in all when the registry's manifest does not say.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedImage:
+    """An image on this node: its root file system and how to run it."""
+
+    digest: str
+    reference: str
+    rootfs: Path
+    config: ImageConfig
+    rootfs_bytes: int
+    image_bytes: int
+    pull_bytes: int
+    pull_seconds: float
+    last_used: float
+
+
+def _hex(digest: str) -> str:
+    algorithm, _, hexa = digest.partition(":")
+    if algorithm != "sha256" or len(hexa) != 64 or not all(c in "0123456789abcdef" for c in hexa):
+        raise ValueError(f"expected sha256:<64 hex digits>, got {digest!r}")
+    return hexa
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _seal(root: Path) -> None:
+    """Make an unpacked tree what every job may share: nothing writable, no set-user-id or
+    set-group-id bit (the files lie on the host, owned by the cache's account, where any
+    local account could run them), and everything readable, folders and programs passable,
+    by every job account (in the image a job would have been root and read it all)."""
+    for path in [root, *_walk(root)]:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        mode = stat.S_IMODE(st.st_mode) & ~0o6222 | 0o444
+        if stat.S_ISDIR(st.st_mode) or mode & 0o100:
+            mode |= 0o111
+        os.chmod(path, mode)
+
+
+def _unseal(root: Path) -> None:
+    """Give the owner back the write bit on the folders, so that the tree can be removed."""
+    for path in [root, *_walk(root)]:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for dirpath, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            yield Path(dirpath, name)
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[bool]:
+    """Hold `path`'s lock in `mode`; with LOCK_NB, yields False when another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, mode)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+class Pin:
+    """A running job's hold on an image: while it is held, eviction leaves the image alone.
+    Release it (or leave the `with`) when the job ends; a process that dies releases it."""
+
+    def __init__(self, image: CachedImage, fd: int) -> None:
+        self.image = image
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> CachedImage:
+        return self.image
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class ImageCache:
+    """The cache under `root`, at most `cap_bytes` (None: no cap) once pulls are done."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        cap_bytes: int | None = None,
+        skopeo: Skopeo | None = None,
+        umoci: str = "umoci",
+    ) -> None:
+        self.root = Path(root)
+        self.cap_bytes = cap_bytes
+        self.skopeo = skopeo or Skopeo()
+        self.umoci = umoci
+        self.blobs = self.root / "blobs"
+        self.layouts = self.root / "layouts"
+        self.images = self.root / "images"
+        self.locks = self.root / "locks"
+        self.tmp = self.root / "tmp"
+        for folder in (self.blobs / "sha256", self.layouts, self.images, self.locks, self.tmp):
+            folder.mkdir(parents=True, exist_ok=True)
+        # Job accounts read the root file systems: they must be able to pass through.
+        for folder in (self.root, self.images):
+            folder.chmod(0o755)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def get(self, digest: str) -> CachedImage | None:
+        """The image if it is here, whole."""
+        folder = self.images / _hex(digest)
+        try:
+            data = json.loads((folder / "image.json").read_text())
+            used = (folder / "image.json").stat().st_mtime
+        except FileNotFoundError:
+            return None
+        return CachedImage(
+            digest=data["digest"],
+            reference=data["reference"],
+            rootfs=folder / "rootfs",
+            config=ImageConfig.from_json(data["config"]),
+            rootfs_bytes=data["rootfs_bytes"],
+            image_bytes=data["image_bytes"],
+            pull_bytes=data["pull_bytes"],
+            pull_seconds=data["pull_seconds"],
+            last_used=used,
+        )
+
+    def cached(self) -> list[CachedImage]:
+        """Every image here, the most recently used first."""
+        found = [self.get(f"sha256:{p.name}") for p in self.images.iterdir() if len(p.name) == 64]
+        return sorted((i for i in found if i is not None), key=lambda i: -i.last_used)
+
+    def size(self) -> int:
+        """Bytes the cache holds: the root file systems and the blobs."""
+        blobs = 0
+        for path in (self.blobs / "sha256").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # collected meanwhile
+                blobs += path.stat().st_size
+        return blobs + sum(i.rootfs_bytes for i in self.cached())
+
+    # --- resolving and pulling ------------------------------------------------------------
+
+    def resolve(self, ref: ImageRef) -> ImageRef:
+        """`ref` pinned to a digest: its own, or the one its tag names now."""
+        return ref if ref.digest is not None else ref.with_digest(self.skopeo.digest(ref))
+
+    def pull(self, ref: ImageRef, *, progress: Progress | None = None) -> CachedImage:
+        """The image `ref` names, pulled and unpacked unless it is here already. Concurrent
+        pulls of one digest (from any process) make one pull; the others wait for it.
+        `progress(done, total)` is told the layer bytes here so far while this pull runs."""
+        ref = self.resolve(ref)
+        assert ref.digest is not None
+        hexa = _hex(ref.digest)
+        image = self.get(ref.digest)
+        if image is not None:
+            return image
+        with _flock(self.locks / f"{hexa}.pull", fcntl.LOCK_EX):
+            image = self.get(ref.digest)
+            if image is None:
+                with _flock(self.root / "gc.lock", fcntl.LOCK_SH):
+                    image = self._pull_locked(ref, hexa, progress)
+        self.evict(keep=ref.digest)
+        return image
+
+    def _pull_locked(self, ref: ImageRef, hexa: str, progress: Progress | None) -> CachedImage:
+        assert ref.digest is not None
+        layout = self.layouts / hexa
+        shutil.rmtree(layout, ignore_errors=True)  # what an interrupted pull left
+        layout.mkdir()
+        (layout / "blobs").symlink_to(os.path.relpath(self.blobs, layout))
+        work = self.tmp / f"{hexa}.{uuid.uuid4().hex[:8]}"
+        had = {p.name for p in (self.blobs / "sha256").iterdir()}
+        started = time.monotonic()
+        try:
+            poll = self._progress(ref, layout, progress) if progress else None
+            self.skopeo.copy(ref, str(layout), _LAYOUT_NAME, poll=poll)
+            if poll is not None:
+                poll()  # all of it
+            pulled = time.monotonic()
+            work.mkdir()
+            self._unpack(layout, work / "rootfs", ref)
+            config = config_of(layout, self.blobs)
+            layers = layer_sizes(layout, self.blobs)
+            data = {
+                "digest": ref.digest,
+                "reference": str(ref),
+                "config": config.as_json(),
+                "rootfs_bytes": _tree_bytes(work / "rootfs"),
+                "image_bytes": sum(layers.values()),
+                # What this pull moved: layers another image had brought are not counted.
+                "pull_bytes": sum(n for d, n in layers.items() if d.partition(":")[2] not in had),
+                "pull_seconds": round(pulled - started, 3),
+                "unpack_seconds": round(time.monotonic() - pulled, 3),
+            }
+            _seal(work / "rootfs")
+            (work / "image.json").write_text(json.dumps(data, indent=1) + "\n")
+            work.chmod(0o755)
+            os.rename(work, self.images / hexa)
+        except BaseException:
+            shutil.rmtree(layout, ignore_errors=True)
+            self._remove(work)
+            raise
+        with open(self.root / "pulls.log", "a") as log:
+            keys = ("digest", "reference", "image_bytes", "pull_bytes", "pull_seconds")
+            line = {k: data[k] for k in keys}
+            log.write(json.dumps({**line, "at": time.time(), "pid": os.getpid()}) + "\n")
+        image = self.get(ref.digest)
+        assert image is not None
+        return image
+
+    def _progress(self, ref: ImageRef, layout: Path, progress: Progress) -> Callable[[], None]:
+        """A poll that tells `progress` how many of the image's layer bytes are here: the
+        layers already stored, and what skopeo has written of the others so far."""
+        manifest = json.loads(self.skopeo.manifest(ref))
+        if "layers" not in manifest:  # an index: its platform's manifest is not known yet
+            manifest = {"layers": []}
+        layers = {d["digest"]: int(d.get("size", 0)) for d in manifest["layers"]}
+        total = sum(layers.values())
+
+        shown = 0
+
+        def poll() -> None:
+            nonlocal shown
+            done = 0
+            for partial in layout.glob("oci-put-blob*"):
+                with contextlib.suppress(FileNotFoundError):
+                    done += partial.stat().st_size
+            for digest, size in layers.items():
+                if blob_path(self.blobs, digest).exists():
+                    done += size
+            # A blob renamed between the two looks may count twice or not at all: what is
+            # shown never goes back, nor past the total.
+            shown = max(shown, min(done, total) if total else done)
+            progress(shown, total)
+
+        poll()
+        return poll
+
+    def _unpack(self, layout: Path, rootfs: Path, ref: ImageRef) -> None:
+        try:
+            done = subprocess.run(
+                [
+                    self.umoci,
+                    "raw",
+                    "unpack",
+                    "--rootless",
+                    "--image",
+                    f"{layout}:{_LAYOUT_NAME}",
+                    str(rootfs),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except FileNotFoundError as e:
+            raise PullFailed(f"{self.umoci} is not installed on this node") from e
+        if done.returncode != 0:
+            words = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise PullFailed(f"unpacking {ref} failed: {words}")
+
+    # --- using ----------------------------------------------------------------------------
+
+    def pin(self, digest: str) -> Pin:
+        """Hold the image for a job (see Pin); ImageError if it is not here (any more)."""
+        hexa = _hex(digest)
+        fd = os.open(self.locks / f"{hexa}.use", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            image = self.get(digest)
+            if image is None:
+                raise ImageError(f"image {digest} is not in this node's cache")
+            os.utime(self.images / hexa / "image.json")
+        except BaseException:
+            os.close(fd)
+            raise
+        return Pin(image, fd)
+
+    def use(self, ref: ImageRef, *, attempts: int = 3) -> Pin:
+        """Pull the image if need be and pin it: what a job calls before it starts. An image
+        evicted between the pull and the pin is pulled again."""
+        ref = self.resolve(ref)
+        assert ref.digest is not None
+        for attempt in range(attempts):
+            self.pull(ref)
+            try:
+                return self.pin(ref.digest)
+            except ImageError:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    # --- eviction -------------------------------------------------------------------------
+
+    def evict(self, cap_bytes: int | None = None, *, keep: str | None = None) -> list[str]:
+        """Remove the least recently used images no job holds (nor `keep`, the one just
+        pulled for a job) until the cache fits `cap_bytes` (its own cap by default), and the
+        blobs no image uses any more. Returns the digests removed."""
+        cap = self.cap_bytes if cap_bytes is None else cap_bytes
+        if cap is None:
+            return []
+        removed: list[str] = []
+        total = self.size()
+        for image in reversed(self.cached()):  # the least recently used first
+            if total <= cap:
+                break
+            if image.digest != keep and self._remove_image(image.digest):
+                removed.append(image.digest)
+                total -= image.rootfs_bytes
+                total -= self._collect_blobs()
+        return removed
+
+    def _remove_image(self, digest: str) -> bool:
+        hexa = _hex(digest)
+        with _flock(self.locks / f"{hexa}.use", fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
+            if not free:
+                return False  # a job holds it
+            folder = self.images / hexa
+            if not folder.exists():
+                return False
+            gone = self.tmp / f"evicted.{hexa}.{uuid.uuid4().hex[:8]}"
+            os.rename(folder, gone)  # no longer here for anyone, at once
+            shutil.rmtree(self.layouts / hexa, ignore_errors=True)
+        self._remove(gone)
+        return True
+
+    def _collect_blobs(self) -> int:
+        """Remove the blobs no layout uses; bytes freed. Skipped while a pull runs (it may be
+        reusing a blob no layout names yet): the next eviction collects them."""
+        with _flock(self.root / "gc.lock", fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
+            if not free:
+                return 0
+            used: set[str] = set()
+            for layout in self.layouts.iterdir():
+                with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                    used |= blobs_of(layout, self.blobs)
+            freed = 0
+            for path in (self.blobs / "sha256").iterdir():
+                if f"sha256:{path.name}" not in used:
+                    freed += path.stat().st_size
+                    path.unlink()
+            return freed
+
+    def _remove(self, folder: Path) -> None:
+        if folder.exists():
+            _unseal(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def blob(self, digest: str) -> Path:
+        return blob_path(self.blobs, digest)
