@@ -19,6 +19,7 @@ from scheduling.descriptor.limits import (
     _MAX_ENV_VALUE,
     _MAX_GPUS,
     _MAX_IMAGE,
+    _MAX_INPUTS,
     _MAX_MEMORY_MIB,
     _MAX_NAME,
     _MAX_NODES,
@@ -219,6 +220,20 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
             "maxLength": _MAX_PATH,
             "description": "absolute path inside a storage folder the job mounts read-write; "
             "where it starts (absent: a folder of its own in its project's area)",
+        }
+    ),
+    "inputs": _nullable(
+        {
+            "type": "array",
+            "maxItems": _MAX_INPUTS,
+            "items": {
+                "type": "string",
+                "pattern": "^/[^\\n\\r\\u0000]*[^/\\n\\r\\u0000]$",
+                "maxLength": _MAX_PATH,
+            },
+            "description": "absolute paths of files or folders inside storage folders the job "
+            "mounts; each is linked into the working folder under its own name before the "
+            "command starts",
         }
     ),
     "priority": _nullable({"enum": list(PRIORITIES), "default": "normal"}),

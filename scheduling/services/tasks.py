@@ -27,7 +27,6 @@ from portal.selectors import project_get_for_member, project_get_for_user
 from scheduling import decisions, outbox, sealed
 from scheduling.decisions.canary import in_canary
 from scheduling.decisions.quota import Ask, Reject, admit
-from scheduling.decisions.storage import workdir_problem
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
@@ -37,6 +36,7 @@ from scheduling.services.priority import (
     priority_request_from_descriptor,
     priority_requests_room,
 )
+from scheduling.services.task_storage import check_task_storage
 from scheduling.spec import TaskSpec
 from scheduling.states import task_set_state
 from scheduling.triggers import trigger_path_allowed, trigger_roots
@@ -104,18 +104,7 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
             field=prefixed(field_prefix, "trigger.file"),
             got=spec.trigger_file,
         )
-    if spec.workdir:
-        problem = workdir_problem(
-            site.storage,
-            spec.workdir,
-            pool=queue.pool,
-            project=spec.project,
-            user=user.get_username() if user is not None else "",
-        )
-        if problem is not None:
-            raise ApplicationError(
-                problem, field=prefixed(field_prefix, "workdir"), got=spec.workdir
-            )
+    check_task_storage(spec, site.storage, pool=queue.pool, user=user, field_prefix=field_prefix)
     if spec.walltime_s is None and queue.default_walltime_s:
         spec = dataclasses.replace(spec, walltime_s=queue.default_walltime_s)
     if user is not None:

@@ -1,0 +1,59 @@
+"""Where a submitted task's job works and what it is given: its descriptor's `workdir` and
+`inputs` checked against the folders its queue's pool mounts (docs/storage.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.contrib.auth.models import User
+
+from portal.errors import ApplicationError
+from scheduling.decisions.storage import AreaView, input_mount, input_problem, workdir_problem
+from scheduling.selectors.storage import input_type
+from scheduling.spec import TaskSpec
+
+
+def _prefixed(prefix: str, field: str) -> str:
+    return f"{prefix}.{field}" if prefix else field
+
+
+def check_task_storage(
+    spec: TaskSpec,
+    areas: Iterable[AreaView],
+    *,
+    pool: str,
+    user: User | None,
+    field_prefix: str = "",
+) -> None:
+    """Refuse, naming the field, a `workdir` outside the folders the job mounts read-write,
+    and an input outside the folders it mounts or (with the submitting `user`) one that is
+    not there for the user's job account to read: a file or folder, reached without a link."""
+    areas = list(areas)
+    username = user.get_username() if user is not None else ""
+    if spec.workdir:
+        problem = workdir_problem(
+            areas, spec.workdir, pool=pool, project=spec.project, user=username
+        )
+        if problem is not None:
+            raise ApplicationError(
+                problem, field=_prefixed(field_prefix, "workdir"), got=spec.workdir
+            )
+    for index, path in enumerate(spec.inputs):
+        field = _prefixed(field_prefix, f"inputs[{index}]")
+        problem = input_problem(areas, path, pool=pool, project=spec.project, user=username)
+        if problem is not None:
+            raise ApplicationError(problem, field=field, got=path)
+        mount = input_mount(areas, path, pool=pool, project=spec.project, user=username)
+        if user is None or mount is None:
+            continue
+        try:
+            kind = input_type(user, mount[0], mount[1], path)
+        except ApplicationError as exc:
+            raise ApplicationError(
+                f"must be a file or folder your jobs can read: {exc}",
+                field=field,
+                got=path,
+            ) from None
+        if kind not in ("file", "folder"):
+            why = "a symbolic link: give the path it leads to" if kind == "link" else "neither"
+            raise ApplicationError(f"must be a file or folder; it is {why}", field=field, got=path)
