@@ -215,3 +215,56 @@ def test_inputs_the_job_cannot_have_are_refused_at_submission(api, areas):
     Path(areas, "datasets", "cifar").mkdir()
     ok = submit(api, descriptor(inputs=[f"{areas}/datasets/cifar"]))
     assert ok.status_code == 201, ok.json()
+
+
+# --- the submit form ------------------------------------------------------------------------
+PICKER = "/tasks/new/folders/"
+FIELDS = {
+    "name": "given",
+    "project": "materials",
+    "command": "python3 train.py",
+    "walltime": "5m",
+    "cpus": "1",
+    "gpus": "0",
+    "memory": "1Gi",
+}
+
+
+@needs_root
+def test_the_picker_adds_a_file_or_folder_to_the_inputs_box(browser, api, areas):
+    upload(api, "projects/materials/code/train.py", b"x\n")
+    os.symlink("/etc/passwd", areas / "projects/materials/code/link")
+    page = browser.get("/tasks/new/").content.decode()
+    assert 'name="inputs"' in page and 'id="id_inputs"' in page and "<textarea" in page
+    listed = browser.get(PICKER, {"at": "projects/materials/code"}).content.decode()
+    assert 'data-file="projects/materials/code/train.py"' in listed
+    assert 'data-input="projects/materials/code/train.py"' in listed
+    assert "code/link" not in listed  # a link is not offered
+    host = f"{areas}/projects/materials/code/train.py"
+    added = browser.post(PICKER, {"input": "projects/materials/code/train.py", "inputs": "/a\n"})
+    assert added.status_code == 200
+    html = added.content.decode()
+    assert html.strip().startswith("<textarea") and 'id="id_inputs"' in html
+    assert f"/a\n{host}</textarea>" in html
+    # Added once, however often it is picked; a folder may be added too.
+    again = browser.post(PICKER, {"input": "projects/materials/code", "inputs": f"{host}\n"})
+    assert f"{host}\n{areas}/projects/materials/code</textarea>" in again.content.decode()
+    same = browser.post(PICKER, {"input": "projects/materials/code/train.py", "inputs": host})
+    assert same.content.decode().count(host) == 1
+    for path in ("projects/materials/code/link", "projects/materials/code/none", "home/bob/x"):
+        refused = browser.post(PICKER, {"input": path, "inputs": ""})
+        assert 400 <= refused.status_code < 500, (path, refused.status_code)
+        assert b"<textarea" not in refused.content
+
+
+@needs_root
+def test_inputs_from_the_form_reach_the_spec_and_a_bad_line_is_named(browser, api, areas):
+    upload(api, "projects/materials/code/train.py", b"x\n")
+    host = f"{areas}/projects/materials/code/train.py"
+    bad = browser.post("/tasks/new/", {**FIELDS, "inputs": f"{host}\r\n/etc/passwd\r\n"})
+    assert bad.status_code == 400
+    page = bad.content.decode()
+    assert 'id="error-inputs"' in page and "inputs[1]: must be inside a folder" in page
+    sent = browser.post("/tasks/new/", {**FIELDS, "inputs": f"  {host}\r\n\r\n"})
+    assert sent.status_code == 302, sent.content.decode()[-2000:]
+    assert Task.objects.get(name="given").spec["inputs"] == [host]
