@@ -268,3 +268,26 @@ def test_inputs_from_the_form_reach_the_spec_and_a_bad_line_is_named(browser, ap
     sent = browser.post("/tasks/new/", {**FIELDS, "inputs": f"  {host}\r\n\r\n"})
     assert sent.status_code == 302, sent.content.decode()[-2000:]
     assert Task.objects.get(name="given").spec["inputs"] == [host]
+
+
+@needs_root
+def test_a_workflow_steps_input_is_checked_at_submission_naming_the_step(api, areas):
+    upload(api, "projects/materials/code/train.py", b"x\n")
+    steps = [
+        {"name": "a", "command": ["true"], "inputs": [f"{areas}/projects/materials/code"]},
+        {"name": "b", "command": ["true"], "inputs": [f"{areas}/projects/genomics/x"]},
+    ]
+    doc = {
+        "apiVersion": "switchyard/v1",
+        "kind": "Workflow",
+        "name": "w",
+        "project": "materials",
+        "tasks": steps,
+    }
+    refused = api.post("/api/v1/workflows/", doc, format="json")
+    assert refused.status_code == 400, refused.json()
+    [error] = refused.json()["errors"]
+    assert error["field"] == "tasks[1].inputs[0]", error
+    steps[1]["inputs"] = [f"{areas}/projects/materials/code/train.py"]
+    made = api.post("/api/v1/workflows/", doc, format="json")
+    assert made.status_code == 201, made.json()
