@@ -12,6 +12,7 @@ import pytest
 
 from scheduling import engine
 from scheduling.backends.base import JobState, SubmitRequest
+from scheduling.backends.local.shim import link_inputs
 from scheduling.backends.storage import INPUT_EXIT, script_lines
 from scheduling.decisions.storage import AreaView, JobStorage, input_problem
 from scheduling.decisions.types import QueuePolicy
@@ -144,7 +145,7 @@ def upload(api, path: str, data: bytes) -> None:
 
 
 @needs_root
-def test_an_uploaded_file_given_as_an_input_is_read_by_the_job_as_dot_name(api, areas):
+def test_an_uploaded_file_given_as_an_input_is_read_by_the_job_as_dot_name(api, browser, areas):
     upload(api, "projects/materials/code/train.py", b"print('trained')\n")
     upload(api, "projects/materials/data/set1.csv", b"1,2\n")
     train = f"{areas}/projects/materials/code/train.py"
@@ -160,6 +161,8 @@ def test_an_uploaded_file_given_as_an_input_is_read_by_the_job_as_dot_name(api, 
     assert f"link={train}" in log, log
     link = areas / "projects" / "materials" / "tasks" / str(task.pk) / "train.py"
     assert os.readlink(link) == train
+    page = browser.get(f"/tasks/{task.pk}/").content.decode()
+    assert 'id="task-inputs"' in page and f"<code>{train}</code>" in page
     # Made by the job's own account, never by root.
     assert link.lstat().st_uid == pwd.getpwnam("sy-alice").pw_uid
 
@@ -291,3 +294,24 @@ def test_a_workflow_steps_input_is_checked_at_submission_naming_the_step(api, ar
     steps[1]["inputs"] = [f"{areas}/projects/materials/code/train.py"]
     made = api.post("/api/v1/workflows/", doc, format="json")
     assert made.status_code == 201, made.json()
+
+
+def test_the_supervisor_reuses_its_own_link_and_leaves_anything_else_alone(tmp_path):
+    given = tmp_path / "code" / "train.py"
+    given.parent.mkdir()
+    given.write_text("x\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    link = work / "train.py"
+    plan = [[str(given), str(link), "MISSING", "TAKEN"]]
+    assert link_inputs(plan) == ""
+    assert os.readlink(link) == str(given)
+    assert link_inputs(plan) == ""  # a later attempt in the kept folder
+    link.unlink()
+    link.write_text("mine\n")
+    assert link_inputs(plan) == "TAKEN" and link.read_text() == "mine\n"
+    link.unlink()
+    link.mkdir()  # a folder of that name is not linked into either
+    assert link_inputs(plan) == "TAKEN" and not any(link.iterdir())
+    given.unlink()
+    assert link_inputs(plan) == "MISSING"
