@@ -53,6 +53,7 @@ def check_task_storage(
                 f"must be a file or folder your jobs can read: {exc}",
                 field=field,
                 got=path,
+                status=503 if exc.status == 503 else 400,  # no account to look as: not yours
             ) from None
         if kind not in ("file", "folder"):
             why = "a symbolic link: give the path it leads to" if kind == "link" else "neither"
