@@ -10,7 +10,7 @@ from scheduling.spec import TASK_TYPES
 
 # The fields a newcomer needs; the rest sit under "More options" on the page.
 MAIN_FIELDS = ("name", "project", "walltime", "command", "cpus", "gpus", "memory")
-MORE_FIELDS = ("type", "queue", "estimate", "workdir")
+MORE_FIELDS = ("type", "queue", "estimate", "workdir", "inputs")
 
 
 class TaskSubmitForm(forms.Form):
@@ -79,6 +79,21 @@ class TaskSubmitForm(forms.Form):
             attrs={"placeholder": "/scratch/materials/run1", "autocomplete": "off"}
         ),
     )
+    inputs = forms.CharField(
+        required=False,
+        max_length=64 * 4097,
+        label="Inputs",
+        help_text="Files or folders the job is given, one path per line, as jobs see them "
+        "(add them from the picker below): each is linked into the working folder under its "
+        "own name, e.g. ./train.py.",
+        widget=forms.Textarea(
+            attrs={
+                "rows": 3,
+                "spellcheck": "false",
+                "placeholder": "/scratch/materials/code/train.py",
+            }
+        ),
+    )
     descriptor = forms.CharField(
         required=False,
         strip=False,  # stored verbatim, as the API stores it
@@ -99,6 +114,11 @@ class TaskSubmitForm(forms.Form):
         # Browsers send a textarea's line breaks as CRLF (HTML form encoding); the user typed
         # LF, and the parser refuses CR, so undo the encoding rather than blame the user.
         return (self.cleaned_data.get("descriptor") or "").replace("\r\n", "\n")
+
+    def clean_inputs(self) -> list[str]:
+        """One path per line; blank lines and the spaces around a path are not part of it."""
+        text = self.cleaned_data.get("inputs") or ""
+        return [line.strip() for line in text.splitlines() if line.strip()]
 
     def clean_command(self) -> list[str]:
         try:
@@ -159,3 +179,10 @@ FIELD_FOR_ERROR = {
     "estimate": "estimate",
     "workdir": "workdir",
 }
+
+
+def field_for_error(field: str | None) -> str | None:
+    """The form field a descriptor error belongs beside: `inputs[2]` is the Inputs box's."""
+    if field and field.startswith("inputs[") and field.endswith("]"):
+        return "inputs"
+    return FIELD_FOR_ERROR.get(field or "")

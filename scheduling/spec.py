@@ -52,6 +52,9 @@ class TaskSpec:
     # Where the job starts: inside a storage folder it mounts (docs/storage.md); None: a
     # folder of its own in its project's area.
     workdir: str | None = None
+    # Files and folders linked into the working folder under their own names before the
+    # command starts (docs/storage.md); each inside a folder the job mounts.
+    inputs: tuple[str, ...] = ()
     priority: str = "normal"
     notify: str | None = None  # "end": mail the owner when it ends; "none"; None: their setting
     # ids of tasks that already exist; the service checks the submitter may see them
@@ -70,6 +73,7 @@ class TaskSpec:
         data["env"] = dict(self.env)
         data["secret_env"] = dict(self.secret_env)
         data["depends_on"] = list(self.depends_on)
+        data["inputs"] = list(self.inputs)
         data["depends_on_ids"] = list(self.depends_on_ids)
         return data
 
@@ -90,6 +94,7 @@ class TaskSpec:
             data["depends_on_ids"] = ids
         data["depends_on"] = tuple(depends_on)
         data["depends_on_ids"] = tuple(data.get("depends_on_ids") or ())
+        data["inputs"] = tuple(data.get("inputs") or ())
         return cls(**data)
 
 

@@ -6,6 +6,7 @@ before the job was submitted (scheduling/engine/storage.py)."""
 from __future__ import annotations
 
 import os
+import posixpath
 import shlex
 
 from scheduling.backends.base import SubmitRequest
@@ -45,10 +46,53 @@ def umask(request: SubmitRequest) -> int:
     return PROJECT_UMASK if has_project_folder(request) else PRIVATE_UMASK
 
 
-def script_lines(request: SubmitRequest) -> list[str]:
-    """A batch script's lines, run as the job's account before its sandbox: the umask, and
-    its working folder made."""
+# A job's exit status when one of its inputs could not be linked (sysexits' EX_NOINPUT); the
+# reason, naming the input, is in the file INPUT_REASON of its job folder.
+INPUT_EXIT = 66
+INPUT_REASON = "input-reason"
+
+
+def input_links(request: SubmitRequest, default: str) -> list[tuple[str, str]]:
+    """(input, the link to it in the working folder) of each of the job's inputs: an input is
+    linked under its own name (the descriptor refuses two with one name)."""
+    folder = workdir(request, default)
+    return [
+        (path, posixpath.join(folder, posixpath.basename(path))) for path in request.spec.inputs
+    ]
+
+
+def missing_input(path: str) -> str:
+    return (
+        f"input {path} is missing, or the job's account cannot reach it: the command did not start"
+    )
+
+
+def taken_link(path: str, link: str) -> str:
+    return (
+        f"input {path} cannot be linked as {link}: something else has that name in the "
+        "working folder and is left alone; rename or remove it, or the input"
+    )
+
+
+def script_lines(request: SubmitRequest, default: str) -> list[str]:
+    """A batch script's lines, run as the job's account before its sandbox: the umask, its
+    working folder made, and its inputs linked into it (`default` is its own folder, where
+    it works when the storage names none, and where a failure's reason is written)."""
     lines = [f"umask {umask(request):03o}"]
     if request.storage.workdir:
         lines.append(f"mkdir -p -- {shlex.quote(request.storage.workdir)}")
+    reason = shlex.quote(posixpath.join(default, INPUT_REASON))
+    for path, link in input_links(request, default):
+        p, ln = shlex.quote(path), shlex.quote(link)
+        missing = shlex.quote(missing_input(path))
+        taken = shlex.quote(taken_link(path, link))
+        fail = 'echo "$m" >&2; printf %s "$m" > {reason}; exit {code}; }}'
+        fail = fail.format(reason=reason, code=INPUT_EXIT)
+        # -T: a folder of that name is refused, not linked into. A link to the input left by
+        # an earlier attempt in a kept folder is the same link.
+        lines.append(f"test -e {p} || {{ m={missing}; {fail}")
+        lines.append(
+            f'ln -sT -- {p} {ln} 2>/dev/null || [ "$(readlink -- {ln})" = {p} ] || '
+            f"{{ m={taken}; {fail}"
+        )
     return lines

@@ -179,6 +179,33 @@ def workdir_problem(
     return f"must be inside a folder the job mounts read-write ({where})"
 
 
+def input_mount(
+    areas: Iterable[AreaView], path: str, *, pool: str, project: str, user: str
+) -> tuple[AreaView, str] | None:
+    """The area and the folder of it, mounted by a job of `pool`, that holds the input
+    `path` (read-only ones too: an input is only read); None when no mounted folder does."""
+    for area in pool_areas(areas, pool):
+        try:
+            folder = area.folder(owner_name(area, project=project, user=user))
+        except ValueError:
+            continue  # a user name that cannot be a folder's: no folder of theirs
+        if within(path, [folder]):
+            return area, folder
+    return None
+
+
+def input_problem(
+    areas: Iterable[AreaView], path: str, *, pool: str, project: str, user: str
+) -> str | None:
+    """Why a job of `pool` cannot be given the input `path`, or None: it must be inside a
+    folder the job mounts."""
+    if input_mount(areas, path, pool=pool, project=project, user=user) is not None:
+        return None
+    mounts = job_mounts(areas, pool=pool, project=project, user=user)
+    where = ", ".join(m.path for m in mounts) or "none: this queue's pool mounts no storage area"
+    return f"must be inside a folder the job mounts ({where})"
+
+
 def within(path: str, folders: Iterable[str]) -> bool:
     """Whether the absolute, normalised `path` is one of `folders` or below one."""
     if not path.startswith("/") or posixpath.normpath(path) != path.rstrip("/") or "\0" in path:

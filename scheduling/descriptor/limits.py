@@ -40,6 +40,7 @@ _MAX_DEPENDS = 1000
 _MAX_TASK_ID = 2**53 - 1  # exact in every JSON client, and within a PostgreSQL bigint
 _MAX_HINTS = 10  # "did you mean" suggestions per workflow for unknown dependencies
 _MAX_PATH = 4096
+_MAX_INPUTS = 64
 _MAX_IMAGE = 512
 _GOT_CHARS = 80
 
@@ -188,6 +189,7 @@ _TOP_FIELDS = (
     "wait_timeout",
     "trigger",
     "workdir",
+    "inputs",
     "priority",
     "notify",
 )

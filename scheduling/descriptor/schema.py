@@ -19,6 +19,7 @@ from scheduling.descriptor.limits import (
     _MAX_ENV_VALUE,
     _MAX_GPUS,
     _MAX_IMAGE,
+    _MAX_INPUTS,
     _MAX_MEMORY_MIB,
     _MAX_NAME,
     _MAX_NODES,
@@ -228,6 +229,20 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
             "description": "where the job starts: inside a storage folder it mounts "
             "read-write, absolute or relative to the project's folder (absent: a folder of "
             "its own in its project's area)",
+        }
+    ),
+    "inputs": _nullable(
+        {
+            "type": "array",
+            "maxItems": _MAX_INPUTS,
+            "items": {
+                "type": "string",
+                "pattern": "^/[^\\n\\r\\u0000]*[^/\\n\\r\\u0000]$",
+                "maxLength": _MAX_PATH,
+            },
+            "description": "absolute paths of files or folders inside storage folders the job "
+            "mounts; each is linked into the working folder under its own name before the "
+            "command starts",
         }
     ),
     "priority": _nullable({"enum": list(PRIORITIES), "default": "normal"}),

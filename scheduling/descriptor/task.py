@@ -3,6 +3,7 @@ of a workflow (resources, command or script, image, env, depends_on, trigger, ..
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from scheduling.descriptor.errors import DescriptorError, FieldError, _document_error
@@ -34,6 +35,7 @@ from scheduling.descriptor.limits import (
     _MAX_ENV_VALUE,
     _MAX_GPUS,
     _MAX_IMAGE,
+    _MAX_INPUTS,
     _MAX_NAME,
     _MAX_NODES,
     _MAX_PATH,
@@ -121,6 +123,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
     fail_action = _optional_choice(get("fail_action"), "fail_action", FAIL_ACTIONS, "abort", errors)
     trigger_file = _trigger(get("trigger"), errors)
     workdir = _file_path(get("workdir"), "workdir", errors)
+    inputs = _inputs(get("inputs"), errors)
     priority = _optional_choice(get("priority"), "priority", PRIORITIES, "normal", errors)
     notify = _optional_choice(get("notify"), "notify", NOTIFY, None, errors)
     return {
@@ -142,6 +145,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
         "wait_timeout_s": wait_timeout,
         "trigger_file": trigger_file,
         "workdir": workdir,
+        "inputs": inputs,
         "priority": priority,
         "notify": notify,
     }
@@ -401,24 +405,31 @@ def _trigger(value: Any, errors: list[FieldError]) -> str | None:
     return _file_path(path, "trigger.file", errors)
 
 
-def _file_path(path: Any, field: str, errors: list[FieldError]) -> str | None:
-    """An absolute path, or one relative to the task's project folder (made absolute once
-    the task is routed: scheduling/decisions/storage.py `in_project_folder`)."""
+def _file_path(
+    path: Any, field: str, errors: list[FieldError], *, relative: bool = True
+) -> str | None:
+    """An absolute path, or (`relative`) one relative to the task's project folder (made
+    absolute once the task is routed: scheduling/decisions/storage.py `in_project_folder`)."""
     if path is None:
         return None
     if (
         not isinstance(path, str)
         or not path
+        or not (relative or path.startswith("/"))
         or len(path) > _MAX_PATH
         or "\x00" in path
         or "\r" in path
         or "\n" in path
     ):
+        what = (
+            "a path: absolute, or relative to the project's folder"
+            if relative
+            else "an absolute path, starting with /"
+        )
         _add(
             errors,
             field,
-            "must be a path: absolute, or relative to the project's folder "
-            f"(at most {_MAX_PATH} characters, one line)",
+            f"must be {what} (at most {_MAX_PATH} characters, one line)",
             path,
         )
         return None
@@ -430,3 +441,44 @@ def _file_path(path: Any, field: str, errors: list[FieldError]) -> str | None:
         _add(errors, field, "a relative path is names joined by single /, with no . in it", path)
         return None
     return path
+
+
+def _inputs(value: Any, errors: list[FieldError]) -> tuple[str, ...]:
+    """Absolute, normalised paths, linked into the working folder under their last names:
+    two with one name would be linked at the same place. Where they may be is checked at
+    submission, against the folders the job mounts (docs/storage.md)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        _add(errors, "inputs", "must be a list of absolute paths of files or folders", value)
+        return ()
+    if len(value) > _MAX_INPUTS:
+        _add(errors, "inputs", f"must have at most {_MAX_INPUTS} paths", len(value))
+        return ()
+    before = len(errors)
+    named: dict[str, int] = {}
+    for index, item in enumerate(value):
+        field = f"inputs[{index}]"
+        path = _file_path(item, field, errors, relative=False)
+        if path is None:
+            continue
+        if posixpath.normpath(path) != path or path.startswith("//") or path == "/":
+            _add(
+                errors,
+                field,
+                "must be a normalised path of a file or folder (no //, /./ or trailing /)",
+                path,
+            )
+            continue
+        name = posixpath.basename(path)
+        if name in named:
+            _add(
+                errors,
+                field,
+                f"has the name {name!r} of inputs[{named[name]}]: both would be linked as "
+                f"./{name} in the working folder",
+                path,
+            )
+            continue
+        named[name] = index
+    return tuple(value) if len(errors) == before else ()

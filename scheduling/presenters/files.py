@@ -1,5 +1,5 @@
 """Where a storage folder is on the Files page: its URL, a task's working folder's, and the
-submit form's folder picker (docs/storage.md)."""
+submit form's picker of a working folder and of inputs (docs/storage.md)."""
 
 from __future__ import annotations
 
@@ -56,15 +56,23 @@ def folder_picker(user: User, at: str) -> dict[str, Any]:
     """The submit form's folder picker at the Files path `at` ("" for the user's folders): the
     folders in it, each with its Files path and page; the way back; whether it may be used."""
     if not at.strip("/"):
-        rows = [(f.url_path, f.url_path, files_url(f)) for f in _job_folders(user)]
+        rows = [(f.url_path, f.url_path, files_url(f), True) for f in _job_folders(user)]
         return {"at": "", "crumbs": [], "rows": rows, "usable": False}
     folder, rest = _picked(user, at)
     entries = folder_entries(user, folder, rest)
     here = "/".join(part for part in (folder.url_path, rest) if part)
+    # Folders to open (and use), then files to add as inputs; links and the rest are not
+    # offered (neither would be followed).
     rows = [
-        (e["name"], f"{here}/{e['name']}", files_url(folder, f"{rest}/{e['name']}".lstrip("/")))
+        (
+            e["name"],
+            f"{here}/{e['name']}",
+            files_url(folder, f"{rest}/{e['name']}".lstrip("/")),
+            e["type"] == "folder",
+        )
+        for kind in ("folder", "file")
         for e in entries
-        if e["type"] == "folder"
+        if e["type"] == kind
     ]
     crumbs, walked = [(folder.url_path, folder.url_path)], folder.url_path
     for part in [p for p in rest.split("/") if p]:
@@ -80,3 +88,18 @@ def picked_workdir(user: User, at: str) -> str:
     if file_info(user, folder, rest)["type"] != "folder":
         raise ApplicationError("is not a folder", field="workdir", got=at[:200])
     return "/".join(part for part in (folder.path, rest) if part)
+
+
+def picked_input(user: User, at: str) -> str:
+    """The path a job sees for the Files path `at`: a file or a folder there (no link on the
+    way or at the end), to add to the descriptor's `inputs`."""
+    folder, rest = _picked(user, at)
+    if file_info(user, folder, rest)["type"] not in ("file", "folder"):
+        raise ApplicationError("is not a file or a folder", field="inputs", got=at[:200])
+    return "/".join(part for part in (folder.path, rest) if part)
+
+
+def with_input(text: str, path: str) -> str:
+    """The Inputs box's text (one path per line) with `path` added once, at the end."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "\n".join(lines if path in lines else [*lines, path])

@@ -9,6 +9,7 @@ folder, another user's. Every read is done by the file helper as the folder's jo
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -169,6 +170,16 @@ def file_open(user: User, folder: Folder, path: str) -> tuple[int, int]:
     if fd is None:
         raise ApplicationError("the file could not be opened", field="path", status=500)
     return fd, int(answer["size"])
+
+
+def input_type(user: User, area: AreaView, folder: str, path: str) -> str:
+    """What the input `path` (inside `folder`, the owner's folder of `area` a job mounts) is,
+    looked at as the user's job account the way Files looks (no link followed on the way):
+    "file", "folder", "link" or "other"; ApplicationError when it cannot be (missing, a
+    link on the way, not the account's to read)."""
+    owner = posixpath.basename(folder) if area.owner in ("project", "user") else ""
+    found = Folder(area, owner, folder, writable=area.owner != "site")
+    return str(file_info(user, found, path[len(folder) :].strip("/"))["type"])
 
 
 def task_workdir(task: Task) -> str:

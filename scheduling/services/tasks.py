@@ -37,6 +37,7 @@ from scheduling.services.priority import (
     priority_requests_room,
 )
 from scheduling.services.task_paths import task_paths
+from scheduling.services.task_storage import check_task_inputs
 from scheduling.spec import TaskSpec
 from scheduling.states import task_set_state
 
@@ -104,6 +105,7 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
         user=user.get_username() if user is not None else "",
         prefix=f"{field_prefix}." if field_prefix else "",
     )
+    check_task_inputs(spec, site.storage, pool=queue.pool, user=user, field_prefix=field_prefix)
     if spec.walltime_s is None and queue.default_walltime_s:
         spec = dataclasses.replace(spec, walltime_s=queue.default_walltime_s)
     if user is not None:

@@ -19,9 +19,15 @@ from portal.selectors import project_list_for_user
 from scheduling import services
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
-from scheduling.forms import FIELD_FOR_ERROR, MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm
+from scheduling.forms import MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm, field_for_error
 from scheduling.presenters.efficiency import task_efficiency
-from scheduling.presenters.files import folder_picker, picked_workdir, task_workdir_link
+from scheduling.presenters.files import (
+    folder_picker,
+    picked_input,
+    picked_workdir,
+    task_workdir_link,
+    with_input,
+)
 from scheduling.presenters.starters import STARTERS, starter_initial
 from scheduling.presenters.states import TASK_STATE_CHOICES
 from scheduling.selectors import (
@@ -119,8 +125,9 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
         # Descriptor errors are listed beside the box or the file they came from.
         "errors_at": form.source if errors else None,
         "main_fields": [form[name] for name in MAIN_FIELDS],
-        "more_fields": [form[name] for name in MORE_FIELDS if name != "workdir"],
+        "more_fields": [form[name] for name in MORE_FIELDS if name not in ("workdir", "inputs")],
         "workdir_field": form["workdir"],
+        "inputs_field": form["inputs"],
         "more_open": any(form[name].errors or form[name].value() for name in MORE_FIELDS),
         "starters": [(kind, starter["label"]) for kind, starter in STARTERS.items()],
         "starter": request.GET.get("template", ""),
@@ -135,8 +142,10 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
 
 @login_required
 def task_submit_folders(request: SignedInRequest) -> HttpResponse:
-    """The submit form's folder picker (htmx): the folders at `?at=<Files path>`, or with
-    `?use=<Files path>` the working-folder field filled with the path jobs see."""
+    """The submit form's folder picker (htmx): the folders and files at `?at=<Files path>`;
+    with `?use=<Files path>` the working-folder field filled with the path jobs see; a POST
+    of `input` (a Files path) and `inputs` (the Inputs box's text) answers the box with
+    that path added."""
     if "use" in request.GET:
         try:
             workdir = picked_workdir(request.user, request.GET["use"])
@@ -144,6 +153,14 @@ def task_submit_folders(request: SignedInRequest) -> HttpResponse:
             return HttpResponse(str(exc), status=exc.status, content_type="text/plain")
         field = TaskSubmitForm(projects=[], initial={"workdir": workdir})["workdir"]
         return render(request, "scheduling/workdir_input.html", {"field": field})
+    if request.method == "POST":  # the Inputs box's text may hold line breaks: a body
+        try:
+            added = picked_input(request.user, request.POST.get("input", ""))
+        except ApplicationError as exc:
+            return HttpResponse(str(exc), status=exc.status, content_type="text/plain")
+        text = with_input(request.POST.get("inputs", ""), added)
+        field = TaskSubmitForm(projects=[], initial={"inputs": text})["inputs"]
+        return render(request, "scheduling/inputs_box.html", {"field": field})
     try:
         context = folder_picker(request.user, request.GET.get("at", ""))
     except ApplicationError as exc:  # a folder not made yet, or not readable: said as it is
@@ -170,8 +187,10 @@ def _attach(form: TaskSubmitForm, exc: ApplicationError) -> list[ErrorItem]:
     """Put each error beside the form field it names; return the rest to list together."""
     rest = []
     for err in exc.errors:
-        target = FIELD_FOR_ERROR.get(err.field or "") if form.source == "fields" else None
-        if target:
+        target = field_for_error(err.field) if form.source == "fields" else None
+        if target == "inputs":  # which line, and what it was
+            form.add_error(target, f"{err.field}: {err.message} (got {err.got})")
+        elif target:
             form.add_error(target, err.message)
         else:
             rest.append(err)

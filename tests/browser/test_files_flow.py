@@ -64,7 +64,7 @@ def test_upload_train_py_submit_the_template_open_the_workdir_download_the_model
     more = page.locator("details.more")
     if more.get_attribute("open") is None:  # open already when the template sets an estimate
         more.locator("> summary").click()
-    page.get_by_text("Pick the working folder from your files").click()
+    page.get_by_text("Pick the working folder or inputs from your files").click()
     page.locator("#workdir-picker").get_by_role("link", name="projects/materials/").click()
     page.locator("#workdir-picker").get_by_role("link", name="run1/").click()
     expect(page.locator("#workdir-picker .crumbs")).to_contain_text("run1")
@@ -91,3 +91,47 @@ def test_upload_train_py_submit_the_template_open_the_workdir_download_the_model
     account = pwd.getpwnam(settings.SWITCHYARD_JOB_ACCOUNT).pw_uid
     assert (run1 / "train.py").stat().st_uid == account != 0
     assert (run1 / "model.txt").stat().st_uid == account
+
+
+def test_train_py_added_as_an_input_runs_in_the_tasks_own_folder(
+    site, storage_root, worker, page, tmp_path
+):
+    code = storage_root / "projects" / "materials" / "code"
+    page.goto("/login/")
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("alice-demo-pass")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Tasks")).to_be_visible()
+
+    page.goto("/files/projects/materials")
+    page.locator("#mkdir #id_name").fill("code")
+    page.locator("#mkdir button").click()
+    page.locator("#entries").get_by_role("link", name="code/").click()
+    source = tmp_path / "train.py"
+    source.write_text(TRAIN_PY)
+    page.locator("#id_file").set_input_files(str(source))
+    page.locator("#upload button").click()
+    expect(page.locator("#entries")).to_contain_text("train.py")
+
+    # Submit: the template, train.py added as an input from the picker; no working folder.
+    page.get_by_role("link", name="Submit", exact=True).click()
+    page.locator("#template-ai-training").click()
+    page.get_by_label("Project").select_option("materials")
+    more = page.locator("details.more")
+    if more.get_attribute("open") is None:
+        more.locator("> summary").click()
+    page.get_by_text("Pick the working folder or inputs from your files").click()
+    page.locator("#workdir-picker").get_by_role("link", name="projects/materials/").click()
+    page.locator("#workdir-picker").get_by_role("link", name="code/").click()
+    page.locator('[data-input="projects/materials/code/train.py"]').click()
+    expect(page.locator("#id_inputs")).to_have_value(str(code / "train.py"))
+    expect(page.locator("#id_workdir")).to_have_value("")
+    page.locator("#submit").click()
+
+    expect(page).to_have_url(re.compile(r"/tasks/\d+/$"))
+    expect(page.locator("#task-state")).to_have_text("succeeded", timeout=90_000)
+    expect(page.locator("#task-log")).to_contain_text("saved model.txt")
+    task_id = re.search(r"/tasks/(\d+)/", page.url).group(1)  # type: ignore[union-attr]
+    own = storage_root / "projects" / "materials" / "tasks" / task_id
+    assert (own / "train.py").readlink() == code / "train.py"
+    assert (own / "model.txt").read_text() == "trained for 10 epochs, final loss 0.000977\n"

@@ -189,6 +189,9 @@ class Shim:
         )
         try:
             pid, sandbox_pid, out_r = self.spawn(plan["argv"], plan["env"], plan["cwd"], run_as)
+        except InputError as exc:
+            self.finish("failed", str(exc), exit_code=127)
+            return
         except OSError as exc:
             self.finish("failed", f"could not start the command: {exc}", exit_code=127)
             return
@@ -259,6 +262,10 @@ class Shim:
                 # Its working folder in a storage area: made as the job's own account.
                 for folder in self.plan.get("makedirs_as_job", ()):
                     os.makedirs(folder, exist_ok=True)
+                failed = link_inputs(self.plan.get("inputs", ()))
+                if failed:
+                    os.write(err_w, b"!" + failed.encode())
+                    os._exit(127)
                 os.chdir(cwd)
                 os.set_inheritable(info_w, True)
                 if block_r >= 0:
@@ -278,6 +285,8 @@ class Shim:
                 if fd >= 0:
                     os.close(fd)
             os.waitpid(pid, 0)
+            if data.startswith(b"!"):
+                raise InputError(data[1:].decode("utf-8", "replace"))
             errno = int(data)
             raise OSError(errno, f"{os.strerror(errno)}: {argv[0]!r}")
         sandbox_pid = None
@@ -343,6 +352,31 @@ def _jobnet():
     import jobnet
 
     return jobnet
+
+
+class InputError(Exception):
+    """An input of the job could not be linked into its working folder (the reason names it)."""
+
+
+def link_inputs(inputs: list[list[str]]) -> str:
+    """Link each input into the working folder, as the job's account: "" when all are there,
+    else the reason the first one is not. A link to the input left by an earlier attempt (a
+    kept folder) is the same link; anything else of that name is left alone."""
+    for path, link, missing, taken in inputs:
+        if not os.path.exists(path):
+            return missing
+        try:
+            os.symlink(path, link)
+        except FileExistsError:
+            try:
+                same = os.readlink(link) == path
+            except OSError:
+                same = False
+            if not same:
+                return taken
+        except OSError as exc:
+            return f"{taken} ({exc.strerror})"
+    return ""
 
 
 def _read_all(fd: int) -> bytes:

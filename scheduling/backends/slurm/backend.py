@@ -45,7 +45,7 @@ from scheduling.backends.slurm import secret_env
 from scheduling.backends.slurm.accounts import SlurmAccounts, account_name
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
-from scheduling.backends.slurm.jobfolder import prepare_job_folder
+from scheduling.backends.slurm.jobfolder import prepare_job_folder, with_input_reason
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
 from scheduling.backends.slurm.steps import step_access
 from scheduling.backends.slurm.usage import SlurmUsage
@@ -224,7 +224,7 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         # Every type runs in the sandbox, as on the local backend (docs/security.md); the
         # real HOME is not in it, the job folder is.
         lines += [f"export HOME={shlex.quote(str(workdir))}", "export TMPDIR=/tmp"]
-        lines += storage.script_lines(request)
+        lines += storage.script_lines(request, str(workdir))
         lines.append(
             "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
             "this node: tasks never run unsandboxed' >&2; exit 127; }"
@@ -289,7 +289,7 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
                 return job.as_job()
         for job in self._sacct(names=[key]):
             if job.key == key:
-                return job.as_job()
+                return with_input_reason(self.workdir, job.as_job())
         return None
 
     def poll(self, backend_ids: list[str]) -> dict[str, Job]:
@@ -323,12 +323,12 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             for job in finished:
                 ours = wanted.get(job.job_id)
                 if ours is not None and ours[0] and job.key == ours[1]:
-                    result[ours[0]] = job.as_job()
+                    result[ours[0]] = with_input_reason(self.workdir, job.as_job())
         for backend_id, _ in wanted.values():
             if backend_id in result:
                 continue
             if backend_id in ended:
-                result[backend_id] = ended[backend_id]
+                result[backend_id] = with_input_reason(self.workdir, ended[backend_id])
             elif not accounting_down:
                 result[backend_id] = Job(
                     backend_id, JobState.UNKNOWN, "Slurm no longer knows the job"

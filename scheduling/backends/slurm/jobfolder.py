@@ -1,15 +1,19 @@
 """A Slurm job's own folder under the backend's workdir, made on the portal's side before
-sbatch: its account's alone, with its script and its usage file."""
+sbatch: its account's alone, with its script and its usage file; and the reason its script
+left there when an input could not be linked."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from scheduling.backends.base import SubmitRequest
+from scheduling.backends.base import Job, JobState, SubmitRequest
 from scheduling.backends.slurm.watch import prepare_usage_file
+from scheduling.backends.storage import INPUT_EXIT, INPUT_REASON
 
 
 def prepare_job_folder(
@@ -32,3 +36,24 @@ def prepare_job_folder(
     os.chown(path, entry.pw_uid, entry.pw_gid)
     path.chmod(0o700)
     prepare_usage_file(usage_path(request.key), entry.pw_uid, entry.pw_gid)
+
+
+def with_input_reason(workdir: Path, job: Job) -> Job:
+    """`job`, with the reason its script wrote when it failed for an input (it names the
+    input) in place of "exit code 66". The file is the job account's: opened without
+    following a link, a regular file's first bytes only, and only a reason of that form."""
+    if job.state is not JobState.FAILED or job.exit_code != INPUT_EXIT:
+        return job
+    path = workdir / job.backend_id.partition(":")[2] / INPUT_REASON
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return job
+    try:
+        text = os.read(fd, 1000) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+    reason = text.decode("utf-8", "replace").strip()
+    if not reason.startswith("input /") or "\n" in reason:
+        return job
+    return dataclasses.replace(job, reason=reason)

@@ -16,8 +16,10 @@ from django.conf import settings
 
 from portal.models import ClusterAccount
 from scheduling.engine import get_backend
+from scheduling.engine.storage import prepare_user
 from scheduling.files.folders import project_group
 from scheduling.models import StorageArea
+from scheduling.selectors import site_view_invalidate
 from tests.integration.slurm.conftest import drive, submit_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
@@ -54,5 +56,38 @@ echo result > result.txt
         assert result.read_text() == "result\n"
         assert result.stat().st_uid == pwd.getpwnam("sy-alice").pw_uid
         assert result.stat().st_gid == grp.getgrnam(project_group("materials")).gr_gid
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_slurm_job_reads_an_uploaded_input_as_dot_name_and_a_missing_one_fails_it(
+    site, api, researcher
+):
+    root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
+    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
+    for area in StorageArea.objects.all():
+        area.path = str(root) + area.path.removeprefix(demo)
+        area.save()
+    ClusterAccount.objects.create(user=researcher, unix_username="sy-alice")
+    site_view_invalidate()
+    prepare_user(researcher.pk)  # as a worker does when she first opens Files
+    files = "/api/v1/files/projects/materials"
+    try:
+        for name in ("train.py", "gone.py"):
+            put = api.put(f"{files}/{name}", data=b"print('trained')\n", content_type="text/x")
+            assert put.status_code == 201, put.json()
+        train, gone = root / "projects/materials/train.py", root / "projects/materials/gone.py"
+        ok = submit_task(api, name="given", command=["python3", "train.py"], inputs=[str(train)])
+        late = submit_task(api, name="late", command=["true"], inputs=[str(gone)])
+        gone.unlink()  # after submission, before it starts
+        done, failed = drive([ok, late], timeout=90)
+        log = get_backend("slurm").log(done.backend_id)
+        assert done.state == "succeeded", (done.reason, log)
+        assert "trained\n" in log, log
+        link = root / "projects/materials/tasks" / str(ok) / "train.py"
+        assert link.readlink() == train
+        assert link.lstat().st_uid == pwd.getpwnam("sy-alice").pw_uid
+        assert failed.state == "failed", failed.reason
+        assert f"input {gone} is missing" in failed.reason, failed.reason
     finally:
         shutil.rmtree(root, ignore_errors=True)

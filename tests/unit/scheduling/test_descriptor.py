@@ -41,6 +41,7 @@ retry_count: 2
 fail_action: abort
 wait_timeout: 6h
 trigger: {file: /shared/materials/READY}
+inputs: [/shared/materials/in.lj]
 priority: normal
 """
 
@@ -62,6 +63,7 @@ FULL_SPEC = TaskSpec(
     fail_action="abort",
     wait_timeout_s=6 * 3600,
     trigger_file="/shared/materials/READY",
+    inputs=("/shared/materials/in.lj",),
     priority="normal",
 )
 
@@ -134,6 +136,7 @@ def test_as_dict_is_what_dataclasses_asdict_gives_with_lists_for_sequences():
         secret_env=dict(FULL_SPEC.secret_env),
         depends_on=list(FULL_SPEC.depends_on),
         depends_on_ids=list(FULL_SPEC.depends_on_ids),
+        inputs=list(FULL_SPEC.inputs),
     )
     assert FULL_SPEC.as_dict() == expected
     assert FULL_SPEC.as_dict()["resources"] is not FULL_SPEC.as_dict()["resources"]
