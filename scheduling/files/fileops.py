@@ -16,6 +16,7 @@ than followed. Standard library only: the helper starts in ~20 ms.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -23,6 +24,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,7 +32,7 @@ _RUN = f"import sys; sys.path.insert(0, {HERE!r}); import fileops; sys.exit(file
 MAX_NAME_BYTES = 255
 MAX_LISTED = 10_000
 TEMP_PREFIX = ".upload-"
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # for one request, from the helper's start to its answer
 
 # What a failed operation is called in answers: the API turns each into its status.
 NOT_FOUND, EXISTS, NOT_EMPTY, DENIED, NOT_A_FOLDER, IS_A_FOLDER, LINK, INVALID = (
@@ -160,14 +162,31 @@ def op_read(root: str, path: str) -> tuple[dict, int | None]:
         raise FileOpError(IS_A_FOLDER, "a folder is listed, not read")
     fd = open_folder(root, parts[:-1])
     try:
-        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        file_fd = open_regular(fd, parts[-1])
     finally:
         os.close(fd)
     info = os.fstat(file_fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(file_fd)
-        raise FileOpError(IS_A_FOLDER, "only a regular file can be read")
     return {"size": info.st_size, "mtime": int(info.st_mtime)}, file_fd
+
+
+def open_regular(dir_fd: int, name: str) -> int:
+    """`name` in the folder `dir_fd`, opened for reading only if it is a regular file. The
+    open does not block (O_NONBLOCK: a FIFO swapped in since a `stat` would otherwise wait for
+    a writer) nor follow a link; fstat on the descriptor itself decides, then the descriptor
+    blocks again for reading."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    file_fd = os.open(name, flags, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(file_fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise FileOpError(IS_A_FOLDER, "a folder is listed, not read")
+        if not stat.S_ISREG(mode):
+            raise FileOpError(INVALID, "not a regular file (a FIFO, socket or device): not read")
+        fcntl.fcntl(file_fd, fcntl.F_SETFL, fcntl.fcntl(file_fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(file_fd)
+        raise
+    return file_fd
 
 
 def op_temp(root: str, path: str) -> tuple[dict, int | None]:
@@ -179,6 +198,7 @@ def op_temp(root: str, path: str) -> tuple[dict, int | None]:
     fd = open_folder(root, parts[:-1])
     try:
         temp = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+        # O_EXCL: a new file, never a FIFO or a link put there under this random name.
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         file_fd = os.open(temp, flags, 0o666, dir_fd=fd)  # the umask decides the mode
     finally:
@@ -318,6 +338,9 @@ def run(
     if account is not None:
         uid, gid, groups = account
         switch = {"user": uid, "group": gid, "extra_groups": list(groups)}
+    deadline = time.monotonic() + TIMEOUT_S
+    child: subprocess.Popen | None = None
+    data, fds = b"", []
     try:
         child = subprocess.Popen(
             [python, "-I", "-S", "-c", _RUN, str(theirs.fileno()), request],
@@ -331,20 +354,27 @@ def run(
             **switch,
         )
         theirs.close()
-        ours.settimeout(TIMEOUT_S)
-        data, fds = b"", []
         while True:
+            ours.settimeout(max(deadline - time.monotonic(), 0.001))
             chunk, got, _, _ = socket.recv_fds(ours, 1 << 20, 1)
             fds += got
             if not chunk:
                 break
             data += chunk
-        child.wait(timeout=TIMEOUT_S)
+        child.wait(timeout=max(deadline - time.monotonic(), 0.001))
     except (OSError, subprocess.TimeoutExpired) as exc:
+        for fd in fds:
+            os.close(fd)
+        if isinstance(exc, (TimeoutError, subprocess.TimeoutExpired)):
+            exc = TimeoutError(f"no answer within {TIMEOUT_S:g} s")
         raise FileOpError(DENIED, f"the file helper failed: {exc}") from None
     finally:
         theirs.close()
         ours.close()
+        if child is not None:  # never left behind: a helper past its deadline is killed
+            if child.poll() is None:
+                child.kill()
+            child.wait()
     try:
         reply = json.loads(data or b"{}")
     except ValueError:

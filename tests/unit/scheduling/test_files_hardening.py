@@ -1,0 +1,67 @@
+"""Files against what a job can put in a folder: a FIFO where a file was, an upload cut short
+by its client, a folder of more names than Files lists; and a helper past its deadline."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+
+from portal.errors import ApplicationError
+from scheduling.files import fileops
+from scheduling.selectors.storage import file_account, file_open, folder_get_for_user
+
+API = "/api/v1/files"
+
+
+def processes_with(token: bytes) -> list[int]:
+    """The pids whose command line holds `token`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_fifo_swapped_in_after_the_stat_is_refused_at_once_and_no_helper_is_left(
+    api, areas, monkeypatch
+):
+    monkeypatch.setattr(fileops, "TIMEOUT_S", 5.0)
+    alice = User.objects.get(username="alice")
+    folder, rest = folder_get_for_user(alice, "home", "alice/pipe")
+    os.mkfifo(Path(folder.path) / "pipe")
+    (Path(folder.path) / "pipe").chmod(0o666)  # alice's job account may open it
+    started = time.monotonic()
+    with pytest.raises(ApplicationError) as refused:
+        file_open(alice, folder, rest)  # what a download does once its stat said "file"
+    assert time.monotonic() - started < 3
+    assert refused.value.status == 400 and "not a regular file" in str(refused.value)
+    assert processes_with(folder.path.encode()) == []
+    # Through the API and the page too: a clear refusal, never a hang.
+    got = api.get(f"{API}/home/alice/pipe")
+    assert got.status_code == 400 and set(got.json()) == {"errors"}
+
+
+def test_a_helper_past_its_deadline_is_killed_not_left_behind(areas, monkeypatch):
+    monkeypatch.setattr(fileops, "TIMEOUT_S", 1.0)
+    alice = User.objects.get(username="alice")
+    folder, _ = folder_get_for_user(alice, "home", "alice")
+    mark = f"{60 + secrets.randbelow(1000)}.{secrets.randbelow(10**6):06d}"
+    hangs = areas / "hanging-helper"
+    hangs.write_text(f"#!/bin/sh\nexec sleep {mark}\n")  # a helper that never answers
+    hangs.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(fileops.FileOpError, match="no answer within 1 s"):
+        fileops.run(file_account(alice, folder), "list", folder.path, "", python=str(hangs))
+    assert time.monotonic() - started < 4
+    assert processes_with(f"sleep\0{mark}".encode()) == []
