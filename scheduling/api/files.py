@@ -64,6 +64,20 @@ def body_chunks(request: SignedInApiRequest) -> Iterator[bytes]:
         yield chunk
 
 
+def declared_length(request: SignedInApiRequest) -> int:
+    """The upload's Content-Length (a body without one is refused with 411 before a view)."""
+    raw = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        length = int(raw)
+    except ValueError:
+        length = -1
+    if length < 0:
+        raise ApplicationError(
+            "Content-Length must be a whole number of bytes", field="Content-Length", got=raw[:40]
+        )
+    return length
+
+
 def download(fd: int, size: int, name: str) -> FileResponse:
     response = FileResponse(
         os.fdopen(fd, "rb"),
@@ -127,7 +141,11 @@ class FileDetail(APIView):
     def put(self, request: SignedInApiRequest, area: str, path: str = "") -> Response:
         folder, rest = self._resolve(request, area, path)
         entry = file_upload(
-            user=request.user, folder=folder, path=rest, chunks=body_chunks(request)
+            user=request.user,
+            folder=folder,
+            path=rest,
+            chunks=body_chunks(request),
+            expected=declared_length(request),
         )
         return Response(entry, status=status.HTTP_201_CREATED)
 

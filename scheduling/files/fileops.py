@@ -32,6 +32,8 @@ _RUN = f"import sys; sys.path.insert(0, {HERE!r}); import fileops; sys.exit(file
 MAX_NAME_BYTES = 255
 MAX_LISTED = 10_000
 TEMP_PREFIX = ".upload-"
+TEMP_STALE_S = 24 * 3600  # an upload's temporary file older than this was left by a crash
+TEMP_SWEEP_SCAN = 100_000  # names an upload looks through for stale temporary files, at most
 TIMEOUT_S = 30.0  # for one request, from the helper's start to its answer
 
 # What a failed operation is called in answers: the API turns each into its status.
@@ -197,6 +199,7 @@ def op_temp(root: str, path: str) -> tuple[dict, int | None]:
         raise FileOpError(IS_A_FOLDER, "upload to a file's path, not the folder's")
     fd = open_folder(root, parts[:-1])
     try:
+        sweep_stale_temps(fd)
         temp = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
         # O_EXCL: a new file, never a FIFO or a link put there under this random name.
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -204,6 +207,28 @@ def op_temp(root: str, path: str) -> tuple[dict, int | None]:
     finally:
         os.close(fd)
     return {"temp": temp}, file_fd
+
+
+def sweep_stale_temps(dir_fd: int, now: float | None = None) -> list[str]:
+    """Remove the uploads' temporary files in this folder older than TEMP_STALE_S (a web
+    process that died mid-upload leaves one); the names removed. Looks through at most
+    TEMP_SWEEP_SCAN names, so a huge folder costs an upload little."""
+    now = time.time() if now is None else now
+    removed = []
+    with os.scandir(dir_fd) as listing:
+        for seen, item in enumerate(listing):
+            if seen >= TEMP_SWEEP_SCAN:
+                break
+            if not item.name.startswith(TEMP_PREFIX):
+                continue
+            try:
+                info = os.stat(item.name, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and now - info.st_mtime > TEMP_STALE_S:
+                    os.unlink(item.name, dir_fd=dir_fd)
+                    removed.append(item.name)
+            except OSError:
+                continue  # gone already, or not ours to remove
+    return removed
 
 
 def op_commit(root: str, path: str, temp: str) -> tuple[dict, int | None]:

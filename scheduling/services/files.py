@@ -38,9 +38,13 @@ def _checked(path: str) -> str:
     return path
 
 
-def file_upload(*, user: User, folder: Folder, path: str, chunks: Iterable[bytes]) -> dict:
+def file_upload(
+    *, user: User, folder: Folder, path: str, chunks: Iterable[bytes], expected: int
+) -> dict:
     """Store `chunks` as the file `path` (replacing a file of that name); its entry. Over
-    SWITCHYARD_FILES_UPLOAD_MAX_BYTES it is refused (413) and nothing is left behind."""
+    SWITCHYARD_FILES_UPLOAD_MAX_BYTES it is refused (413), and when fewer or more bytes than
+    `expected` (the upload's declared length) arrived, as when the client went away mid-body,
+    it is refused (400): either way the old file stays as it was and nothing is left behind."""
     _writable(folder)
     _checked(path)
     limit = settings.SWITCHYARD_FILES_UPLOAD_MAX_BYTES
@@ -58,6 +62,10 @@ def file_upload(*, user: User, folder: Folder, path: str, chunks: Iterable[bytes
                         f"a file is at most {limit} bytes here", field="body", status=413
                     )
                 out.write(chunk)
+        if written != expected:
+            raise ApplicationError(
+                f"upload cut short: got {written} of {expected} bytes", field="body", got=written
+            )
     except BaseException:
         with contextlib.suppress(ApplicationError):
             as_account(user, folder, "discard", path, temp)

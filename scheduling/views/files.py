@@ -121,7 +121,11 @@ def _change(request: SignedInRequest, folder: Folder, rest: str) -> str:
         if uploaded is None or not uploaded.name:
             raise ApplicationError("choose a file to upload", field="file")
         file_upload(
-            user=request.user, folder=folder, path=prefix + uploaded.name, chunks=uploaded.chunks()
+            user=request.user,
+            folder=folder,
+            path=prefix + uploaded.name,
+            chunks=uploaded.chunks(),
+            expected=uploaded.size or 0,
         )
         return f"Uploaded {uploaded.name} ({uploaded.size} bytes)."
     name = request.POST.get("name", "")

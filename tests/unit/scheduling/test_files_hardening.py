@@ -3,6 +3,7 @@ by its client, a folder of more names than Files lists; and a helper past its de
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 import time
@@ -13,6 +14,7 @@ from django.contrib.auth.models import User
 
 from portal.errors import ApplicationError
 from scheduling.files import fileops
+from scheduling.files.fileops import TEMP_PREFIX
 from scheduling.selectors.storage import file_account, file_open, folder_get_for_user
 
 API = "/api/v1/files"
@@ -65,3 +67,35 @@ def test_a_helper_past_its_deadline_is_killed_not_left_behind(areas, monkeypatch
         fileops.run(file_account(alice, folder), "list", folder.path, "", python=str(hangs))
     assert time.monotonic() - started < 4
     assert processes_with(f"sleep\0{mark}".encode()) == []
+
+
+def test_an_upload_cut_short_leaves_the_old_file_and_no_temporary_file(api, areas):
+    home = areas / "home" / "alice"
+    assert api.put(f"{API}/home/alice/data", data=b"old\n", content_type="text/plain").status_code
+    before = (home / "data").read_bytes()
+    assert before == b"old\n"
+    # The client said 10 bytes and went away after 3: the server reads 3, then nothing.
+    cut = api.put(
+        f"{API}/home/alice/data",
+        content_type="application/octet-stream",
+        CONTENT_LENGTH="10",
+        **{"wsgi.input": io.BytesIO(b"new")},
+    )
+    assert cut.status_code == 400, cut.content
+    [error] = cut.json()["errors"]
+    assert error["field"] == "body"
+    assert error["message"] == "upload cut short: got 3 of 10 bytes"
+    assert (home / "data").read_bytes() == before
+    assert not [n for n in os.listdir(home) if n.startswith(TEMP_PREFIX)]
+
+
+def test_an_upload_sweeps_temporary_files_left_over_a_day_ago(api, areas):
+    home = areas / "home" / "alice"
+    old, new = home / f"{TEMP_PREFIX}crashed", home / f"{TEMP_PREFIX}in-flight"
+    for path in (old, new):
+        path.write_bytes(b"partial")
+    day_and_more = time.time() - fileops.TEMP_STALE_S - 60
+    os.utime(old, (day_and_more, day_and_more))
+    sent = api.put(f"{API}/home/alice/x", data=b"x", content_type="text/plain")
+    assert sent.status_code == 201
+    assert not old.exists() and new.exists()  # one still being written is left alone
