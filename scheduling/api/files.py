@@ -27,8 +27,8 @@ from scheduling.selectors.storage import (
     area_folders,
     file_info,
     file_open,
-    folder_entries,
     folder_get_for_user,
+    folder_listing,
     folders_for_user,
 )
 from scheduling.services.files import file_delete, file_upload, folder_make, folders_prepare
@@ -126,8 +126,15 @@ class FileDetail(APIView):
         folder, rest = self._resolve(request, area, path)
         info = file_info(request.user, folder, rest)
         if info["type"] == "folder":
-            entries = folder_entries(request.user, folder, rest)
-            return Response({"folder": folder_data(folder), "path": rest, "entries": entries})
+            listing = folder_listing(request.user, folder, rest)
+            return Response(
+                {
+                    "folder": folder_data(folder),
+                    "path": rest,
+                    "entries": listing["entries"],
+                    "truncated": listing["truncated"],
+                }
+            )
         if info["type"] != "file":
             raise ApplicationError(
                 f"is a {info['type']}: only files and folders are opened here", field="path"

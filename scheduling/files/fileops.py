@@ -19,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import resource
 import secrets
 import socket
 import stat
@@ -35,6 +36,7 @@ TEMP_PREFIX = ".upload-"
 TEMP_STALE_S = 24 * 3600  # an upload's temporary file older than this was left by a crash
 TEMP_SWEEP_SCAN = 100_000  # names an upload looks through for stale temporary files, at most
 TIMEOUT_S = 30.0  # for one request, from the helper's start to its answer
+MEMORY_BYTES = 512 * 1024 * 1024  # the helper's address space (RLIMIT_AS)
 
 # What a failed operation is called in answers: the API turns each into its status.
 NOT_FOUND, EXISTS, NOT_EMPTY, DENIED, NOT_A_FOLDER, IS_A_FOLDER, LINK, INVALID = (
@@ -133,15 +135,25 @@ def _entry(dir_fd: int, name: str) -> dict:
 
 
 def op_list(root: str, path: str) -> tuple[dict, int | None]:
+    """The folder's entries, sorted by name: the first MAX_LISTED the folder yields, and
+    `truncated` when it holds more (a folder of millions is never read whole)."""
     fd = open_folder(root, names(path))
     try:
+        found: list[str] = []
+        truncated = False
+        with os.scandir(fd) as listing:
+            for item in listing:
+                if len(found) == MAX_LISTED:
+                    truncated = True
+                    break
+                found.append(item.name)
         entries = []
-        for name in sorted(os.listdir(fd))[:MAX_LISTED]:
+        for name in sorted(found):
             try:
                 entries.append(_entry(fd, name))
             except FileNotFoundError:
                 continue  # removed while listed
-        return {"entries": entries}, None
+        return {"entries": entries, "truncated": truncated}, None
     finally:
         os.close(fd)
 
@@ -317,6 +329,9 @@ OPS: dict[str, Callable[..., tuple[dict, int | None]]] = {
 
 def main(argv: list[str]) -> int:
     """argv: the socket's descriptor, then the request as JSON ({"op", "root", "args"})."""
+    # First of all, before it touches a folder: a bound on its memory, so that nothing a
+    # folder holds (millions of names) can make it grow past MEMORY_BYTES.
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     sock = socket.socket(fileno=int(argv[1]))
     file_fd = None
     reply: dict[str, object]

@@ -159,6 +159,14 @@ def folder_entries(user: User, folder: Folder, path: str) -> list[dict]:
     return as_account(user, folder, "list", path)[0]["entries"]
 
 
+def folder_listing(user: User, folder: Folder, path: str) -> dict:
+    """`entries` as folder_entries gives them, at most the first fileops.MAX_LISTED names the
+    folder yields (sorted), `truncated`: whether it holds more than those, and `limit`."""
+    answer = as_account(user, folder, "list", path)[0]
+    truncated = bool(answer.get("truncated"))
+    return {"entries": answer["entries"], "truncated": truncated, "limit": fileops.MAX_LISTED}
+
+
 def file_info(user: User, folder: Folder, path: str) -> dict:
     """The entry of `path` itself (type "folder" for the owner's folder)."""
     return as_account(user, folder, "stat", path)[0]

@@ -19,8 +19,8 @@ from scheduling.selectors.storage import (
     area_folders,
     file_info,
     file_open,
-    folder_entries,
     folder_get_for_user,
+    folder_listing,
     folders_for_user,
 )
 from scheduling.services.files import file_delete, file_upload, folder_make, folders_prepare
@@ -67,7 +67,10 @@ def files_browse(
         info = {"type": "missing"}
     if info["type"] == "file":
         return _file(request, folder, rest, info)
-    entries = folder_entries(request.user, folder, rest) if info["type"] == "folder" else []
+    listing: dict = {"entries": [], "truncated": False, "limit": 0}
+    if info["type"] == "folder":
+        listing = folder_listing(request.user, folder, rest)
+    entries: list[dict] = listing["entries"]
     crumbs, walked = [(folder.url_path, files_url(folder))], ""
     for part in [p for p in rest.split("/") if p]:
         walked = f"{walked}/{part}".lstrip("/")
@@ -85,6 +88,8 @@ def files_browse(
         "crumbs": crumbs,
         "rows": rows,
         "missing": info["type"] == "missing",
+        "truncated": listing["truncated"],
+        "listed_max": listing["limit"],
         "here": here,
     }
     return render(request, "scheduling/files.html", context)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 
 from portal.errors import ApplicationError
 from scheduling.files import fileops
@@ -99,3 +100,22 @@ def test_an_upload_sweeps_temporary_files_left_over_a_day_ago(api, areas):
     sent = api.put(f"{API}/home/alice/x", data=b"x", content_type="text/plain")
     assert sent.status_code == 201
     assert not old.exists() and new.exists()  # one still being written is left alone
+
+
+def test_a_folder_of_more_names_than_files_lists_is_cut_and_says_so(api, browser: Client, areas):
+    big = areas / "home" / "alice" / "big"
+    big.mkdir(mode=0o755)
+    big.chmod(0o755)  # alice's job account may read it
+    extra = 7
+    for at in range(fileops.MAX_LISTED + extra):
+        os.close(os.open(big / f"f{at:06d}", os.O_CREAT | os.O_WRONLY, 0o644))
+    listed = api.get(f"{API}/home/alice/big/").json()
+    assert len(listed["entries"]) == fileops.MAX_LISTED and listed["truncated"] is True
+    names = [e["name"] for e in listed["entries"]]
+    assert names == sorted(names)
+    small = api.get(f"{API}/home/alice/").json()
+    assert small["truncated"] is False
+    page = browser.get("/files/home/alice/big/")
+    assert page.status_code == 200
+    assert f"Showing the first {fileops.MAX_LISTED} of more".encode() in page.content
+    assert b'id="truncated"' not in browser.get("/files/home/alice/").content
