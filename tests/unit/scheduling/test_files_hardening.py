@@ -4,8 +4,10 @@ by its client, a folder of more names than Files lists; and a helper past its de
 from __future__ import annotations
 
 import io
+import json
 import os
 import secrets
+import subprocess
 import time
 from pathlib import Path
 
@@ -119,3 +121,18 @@ def test_a_folder_of_more_names_than_files_lists_is_cut_and_says_so(api, browser
     assert page.status_code == 200
     assert f"Showing the first {fileops.MAX_LISTED} of more".encode() in page.content
     assert b'id="truncated"' not in browser.get("/files/home/alice/").content
+
+
+def test_the_helper_bounds_its_own_memory_before_it_opens_a_folder(tmp_path):
+    request = json.dumps({"op": "list", "root": str(tmp_path)})
+    code = (
+        f"import resource, socket, sys; sys.path.insert(0, {fileops.HERE!r}); import fileops; "
+        f"a, b = socket.socketpair(); fileops.main(['helper', str(b.fileno()), {request!r}]); "
+        "print(resource.getrlimit(resource.RLIMIT_AS)); print(a.recv(1 << 16).decode())"
+    )
+    done = subprocess.run(
+        ["/usr/bin/python3", "-I", "-S", "-c", code], capture_output=True, text=True, timeout=20
+    )
+    limit, answer = done.stdout.splitlines()[:2]
+    assert limit == str((fileops.MEMORY_BYTES, fileops.MEMORY_BYTES)), done.stderr
+    assert json.loads(answer)  # it answered (as root here it refuses, with the limit set first)
