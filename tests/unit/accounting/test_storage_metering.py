@@ -1,4 +1,4 @@
-"""Storage metering: the shipped collector measures what `du -sB1` counts, sends it over HTTP
+"""Storage metering: the shipped collector measures what `du -sxB1` counts, sends it over HTTP
 to the ingest API, the report shows GiB-hours by area, and a project's page warns past an
 area's soft quota."""
 
@@ -32,8 +32,9 @@ GIB = 2**30
 
 
 def du(path: Path) -> int:
-    """What `du` says the folder holds: allocated bytes, the folder itself included."""
-    out = subprocess.run(["du", "-sB1", str(path)], capture_output=True, text=True, check=True)
+    """What `du -x` says the folder holds: allocated bytes on its file system, the folder itself
+    included."""
+    out = subprocess.run(["du", "-sxB1", str(path)], capture_output=True, text=True, check=True)
     return int(out.stdout.split()[0])
 
 
