@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +73,37 @@ def test_a_link_in_place_of_a_folder_is_not_followed(areas):
     os.rename(materials, areas / "projects" / "materials-moved")
     (areas / "projects" / "materials").symlink_to(climate)
     assert storage_collector.measure(str(areas / "projects" / "materials")) is None
+
+
+def test_a_link_swapped_in_while_it_walks_is_never_followed(areas):
+    """A member swaps a folder for a link to another project's folder and back, over and
+    over, while the collector walks: a walk by path follows the link about one time in four
+    (after it looked at the folder, before it lists it); a walk by handles never does."""
+    materials, climate = areas / "projects" / "materials", areas / "projects" / "climate"
+    _write_big(climate / "big.bin")
+    victim, aside = materials / "victim", materials / "victim.aside"
+    victim.mkdir()
+    for i in range(50):  # siblings to walk between looking at the folder and listing it
+        (materials / f"sibling{i}").mkdir()
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            victim.rename(aside)
+            victim.symlink_to(climate)
+            time.sleep(0.0003)
+            victim.unlink()
+            aside.rename(victim)
+            time.sleep(0.0003)
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    try:
+        sizes = [storage_collector.measure(str(materials)) for _ in range(60)]
+    finally:
+        stop.set()
+        swapper.join()
+    assert all(s is not None and s.allocated < du(materials) + 1_000_000 for s in sizes)
 
 
 def _write_big(path: Path) -> None:
