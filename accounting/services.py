@@ -53,7 +53,8 @@ class _Sample:
     ended: datetime
     area: str
     size: int | None  # bytes measured (a storage sample in the bytes form)
-    field: str  # the field its quantity came from, for an error about it
+    field: str  # the field its quantity came from, and what it said, for an error about it
+    given: Any
 
 
 # The largest bytes, quantity (base units) and charge (millionths) one sample may come to:
@@ -113,15 +114,13 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
             seen.add(key)
             rate = rate_for(None, p.metric, p.started)
             charge = metrics.charge_micros(p.amount, p.metric, rate.price) if rate else 0
-            if charge > MAX_CHARGE:
+            if rate is not None and charge > MAX_CHARGE:
                 raise ApplicationError(
                     f"a quantity whose charge at {rate.price} {rate.currency} per "
                     f"{metrics.METRICS[p.metric].unit.removesuffix('s')} is at most "
                     f"{MAX_CHARGE} millionths",
                     field=p.field,
-                    got=p.size
-                    if p.field.endswith(".bytes")
-                    else str(metrics.shown(p.amount, p.metric)),
+                    got=p.given,
                 )
             records.append(
                 UsageRecord(
@@ -196,7 +195,7 @@ def _sample(
         return None
     assert isinstance(sid, str) and project is not None and at is not None
     assert isinstance(metric, str) and amount is not None
-    field = f"{where}.bytes" if size is not None else f"{where}.quantity"
+    field = "bytes" if size is not None else "quantity"
     return _Sample(
         sid,
         project,
@@ -207,7 +206,8 @@ def _sample(
         at + timedelta(seconds=seconds),
         area or "",
         size,
-        field,
+        f"{where}.{field}",
+        sample.get(field),
     )
 
 
@@ -281,13 +281,13 @@ def _amount(
         return None, 0, None
     # The most the field may say: its base units fit the quantity column.
     if metric == "storage":
-        most, unit = Decimal(MAX_QUANTITY) / metrics.KIB_SECONDS_PER_GB_DAY, "GB-days"
+        limit, unit = Decimal(MAX_QUANTITY) / metrics.KIB_SECONDS_PER_GB_DAY, "GB-days"
     else:
-        most, unit = metrics.shown(MAX_QUANTITY, metric), "GB"
-    most = most.to_integral_value(rounding=ROUND_FLOOR)
-    if quantity > most:
+        limit, unit = metrics.shown(MAX_QUANTITY, metric), "GB"
+    limit = limit.to_integral_value(rounding=ROUND_FLOOR)
+    if quantity > limit:
         errors.append(
-            ErrorItem(f"{where}.quantity", f"at most {most} {unit}", sample.get("quantity"))
+            ErrorItem(f"{where}.quantity", f"at most {limit} {unit}", sample.get("quantity"))
         )
         return None, 0, None
     if metric == "storage":

@@ -251,6 +251,9 @@ def test_a_sample_whose_charge_is_too_big_to_store_is_refused_naming_its_field(t
     error = response.json()["errors"][0]
     assert (error["field"], error["got"]) == ("samples[0].bytes", 2**50)
     assert "charge at 10000" in error["message"]
+    # The older form: the field that said too much is the quantity, as sent.
+    error = _ingest(token, {**STORAGE, "quantity": "50000000"}).json()["errors"][0]
+    assert (error["field"], error["got"]) == ("samples[0].quantity", "50000000")
     assert not UsageRecord.objects.exists()
     # A TiB for an hour at the same price is stored.
     assert _ingest(token, {**STORAGE, "bytes": 2**40, "seconds": 3600}).status_code == 200
