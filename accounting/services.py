@@ -7,7 +7,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -53,6 +53,15 @@ class _Sample:
     ended: datetime
     area: str
     size: int | None  # bytes measured (a storage sample in the bytes form)
+    field: str  # the field its quantity came from, and what it said, for an error about it
+    given: Any
+
+
+# The largest bytes, quantity (base units) and charge (millionths) one sample may come to:
+# each is stored in a 64-bit column, with room for a day's records to be summed.
+MAX_BYTES = 2**62
+MAX_QUANTITY = 2**62
+MAX_CHARGE = 2**62
 
 
 def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
@@ -104,12 +113,21 @@ def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
                 continue
             seen.add(key)
             rate = rate_for(None, p.metric, p.started)
+            charge = metrics.charge_micros(p.amount, p.metric, rate.price) if rate else 0
+            if rate is not None and charge > MAX_CHARGE:
+                raise ApplicationError(
+                    f"a quantity whose charge at {rate.price} {rate.currency} per "
+                    f"{metrics.METRICS[p.metric].unit.removesuffix('s')} is at most "
+                    f"{MAX_CHARGE} millionths",
+                    field=p.field,
+                    got=p.given,
+                )
             records.append(
                 UsageRecord(
                     key=key,
                     metric=p.metric,
                     quantity=p.amount,
-                    charge=metrics.charge_micros(p.amount, p.metric, rate.price) if rate else 0,
+                    charge=charge,
                     rate=rate,
                     project=p.project,
                     user=p.user,
@@ -177,8 +195,19 @@ def _sample(
         return None
     assert isinstance(sid, str) and project is not None and at is not None
     assert isinstance(metric, str) and amount is not None
+    field = "bytes" if size is not None else "quantity"
     return _Sample(
-        sid, project, user, metric, amount, at, at + timedelta(seconds=seconds), area or "", size
+        sid,
+        project,
+        user,
+        metric,
+        amount,
+        at,
+        at + timedelta(seconds=seconds),
+        area or "",
+        size,
+        f"{where}.{field}",
+        sample.get(field),
     )
 
 
@@ -191,7 +220,7 @@ def _amount(
 ) -> tuple[int | None, int, int | None]:
     """The sample's quantity in base units, the seconds it stands for, the bytes measured."""
     if metric == "storage" and ("bytes" in sample or "seconds" in sample):
-        size = _whole(sample.get("bytes"), 0, None)
+        size = _whole(sample.get("bytes"), 0, MAX_BYTES)
         seconds = _whole(sample.get("seconds"), 1, MAX_SAMPLE_SECONDS)
         if "quantity" in sample:
             errors.append(
@@ -204,7 +233,9 @@ def _amount(
         if size is None:
             errors.append(
                 ErrorItem(
-                    f"{where}.bytes", "a whole number of bytes, 0 or more", sample.get("bytes")
+                    f"{where}.bytes",
+                    f"a whole number of bytes from 0 to {MAX_BYTES}",
+                    sample.get("bytes"),
                 )
             )
         if seconds is None:
@@ -217,7 +248,19 @@ def _amount(
             )
         if size is None or seconds is None:
             return None, 0, None
-        return metrics.storage_from_bytes(size, seconds), seconds, size
+        amount = metrics.storage_from_bytes(size, seconds)
+        if amount > MAX_QUANTITY:
+            most = MAX_QUANTITY * 1024 // seconds
+            errors.append(
+                ErrorItem(
+                    f"{where}.bytes",
+                    f"at most {most} bytes held for {seconds} seconds "
+                    f"(bytes × seconds / 1024 at most {MAX_QUANTITY} KiB-seconds)",
+                    size,
+                )
+            )
+            return None, 0, None
+        return amount, seconds, size
     for name in ("bytes", "seconds"):
         if name in sample and metric != "storage":
             errors.append(
@@ -234,11 +277,22 @@ def _amount(
             )
         )
         return None, 0, None
+    if metric not in ("storage", "network"):
+        return None, 0, None
+    # The most the field may say: its base units fit the quantity column.
+    if metric == "storage":
+        limit, unit = Decimal(MAX_QUANTITY) / metrics.KIB_SECONDS_PER_GB_DAY, "GB-days"
+    else:
+        limit, unit = metrics.shown(MAX_QUANTITY, metric), "GB"
+    limit = limit.to_integral_value(rounding=ROUND_FLOOR)
+    if quantity > limit:
+        errors.append(
+            ErrorItem(f"{where}.quantity", f"at most {limit} {unit}", sample.get("quantity"))
+        )
+        return None, 0, None
     if metric == "storage":
         return metrics.storage_from_gb_days(quantity), 0, None
-    if metric == "network":
-        return metrics.to_base(quantity, metric), 0, None
-    return None, 0, None
+    return metrics.to_base(quantity, metric), 0, None
 
 
 def _whole(value: Any, least: int, most: int | None) -> int | None:

@@ -2,8 +2,9 @@
 each project's and each user's folder of each storage area and sends the bytes through the
 sample ingest API, like any other collector (docs/storage.md, docs/accounting.md).
 
-A folder's bytes are what `du -sB1` counts: the space allocated to everything in it (blocks
-× 512, the folder itself included), each hard-linked file once, links never followed. A
+A folder's bytes are what `du -sxB1` counts: the space allocated to everything in it on its
+file system (blocks × 512, the folder itself included), each hard-linked file once, links
+never followed. A folder that cannot be measured whole is logged, and the others still go. A
 sample stands for one period of `every` seconds (a bucket aligned to the epoch): its id
 names the area, the folder and the bucket, so measuring again within the same period sends
 the same ids and the portal stores nothing twice.
@@ -11,6 +12,7 @@ the same ids and the portal stores nothing twice.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -47,8 +49,9 @@ class Folder:
 
 @dataclass(frozen=True, slots=True)
 class Size:
-    allocated: int  # bytes, as `du -sB1`
-    unreadable: int  # folders that could not be listed (not counted)
+    allocated: int  # bytes, as `du -sxB1`
+    unreadable: int  # entries and folders that could not be read (not counted)
+    first_error: str = ""  # the first of them, for the log
 
 
 def folders(areas: Iterable[AreaView] | None = None) -> list[Folder]:
@@ -80,38 +83,120 @@ def folders(areas: Iterable[AreaView] | None = None) -> list[Folder]:
 
 
 def measure(path: str) -> Size | None:
-    """The bytes allocated to `path` and everything below it (`du -sB1 path`); None when
-    it is not a folder (not made yet, or a link: the portal's folders are never links)."""
+    """The bytes allocated to `path` and everything below it on its file system (`du -sxB1
+    path`); None when it is not a folder (not made yet, or a link: the portal's folders are
+    never links).
+
+    The walk never goes by path: each folder is opened by its name relative to its parent's
+    open handle without following a link (`O_NOFOLLOW`), listed through that handle, and
+    left through `..` checked to be the folder it came from — so a link swapped in for a
+    folder after it was looked at is never followed, a tree deeper than PATH_MAX is walked
+    whole, and one handle is open at a time. An entry or folder that cannot be read (removed,
+    swapped, not listable) is counted in `unreadable` and the walk goes on."""
     try:
-        top = os.lstat(path)
+        fd = os.open(path, _DIR_FLAGS)
     except FileNotFoundError:
         return None
-    if not stat.S_ISDIR(top.st_mode):
-        return None
-    total = top.st_blocks * 512
-    linked: set[tuple[int, int]] = set()
-    unreadable = 0
-    todo = [path]
-    while todo:
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return None  # a link or a file where the folder should be
+        raise
+    try:
+        top = os.fstat(fd)
+        walk = _Walk(top)
+        fd = walk.run(fd)
+    finally:
+        os.close(fd)
+    return Size(walk.total, walk.unreadable, walk.first_error)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _Walk:
+    """An iterative depth-first walk below an open folder, one handle open at a time."""
+
+    def __init__(self, top: os.stat_result) -> None:
+        self.dev = top.st_dev
+        self.total = top.st_blocks * 512
+        self.unreadable = 0
+        self.first_error = ""
+        self.linked: set[int] = set()
+
+    def failed(self, where: str, exc: OSError) -> None:
+        self.unreadable += 1
+        if not self.first_error:
+            self.first_error = f"{where}: {exc.strerror or exc}"
+
+    def run(self, fd: int) -> int:
+        """Walk below `fd`; the handle open at the end (the top's, unless the walk had to stop
+        part way), for the caller to close."""
+        top = os.fstat(fd)
+        # Each level: the folder's identity and its subfolders not walked yet.
+        stack: list[tuple[int, list[str]]] = [(top.st_ino, self.scan(fd, "."))]
+        while stack:
+            ino, todo = stack[-1]
+            if todo:
+                name = todo.pop()
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    continue  # removed while we looked
+                except OSError as exc:  # not listable, or swapped for a file or a link
+                    self.failed(name, exc)
+                    continue
+                info = os.fstat(child)
+                if info.st_dev != self.dev:  # a mount swapped in: not this file system's
+                    os.close(child)
+                    continue
+                os.close(fd)
+                fd = child
+                stack.append((info.st_ino, self.scan(fd, name)))
+                continue
+            stack.pop()
+            if not stack:
+                break
+            try:
+                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                self.failed("..", exc)
+                return fd
+            info = os.fstat(parent)
+            os.close(fd)
+            fd = parent
+            if (info.st_dev, info.st_ino) != (self.dev, stack[-1][0]):
+                # The folder was moved away while we were in it: what is left is not known
+                # to be below the top any more.
+                self.failed("..", OSError(errno.ESTALE, "a folder moved during the walk"))
+                return fd
+        return fd
+
+    def scan(self, fd: int, where: str) -> list[str]:
+        """Count the folder's entries (lstat only: nothing is opened); its subfolders on the
+        same file system, to walk."""
+        subfolders = []
         try:
-            with os.scandir(todo.pop()) as entries:
+            with os.scandir(fd) as entries:
                 for entry in entries:
                     try:
                         info = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue  # removed while we looked
-                    if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
-                        if (info.st_dev, info.st_ino) in linked:
-                            continue  # a hard link of a file counted already
-                        linked.add((info.st_dev, info.st_ino))
-                    total += info.st_blocks * 512
+                    except OSError as exc:
+                        self.failed(entry.name, exc)
+                        continue
                     if stat.S_ISDIR(info.st_mode):
-                        todo.append(entry.path)
-        except FileNotFoundError:
-            continue
-        except PermissionError:
-            unreadable += 1
-    return Size(total, unreadable)
+                        if info.st_dev != self.dev:
+                            continue  # a mount point: another file system (`du -x`)
+                        subfolders.append(entry.name)
+                    elif info.st_nlink > 1:
+                        if info.st_ino in self.linked:
+                            continue  # a hard link of a file counted already
+                        self.linked.add(info.st_ino)
+                    self.total += info.st_blocks * 512
+        except OSError as exc:
+            self.failed(where, exc)
+        return subfolders
 
 
 def bucket(now: float, every: int) -> int:
@@ -198,14 +283,24 @@ def collect(
 
 def _measured(done: Pass, start: int, every: int) -> Iterator[dict]:
     for folder in folders():
-        size = measure(folder.path)
+        try:
+            size = measure(folder.path)
+        except OSError as exc:  # the folder itself cannot be opened: nothing to send for it
+            done.unreadable += 1
+            log.warning("%s: not measured: %s", folder.path, exc.strerror or exc)
+            continue
         if size is None:
             done.missing += 1
             continue
         done.folders += 1
         if size.unreadable:
             done.unreadable += size.unreadable
-            log.warning("%s: %d folder(s) could not be read", folder.path, size.unreadable)
+            log.warning(
+                "%s: %d entr(y/ies) below it could not be read and are not counted (%s)",
+                folder.path,
+                size.unreadable,
+                size.first_error,
+            )
         yield from samples(folder, size.allocated, start, every)
 
 

@@ -114,7 +114,7 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(
                     f"{done.folders} folder(s) measured ({done.missing} not made yet, "
-                    f"{done.unreadable} unreadable below them): {done.samples} sample(s), "
+                    f"{done.unreadable} entr(y/ies) unreadable, logged): {done.samples} sample(s), "
                     f"{done.recorded} recorded, {done.already} already"
                 )
             if once:

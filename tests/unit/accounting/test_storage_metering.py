@@ -1,4 +1,4 @@
-"""Storage metering: the shipped collector measures what `du -sB1` counts, sends it over HTTP
+"""Storage metering: the shipped collector measures what `du -sxB1` counts, sends it over HTTP
 to the ingest API, the report shows GiB-hours by area, and a project's page warns past an
 area's soft quota."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from accounting import storage_collector
 from accounting.metrics import KIB_SECONDS_PER_GB_DAY, METRICS
-from accounting.models import UsageRecord
+from accounting.models import Rate, UsageRecord
 from accounting.reports import site_today
 from accounting.selectors import size_text
 from accounting.services import collector_create
@@ -32,8 +32,9 @@ GIB = 2**30
 
 
 def du(path: Path) -> int:
-    """What `du` says the folder holds: allocated bytes, the folder itself included."""
-    out = subprocess.run(["du", "-sB1", str(path)], capture_output=True, text=True, check=True)
+    """What `du -x` says the folder holds: allocated bytes on its file system, the folder itself
+    included."""
+    out = subprocess.run(["du", "-sxB1", str(path)], capture_output=True, text=True, check=True)
     return int(out.stdout.split()[0])
 
 
@@ -213,6 +214,49 @@ def test_a_storage_sample_with_a_bad_field_is_refused_naming_it(token, extra, fi
     assert response.status_code == 400
     assert response.json()["errors"][0]["field"] == field
     assert not UsageRecord.objects.exists()
+
+
+MONTH = 31 * 24 * 3600
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "expected"),
+    [
+        ({"bytes": 2**62 + 1, "seconds": 3600}, "bytes", "from 0 to 4611686018427387904"),
+        ({"bytes": 2**64, "seconds": 3600}, "bytes", "from 0 to 4611686018427387904"),
+        ({"bytes": 2**62, "seconds": MONTH}, "bytes", f"held for {MONTH} seconds"),
+        ({"bytes": 1, "seconds": 2**64}, "seconds", f"from 1 to {MONTH}"),
+        ({"quantity": "1e30"}, "quantity", "at most 54657019 GB-days"),
+        ({"quantity": "1e999999999"}, "quantity", "at most 54657019 GB-days"),
+        ({"metric": "network", "quantity": 1e30}, "quantity", "at most 4611686018427387 GB"),
+    ],
+)
+def test_a_sample_too_big_to_store_is_refused_naming_its_field(token, extra, field, expected):
+    response = _ingest(token, {**STORAGE, **extra})
+    assert response.status_code == 400
+    error = response.json()["errors"][0]
+    assert error["field"] == f"samples[0].{field}"
+    assert expected in error["message"]
+    assert error["got"] == {**STORAGE, **extra}[field]
+    assert not UsageRecord.objects.exists()
+
+
+def test_a_sample_whose_charge_is_too_big_to_store_is_refused_naming_its_field(token):
+    Rate.objects.create(
+        metric="storage", price=Decimal("10000"), valid_from=datetime(2026, 11, 1, tzinfo=UTC)
+    )
+    # A PiB for a month: its quantity fits, its charge at 10000 a GiB-hour does not.
+    response = _ingest(token, {**STORAGE, "bytes": 2**50, "seconds": MONTH})
+    assert response.status_code == 400
+    error = response.json()["errors"][0]
+    assert (error["field"], error["got"]) == ("samples[0].bytes", 2**50)
+    assert "charge at 10000" in error["message"]
+    # The older form: the field that said too much is the quantity, as sent.
+    error = _ingest(token, {**STORAGE, "quantity": "50000000"}).json()["errors"][0]
+    assert (error["field"], error["got"]) == ("samples[0].quantity", "50000000")
+    assert not UsageRecord.objects.exists()
+    # A TiB for an hour at the same price is stored.
+    assert _ingest(token, {**STORAGE, "bytes": 2**40, "seconds": 3600}).status_code == 200
 
 
 def test_a_network_sample_has_no_area_and_no_bytes(token):
