@@ -63,9 +63,14 @@ def account_ids(name: str) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-def ensure_project_group(slug: str, accounts: list[str]) -> int | None:
+def ensure_project_group(
+    slug: str, accounts: list[str], *, admit: Callable[[str], bool] | None = None
+) -> int | None:
     """The gid of the project's group, made if missing, with `accounts` among its members
-    (the accounts Slurm's jobs get their groups from). None when this process is not root."""
+    (the accounts Slurm's jobs get their groups from). None when this process is not root.
+
+    `admit(account)` is asked right before an account is added: a member removed since the
+    caller looked is not put back (it returns False, and the account is left out)."""
     if os.geteuid() != 0:
         return None
     name = project_group(slug)
@@ -74,9 +79,21 @@ def ensure_project_group(slug: str, accounts: list[str]) -> int | None:
         log.info("made the Unix group %s of project %s", name, slug)
     members = set(grp.getgrnam(name).gr_mem)
     for account in accounts:
-        if account not in members and account_ids(account) is not None:
-            _group_tool(["gpasswd", "-a", account, name], made=_member(account, name))
+        if account in members or account_ids(account) is None:
+            continue
+        if admit is not None and not admit(account):
+            log.info("%s is not added to the Unix group %s: no member of %s", account, name, slug)
+            continue
+        _group_tool(["gpasswd", "-a", account, name], made=_member(account, name))
     return group_id(name)
+
+
+def project_group_members(slug: str) -> list[str] | None:
+    """The accounts in the project's group (/etc/group's list), or None when it has none."""
+    try:
+        return list(grp.getgrnam(project_group(slug)).gr_mem)
+    except KeyError:
+        return None
 
 
 def leave_project_group(slug: str, account: str) -> bool:
