@@ -10,6 +10,7 @@ host, in a job's sandbox and in the Files API (`/api/v1/files/scratch/materials/
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,35 @@ _OWNER_NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,62}$")
 _PATTERN_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+(/\{(project|user)\})?$|^/\{(project|user)\}$")
 # Where a task's own working folder goes inside its project's folder (kept after it ends).
 TASKS_FOLDER = "tasks"
+# A project's Unix group: the prefix and its slug, or, when that is longer than groupadd takes,
+# the slug's first characters and a hash of the whole slug. A short slug of that very shape
+# would name another project's group, so no project may have one (`project_slug_problem`).
+GROUP_PREFIX = "sy-project-"
+MAX_GROUP_NAME = 32  # useradd/groupadd's limit
+_HASH_DIGITS = 8
+_KEPT = MAX_GROUP_NAME - len(GROUP_PREFIX) - _HASH_DIGITS - 1
+_HASHED_RE = re.compile(rf"^.{{{_KEPT}}}-[0-9a-f]{{{_HASH_DIGITS}}}$", re.DOTALL)
+
+
+def project_group(slug: str) -> str:
+    """The Unix group of a project's job accounts; a long slug is shortened with a hash."""
+    name = GROUP_PREFIX + slug
+    if len(name) <= MAX_GROUP_NAME:
+        return name
+    digest = hashlib.sha256(slug.encode()).hexdigest()[:_HASH_DIGITS]
+    return f"{name[: len(GROUP_PREFIX) + _KEPT]}-{digest}"
+
+
+def project_slug_problem(slug: str) -> str | None:
+    """Why no project may have this slug for its group's sake, or None: the shape a long slug's
+    group name is shortened to (12 characters, a hyphen, 8 hex digits) is reserved, so no two
+    projects share a group."""
+    if _HASHED_RE.fullmatch(slug):
+        return (
+            f"must not be {_KEPT} characters, a hyphen and {_HASH_DIGITS} hex digits (the shape "
+            "a longer slug's Unix group is shortened to, reserved so no two projects share one)"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)

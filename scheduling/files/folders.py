@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import grp
-import hashlib
 import logging
 import os
 import pwd
@@ -27,24 +26,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from scheduling.decisions.storage import project_group
+
 log = logging.getLogger(__name__)
 
-GROUP_PREFIX = "sy-project-"
-MAX_GROUP_NAME = 32  # useradd/groupadd's limit
 PROJECT_MODE = 0o2770
 USER_MODE = 0o700
 SITE_MODE = 0o755
 BASE_MODE = 0o711
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def project_group(slug: str) -> str:
-    """The Unix group of a project's job accounts; a long slug is shortened with a hash."""
-    name = GROUP_PREFIX + slug
-    if len(name) <= MAX_GROUP_NAME:
-        return name
-    digest = hashlib.sha256(slug.encode()).hexdigest()[:8]
-    return f"{name[: MAX_GROUP_NAME - 9]}-{digest}"
 
 
 def group_id(name: str) -> int | None:
