@@ -85,6 +85,21 @@ class AreaView:
         return posixpath.join(self.base, owner_name)
 
 
+# An area's base folder must be a folder of the area's own: not the root nor a top folder of
+# the system that holds what is not the area's (a project named `lib` would get /var/lib), and
+# nothing inside the system's own trees (a world-writable /tmp lets anyone plant the folders).
+SYSTEM_TREES = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root",
+    "/run", "/sbin", "/sys", "/tmp", "/usr", "/var/tmp", "/var/run", "/var/lock",
+)  # fmt: skip
+SYSTEM_FOLDERS = ("/", "/var", "/opt", "/srv", "/mnt", "/media", "/snap", "/lost+found")
+
+
+def base_of(path: str, owner: str) -> str:
+    """The base folder of an area with this (valid) pattern: see `AreaView.base`."""
+    return posixpath.dirname(path) if owner in PLACEHOLDERS else path
+
+
 def pattern_problem(path: str, owner: str) -> str | None:
     """Why `path` cannot be the pattern of an area whose folders `owner` owns, or None."""
     if owner not in OWNERS:
@@ -99,6 +114,27 @@ def pattern_problem(path: str, owner: str) -> str | None:
         return "a site area has one folder: its path has no {project} or {user}"
     if wanted is not None and not path.endswith(wanted):
         return f"the folders of a {owner} area are named by {wanted}: end the path with it"
+    base = base_of(path, owner)
+    if base in SYSTEM_FOLDERS or within(base, SYSTEM_TREES):
+        return (
+            f"its folders must lie in a folder of the area's own, not in {base} (a system "
+            "folder: an owner named like what is there would get it); e.g. /scratch/{project}"
+        )
+    return None
+
+
+def overlap_problem(path: str, owner: str, others: Iterable[tuple[str, str, str]]) -> str | None:
+    """Why an area with this (valid) pattern cannot be beside `others` ((name, path, owner) of
+    each other area), or None: no two areas' base folders may be the same or one inside the
+    other, or a user named like a project (or a folder of another area) would get its folder."""
+    base = base_of(path, owner)
+    for name, other_path, other_owner in sorted(others):
+        other = base_of(other_path, other_owner)
+        if within(base, [other]) or within(other, [base]):
+            return (
+                f"its folders ({base}) must not be those of area {name} ({other}) nor lie "
+                "inside or around them: give each area a base folder of its own"
+            )
     return None
 
 
