@@ -6,6 +6,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import TextChoices
 
+from scheduling.decisions.storage import project_slug_problem
 from scheduling.descriptor.limits import slug_problem
 
 
@@ -35,6 +36,11 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self) -> None:
+        problem = project_slug_problem(self.slug or "")
+        if problem is not None:
+            raise ValidationError({"slug": f"{problem}; got {self.slug}"})
 
 
 class Membership(models.Model):

@@ -70,3 +70,16 @@ def member_remove(*, by: User, project: Project, username: str) -> None:
         project=project.slug,
         detail={"user_id": membership.user_id},  # the storage pass's record of who left
     )
+
+
+@transaction.atomic
+def lead_joins(*, project: Project) -> Membership:
+    """The project's lead is its member with the lead's role (a project made in the admin
+    console, whose members are otherwise changed only on its members page); their folders
+    and group are made now."""
+    membership, created = Membership.objects.get_or_create(
+        user=project.pi, project=project, defaults={"role": Membership.Role.PI}
+    )
+    if created:
+        usage.member_joined(project=project, user=project.pi)
+    return membership

@@ -179,11 +179,11 @@ def storage_leave(project: str, user_id: int) -> bool:
 
 @shared_task(name="scheduling.storage_housekeeping", acks_late=True)
 def storage_housekeeping() -> dict[str, int]:
-    """Tasks' working folders past their area's retention are removed; members who left a
-    project lately are out of its group, were a message lost (docs/storage.md)."""
+    """Tasks' working folders past their area's retention are removed; each project's group
+    holds its current members' job accounts and no other (docs/storage.md)."""
     return {
         "folders_removed": storage.expire_task_folders(),
-        "groups_left": storage.sweep_departures(),
+        "groups_left": storage.reconcile_groups(),
     }
 
 

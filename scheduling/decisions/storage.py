@@ -10,6 +10,7 @@ host, in a job's sandbox and in the Files API (`/api/v1/files/scratch/materials/
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,35 @@ _OWNER_NAME_RE = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,62}$")
 _PATTERN_RE = re.compile(r"^(/[A-Za-z0-9._-]+)+(/\{(project|user)\})?$|^/\{(project|user)\}$")
 # Where a task's own working folder goes inside its project's folder (kept after it ends).
 TASKS_FOLDER = "tasks"
+# A project's Unix group: the prefix and its slug, or, when that is longer than groupadd takes,
+# the slug's first characters and a hash of the whole slug. A short slug of that very shape
+# would name another project's group, so no project may have one (`project_slug_problem`).
+GROUP_PREFIX = "sy-project-"
+MAX_GROUP_NAME = 32  # useradd/groupadd's limit
+_HASH_DIGITS = 8
+_KEPT = MAX_GROUP_NAME - len(GROUP_PREFIX) - _HASH_DIGITS - 1
+_HASHED_RE = re.compile(rf"^.{{{_KEPT}}}-[0-9a-f]{{{_HASH_DIGITS}}}$", re.DOTALL)
+
+
+def project_group(slug: str) -> str:
+    """The Unix group of a project's job accounts; a long slug is shortened with a hash."""
+    name = GROUP_PREFIX + slug
+    if len(name) <= MAX_GROUP_NAME:
+        return name
+    digest = hashlib.sha256(slug.encode()).hexdigest()[:_HASH_DIGITS]
+    return f"{name[: len(GROUP_PREFIX) + _KEPT]}-{digest}"
+
+
+def project_slug_problem(slug: str) -> str | None:
+    """Why no project may have this slug for its group's sake, or None: the shape a long slug's
+    group name is shortened to (12 characters, a hyphen, 8 hex digits) is reserved, so no two
+    projects share a group."""
+    if _HASHED_RE.fullmatch(slug):
+        return (
+            f"must not be {_KEPT} characters, a hyphen and {_HASH_DIGITS} hex digits (the shape "
+            "a longer slug's Unix group is shortened to, reserved so no two projects share one)"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +85,21 @@ class AreaView:
         return posixpath.join(self.base, owner_name)
 
 
+# An area's base folder must be a folder of the area's own: not the root nor a top folder of
+# the system that holds what is not the area's (a project named `lib` would get /var/lib), and
+# nothing inside the system's own trees (a world-writable /tmp lets anyone plant the folders).
+SYSTEM_TREES = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root",
+    "/run", "/sbin", "/sys", "/tmp", "/usr", "/var/tmp", "/var/run", "/var/lock",
+)  # fmt: skip
+SYSTEM_FOLDERS = ("/", "/var", "/opt", "/srv", "/mnt", "/media", "/snap", "/lost+found")
+
+
+def base_of(path: str, owner: str) -> str:
+    """The base folder of an area with this (valid) pattern: see `AreaView.base`."""
+    return posixpath.dirname(path) if owner in PLACEHOLDERS else path
+
+
 def pattern_problem(path: str, owner: str) -> str | None:
     """Why `path` cannot be the pattern of an area whose folders `owner` owns, or None."""
     if owner not in OWNERS:
@@ -69,6 +114,27 @@ def pattern_problem(path: str, owner: str) -> str | None:
         return "a site area has one folder: its path has no {project} or {user}"
     if wanted is not None and not path.endswith(wanted):
         return f"the folders of a {owner} area are named by {wanted}: end the path with it"
+    base = base_of(path, owner)
+    if base in SYSTEM_FOLDERS or within(base, SYSTEM_TREES):
+        return (
+            f"its folders must lie in a folder of the area's own, not in {base} (a system "
+            "folder: an owner named like what is there would get it); e.g. /scratch/{project}"
+        )
+    return None
+
+
+def overlap_problem(path: str, owner: str, others: Iterable[tuple[str, str, str]]) -> str | None:
+    """Why an area with this (valid) pattern cannot be beside `others` ((name, path, owner) of
+    each other area), or None: no two areas' base folders may be the same or one inside the
+    other, or a user named like a project (or a folder of another area) would get its folder."""
+    base = base_of(path, owner)
+    for name, other_path, other_owner in sorted(others):
+        other = base_of(other_path, other_owner)
+        if within(base, [other]) or within(other, [base]):
+            return (
+                f"its folders ({base}) must not be those of area {name} ({other}) nor lie "
+                "inside or around them: give each area a base folder of its own"
+            )
     return None
 
 

@@ -2,8 +2,10 @@
 group, the owners' folders of its pool's areas, and its working folder (docs/storage.md).
 
 Tasks' own working folders past their area's retention are removed here too
-(`expire_task_folders`, a periodic pass), and a member who left a project leaves its group
-(`member_left`).
+(`expire_task_folders`, a periodic pass), a member who left a project leaves its group
+(`member_left`), and the same periodic pass takes out of each project's group every account
+no current member's jobs run as (`reconcile_groups`): whatever way the member went (removed
+in the admin console, their user deleted, their cluster account renamed, a message lost).
 
 The owners' folders are made as root (scheduling/files/folders.py); the working folder, which
 lies inside a folder users write, is made by the job's own account as it starts (a link
@@ -17,13 +19,12 @@ import logging
 import os
 import subprocess
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from portal import audit
-from portal.models import AuditEvent, Membership, Project
+from portal.models import Membership, Project
 from scheduling.decisions.storage import (
     TASKS_FOLDER,
     AreaView,
@@ -40,6 +41,7 @@ from scheduling.files.folders import (
     ensure_folder,
     ensure_project_group,
     leave_project_group,
+    project_group_members,
     remove_folder,
     tasks_folder,
 )
@@ -62,7 +64,11 @@ def prepare_folders(
     ids = account_ids(account)
     for area in areas:
         if area.owner == "project" and project is not None:
-            gid = ensure_project_group(project, [account])
+            # Asked again right before the account is added: a member removed since the
+            # caller listed the projects is not put back in the group.
+            gid = ensure_project_group(
+                project, [account], admit=lambda acct: acct in member_accounts(project)
+            )
             ensure_folder(area.base, project, uid=0, gid=gid, mode=PROJECT_MODE)
         elif area.owner == "user":
             uid, gid = ids if ids else (None, None)
@@ -167,21 +173,48 @@ def member_left(project: str, user_id: int) -> bool:
         return False
 
 
-# How far back the storage pass looks for members who left (a lost message is caught then).
-DEPARTURES_WINDOW = timedelta(days=2)
+def member_accounts(project: str) -> set[str]:
+    """The job accounts of the project's current members (a shared account once)."""
+    members = Membership.objects.filter(project__slug=project).select_related(
+        "user__cluster_account"
+    )
+    return {job_account_name(m.user) for m in members}
 
 
-def sweep_departures(*, now: datetime | None = None) -> int:
-    """`member_left` for every removal of a member in the audit log of the last two days:
-    the message sent at the removal may have been lost (a broker down). How many left."""
-    since = (now or timezone.now()) - DEPARTURES_WINDOW
-    rows = AuditEvent.objects.filter(action=audit.Action.MEMBER_REMOVE, at__gte=since)
-    seen = set()
-    for project, detail in rows.values_list("project", "detail"):
-        user_id = (detail or {}).get("user_id")
-        if isinstance(user_id, int):
-            seen.add((project, user_id))
-    return sum(member_left(project, user_id) for project, user_id in sorted(seen))
+def reconcile_groups(projects: list[str] | None = None) -> int:
+    """Take out of each project's Unix group every account that is the job account of none
+    of its current members; how many were taken out. An account a member who stays still
+    runs as (the shared service account) stays. Each removal is logged.
+
+    This is what keeps a group right whatever way a member went: removed through the API
+    or page (whose message may have been lost), in the admin console, with their user
+    deleted, or with their cluster account's username changed (the old account goes). It
+    also undoes an add that raced a removal. `projects`: only these slugs (all by default)."""
+    if os.geteuid() != 0:
+        return 0  # a worker that is not root made no groups
+    slugs = (
+        projects if projects is not None else list(Project.objects.values_list("slug", flat=True))
+    )
+    removed = 0
+    for slug in sorted(slugs):
+        present = project_group_members(slug)
+        if not present:
+            continue
+        for account in sorted(set(present) - member_accounts(slug)):
+            for key in [k for k in _PREPARED if k[0] == slug and k[2] == account]:
+                del _PREPARED[key]
+            try:
+                if leave_project_group(slug, account):
+                    removed += 1
+                    log.warning(
+                        "took %s out of the group of project %s: no current member's jobs run "
+                        "as it",
+                        account,
+                        slug,
+                    )
+            except (OSError, subprocess.CalledProcessError) as exc:
+                log.warning("%s could not leave the group of project %s: %s", account, slug, exc)
+    return removed
 
 
 IDS_A_QUERY = 500

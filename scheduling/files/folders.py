@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import grp
-import hashlib
 import logging
 import os
 import pwd
@@ -27,24 +26,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from scheduling.decisions.storage import project_group
+
 log = logging.getLogger(__name__)
 
-GROUP_PREFIX = "sy-project-"
-MAX_GROUP_NAME = 32  # useradd/groupadd's limit
 PROJECT_MODE = 0o2770
 USER_MODE = 0o700
 SITE_MODE = 0o755
 BASE_MODE = 0o711
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def project_group(slug: str) -> str:
-    """The Unix group of a project's job accounts; a long slug is shortened with a hash."""
-    name = GROUP_PREFIX + slug
-    if len(name) <= MAX_GROUP_NAME:
-        return name
-    digest = hashlib.sha256(slug.encode()).hexdigest()[:8]
-    return f"{name[: MAX_GROUP_NAME - 9]}-{digest}"
 
 
 def group_id(name: str) -> int | None:
@@ -63,9 +53,14 @@ def account_ids(name: str) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-def ensure_project_group(slug: str, accounts: list[str]) -> int | None:
+def ensure_project_group(
+    slug: str, accounts: list[str], *, admit: Callable[[str], bool] | None = None
+) -> int | None:
     """The gid of the project's group, made if missing, with `accounts` among its members
-    (the accounts Slurm's jobs get their groups from). None when this process is not root."""
+    (the accounts Slurm's jobs get their groups from). None when this process is not root.
+
+    `admit(account)` is asked right before an account is added: a member removed since the
+    caller looked is not put back (it returns False, and the account is left out)."""
     if os.geteuid() != 0:
         return None
     name = project_group(slug)
@@ -74,9 +69,21 @@ def ensure_project_group(slug: str, accounts: list[str]) -> int | None:
         log.info("made the Unix group %s of project %s", name, slug)
     members = set(grp.getgrnam(name).gr_mem)
     for account in accounts:
-        if account not in members and account_ids(account) is not None:
-            _group_tool(["gpasswd", "-a", account, name], made=_member(account, name))
+        if account in members or account_ids(account) is None:
+            continue
+        if admit is not None and not admit(account):
+            log.info("%s is not added to the Unix group %s: no member of %s", account, name, slug)
+            continue
+        _group_tool(["gpasswd", "-a", account, name], made=_member(account, name))
     return group_id(name)
+
+
+def project_group_members(slug: str) -> list[str] | None:
+    """The accounts in the project's group (/etc/group's list), or None when it has none."""
+    try:
+        return list(grp.getgrnam(project_group(slug)).gr_mem)
+    except KeyError:
+        return None
 
 
 def leave_project_group(slug: str, account: str) -> bool:

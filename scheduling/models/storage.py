@@ -9,7 +9,12 @@ from django.db import models
 from django.db.models import TextChoices
 
 from portal.models import validate_slug
-from scheduling.decisions.storage import AreaView, pattern_problem, retention_problem
+from scheduling.decisions.storage import (
+    AreaView,
+    overlap_problem,
+    pattern_problem,
+    retention_problem,
+)
 from scheduling.models.site import Pool
 
 
@@ -68,7 +73,11 @@ class StorageArea(models.Model):
     def clean(self) -> None:
         problem = pattern_problem(self.path, self.owner)
         if problem is not None:
-            raise ValidationError({"path": problem})
+            raise ValidationError({"path": f"{problem}; got {self.path}"})
+        others = StorageArea.objects.exclude(pk=self.pk).values_list("name", "path", "owner")
+        problem = overlap_problem(self.path, self.owner, others)
+        if problem is not None:
+            raise ValidationError({"path": f"{problem}; got {self.path}"})
         problem = retention_problem(self.owner, self.retention_days)
         if problem is not None:
             raise ValidationError({"retention_days": problem})

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduling.decisions.levels import LevelRule
-from scheduling.decisions.storage import AreaView
+from scheduling.decisions.storage import AreaView, overlap_problem
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
 
 # The values of `scheduling.models.Pool.Kind`, as plain strings (this package may not import
@@ -103,6 +103,10 @@ class Site:
         for area in self.storage_areas:
             if set(area.pools) - pools:
                 raise ValueError(f"storage area {area.name} names a pool that is not here")
+            others = [(a.name, a.path, a.owner) for a in self.storage_areas if a is not area]
+            problem = overlap_problem(area.path, area.owner, others)
+            if problem is not None:
+                raise ValueError(f"storage area {area.name}: {problem}")
         for rate in self.rates:
             if rate.queue and rate.queue not in queues:
                 raise ValueError(

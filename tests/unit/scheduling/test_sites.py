@@ -12,6 +12,7 @@ import pytest
 from django.core.management import call_command
 
 from scheduling.decisions import QueuePolicy, Routed, RoutingRuleView, route
+from scheduling.decisions.storage import AreaView
 from scheduling.decisions.types import NodeView
 from scheduling.models import Node, Pool, Queue, RoutingRule
 from scheduling.sites import POOL_KINDS, PoolSpec, Site, default_site
@@ -143,6 +144,12 @@ def test_a_site_whose_names_do_not_hold_together_is_refused():
         Site(pools=(pool, dataclasses.replace(pool, nodes=())), queues=(), rules=())
     with pytest.raises(ValueError, match="kind 'gpu'"):
         Site(pools=(dataclasses.replace(pool, kind="gpu"),), queues=(), rules=())
+    beside = (
+        AreaView("scratch", "/scratch/{project}", "project"),
+        AreaView("people", "/scratch/{user}", "user"),
+    )
+    with pytest.raises(ValueError, match="storage area scratch: .* area people"):
+        Site(pools=(pool,), queues=(), rules=(), storage_areas=beside)
 
 
 def test_importing_the_sites_loads_no_django():

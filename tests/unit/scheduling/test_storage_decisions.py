@@ -10,6 +10,7 @@ from scheduling.decisions.storage import (
     default_workdir,
     job_mounts,
     job_storage,
+    overlap_problem,
     pattern_problem,
     within,
     workdir_problem,
@@ -29,8 +30,8 @@ AREAS = (
         ("/scratch/{project}", "project"),
         ("/home/{user}", "user"),
         ("/datasets", "site"),
-        ("/{project}", "project"),
         ("/lustre/a.b_c-d/{user}", "user"),
+        ("/var/lib/switchyard/{project}", "project"),
     ],
 )
 def test_it_takes_the_patterns_of_each_owner(path, owner):
@@ -48,6 +49,14 @@ def test_it_takes_the_patterns_of_each_owner(path, owner):
         ("/home", "user", "{user}"),
         ("/scratch/{project}", "nobody", "owner"),
         ("/scratch/x y", "site", "absolute"),
+        ("/{project}", "project", "not in /"),
+        ("/{user}", "user", "not in /"),
+        ("/var/{project}", "project", "not in /var"),
+        ("/etc", "site", "not in /etc"),
+        ("/etc/ssl/{user}", "user", "not in /etc/ssl"),
+        ("/proc/{project}", "project", "system folder"),
+        ("/tmp/scratch/{project}", "project", "system folder"),
+        ("/usr/local/{user}", "user", "system folder"),
     ],
 )
 def test_it_refuses_a_pattern_that_names_no_folder_of_its_owner(path, owner, says):
@@ -120,3 +129,28 @@ def test_an_owner_name_that_cannot_be_a_folder_is_refused():
         AREAS[0].folder("../etc")
     with pytest.raises(ValueError):
         AREAS[1].folder("Alice Smith")
+
+
+OTHERS = [("scratch", "/scratch/{project}", "project"), ("datasets", "/data/sets", "site")]
+
+
+@pytest.mark.parametrize(
+    ("path", "owner", "other"),
+    [
+        ("/scratch/{user}", "user", "scratch"),  # a user named like a project gets its folder
+        ("/scratch", "site", "scratch"),
+        ("/scratch/shared/{user}", "user", "scratch"),  # inside a project's folders' base
+        ("/{project}", "project", "datasets"),  # around every other (the first named)
+        ("/data/{user}", "user", "datasets"),  # around a site area's folder
+        ("/data/sets/{project}", "project", "datasets"),
+    ],
+)
+def test_it_refuses_an_area_whose_folders_meet_anothers(path, owner, other):
+    problem = overlap_problem(path, owner, OTHERS)
+    assert problem is not None and f"area {other} " in problem
+
+
+def test_it_takes_areas_with_folders_of_their_own():
+    for path, owner in [("/home/{user}", "user"), ("/scratch2/{project}", "project")]:
+        assert overlap_problem(path, owner, OTHERS) is None
+    assert overlap_problem("/data/other", "site", OTHERS) is None

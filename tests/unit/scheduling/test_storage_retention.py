@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.test import Client
 from django.utils import timezone
 
@@ -192,3 +193,15 @@ def test_a_real_jobs_working_folder_goes_once_its_retention_passed(api, areas):
     assert expire_task_folders() == 0  # it just ended
     assert expire_task_folders(now=timezone.now() + timedelta(days=3, minutes=1)) == 1
     assert not workdir.exists() and workdir.parent.is_dir()
+
+
+def test_an_area_beside_another_with_the_same_folders_is_refused(areas):
+    projects = StorageArea.objects.get(name="projects")
+    base = projects.path.removesuffix("/{project}")
+    beside = StorageArea(name="people", path=base + "/{user}", owner="user")
+    with pytest.raises(ValidationError) as refused:
+        beside.full_clean()
+    [message] = refused.value.message_dict["path"]
+    assert "area projects" in message and f"got {base}/{{user}}" in message
+    StorageArea(name="people", path=str(areas / "people" / "{user}"), owner="user").full_clean()
+    projects.full_clean()  # itself is no other area
