@@ -103,7 +103,8 @@ def prepare_job(task: Task, *, pool: str, areas: tuple[AreaView, ...]) -> JobSto
         )
         account = job_account_name(task.owner)
         key = (task.project.slug, username, account, *(a.path for a in mounted))
-        if time.monotonic() - _PREPARED.get(key, -PREPARED_TTL_S) >= PREPARED_TTL_S:
+        fresh = time.monotonic() - _PREPARED.get(key, -PREPARED_TTL_S) < PREPARED_TTL_S
+        if not (fresh and _still_prepared(storage, mounted, task.project.slug, account)):
             # Checked with the folders, once a minute: a member who left is never put back
             # in the project's group, and their tasks not yet started do not start with it.
             if any(a.owner == "project" for a in mounted) and not _is_member(task):
@@ -116,6 +117,21 @@ def prepare_job(task: Task, *, pool: str, areas: tuple[AreaView, ...]) -> JobSto
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         raise StorageError(f"the job's storage folders could not be made: {exc}") from exc
     return storage
+
+
+def _still_prepared(
+    storage: JobStorage, mounted: list[AreaView], project: str, account: str
+) -> bool:
+    """What a recent preparation made is still there: a folder removed meanwhile (by an
+    admin) is made again, and the account, taken out of the project's group meanwhile, is
+    put back (the task's owner is still a member: the caller checks that first)."""
+    if not all(os.path.isdir(m.path) for m in storage.mounts):
+        return False
+    if os.geteuid() != 0 or account_ids(account) is None:
+        return True
+    if not any(a.owner == "project" for a in mounted):
+        return True
+    return account in (project_group_members(project) or [])
 
 
 def _is_member(task: Task) -> bool:

@@ -191,11 +191,18 @@ def test_a_trigger_file_made_by_the_test_releases_the_waiting_step_within_a_peri
     }
     workflow = _submit(api, doc)
     task = workflow.tasks.get()
-    # Several check periods pass with no file: it keeps waiting, holding nothing.
+    # The worker's first trigger pass names the file (a loaded machine starts it late) ...
+    waiting = f"waiting for the trigger file {ready}"
+    wait_for(
+        lambda: Task.objects.filter(pk=task.pk, reason=waiting).first(),
+        timeout=30,
+        what="the trigger pass to name the file",
+    )
+    # ... and several check periods pass with no file: it keeps waiting, holding nothing.
     time.sleep(4 * period)
     task.refresh_from_db()
     assert task.state == "waiting" and task.backend_id == ""
-    assert task.reason == f"waiting for the trigger file {ready}"
+    assert task.reason == waiting
 
     made = timezone.now()
     ready.touch()
