@@ -10,7 +10,9 @@ runs without its GPUs' devices.
 
 from __future__ import annotations
 
+import os
 import shlex
+import stat
 
 from scheduling.decisions.devices import INDEX, NODE, DeviceFiles, DeviceTable, parts
 
@@ -27,6 +29,15 @@ SHELL_DEVICES = '"${switchyard_devices[@]}"'
 def bwrap_args(binds: tuple[tuple[str, str, str], ...]) -> list[str]:
     """bubblewrap's arguments that show each device file at its path inside the sandbox."""
     return [arg for host, inside, _ in binds for arg in ("--dev-bind", host, inside)]
+
+
+def device_minor(path: str) -> int | None:
+    """The minor number of the character device at `path`, or None (missing, not one)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return os.minor(st.st_rdev) if stat.S_ISCHR(st.st_mode) else None
 
 
 def missing_reason(path: str, what: str) -> str:
