@@ -10,8 +10,9 @@ one sandbox (the local backend) gets the files of every node's GPUs it holds, an
 names its own node's among them (job_devices). A job without GPUs gets none
 (docs/security.md).
 
-Patterns name `{index}` (the GPU's index on its node: on Slurm, its place in the node's
-gres.conf, as `SLURM_JOB_GPUS` counts) and may name `{node}`. Inside the sandbox every device
+Patterns name `{index}` (the GPU's index on its node; on Slurm the job's GPU files are the
+node's gres.conf File= entries at the places `SLURM_JOB_GPUS` gives, backends/devices.py)
+and may name `{node}`. Inside the sandbox every device
 is `/dev/<its file name>`.
 """
 
