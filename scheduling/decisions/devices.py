@@ -5,18 +5,21 @@ A pool says where its nodes keep their GPUs' device files (a pattern such as
 a node may say otherwise. A job gets exactly the device files of the GPUs it was allocated,
 under their own names (the host's `/dev/nvidia3` is `/dev/nvidia3` inside: NVIDIA's libraries
 find a GPU's file by its minor number), plus the control devices; CUDA counts the GPUs it can
-open from 0, so CUDA_VISIBLE_DEVICES inside is `0,1,…`. A job without GPUs gets none
+open from 0, so CUDA_VISIBLE_DEVICES inside is `0,1,…`. A multi-node job whose ranks share
+one sandbox (the local backend) gets the files of every node's GPUs it holds, and each rank
+names its own node's among them (job_devices). A job without GPUs gets none
 (docs/security.md).
 
-Patterns name `{index}` (the GPU's index on its node: on Slurm, its place in the node's
-gres.conf, as `SLURM_JOB_GPUS` counts) and may name `{node}`. Inside the sandbox every device
+Patterns name `{index}` (the GPU's index on its node; on Slurm the job's GPU files are the
+node's gres.conf File= entries at the places `SLURM_JOB_GPUS` gives, backends/devices.py)
+and may name `{node}`. Inside the sandbox every device
 is `/dev/<its file name>`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +125,68 @@ def device_binds(
         host = fill(path, node=node)
         binds.append((host, inside_path(path, node=node), f"control device of node {node}"))
     return tuple(binds)
+
+
+@dataclass(frozen=True, slots=True)
+class JobDevices:
+    """The device files of a whole job (`binds`, as device_binds gives them: its GPUs in the
+    order CUDA counts them, then the control devices once) and, for each of its allocations
+    in turn, the positions of that allocation's GPUs among the GPU files bound: what
+    CUDA_VISIBLE_DEVICES names for the process that runs on that node."""
+
+    binds: tuple[tuple[str, str, str], ...]
+    visible: tuple[tuple[int, ...], ...]
+
+
+def job_devices(
+    table: DeviceTable,
+    allocations: Sequence[tuple[str, Sequence[int]]],
+    minor: Callable[[str], int | None],
+) -> JobDevices:
+    """The device files of every allocation `(node, GPU indices)` of a job that runs in one
+    sandbox (a multi-node job on the local backend: all its ranks share it, and all the GPUs
+    are the job's own).
+
+    CUDA counts the GPU files it can open by their minor numbers (`minor(host path)`; None
+    where the file cannot be read, which fails the job before it starts), so the GPU files are
+    bound in that order and each allocation's CUDA_VISIBLE_DEVICES is its GPUs' places among
+    them. A GPU's file is named inside by its minor number (`/dev/nvidia<minor>`: on a real
+    node its own name), as NVIDIA's libraries look it up: two nodes' `nvidia0` stay apart."""
+    gpus: dict[str, tuple[str, str, int | None]] = {}  # host path: (inside, what, minor)
+    control: dict[str, tuple[str, str, str]] = {}
+    wanted: list[list[str]] = []
+    for node, indices in allocations:
+        files = table.for_node(node)
+        hosts: list[str] = []
+        if files is not None and indices:
+            for index in indices:
+                host = fill(files.gpu, node=node, index=index)
+                number = minor(host)
+                inside = inside_path(
+                    files.gpu, node=node, index=index if number is None else number
+                )
+                gpus.setdefault(host, (inside, f"GPU {index} of node {node}", number))
+                hosts.append(host)
+            for path in files.control:
+                host = fill(path, node=node)
+                what = f"control device of node {node}"
+                control.setdefault(host, (host, inside_path(path, node=node), what))
+        wanted.append(hosts)
+    # By minor number, those without one last in the order given (the job fails on them).
+    order = sorted(gpus, key=lambda h: (gpus[h][2] is None, gpus[h][2] or 0))
+    kept: list[str] = []
+    inside_seen: set[str] = set()
+    for host in order:
+        if gpus[host][0] not in inside_seen:  # two names of one device: bound once
+            inside_seen.add(gpus[host][0])
+            kept.append(host)
+    place = {}
+    for host in order:
+        place[host] = next(at for at, k in enumerate(kept) if gpus[k][0] == gpus[host][0])
+    binds = tuple((host, gpus[host][0], gpus[host][1]) for host in kept)
+    binds += tuple(c for c in control.values() if c[1] not in inside_seen) if kept else ()
+    visible = tuple(tuple(sorted({place[h] for h in hosts})) for hosts in wanted)
+    return JobDevices(binds, visible)
 
 
 def parts(pattern: str) -> list[str]:

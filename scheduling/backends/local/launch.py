@@ -31,7 +31,7 @@ from typing import Any
 
 from scheduling.backends import storage
 from scheduling.backends.base import BackendError, SubmitRequest
-from scheduling.backends.devices import bwrap_args, missing_reason
+from scheduling.backends.devices import bwrap_args, device_minor, missing_reason
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
@@ -39,7 +39,7 @@ from scheduling.backends.local.launcher import socket_path as launcher_socket_pa
 from scheduling.backends.local.ranks import RANK_ENV, rank_argv, rank_env
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import TMPFS, sandbox_argv
-from scheduling.decisions.devices import device_binds
+from scheduling.decisions.devices import job_devices
 from scheduling.decisions.processes import job_processes, queue_concurrency
 from scheduling.decisions.types import NodeView, Placement
 
@@ -178,20 +178,31 @@ def launch_plan(
     }
     env.update((k, v) for k, v in spec.env if k not in RESERVED_ENV)
     env.update((k, v) for k, v in spec.secret_env if k not in RESERVED_ENV)
-    first = placement.allocations[0] if placement.allocations else None
     env["SWITCHYARD_TASK_KEY"] = key
     env["SWITCHYARD_NODES"] = ",".join(placement.nodes)
     env.update(rank_env(spec, placement, env))  # rank 0 of 1, or of each node (ranks.py)
-    # The process runs "on" the first node of its allocation: it gets the device files of
-    # its GPUs there, under their own names (decisions/devices.py).
-    gpus = first.gpu_indices if first else ()
-    binds = device_binds(request.devices.for_node(first.node), first.node, gpus) if first else ()
-    # Always set, empty when no GPU was allocated: unset would expose every GPU of the
-    # machine to the job. Counted from 0 over the GPUs whose files it has, as CUDA counts
-    # them; the allocation's own indices where its GPUs have no device files (virtual GPUs).
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in (range(len(gpus)) if binds else gpus))
+    # Every rank runs in this one sandbox, so it gets the device files of the GPUs of every
+    # allocation (all of them the job's own), under their own names, and each rank's
+    # CUDA_VISIBLE_DEVICES names its own node's GPUs among them as CUDA counts them
+    # (decisions/devices.py). Always set, empty when no GPU was allocated: unset would expose
+    # every GPU of the machine to the job. The allocation's own indices where its GPUs have
+    # no device files (virtual GPUs).
+    allocations = placement.allocations
+    devices = job_devices(
+        request.devices, [(a.node, a.gpu_indices) for a in allocations], device_minor
+    )
+    binds = devices.binds
+    visible = [
+        _indices(seen or a.gpu_indices)
+        for seen, a in zip(devices.visible, allocations, strict=True)
+    ]
+    if binds:
+        one = sorted({at for seen in devices.visible for at in seen})
+    else:
+        one = list(allocations[0].gpu_indices) if allocations else []
+    env["CUDA_VISIBLE_DEVICES"] = _indices(one)
     # A multi-node job: one process per node it holds, all in the one sandbox (ranks.py).
-    argv = rank_argv(argv, spec, placement, grace_s=grace_s)
+    argv = rank_argv(argv, spec, placement, visible, grace_s=grace_s)
     # The memory it booked: its request on every node it holds (one process tree here).
     memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib
     memory_bytes = memory << 20
@@ -247,6 +258,10 @@ def launch_plan(
             "tmpfs": list(TMPFS),  # memory too: counted with the processes'
         },
     }
+
+
+def _indices(indices: Sequence[int]) -> str:
+    return ",".join(str(i) for i in indices)
 
 
 def write_plan(store: JobStore, key: str, plan: dict[str, Any]) -> None:

@@ -135,10 +135,17 @@ def rank_env(spec: TaskSpec, placement: Placement, user_env: dict[str, str]) -> 
 
 
 def rank_argv(
-    argv: Sequence[str], spec: TaskSpec, placement: Placement, *, grace_s: float
+    argv: Sequence[str],
+    spec: TaskSpec,
+    placement: Placement,
+    visible: Sequence[str],
+    *,
+    grace_s: float,
 ) -> list[str]:
-    """`argv` as the sandbox runs it: itself for one rank, under the runner for several."""
+    """`argv` as the sandbox runs it: itself for one rank, under the runner for several.
+    `visible` is each rank's CUDA_VISIBLE_DEVICES, in the order of the allocations: its own
+    node's GPUs among all the device files of the job's one sandbox (launch.py)."""
     if rank_count(spec, placement) == 1:
         return list(argv)
-    gpus = [",".join(str(i) for i in a.gpu_indices) for a in placement.allocations]
+    gpus = list(visible)
     return ["/bin/bash", "-c", RANK_RUNNER, "switchyard-ranks", f"{grace_s:g}", *gpus, "--", *argv]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import pwd
 import re
 import shlex
@@ -197,7 +198,9 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
 
     def batch_script(self, request: SubmitRequest) -> str:
         spec = request.spec
-        devices = slurm_lines(request.devices, spec.resources.gpus)
+        # Slurm reads gres.conf beside slurm.conf.
+        conf = os.path.dirname(self.slurm_conf or "/etc/slurm/slurm.conf")
+        devices = slurm_lines(request.devices, spec.resources.gpus, os.path.join(conf, "gres.conf"))
         lines = [
             "#!/bin/bash",
             # A command before anything from the descriptor: Slurm reads #SBATCH directives

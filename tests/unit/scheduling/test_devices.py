@@ -263,9 +263,25 @@ JOB_ACCOUNT = "switchyard-job"
 GPU_QUEUE = QueuePolicy(name="training", pool="gpu-train", task_types=())
 
 
-def slurm_script(job_root: Path, devices: DeviceTable, gpus: int, env=()) -> str:
+def slurm_script(job_root: Path, devices: DeviceTable, gpus: int, env=(), gres=None) -> str:
+    """The batch script; `gres` is the node's gres.conf (beside the cluster's slurm.conf),
+    by default each node's eight GPUs in order, as the portal writes it."""
+    etc = job_root / "etc"
+    etc.mkdir(exist_ok=True)
+    etc.chmod(0o755)
+    if gres is None:
+        gres = "".join(
+            f"NodeName={n} Name=gpu File={job_root}/dev/{n}/nvidia[0-7]\n"
+            for n in ("gpu001", "gpu002")
+        )
+    (etc / "gres.conf").write_text(gres)
+    (etc / "gres.conf").chmod(0o644)
     backend = SlurmBackend(
-        "slurm", cluster="test", workdir=str(job_root / "jobs"), service_account=JOB_ACCOUNT
+        "slurm",
+        cluster="test",
+        workdir=str(job_root / "jobs"),
+        service_account=JOB_ACCOUNT,
+        slurm_conf=str(etc / "slurm.conf"),
     )
     spec = TaskSpec(
         name="x",
@@ -314,6 +330,36 @@ def test_a_slurm_job_binds_the_gpus_slurm_gave_it_on_its_node(job_root):
         **{f"/dev/{name}": numbers(folder / name) for name in CONTROL},
     }
     assert cuda == "0,1"
+
+
+def test_a_slurm_jobs_gpu_index_is_its_place_in_the_nodes_gres_conf_not_its_minor(job_root):
+    folder = job_root / "dev"
+    make_devices(folder, nodes=("gpu001", "gpu002"))
+    table = DeviceTable(files_in(folder, "{node}/nvidia{index}"))
+    # The site lists only four of gpu002's GPUs, the last four; and one of gpu001's, commented.
+    gres = (
+        "AutoDetect=off\n"
+        f"NodeName=gpu[001-002] Name=gpu File={folder}/gpu001/nvidia9 # not this node's\n"
+        f"NodeName=gpu002 Name=gpu Type=h200 File={folder}/gpu002/nvidia[4-7]\n"
+        f"# NodeName=gpu002 Name=gpu File={folder}/gpu002/nvidia0\n"
+    )
+    script = slurm_script(job_root, table, 2, gres=gres)
+    done = run_as_job(script, SLURM_JOB_GPUS="1,2", SLURMD_NODENAME="gpu002")
+    assert done.returncode == 0, done.stderr
+    listing, files, cuda = seen(done.stdout)
+    # Slurm's 1 and 2 are the second and third File= of gpu002 (after gpu001's line, which
+    # names both nodes): nvidia4 and nvidia5, never the files numbered 1 and 2.
+    assert files == {
+        "/dev/nvidia4": numbers(folder / "gpu002" / "nvidia4"),
+        "/dev/nvidia5": numbers(folder / "gpu002" / "nvidia5"),
+        **{f"/dev/{name}": numbers(folder / name) for name in CONTROL},
+    }
+    assert cuda == "0,1"
+    # An index beyond the node's File= list: no device file is guessed, the job fails.
+    done = run_as_job(script, SLURM_JOB_GPUS="5", SLURMD_NODENAME="gpu002")
+    assert done.returncode == 1 and "---" not in done.stdout
+    assert "GPU 5 of node gpu002 has no File= in" in done.stderr
+    assert f"{job_root}/etc/gres.conf" in done.stderr
 
 
 def test_a_slurm_job_whose_device_is_missing_fails_saying_which(job_root):
