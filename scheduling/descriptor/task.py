@@ -100,7 +100,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
             f"must not be longer than walltime ({get('walltime')})",
             get("estimate"),
         )
-    command, script = _program(get("command"), get("script"), errors)
+    command, script = _program(get("command"), get("script"), errors, image=get("image"))
     image = _optional_match(
         get("image"),
         "image",
@@ -195,8 +195,10 @@ def _resources(value: Any, errors: list[FieldError]) -> Resources | None:
 
 # program ------------------------------------------------------------------------------------
 def _program(
-    command: Any, script: Any, errors: list[FieldError]
+    command: Any, script: Any, errors: list[FieldError], *, image: Any = None
 ) -> tuple[tuple[str, ...] | None, str | None]:
+    if command is None and script is None and image is not None:
+        return None, None  # the image's own Entrypoint and Cmd run (docs/containers.md)
     if command is None and script is None:
         _add(errors, None, "exactly one of command or script is required; got neither")
         return None, None
