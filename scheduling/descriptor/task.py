@@ -106,8 +106,8 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
         "image",
         _IMAGE_RE,
         _MAX_IMAGE,
-        "must be a container image such as nvcr.io/nvidia/pytorch:24.01-py3 or an absolute "
-        "path to an image file (letters, digits and . _ : / @ + -)",
+        "must be a container image NAME[:TAG][@sha256:DIGEST] such as "
+        "registry.example.org/hpc/gromacs:2024.1 (letters, digits and . _ : / @ -)",
         errors,
     )
     env = _env(get("env"), errors)
