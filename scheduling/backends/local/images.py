@@ -182,7 +182,7 @@ def in_image(
     argv = list(container_argv(config.entrypoint, config.cmd, command))
     # The site's PATH and LANG unless the image sets its own (or the task does).
     given = {name for name, _ in (*spec.env, *spec.secret_env)}
-    base = {k: env[k] for k in ("PATH", "LANG") if k in env and k not in given}
+    base: dict[str, str] = {k: env[k] for k in ("PATH", "LANG") if k in env and k not in given}
     task = [(k, v) for k, v in env.items() if k not in base]
     merged = dict(container_env(config.env, tuple(task)))
     merged = {**base, **merged, **{k: env[k] for k in _OURS if k in env}}

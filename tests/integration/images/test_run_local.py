@@ -230,3 +230,29 @@ def test_the_limits_hold_inside_an_image(make, in_image):
     assert state is JobState.SUCCEEDED, (reason, log)
     assert "Max processes             64" in log
     assert "Max core file size        0" in log
+
+
+def test_a_task_in_an_image_sees_its_storage_area_at_its_path_and_starts_there(
+    make, in_image, job_root
+):
+    """The area's path runs through folders the image has too (/work is the Python image's
+    WorkingDir): they are made on the sandbox's root and the image's entries bound beside."""
+    from scheduling.decisions.storage import JobStorage, Mount
+
+    area = job_root / "area"
+    area.mkdir()
+    area.chmod(0o777)
+    (area / "data.txt").write_text("from the area\n")
+    (area / "data.txt").chmod(0o644)
+    backend = make()
+    req = in_image(
+        "switchyard/python:3",
+        "area",
+        ["python3", "-c", "import os; print(open('data.txt').read().strip(), os.getcwd())"],
+    )
+    req = dataclasses.replace(
+        req, storage=JobStorage(mounts=(Mount(str(area), False, "user"),), workdir=str(area))
+    )
+    state, reason, log = run(backend, req)
+    assert state is JobState.SUCCEEDED, (reason, log)
+    assert f"from the area {area}" in log
