@@ -256,3 +256,23 @@ def test_a_task_in_an_image_sees_its_storage_area_at_its_path_and_starts_there(
     state, reason, log = run(backend, req)
     assert state is JobState.SUCCEEDED, (reason, log)
     assert f"from the area {area}" in log
+
+
+def test_a_registry_that_goes_away_mid_pull_fails_the_attempt_and_the_retry_pulls(
+    make, in_image, flaky_registry
+):
+    """The python image (21 MB) through a relay cut after 1 MB: that attempt fails naming
+    the pull; with the registry back, the next attempt (the engine's retry) pulls and runs."""
+    backend = make()
+    base = in_image("switchyard/python:3", "cut-1", ["python3", "-c", "print('ran')"])
+    name = base.spec.image.partition("/")[2]
+    spec = dataclasses.replace(base.spec, image=f"{flaky_registry.address}/{name}")
+    flaky_registry.cut_after(1 << 20)
+    state, reason, _ = run(backend, dataclasses.replace(base, spec=spec))
+    assert state is JobState.FAILED
+    assert reason.startswith(f"pulling image {flaky_registry.address}/{name} failed"), reason
+    flaky_registry.restore()
+    retry = dataclasses.replace(base, key="cut-2", spec=dataclasses.replace(spec, name="cut-2"))
+    state, reason, log = run(backend, retry)
+    assert state is JobState.SUCCEEDED, (reason, log)
+    assert "ran" in log
