@@ -451,10 +451,12 @@ class LocalBackend(Backend):
             return None
         state.update(
             state="starting",
-            reason="; ".join([f"starting on {', '.join(placement.nodes)}", *state.get("pull", [])]),
+            reason=f"starting on {', '.join(placement.nodes)}",
             nodes=list(placement.nodes),
             queue=request.queue.name,
-            note=placement.note,  # e.g. placed across switches: the running job's reason
+            note="; ".join(
+                [*filter(None, [placement.note]), *state.get("pull", [])]
+            ),  # its running reason
             # Where it runs: the capacity a pass books for it while it lives.
             allocations=self.store.remember_alloc(key, placement),
             # What it holds, kept with the final state for accounting (usage()).

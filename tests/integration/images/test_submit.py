@@ -148,3 +148,19 @@ def test_a_tag_moved_after_submission_does_not_change_what_the_task_runs(
         job = finished(backend, attempt, timeout=60)
         assert job.state is JobState.SUCCEEDED, (job.reason, backend.log(attempt))
         assert backend.log(attempt).split()[-1] == "1"
+
+
+def test_in_a_workflow_the_refusal_names_the_tasks_field(api, images_allowed):
+    doc = {
+        "apiVersion": "switchyard/v1",
+        "kind": "Workflow",
+        "name": "wf",
+        "project": "materials",
+        "tasks": [
+            {"name": "a", "command": ["true"], "image": "demo/tiny:1"},
+            {"name": "b", "command": ["true"], "image": "demo/tiny:404"},
+        ],
+    }
+    response = api.post("/api/v1/workflows/", doc, format="json")
+    error = only_error(response)
+    assert error["field"] == "tasks[1].image" and error["got"] == "demo/tiny:404"
