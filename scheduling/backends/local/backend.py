@@ -434,8 +434,7 @@ class LocalBackend(Backend):
         """Mark the job starting; its supervisor's launch plan, or None if it failed.
         `state` is the job's pending state as this pass read it (under the lock)."""
         bwrap = shutil.which(self.bwrap)
-        if bwrap is None:
-            # Never fall back to running a task without its sandbox.
+        if bwrap is None:  # never fall back to running a task without its sandbox
             self._fail_unstarted(key, BWRAP_MISSING)
             return None
         try:
@@ -454,9 +453,8 @@ class LocalBackend(Backend):
             reason=f"starting on {', '.join(placement.nodes)}",
             nodes=list(placement.nodes),
             queue=request.queue.name,
-            note="; ".join(
-                [*filter(None, [placement.note]), *state.get("pull", [])]
-            ),  # its running reason
+            # Its running reason: placed across switches, what its image's pull took.
+            note="; ".join([*filter(None, [placement.note]), *state.get("pull", [])]),
             # Where it runs: the capacity a pass books for it while it lives.
             allocations=self.store.remember_alloc(key, placement),
             # What it holds, kept with the final state for accounting (usage()).
