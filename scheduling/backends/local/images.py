@@ -25,7 +25,12 @@ from scheduling.backends.base import SubmitRequest
 from scheduling.backends.images import CachedImage, ImageCache, ImageError
 from scheduling.backends.local.jobstore import JobStore, now_iso
 from scheduling.backends.local.ranks import rank_count
-from scheduling.decisions.images import container_argv, container_env, parse_image_ref
+from scheduling.decisions.images import (
+    ImageRefError,
+    container_argv,
+    container_env,
+    parse_image_ref,
+)
 from scheduling.decisions.types import Placement
 from scheduling.spec import TaskSpec
 
@@ -109,20 +114,16 @@ def pin_of(root: str, image: CachedImage | None) -> list[str] | None:
     return [str(cache.locks / f"{hexa}.use"), str(cache.images / hexa / "image.json")]
 
 
-def image_ref_of(spec: TaskSpec) -> str:
-    """The reference a job pulls: the task's image pinned to its submit-time digest."""
-    assert spec.image is not None and spec.image_digest is not None
-    ref = parse_image_ref(spec.image, default_registry="localhost")
-    return str(ref.with_digest(spec.image_digest))
-
-
 def pull(cache: ImageCache, spec: TaskSpec) -> tuple[CachedImage | None, str]:
     """The job's image, here (pulled by digest if need be), and a line saying what that took;
     or None and why not (the attempt fails with it; a retry pulls again)."""
-    ref = parse_image_ref(spec.image, default_registry="localhost").with_digest(
-        spec.image_digest or ""
-    )
-    before = cache.get(ref.by_digest.rpartition("@")[2])
+    try:
+        # Named in full at submission: the default registry is never used here.
+        ref = parse_image_ref(spec.image, default_registry="localhost")
+        ref = ref.with_digest(spec.image_digest or "")
+    except ImageRefError as exc:
+        return None, f"image {spec.image!r} cannot be pulled: {exc}"
+    before = cache.get(ref.digest or "")
     try:
         image = cache.pull(ref)
     except ImageError as exc:
