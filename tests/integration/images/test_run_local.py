@@ -9,6 +9,7 @@ import os
 import pwd
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from scheduling.backends.base import JobState, SubmitRequest
 from scheduling.backends.images import Skopeo
 from scheduling.backends.local import LocalBackend
 from scheduling.backends.local.images import image_cache
+from scheduling.decisions.images import parse_image_ref
 from scheduling.decisions.types import NodeView
 from scheduling.spec import TASK_TYPES
 from tests.conftest import ROOT, in_ci
@@ -61,8 +63,6 @@ def in_image(registry) -> Callable[..., SubmitRequest]:
 
     def make_request(image: str, key: str, command: list[str] | None = None, **kw):
         ref = f"{registry}/{image}"
-        from scheduling.decisions.images import parse_image_ref
-
         digest = Skopeo(timeout_s=60).digest(parse_image_ref(ref, default_registry=registry))
         req = request(key, command, **kw)
         spec = dataclasses.replace(req.spec, image=ref, image_digest=digest)
@@ -132,8 +132,6 @@ def test_the_pull_is_recorded_and_the_image_stays_pinned_while_the_job_runs(make
     cache = image_cache(backend.root)
     assert cache.get(req.spec.image_digest) is not None
     # The running job's supervisor holds the image: eviction to nothing leaves it there.
-    import time
-
     deadline = time.monotonic() + 10
     while backend.find("pinned").state is not JobState.RUNNING and time.monotonic() < deadline:
         time.sleep(0.05)
