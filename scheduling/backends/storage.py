@@ -120,7 +120,7 @@ def prepare_plan(request: SubmitRequest, default: str) -> dict:
     return {
         "workdir": folder,
         "workdir_base": base or folder,
-        "own": False,
+        "own": own_folder(request),
         "workdir_refused": workdir_refused(folder),
         "workdir_taken": workdir_taken(folder),
         "inputs": [

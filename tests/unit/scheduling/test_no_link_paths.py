@@ -7,6 +7,7 @@ here in bash as they would on a node; the local backend runs real jobs (real bub
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from scheduling.decisions.types import QueuePolicy
 from scheduling.descriptor import parse_task
 from scheduling.engine import get_backend
 from scheduling.models import Task
+from scheduling.selectors.logs import task_log
 from tests.conftest import descriptor, in_ci, submit
 from tests.unit.scheduling.test_inputs import upload
 from tests.unit.scheduling.test_local_backend import finished
@@ -130,3 +132,59 @@ def test_a_local_jobs_workdir_is_not_made_through_a_link(api, areas):
     assert job.state is JobState.FAILED, job
     assert "links are not followed" in job.reason, job.reason
     assert not (projects / "genomics" / "run-1").exists()
+
+
+# --- the task's own folder, tasks/<id>, made fresh by its job ---------------------------------
+
+
+@pytest.mark.parametrize("workdir", ["tasks/99", "tasks", "{base}/tasks/99/sub"])
+def test_a_workdir_inside_tasks_is_refused_at_submission(api, areas, workdir):
+    base = f"{areas}/projects/materials"
+    refused = submit(api, descriptor(workdir=workdir.format(base=base)))
+    assert refused.status_code == 400, refused.json()
+    [error] = refused.json()["errors"]
+    assert error["field"] == "workdir" and error["got"].startswith(f"{base}/tasks"), error
+    assert error["message"] == (
+        f"must not be inside {base}/tasks, which holds tasks' own folders"
+    ), error
+    assert Task.objects.count() == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a folder of another account is made by root")
+def test_the_slurm_script_refuses_a_tasks_folder_someone_else_made_first(two_projects):
+    base = two_projects / "p" / "materials"
+    planted = base / "tasks" / "7"
+    planted.mkdir(parents=True)
+    (planted / "train.py").write_text("import os; os.system('steal')\n")
+    os.chown(planted, 54321, 54321)  # a co-member's account
+    status, out, reason = slurm_prelude(two_projects, [], str(planted))
+    assert status == INPUT_EXIT and "STARTED" not in out, out
+    assert reason.startswith(f"the task's own folder {planted} was there before"), reason
+    # A later attempt of the same task finds the folder its own account made: reused.
+    os.chown(planted, os.geteuid(), os.getegid())
+    status, out, _ = slurm_prelude(two_projects, [], str(planted))
+    assert status == 0 and "STARTED" in out, out
+
+
+@needs_root
+def test_code_planted_in_the_next_tasks_folder_is_never_run(api, areas):
+    made = submit(api, descriptor(command=["sh", "-c", "test -e train.py && echo RAN-PLANTED"]))
+    assert made.status_code == 201, made.json()
+    task = Task.objects.get(pk=made.json()["id"])
+    # A co-member makes the folder the task will work in before it starts.
+    planted = areas / "projects" / "materials" / "tasks" / str(task.pk)
+    planted.mkdir(parents=True)
+    (planted / "train.py").write_text("print('planted')\n")
+    bob = pwd.getpwnam("sy-bob")
+    group = planted.parent.parent.stat().st_gid  # the project's, as the member's umask leaves
+    for folder in (planted.parent, planted):
+        os.chown(folder, bob.pw_uid, group)
+        folder.chmod(0o2770)
+    assert engine.task_dispatch(task.pk) == "submitted", task.reason
+    task.refresh_from_db()
+    job = finished(get_backend("local"), task.backend_id, timeout=30)
+    assert job.state is JobState.FAILED, job
+    assert job.reason.startswith(f"the task's own folder {planted} was there before"), job
+    log = task_log(task=task)
+    assert "RAN-PLANTED" not in log, log
+    assert (planted / "train.py").read_text() == "print('planted')\n"  # left alone
