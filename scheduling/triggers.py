@@ -2,19 +2,22 @@
 
 A trigger lies in a folder the task's jobs mount (its project's, its user's, a site area's:
 where the step before it writes its flag) or under one of the configured roots
-(`SWITCHYARD_TRIGGER_ROOTS`); the rule is `scheduling/decisions/triggers.py`. The path is
-resolved again at every check, so a symlink planted later cannot lead the check outside
-those folders: into another project's folder or the portal's files.
+(`SWITCHYARD_TRIGGER_ROOTS`); the rule is `scheduling/decisions/triggers.py`. Every check
+walks from that folder one name at a time, never following a symbolic link: resolving the
+path first and looking afterwards would let a folder on the way be swapped for a link in
+between, and the worker (root) would answer for a file in another project's folder or the
+portal's own files.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 
 from django.conf import settings
 
-from scheduling.decisions.storage import AreaView
+from scheduling.decisions.storage import AreaView, within
 from scheduling.decisions.triggers import Allowed, trigger_folders, trigger_problem
 
 
@@ -41,15 +44,56 @@ def trigger_path_problem(path: str, allowed: Allowed) -> str | None:
 
 
 def trigger_state(path: str, allowed: Allowed) -> str:
-    """`ready` (the file is there, inside its folders), `absent`, or `outside` (a link on
-    its way leads out of them: it is not looked at, whatever is there)."""
-    real = os.path.realpath(path)
-    if trigger_problem(path, real, allowed) is not None:
+    """`ready` (the file is there, reached without a link), `absent`, `link` (a symbolic link
+    on its way or the file itself: not followed, whatever it points at) or `outside` (not in
+    an allowed folder as written)."""
+    base = _base(path, allowed) if within(path, ("/",)) else None
+    if base is None:
         return "outside"
+    names = path[len(base) :].strip("/").split("/")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        # lstat: the resolved path has no link left; one put in its place since is not
-        # followed either.
-        os.lstat(real)
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return "absent"
-    return "ready"
+    try:
+        for name in names[:-1]:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                return "absent"
+            if stat.S_ISLNK(st.st_mode):
+                return "link"
+            try:
+                # O_NOFOLLOW: a link swapped in since the stat above is refused (ELOOP), not
+                # followed.
+                inner = os.open(name, flags, dir_fd=fd)
+            except OSError:
+                return "absent" if not _is_link(name, fd) else "link"
+            os.close(fd)
+            fd = inner
+        try:
+            st = os.stat(names[-1], dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return "absent"
+        return "link" if stat.S_ISLNK(st.st_mode) else "ready"
+    finally:
+        os.close(fd)
+
+
+def _is_link(name: str, fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _base(path: str, allowed: Allowed) -> str | None:
+    """The allowed folder the walk starts from: the deepest one `path` lies below (an
+    administrator's folder, opened as configured)."""
+    below = [
+        f.rstrip("/")
+        for f in (*allowed.folders, *allowed.roots, *allowed.resolved)
+        if path.startswith(f.rstrip("/") + "/")
+    ]
+    return max(below, key=len) if below else None

@@ -5,11 +5,13 @@ before the job was submitted (scheduling/engine/storage.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import shlex
 
 from scheduling.backends.base import SubmitRequest
+from scheduling.decisions.storage import TASKS_FOLDER, within
 from scheduling.files.folders import group_id, project_group
 
 # What a job makes in its project's folders is its project's to read and write (the folder's
@@ -62,8 +64,10 @@ def input_links(request: SubmitRequest, default: str) -> list[tuple[str, str]]:
 
 
 def missing_input(path: str) -> str:
+    # Nothing beyond the user's own path: not whether something is where a link leads.
     return (
-        f"input {path} is missing, or the job's account cannot reach it: the command did not start"
+        f"input {path} is missing or reached through a link (links on its way are not "
+        "followed): the command did not start"
     )
 
 
@@ -74,25 +78,75 @@ def taken_link(path: str, link: str) -> str:
     )
 
 
+def workdir_refused(path: str) -> str:
+    return (
+        f"the working folder {path} could not be made: something on its way is not a folder "
+        "or is a symbolic link (links are not followed): the command did not start"
+    )
+
+
+def workdir_taken(path: str) -> str:
+    return (
+        f"the task's own folder {path} was there before the task ran and is not its "
+        "account's: it is left alone and nothing in it is run; the command did not start"
+    )
+
+
+def _base(path: str, request: SubmitRequest) -> str:
+    """The mounted folder `path` lies in (the deepest), where a walk to it starts; "" when
+    none does."""
+    below = [m.path for m in request.storage.mounts if within(path, [m.path])]
+    return max(below, key=len) if below else ""
+
+
+def own_folder(request: SubmitRequest) -> bool:
+    """Whether the working folder is the task's own, `<project folder>/tasks/<id>` (a
+    descriptor's workdir is never inside tasks/: refused at submission)."""
+    path = request.storage.workdir
+    parent, name = posixpath.split(path)
+    return name.isdigit() and any(
+        m.owner == "project" and parent == posixpath.join(m.path, TASKS_FOLDER)
+        for m in request.storage.mounts
+    )
+
+
+def prepare_plan(request: SubmitRequest, default: str) -> dict:
+    """What `local/nolinks.py` does as the job's account before its sandbox: its working
+    folder made (fresh, when it is the task's own) and its inputs checked and linked, with
+    no symbolic link followed on the way (`default`: its own folder, where it works when
+    the storage names none)."""
+    folder = workdir(request, default)
+    base = _base(folder, request) if request.storage.workdir else default
+    return {
+        "workdir": folder,
+        "workdir_base": base or folder,
+        "own": own_folder(request),
+        "workdir_refused": workdir_refused(folder),
+        "workdir_taken": workdir_taken(folder),
+        "inputs": [
+            [path, _base(path, request), posixpath.basename(link)]
+            + [missing_input(path), taken_link(path, link)]
+            for path, link in input_links(request, default)
+        ],
+    }
+
+
+NOLINKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "local", "nolinks.py")
+
+
 def script_lines(request: SubmitRequest, default: str) -> list[str]:
     """A batch script's lines, run as the job's account before its sandbox: the umask, its
-    working folder made, and its inputs linked into it (`default` is its own folder, where
-    it works when the storage names none, and where a failure's reason is written)."""
-    lines = [f"umask {umask(request):03o}"]
-    if request.storage.workdir:
-        lines.append(f"mkdir -p -- {shlex.quote(request.storage.workdir)}")
+    working folder made and its inputs linked into it without following a link on the way
+    (`local/nolinks.py`, run by the node's python3), and a failure's reason written to
+    `default`, its own folder, where it works when the storage names none."""
+    with open(NOLINKS, encoding="utf-8") as f:
+        source = f.read()
+    plan = json.dumps(prepare_plan(request, default), separators=(",", ":"))
     reason = shlex.quote(posixpath.join(default, INPUT_REASON))
-    for path, link in input_links(request, default):
-        p, ln = shlex.quote(path), shlex.quote(link)
-        missing = shlex.quote(missing_input(path))
-        taken = shlex.quote(taken_link(path, link))
-        fail = 'echo "$m" >&2; printf %s "$m" > {reason}; exit {code}; }}'
-        fail = fail.format(reason=reason, code=INPUT_EXIT)
-        # -T: a folder of that name is refused, not linked into. A link to the input left by
-        # an earlier attempt in a kept folder is the same link.
-        lines.append(f"test -e {p} || {{ m={missing}; {fail}")
-        lines.append(
-            f'ln -sT -- {p} {ln} 2>/dev/null || [ "$(readlink -- {ln})" = {p} ] || '
-            f"{{ m={taken}; {fail}"
-        )
-    return lines
+    unchecked = "the working folder and inputs could not be checked: no python3 on this node"
+    return [
+        f"umask {umask(request):03o}",
+        f"m=$(python3 -I -S -c {shlex.quote(source)} {shlex.quote(plan)}) || "
+        f'{{ m="${{m:-{unchecked}}}"; echo "$m" >&2; printf %s "$m" > {reason}; '
+        f"exit {INPUT_EXIT}; }}",
+    ]

@@ -237,8 +237,15 @@ def workdir_problem(
 ) -> str | None:
     """Why a job of `pool` (of this project and user) cannot work in `workdir`, or None: it
     must be inside a folder the job mounts read-write."""
+    areas = list(areas)
     mounts = job_mounts(areas, pool=pool, project=project, user=user)
     writable = [m.path for m in mounts if not m.read_only]
+    folder = project_folder(areas, pool=pool, project=project)
+    tasks = posixpath.join(folder, TASKS_FOLDER) if folder else ""
+    if tasks and within(workdir, [tasks]):
+        # Each task's own folder is made fresh there by its job: a workdir inside it would
+        # let a member prepare another's next folder (code its job would run).
+        return f"must not be inside {tasks}, which holds tasks' own folders"
     if within(workdir, writable):
         return None
     where = ", ".join(writable) or "none: this queue's pool mounts no writable storage area"

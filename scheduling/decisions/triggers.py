@@ -5,9 +5,9 @@ A trigger may name a file in any folder the task's jobs mount — its project's 
 user's, a site area's — which is where an upstream job writes its flag, or under one of the
 site's trigger roots. Anywhere else a user could probe the portal host's file system with it
 ("does /home/x/.ssh/id_rsa exist?") or another project's folder. Both the path as written and
-the path with every symbolic link resolved must lie inside an allowed folder: the resolved
-one is what is looked at, and a link planted later inside the task's folder must not lead
-the check out of it.
+the path with every symbolic link resolved must lie inside an allowed folder at submission;
+the check itself (`scheduling/triggers.py`) walks from the allowed folder and follows no
+link at all, so a link planted later cannot lead it out.
 """
 
 from __future__ import annotations

@@ -111,12 +111,14 @@ def _allowed(task_id: int) -> Allowed:
 
 
 def _trigger_reason(path: str, state: str) -> str:
-    if state == "outside":
+    if state == "link":
         # Said without where the link leads: that is not the user's to learn.
         return (
-            f"waiting for the trigger file {path}, which now leads outside the folders its "
-            "jobs mount (a symbolic link on its way points out): it is not looked at"
+            f"waiting for the trigger file {path}, which is reached through a symbolic link "
+            "(the file or a folder on its way): links are not followed, so it is not looked at"
         )
+    if state == "outside":
+        return f"waiting for the trigger file {path}, which lies outside the folders its jobs mount"
     return f"waiting for the trigger file {path}"
 
 

@@ -238,13 +238,9 @@ def launch_plan(
         "image_pin": pin,  # held (shared) by the supervisor while the job runs
         "groups": storage.project_groups(request) if account else [],
         "umask": storage.umask(request),
-        "makedirs_as_job": [request.storage.workdir] if request.storage.workdir else [],
-        # Linked into the working folder by the job's account as it starts; the reason a
-        # missing input, or a name taken, fails it with (names the input).
-        "inputs": [
-            [path, link, storage.missing_input(path), storage.taken_link(path, link)]
-            for path, link in storage.input_links(request, work)
-        ],
+        # Made and linked by the job's account as it starts, following no link on the way
+        # (nolinks.py); a missing input, a link, a name taken fails it with the reason.
+        "prepare": storage.prepare_plan(request, work),
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,
         "bwrap": bwrap,

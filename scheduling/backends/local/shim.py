@@ -252,6 +252,8 @@ class Shim:
         block_r, block_w = os.pipe() if network is not None else (-1, -1)
         wait = ["--block-fd", str(block_r)] if network is not None else []
         argv = [argv[0], "--info-fd", str(info_w), *wait, *argv[1:]]
+        prepare = self.plan.get("prepare")
+        nolinks = _nolinks() if prepare else None
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here, only exec or _exit
             try:
@@ -273,10 +275,9 @@ class Shim:
                 for signo in (_signal.SIGPIPE, _signal.SIGXFSZ):
                     _signal.signal(signo, _signal.SIG_DFL)
                 os.umask(self.plan.get("umask", 0o077))
-                # Its working folder in a storage area: made as the job's own account.
-                for folder in self.plan.get("makedirs_as_job", ()):
-                    os.makedirs(folder, exist_ok=True)
-                failed = link_inputs(self.plan.get("inputs", ()))
+                # Its working folder made and its inputs linked, as the job's own account,
+                # following no link on the way.
+                failed = nolinks.prepare(prepare) if nolinks is not None else ""
                 if failed:
                     os.write(err_w, b"!" + failed.encode())
                     os._exit(127)
@@ -348,6 +349,16 @@ def _jobwatch():
     return jobwatch
 
 
+def _nolinks():
+    """The no-link walk beside this file (shared with the Slurm batch script)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import nolinks
+
+    return nolinks
+
+
 def _jobwait():
     """The wait loop's module beside this file, imported by path once the child runs."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -370,27 +381,6 @@ def _jobnet():
 
 class InputError(Exception):
     """An input of the job could not be linked into its working folder (the reason names it)."""
-
-
-def link_inputs(inputs: list[list[str]]) -> str:
-    """Link each input into the working folder, as the job's account: "" when all are there,
-    else the reason the first one is not. A link to the input left by an earlier attempt (a
-    kept folder) is the same link; anything else of that name is left alone."""
-    for path, link, missing, taken in inputs:
-        if not os.path.exists(path):
-            return missing
-        try:
-            os.symlink(path, link)
-        except FileExistsError:
-            try:
-                same = os.readlink(link) == path
-            except OSError:
-                same = False
-            if not same:
-                return taken
-        except OSError as exc:
-            return f"{taken} ({exc.strerror})"
-    return ""
 
 
 def _read_all(fd: int) -> bytes:

@@ -80,7 +80,23 @@ def test_a_slurm_job_reads_an_uploaded_input_as_dot_name_and_a_missing_one_fails
         ok = submit_task(api, name="given", command=["python3", "train.py"], inputs=[str(train)])
         late = submit_task(api, name="late", command=["true"], inputs=[str(gone)])
         gone.unlink()  # after submission, before it starts
-        done, failed = drive([ok, late], timeout=90)
+        # A folder on an input's way swapped for a link into another project's folder, where
+        # a file of that name is: not followed, and the reason does not tell it is there.
+        assert api.post(f"{files}/", data={"mkdir": "code"}, format="json").status_code < 300
+        put = api.put(f"{files}/code/x.py", data=b"x\n", content_type="text/x")
+        assert put.status_code == 201, put.json()
+        code = root / "projects/materials/code"
+        swapped = submit_task(api, name="swapped", command=["true"], inputs=[f"{code}/x.py"])
+        theirs = root / "projects/genomics/code"
+        theirs.mkdir(parents=True)
+        (theirs / "x.py").write_text("theirs\n")
+        (code / "x.py").unlink()
+        code.rmdir()
+        code.symlink_to(theirs)
+        done, failed, refused = drive([ok, late, swapped], timeout=90)
+        assert refused.state == "failed", refused.reason
+        assert f"input {code}/x.py is missing or reached through a link" in refused.reason
+        assert "genomics" not in refused.reason
         log = get_backend("slurm").log(done.backend_id)
         assert done.state == "succeeded", (done.reason, log)
         assert "trained\n" in log, log

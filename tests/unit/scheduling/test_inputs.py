@@ -12,7 +12,7 @@ import pytest
 
 from scheduling import engine
 from scheduling.backends.base import JobState, SubmitRequest
-from scheduling.backends.local.shim import link_inputs
+from scheduling.backends.local.nolinks import prepare
 from scheduling.backends.storage import INPUT_EXIT, script_lines
 from scheduling.decisions.storage import AreaView, JobStorage, input_problem
 from scheduling.decisions.types import QueuePolicy
@@ -130,7 +130,7 @@ def test_the_slurm_script_links_each_input_and_fails_naming_it():
         storage=JobStorage(workdir="/p/materials/tasks/7"),
     )
     text = "\n".join(script_lines(request, "/jobs/k1"))
-    assert "ln -sT -- /p/materials/train.py /p/materials/tasks/7/train.py" in text
+    assert "python3 -I -S -c" in text and '"/p/materials/train.py"' in text
     assert f"> /jobs/k1/input-reason; exit {INPUT_EXIT}" in text
 
 
@@ -303,15 +303,21 @@ def test_the_supervisor_reuses_its_own_link_and_leaves_anything_else_alone(tmp_p
     work = tmp_path / "work"
     work.mkdir()
     link = work / "train.py"
-    plan = [[str(given), str(link), "MISSING", "TAKEN"]]
-    assert link_inputs(plan) == ""
+    plan = {
+        "workdir": str(work),
+        "workdir_base": str(tmp_path),
+        "workdir_refused": "REFUSED",
+        "workdir_taken": "OWN TAKEN",
+        "inputs": [[str(given), str(tmp_path), "train.py", "MISSING", "TAKEN"]],
+    }
+    assert prepare(plan) == ""
     assert os.readlink(link) == str(given)
-    assert link_inputs(plan) == ""  # a later attempt in the kept folder
+    assert prepare(plan) == ""  # a later attempt in the kept folder
     link.unlink()
     link.write_text("mine\n")
-    assert link_inputs(plan) == "TAKEN" and link.read_text() == "mine\n"
+    assert prepare(plan) == "TAKEN" and link.read_text() == "mine\n"
     link.unlink()
     link.mkdir()  # a folder of that name is not linked into either
-    assert link_inputs(plan) == "TAKEN" and not any(link.iterdir())
+    assert prepare(plan) == "TAKEN" and not any(link.iterdir())
     given.unlink()
-    assert link_inputs(plan) == "MISSING"
+    assert prepare(plan) == "MISSING"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduling import engine
+from scheduling import engine, triggers
 from scheduling.engine import get_backend, settle
 from scheduling.models import Task
 from scheduling.presenters.starters import starter_initial
@@ -97,7 +97,8 @@ def test_a_link_planted_after_submission_that_leads_out_is_never_followed(api, a
         settle.check_triggers()
         task.refresh_from_db()
         assert task.state == "waiting" and task.backend_id == ""
-        assert "leads outside the folders its jobs mount" in task.reason
+        assert "reached through a symbolic link" in task.reason
+        assert "links are not followed" in task.reason
         assert "genomics" not in task.reason and "passwd" not in task.reason  # not told where
 
     # The folder on the way made a link into another project's folder, where the file is.
@@ -119,6 +120,51 @@ def test_a_link_planted_after_submission_that_leads_out_is_never_followed(api, a
     settle.check_triggers()
     task.refresh_from_db()
     assert task.state == "pending", task.reason
+
+
+def test_a_folder_on_the_way_swapped_for_a_link_after_it_was_checked_is_not_followed(
+    api, areas, monkeypatch
+):
+    """The race a job can win by flipping a link in a loop: the path is checked while a
+    folder on its way is real, then the folder is a link into another project's folder,
+    where the file is, when the file is looked at. Simulated deterministically: resolving
+    the path answers as it would have just before the swap."""
+    projects = areas / "projects"
+    (projects / "genomics" / "run").mkdir()
+    (projects / "genomics" / "run" / "READY").write_text("genomics' flag\n")
+    flows = projects / "materials" / "flows"
+    task = waiting_on(api, "flows/READY")
+    allowed = settle._allowed(task.pk)
+    os.symlink(projects / "genomics" / "run", flows)  # the swap
+    monkeypatch.setattr(triggers.os.path, "realpath", lambda path, **_: str(path))
+    assert triggers.trigger_state(str(flows / "READY"), allowed) == "link"
+    settle.settle_waiting([task.pk])
+    task.refresh_from_db()
+    assert task.state == "waiting" and "links are not followed" in task.reason
+    assert "genomics" not in task.reason
+    # Deeper on the way, under a trigger root too: the walk starts from the allowed folder.
+    (flows).unlink()
+    (flows / "a").mkdir(parents=True)
+    os.symlink(projects / "genomics" / "run", flows / "a" / "b")
+    assert triggers.trigger_state(str(flows / "a" / "b" / "READY"), allowed) == "link"
+    assert triggers.trigger_state(str(flows / "a" / "READY"), allowed) == "absent"
+    (flows / "a" / "READY").write_text("")
+    assert triggers.trigger_state(str(flows / "a" / "READY"), allowed) == "ready"
+
+
+def test_a_trigger_root_is_walked_the_same_way(areas, tmp_path, settings):
+    root = tmp_path / "triggers"
+    (root / "site").mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "READY").write_text("")
+    settings.SWITCHYARD_TRIGGER_ROOTS = [str(root)]
+    allowed = triggers.trigger_allowed([], pool="hpc", project="materials", user="alice")
+    os.symlink(tmp_path / "secret", root / "out")
+    assert triggers.trigger_state(str(root / "out" / "READY"), allowed) == "link"
+    assert triggers.trigger_state(str(root / "site" / "READY"), allowed) == "absent"
+    (root / "site" / "READY").write_text("")
+    assert triggers.trigger_state(str(root / "site" / "READY"), allowed) == "ready"
+    assert triggers.trigger_state(str(tmp_path / "secret" / "READY"), allowed) == "outside"
 
 
 def test_the_training_template_runs_as_it_stands_and_saves_its_model(browser, areas):
