@@ -254,18 +254,10 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
         }
     ),
 }
-# Exactly one of command / script, counting null as absent; or neither with an image (its
-# own Entrypoint and Cmd run).
-_COMMAND = {"required": ["command"], "properties": {"command": {"type": "array"}}}
-_SCRIPT = {"required": ["script"], "properties": {"script": {"type": "string"}}}
+# Exactly one of command / script, counting null as absent.
 _ONE_PROGRAM = [
-    _COMMAND,
-    _SCRIPT,
-    {
-        "required": ["image"],
-        "properties": {"image": {"type": "string"}},
-        "not": {"anyOf": [_COMMAND, _SCRIPT]},
-    },
+    {"required": ["command"], "properties": {"command": {"type": "array"}}},
+    {"required": ["script"], "properties": {"script": {"type": "string"}}},
 ]
 
 DESCRIPTOR_JSON_SCHEMA: dict[str, Any] = {
