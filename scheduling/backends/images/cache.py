@@ -165,6 +165,9 @@ class ImageCache:
         self.tmp = self.root / "tmp"
         for folder in (self.blobs / "sha256", self.layouts, self.images, self.locks, self.tmp):
             folder.mkdir(parents=True, exist_ok=True)
+        # An image being unpacked still has its set-id files (sealed only once whole): no
+        # other account may reach it.
+        self.tmp.chmod(0o700)
         # Job accounts read the root file systems: they must be able to pass through.
         for folder in (self.root, self.images):
             folder.chmod(0o755)
@@ -243,7 +246,7 @@ class ImageCache:
             if poll is not None:
                 poll()  # all of it
             pulled = time.monotonic()
-            work.mkdir()
+            work.mkdir(mode=0o700)  # unsealed until _seal below (and tmp/ is 0700)
             self._unpack(layout, work / "rootfs", ref)
             config = config_of(layout, self.blobs)
             layers = layer_sizes(layout, self.blobs)

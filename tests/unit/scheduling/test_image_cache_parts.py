@@ -152,3 +152,11 @@ def test_an_unpacked_tree_is_sealed_read_only_without_set_id_bits_and_readable_b
     _unseal(root)
     assert stat.S_IMODE((root / "private").stat().st_mode) == 0o755
     assert stat.S_IMODE(secret.stat().st_mode) == 0o444  # files stay as they were sealed
+
+
+def test_images_being_unpacked_are_reachable_by_no_other_account(tmp_path):
+    """An image is unpacked with its set-id files, sealed only once whole: the folder it is
+    unpacked in is the worker's alone, while the finished images are readable by jobs."""
+    cache = ImageCache(tmp_path / "cache", cap_bytes=0)
+    assert stat.S_IMODE(cache.tmp.stat().st_mode) == 0o700
+    assert stat.S_IMODE(cache.images.stat().st_mode) == 0o755
