@@ -69,6 +69,18 @@ def site(transactional_db, local_root):
 
 
 @pytest.fixture
+def alice_account(site) -> None:
+    """alice's jobs run as her own account, sy-alice; request it before `storage_root`,
+    which makes her folders."""
+    from django.contrib.auth.models import User
+
+    from portal.models import ClusterAccount
+
+    alice = User.objects.get(username="alice")
+    ClusterAccount.objects.get_or_create(user=alice, defaults={"unix_username": "sy-alice"})
+
+
+@pytest.fixture
 def storage_root(site) -> Iterator[Path]:
     """The demo site's storage areas moved to a fresh folder of this test's (the jobs'
     accounts pass through the var dir to it), with alice's folders made as a worker makes
