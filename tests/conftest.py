@@ -122,6 +122,19 @@ def site(db):
     site_view_invalidate()
 
 
+def move_storage_areas(root: Path) -> None:
+    """Point the demo site's storage areas below `root`, so each test has folders of its own."""
+    from django.conf import settings
+
+    from scheduling.models import StorageArea
+
+    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
+    for area in StorageArea.objects.all():
+        area.path = str(root) + area.path.removeprefix(demo)
+        area.save()
+    site_view_invalidate()
+
+
 def no_lease_schedules() -> None:
     """The default site lends inference nodes to training every night: tests must not depend on the
     hour they run at. Tests of the schedule switch it on themselves."""

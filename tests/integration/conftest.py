@@ -25,7 +25,7 @@ from django.db import connection
 from config.runtime.workers import worker_argv
 from scheduling.outbox import PUBLISHER
 from scheduling.selectors import site_view_invalidate
-from tests.conftest import ROOT, no_lease_schedules
+from tests.conftest import ROOT, move_storage_areas, no_lease_schedules
 
 
 def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, step: float = 0.05):
@@ -88,14 +88,9 @@ def storage_root(site) -> Iterator[Path]:
     from django.contrib.auth.models import User
 
     from scheduling.engine.storage import prepare_user
-    from scheduling.models import StorageArea
 
     root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
-    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
-    for area in StorageArea.objects.all():
-        area.path = str(root) + area.path.removeprefix(demo)
-        area.save()
-    site_view_invalidate()
+    move_storage_areas(root)
     prepare_user(User.objects.get(username="alice").pk)
     yield root
     shutil.rmtree(root, ignore_errors=True)

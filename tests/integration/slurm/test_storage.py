@@ -7,31 +7,20 @@ from __future__ import annotations
 
 import grp
 import pwd
-import shutil
-import uuid
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 
-from portal.models import ClusterAccount
 from scheduling.engine import get_backend
-from scheduling.engine.storage import prepare_user
 from scheduling.files.folders import project_group
-from scheduling.models import StorageArea
-from scheduling.selectors import site_view_invalidate
 from tests.integration.slurm.conftest import drive, submit_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_slurm_job_sees_its_pools_areas_and_works_in_its_own_folder(site, api, researcher):
-    root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
-    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
-    for area in StorageArea.objects.all():
-        area.path = str(root) + area.path.removeprefix(demo)
-        area.save()
-    ClusterAccount.objects.create(user=researcher, unix_username="sy-alice")
+def test_a_slurm_job_sees_its_pools_areas_and_works_in_its_own_folder(
+    api, alice_account, storage_root
+):
+    root = storage_root
     projects, datasets = root / "projects", root / "datasets"
     script = f"""
 echo "pwd=$(pwd)"
@@ -42,68 +31,55 @@ test -d {datasets} && echo DATASETS-SEEN
 echo "listed=$(ls {projects})"
 echo result > result.txt
 """
-    try:
-        pk = submit_task(api, name="areas", command=None, script=script)
-        [task] = drive([pk], timeout=90)
-        log = get_backend("slurm").log(task.backend_id)
-        assert task.state == "succeeded", (task.reason, log)
-        assert "PROJECT-WRITABLE" in log and "HOME-WRITABLE" in log, log
-        assert "DATASETS-SEEN" in log and "DATASETS-WRITABLE" not in log, log
-        assert "listed=materials\n" in log, log  # no other project's folder in its sandbox
-        workdir = projects / "materials" / "tasks" / str(pk)
-        assert f"pwd={workdir}" in log, log
-        result = workdir / "result.txt"
-        assert result.read_text() == "result\n"
-        assert result.stat().st_uid == pwd.getpwnam("sy-alice").pw_uid
-        assert result.stat().st_gid == grp.getgrnam(project_group("materials")).gr_gid
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    pk = submit_task(api, name="areas", command=None, script=script)
+    [task] = drive([pk], timeout=90)
+    log = get_backend("slurm").log(task.backend_id)
+    assert task.state == "succeeded", (task.reason, log)
+    assert "PROJECT-WRITABLE" in log and "HOME-WRITABLE" in log, log
+    assert "DATASETS-SEEN" in log and "DATASETS-WRITABLE" not in log, log
+    assert "listed=materials\n" in log, log  # no other project's folder in its sandbox
+    workdir = projects / "materials" / "tasks" / str(pk)
+    assert f"pwd={workdir}" in log, log
+    result = workdir / "result.txt"
+    assert result.read_text() == "result\n"
+    assert result.stat().st_uid == pwd.getpwnam("sy-alice").pw_uid
+    assert result.stat().st_gid == grp.getgrnam(project_group("materials")).gr_gid
 
 
 def test_a_slurm_job_reads_an_uploaded_input_as_dot_name_and_a_missing_one_fails_it(
-    site, api, researcher
+    api, alice_account, storage_root
 ):
-    root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
-    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
-    for area in StorageArea.objects.all():
-        area.path = str(root) + area.path.removeprefix(demo)
-        area.save()
-    ClusterAccount.objects.create(user=researcher, unix_username="sy-alice")
-    site_view_invalidate()
-    prepare_user(researcher.pk)  # as a worker does when she first opens Files
+    root = storage_root  # alice's folders made as a worker makes them when she opens Files
     files = "/api/v1/files/projects/materials"
-    try:
-        for name in ("train.py", "gone.py"):
-            put = api.put(f"{files}/{name}", data=b"print('trained')\n", content_type="text/x")
-            assert put.status_code == 201, put.json()
-        train, gone = root / "projects/materials/train.py", root / "projects/materials/gone.py"
-        ok = submit_task(api, name="given", command=["python3", "train.py"], inputs=[str(train)])
-        late = submit_task(api, name="late", command=["true"], inputs=[str(gone)])
-        gone.unlink()  # after submission, before it starts
-        # A folder on an input's way swapped for a link into another project's folder, where
-        # a file of that name is: not followed, and the reason does not tell it is there.
-        assert api.post(f"{files}/", data={"mkdir": "code"}, format="json").status_code < 300
-        put = api.put(f"{files}/code/x.py", data=b"x\n", content_type="text/x")
+    for name in ("train.py", "gone.py"):
+        put = api.put(f"{files}/{name}", data=b"print('trained')\n", content_type="text/x")
         assert put.status_code == 201, put.json()
-        code = root / "projects/materials/code"
-        swapped = submit_task(api, name="swapped", command=["true"], inputs=[f"{code}/x.py"])
-        theirs = root / "projects/genomics/code"
-        theirs.mkdir(parents=True)
-        (theirs / "x.py").write_text("theirs\n")
-        (code / "x.py").unlink()
-        code.rmdir()
-        code.symlink_to(theirs)
-        done, failed, refused = drive([ok, late, swapped], timeout=90)
-        assert refused.state == "failed", refused.reason
-        assert f"input {code}/x.py is missing or reached through a link" in refused.reason
-        assert "genomics" not in refused.reason
-        log = get_backend("slurm").log(done.backend_id)
-        assert done.state == "succeeded", (done.reason, log)
-        assert "trained\n" in log, log
-        link = root / "projects/materials/tasks" / str(ok) / "train.py"
-        assert link.readlink() == train
-        assert link.lstat().st_uid == pwd.getpwnam("sy-alice").pw_uid
-        assert failed.state == "failed", failed.reason
-        assert f"input {gone} is missing" in failed.reason, failed.reason
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    train, gone = root / "projects/materials/train.py", root / "projects/materials/gone.py"
+    ok = submit_task(api, name="given", command=["python3", "train.py"], inputs=[str(train)])
+    late = submit_task(api, name="late", command=["true"], inputs=[str(gone)])
+    gone.unlink()  # after submission, before it starts
+    # A folder on an input's way swapped for a link into another project's folder, where
+    # a file of that name is: not followed, and the reason does not tell it is there.
+    assert api.post(f"{files}/", data={"mkdir": "code"}, format="json").status_code < 300
+    put = api.put(f"{files}/code/x.py", data=b"x\n", content_type="text/x")
+    assert put.status_code == 201, put.json()
+    code = root / "projects/materials/code"
+    swapped = submit_task(api, name="swapped", command=["true"], inputs=[f"{code}/x.py"])
+    theirs = root / "projects/genomics/code"
+    theirs.mkdir(parents=True)
+    (theirs / "x.py").write_text("theirs\n")
+    (code / "x.py").unlink()
+    code.rmdir()
+    code.symlink_to(theirs)
+    done, failed, refused = drive([ok, late, swapped], timeout=90)
+    assert refused.state == "failed", refused.reason
+    assert f"input {code}/x.py is missing or reached through a link" in refused.reason
+    assert "genomics" not in refused.reason
+    log = get_backend("slurm").log(done.backend_id)
+    assert done.state == "succeeded", (done.reason, log)
+    assert "trained\n" in log, log
+    link = root / "projects/materials/tasks" / str(ok) / "train.py"
+    assert link.readlink() == train
+    assert link.lstat().st_uid == pwd.getpwnam("sy-alice").pw_uid
+    assert failed.state == "failed", failed.reason
+    assert f"input {gone} is missing" in failed.reason, failed.reason

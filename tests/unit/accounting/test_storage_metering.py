@@ -12,7 +12,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -27,6 +26,7 @@ from accounting.selectors import size_text
 from accounting.services import collector_create
 from scheduling.models import StorageArea
 from scheduling.selectors import site_view_invalidate
+from tests.conftest import move_storage_areas
 
 GIB = 2**30
 
@@ -48,11 +48,7 @@ def areas(site, tmp_path: Path) -> Path:
     """The demo site's areas moved below tmp_path, with folders of known contents: a
     materials folder with nested files, a sparse file, a hard link and a link pointing out
     of it at a big file; climate's; alice's home."""
-    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
-    for area in StorageArea.objects.all():
-        area.path = str(tmp_path) + area.path.removeprefix(demo)
-        area.save()
-    site_view_invalidate()
+    move_storage_areas(tmp_path)
     outside = tmp_path / "outside.bin"
     _write(outside, 3_000_000)
     materials = tmp_path / "projects" / "materials"

@@ -16,8 +16,9 @@ from portal.models import ClusterAccount
 from scheduling.backends.local import LocalBackend
 from scheduling.decisions.types import NodeView
 from scheduling.engine.storage import prepare_user
-from scheduling.models import Pool, StorageArea
+from scheduling.models import Pool
 from scheduling.selectors import site_view_invalidate
+from tests.conftest import move_storage_areas
 from tests.unit.scheduling.test_local_backend import SMALL, finished
 
 
@@ -53,10 +54,7 @@ def areas(site) -> Iterator[Path]:
     """The demo site's areas, moved to a fresh folder; every pool on the local backend;
     alice and bob mapped to accounts of their own."""
     root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
-    demo = str(settings.SWITCHYARD_DEMO_STORAGE_DIR)
-    for area in StorageArea.objects.all():
-        area.path = str(root) + area.path.removeprefix(demo)
-        area.save()
+    move_storage_areas(root)
     Pool.objects.update(backend="local")
     for name in ("alice", "bob"):
         ClusterAccount.objects.create(
