@@ -34,6 +34,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SELF="$ROOT/docker/images/registry.sh"
 STATE=${SWITCHYARD_REGISTRY_DIR:-/var/tmp/switchyard-registry}
 STATE=${STATE%/}
+ME=registry.sh
+WHY_ROOT="installs packages, runs the registry as its account"
+# shellcheck source=docker/lib.sh
+source "$ROOT/docker/lib.sh"
 PORT=${SWITCHYARD_REGISTRY_PORT:-15000}
 SUITE=${SWITCHYARD_REGISTRY_SUITE:-bookworm}
 WAIT=${SWITCHYARD_REGISTRY_WAIT:-30}
@@ -52,31 +56,12 @@ EPOCH=2024-01-01T00:00:00Z
 PYTHON_PACKAGES=python3-minimal,libpython3.11-stdlib
 PACKAGES=(docker-registry skopeo umoci mmdebstrap busybox-static)
 
-say() { printf '%s\n' "$*"; }
-fail() {
-  local message=$1
-  shift
-  printf 'registry.sh: %s\n' "$message" >&2
-  local f
-  for f in "$@"; do
-    if [ -f "$f" ]; then
-      printf -- '--- last lines of %s\n' "$f" >&2
-      tail -n 25 "$f" >&2
-    fi
-  done
-  exit 1
-}
-
 check_settings() {
   [[ $STATE == /* && $STATE != / && $STATE =~ ^[A-Za-z0-9._/+-]+$ ]] ||
     fail "SWITCHYARD_REGISTRY_DIR must be an absolute path of letters, digits, '._+-/' (got '$STATE')"
   [[ $PORT =~ ^[1-9][0-9]{0,4}$ ]] && [ "$PORT" -le 65535 ] ||
     fail "SWITCHYARD_REGISTRY_PORT must be a port number (got '$PORT')"
   [[ $SUITE =~ ^[a-z]+$ ]] || fail "SWITCHYARD_REGISTRY_SUITE must be a Debian suite name (got '$SUITE')"
-}
-
-need_root() {
-  [ "$(id -u)" -eq 0 ] || fail "must run as root (installs packages, runs the registry as its account)"
 }
 
 # The Makefile's installer: apt-get update at most twice a day, services kept from starting.
@@ -88,17 +73,6 @@ ensure_packages() {
 }
 
 # --- the registry ----------------------------------------------------------------------------
-
-# pid_of PIDFILE: the pid if the file names a live docker-registry.
-pid_of() {
-  local pid
-  [ -f "$1" ] || return 1
-  pid=$(tr -dc 0-9 <"$1")
-  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = docker-registry ] || return 1
-  printf '%s\n' "$pid"
-}
-
-port_busy() { [ -n "$(ss -Hltn "( sport = :$1 )" 2>/dev/null)" ]; }
 
 answers() { curl -fsS -m 5 -o /dev/null "http://$ADDR/v2/" 2>/dev/null; }
 
@@ -130,7 +104,7 @@ EOF
 start_registry() {
   local pid changed=0 i
   write_config && changed=1
-  if pid=$(pid_of "$PIDFILE"); then
+  if pid=$(pid_of docker-registry "$PIDFILE"); then
     if [ $changed -eq 0 ]; then
       say "registry   running (pid $pid) on $ADDR"
       return
@@ -150,17 +124,17 @@ start_registry() {
   echo $! >"$PIDFILE"
   for ((i = 0; i < WAIT * 10; i++)); do
     answers && break
-    pid_of "$PIDFILE" >/dev/null || fail "the registry exited" "$LOG/registry.log"
+    pid_of docker-registry "$PIDFILE" >/dev/null || fail "the registry exited" "$LOG/registry.log"
     sleep 0.1
   done
   answers || fail "the registry does not answer on $ADDR after ${WAIT}s" "$LOG/registry.log"
-  pid=$(pid_of "$PIDFILE") || fail "the registry is not running" "$LOG/registry.log"
+  pid=$(pid_of docker-registry "$PIDFILE") || fail "the registry is not running" "$LOG/registry.log"
   say "registry   started (pid $pid) on $ADDR as $user"
 }
 
 stop_registry() {
   local pid i
-  pid=$(pid_of "$PIDFILE") || return 0
+  pid=$(pid_of docker-registry "$PIDFILE") || return 0
   kill -TERM "$pid" 2>/dev/null || true
   for ((i = 0; i < 100; i++)); do
     [ -d "/proc/$pid" ] || break
@@ -368,15 +342,8 @@ write_env() {
 
 # --- commands --------------------------------------------------------------------------------
 
-# One registry.sh at a time per state directory; the registry starts with fd 9 closed.
-lock() {
-  mkdir -p "$STATE"
-  exec 9>"$STATE/.lock"
-  flock -w 600 9 || fail "another registry.sh holds $STATE/.lock"
-}
-
 cmd_start() {
-  need_root
+  need_root "$WHY_ROOT"
   local t0=$SECONDS
   ensure_packages
   lock
@@ -391,13 +358,13 @@ cmd_start() {
 }
 
 cmd_stop() {
-  need_root
+  need_root "$WHY_ROOT"
   if [ ! -d "$STATE" ]; then
     say "nothing to stop ($STATE does not exist)"
     return
   fi
   lock
-  pid_of "$PIDFILE" >/dev/null || say "registry   not running"
+  pid_of docker-registry "$PIDFILE" >/dev/null || say "registry   not running"
   stop_registry
 }
 
@@ -407,7 +374,7 @@ cmd_status() {
     return 3
   fi
   local pid rc=0 ref digest
-  if ! pid=$(pid_of "$PIDFILE"); then
+  if ! pid=$(pid_of docker-registry "$PIDFILE"); then
     say "registry   DOWN"
     say "stopped"
     return 3
@@ -432,7 +399,7 @@ cmd_status() {
 }
 
 cmd_destroy() {
-  need_root
+  need_root "$WHY_ROOT"
   [ -d "$STATE" ] || {
     say "nothing to destroy ($STATE does not exist)"
     return

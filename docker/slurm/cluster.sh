@@ -30,6 +30,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 STATE=${SWITCHYARD_SLURM_DIR:-/var/tmp/switchyard-slurm}
 STATE=${STATE%/}
+ME=cluster.sh
+WHY_ROOT="the daemons run as root, munged as munge"
+# shellcheck source=docker/lib.sh
+source "$ROOT/docker/lib.sh"
 CLUSTER=${SWITCHYARD_SLURM_CLUSTER:-switchyard}
 SCALE=${SWITCHYARD_SLURM_NODES_PER_POOL:-2}
 SITE=${SWITCHYARD_SLURM_SITE:-demo}
@@ -54,21 +58,6 @@ export PATH=$PATH:/usr/sbin:/sbin
 # One database (and MariaDB user) per state directory and cluster name.
 DB_NAME=sy_slurm_$(printf '%s|%s' "$STATE" "$CLUSTER" | sha1sum | cut -c1-10)
 
-say() { printf '%s\n' "$*"; }
-fail() {
-  local message=$1
-  shift
-  printf 'cluster.sh: %s\n' "$message" >&2
-  local f
-  for f in "$@"; do
-    if [ -f "$f" ]; then
-      printf -- '--- last lines of %s\n' "$f" >&2
-      tail -n 25 "$f" >&2
-    fi
-  done
-  exit 1
-}
-
 check_settings() {
   [[ $STATE == /* && $STATE != / && $STATE =~ ^[A-Za-z0-9._/+-]+$ ]] ||
     fail "SWITCHYARD_SLURM_DIR must be an absolute path of letters, digits, '._+-/' (got '$STATE')"
@@ -77,10 +66,6 @@ check_settings() {
   [[ $SCALE == all || $SCALE =~ ^[1-9][0-9]*$ ]] ||
     fail "SWITCHYARD_SLURM_NODES_PER_POOL must be a positive integer or 'all' (got '$SCALE')"
   [[ $SITE == demo || $SITE == db ]] || fail "SWITCHYARD_SLURM_SITE must be demo or db (got '$SITE')"
-}
-
-need_root() {
-  [ "$(id -u)" -eq 0 ] || fail "must run as root (the daemons run as root, munged as munge)"
 }
 
 # --- packages --------------------------------------------------------------------------------
@@ -128,21 +113,6 @@ resolve_commands() {
 }
 
 # --- processes -------------------------------------------------------------------------------
-
-# pid_of COMM PIDFILE: the pid if the file names a live process with that command name.
-pid_of() {
-  local comm=$1 file=$2 pid
-  [ -f "$file" ] || return 1
-  pid=$(tr -dc 0-9 <"$file")
-  [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
-  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ] || return 1
-  printf '%s\n' "$pid"
-}
-
-port_busy() {
-  command -v ss >/dev/null || return 1
-  [ -n "$(ss -Hltn "( sport = :$1 )" 2>/dev/null)" ]
-}
 
 # stop_pids SECONDS PID...: TERM, wait, then KILL what is left.
 stop_pids() {
@@ -478,16 +448,8 @@ write_env() {
 
 # --- commands --------------------------------------------------------------------------------
 
-# One cluster.sh at a time per state directory. Daemons are started with fd 9 closed, so
-# the lock ends with this script.
-lock() {
-  mkdir -p "$STATE"
-  exec 9>"$STATE/.lock"
-  flock -w 600 9 || fail "another cluster.sh holds $STATE/.lock"
-}
-
 cmd_start() {
-  need_root
+  need_root "$WHY_ROOT"
   local t0=$SECONDS
   ensure_packages
   resolve_commands
@@ -510,7 +472,7 @@ cmd_start() {
 }
 
 cmd_stop() {
-  need_root
+  need_root "$WHY_ROOT"
   if [ ! -d "$STATE" ]; then
     say "nothing to stop ($STATE does not exist)"
     return
@@ -622,7 +584,7 @@ cmd_status() {
 }
 
 cmd_destroy() {
-  need_root
+  need_root "$WHY_ROOT"
   [ -d "$STATE" ] || {
     say "nothing to destroy ($STATE does not exist)"
     return
