@@ -102,14 +102,14 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
             f"must not be longer than walltime ({get('walltime')})",
             get("estimate"),
         )
-    command, script = _program(get("command"), get("script"), errors)
+    command, script = _program(get("command"), get("script"), errors, image=get("image"))
     image = _optional_match(
         get("image"),
         "image",
         _IMAGE_RE,
         _MAX_IMAGE,
-        "must be a container image such as nvcr.io/nvidia/pytorch:24.01-py3 or an absolute "
-        "path to an image file (letters, digits and . _ : / @ + -)",
+        "must be a container image NAME[:TAG][@sha256:DIGEST] such as "
+        "registry.example.org/hpc/gromacs:2024.1 (letters, digits and . _ : / @ -)",
         errors,
     )
     env = _env(get("env"), errors)
@@ -199,8 +199,10 @@ def _resources(value: Any, errors: list[FieldError]) -> Resources | None:
 
 # program ------------------------------------------------------------------------------------
 def _program(
-    command: Any, script: Any, errors: list[FieldError]
+    command: Any, script: Any, errors: list[FieldError], *, image: Any = None
 ) -> tuple[tuple[str, ...] | None, str | None]:
+    if command is None and script is None and image is not None:
+        return None, None  # the image's own Entrypoint and Cmd run (docs/containers.md)
     if command is None and script is None:
         _add(errors, None, "exactly one of command or script is required; got neither")
         return None, None

@@ -39,6 +39,7 @@ import time
 
 DEFAULT_GRACE_S = 5.0
 BWRAP_MISSING = "bubblewrap (bwrap) is not installed: tasks never run unsandboxed"
+IMAGE_EVICTED = "the job's image was removed from this node's cache before it started"
 RUN_AS_ROOT = "refusing to run a job as root: no Unix account to run it as (docs/security.md)"
 
 
@@ -163,6 +164,10 @@ class Shim:
             if not is_device:
                 self.finish("failed", missing)
                 return
+        pin = plan.get("image_pin")
+        if pin and not self.pin_image(pin[0], pin[1]):
+            self.finish("failed", IMAGE_EVICTED)
+            return
         for d in plan.get("mkdirs", ()):
             os.makedirs(d, mode=0o700, exist_ok=True)
             if run_as:
@@ -212,6 +217,15 @@ class Shim:
             sandbox_start=self.sandbox[1] if self.sandbox else None,
         )
         _jobwait().wait(self, pid, out_r, jobwatch)
+
+    def pin_image(self, lock: str, whole: str) -> bool:
+        """Hold the job's image (a shared lock on its use file, docs/containers.md) until this
+        supervisor exits, so that no eviction removes it; False if it was removed already."""
+        import fcntl  # a task with an image only
+
+        self.image_fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self.image_fd, fcntl.LOCK_SH)
+        return os.path.exists(whole)
 
     def spawn(
         self, argv: list[str], env: dict[str, str], cwd: str, run_as: list[int] | None
