@@ -36,6 +36,12 @@ SWITCHYARD_IMAGE_REGISTRY = env_str("SWITCHYARD_IMAGE_REGISTRY", "")
 SWITCHYARD_IMAGE_REGISTRIES = env_list("SWITCHYARD_IMAGE_REGISTRIES", [])
 # How long a submission waits for the registry to say what a tag names.
 SWITCHYARD_IMAGE_RESOLVE_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_RESOLVE_TIMEOUT_S", 10)
+# A local backend's image cache: at most this many MiB (least recently used images evicted,
+# never one a job holds), no image that unpacks to more than the second, and skopeo's pull
+# and umoci's unpack each killed after the timeout.
+SWITCHYARD_IMAGE_CACHE_MAX_MB = env_int("SWITCHYARD_IMAGE_CACHE_MAX_MB", 20 * 1024)
+SWITCHYARD_IMAGE_MAX_UNPACKED_MB = env_int("SWITCHYARD_IMAGE_MAX_UNPACKED_MB", 8 * 1024)
+SWITCHYARD_IMAGE_PULL_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_PULL_TIMEOUT_S", 900)
 COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",

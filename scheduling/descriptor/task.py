@@ -21,9 +21,6 @@ from scheduling.descriptor.fields import (
 )
 from scheduling.descriptor.limits import (
     _ENV_NAME_RE,
-    _ENV_RESERVED_NAMES,
-    _ENV_RESERVED_PREFIX_TUPLE,
-    _ENV_RESERVED_PREFIXES,
     _GPU_TYPE_RE,
     _IMAGE_RE,
     _MAX_ARG_CHARS,
@@ -52,6 +49,7 @@ from scheduling.descriptor.limits import (
     ENV_NAME_PATTERN,
     KIND,
     SECRET_MASK,
+    env_reserved,
 )
 from scheduling.spec import FAIL_ACTIONS, NOTIFY, PRIORITIES, TASK_TYPES, Resources, TaskSpec
 
@@ -274,17 +272,6 @@ def _script(value: Any, errors: list[FieldError]) -> str | None:
 
 
 # env ----------------------------------------------------------------------------------------
-def _env_reserved(name: str) -> str | None:
-    """Why `name` may not be set by a descriptor, or None when it may."""
-    reason = _ENV_RESERVED_NAMES.get(name)
-    if reason is not None or not name.startswith(_ENV_RESERVED_PREFIX_TUPLE):
-        return reason
-    for prefix, reason in _ENV_RESERVED_PREFIXES:
-        if name.startswith(prefix):
-            return reason
-    return None
-
-
 def _env(
     value: Any, errors: list[FieldError], *, field: str = "env", secret: bool = False
 ) -> tuple[tuple[str, str], ...]:
@@ -316,7 +303,7 @@ def _env(
                 name,
             )
             continue
-        reason = _env_reserved(name)
+        reason = env_reserved(name)
         if reason is not None:
             _add(errors, path, f"is reserved: {reason}", name)
         elif not isinstance(text, str):

@@ -103,11 +103,7 @@ class LocalBackend(Backend):
         self.kill_grace_s = kill_grace_s
         # Jobs of researchers without a cluster account of their own run as this account.
         self.job_account = job_account
-        self.limits = limits.JobLimits(
-            max_processes=max_processes,
-            max_output_bytes=max_output_bytes,
-            max_disk_bytes=max_disk_bytes,
-        )
+        self.limits = limits.JobLimits(max_processes, max_output_bytes, max_disk_bytes)
         # The machine's process ids, which the jobs of a queue share (decisions/processes.py).
         self.pid_max = host_pid_max()
         # Ended jobs' folders are removed this long after they end (their log is kept).
@@ -174,8 +170,9 @@ class LocalBackend(Backend):
                 return  # unknown or finished: nothing to do
             if state["state"] == "pending":
                 # Nothing runs yet; the lock keeps a pass from starting it meanwhile.
-                state.update(state="cancelled", reason="cancelled before it started")
-                state["ended_at"] = now_iso()
+                state.update(
+                    state="cancelled", reason="cancelled before it started", ended_at=now_iso()
+                )
                 self.store.write_state(backend_id, state)
                 self.store.retire(backend_id)
                 return
@@ -287,8 +284,7 @@ class LocalBackend(Backend):
         """Remove the folders of jobs that ended more than `retention_s` ago, then the
         oldest ended folders of each user and project whose ended folders together hold more
         than their total; keep their logs and final states. Returns how many folders it
-        removed. Runs from the engine's periodic housekeeping.
-        """
+        removed. Runs from the engine's periodic housekeeping."""
         cutoff = (time.time() if now is None else now) - self.retention_s
         with self.store.locked():
             # Retires the jobs that ended since the last pass.
@@ -304,12 +300,11 @@ class LocalBackend(Backend):
 
     def _schedule_locked(self, *, find_dead: bool = False) -> dict[str, dict]:
         """Run the pass over the pending jobs and carry its decisions out (under the lock).
-
         Returns the states it read, as it left them, of the jobs it did not start or fail
-        (a poll of 10,000 jobs reads each file once, not three times). With `find_dead`
-        (the poll's passes), jobs whose supervisor died are failed too; the other passes
-        leave that to the next poll rather than look at every supervisor each time."""
+        (a poll of 10,000 jobs reads each file once). With `find_dead` (a poll's pass), jobs
+        whose supervisor died are failed too; other passes leave that to the next poll."""
         allocations, per_queue, states = self._live_allocations(find_dead=find_dead)
+        local_images.release_started(self.root, states)  # their supervisors pin their images
         waiting = {key: state for key, state in states.items() if state["state"] == "pending"}
         if not waiting:
             return states
@@ -339,9 +334,12 @@ class LocalBackend(Backend):
         plans = {}
         for decision in decisions:
             if isinstance(decision, Start):
-                state = states.pop(decision.key)
-                request = self.store.request(decision.key)
-                plan = self._prepare_start(decision.key, request, decision.placement, state)
+                state, request = states.pop(decision.key), self.store.request(decision.key)
+                try:  # a job whose start cannot be prepared fails alone, with the reason
+                    plan = self._prepare_start(decision.key, request, decision.placement, state)
+                except Exception as exc:
+                    self._fail_unstarted(decision.key, local_images.why_not(exc))
+                    continue
                 if plan is not None:
                     plans[decision.key] = plan
             elif isinstance(decision, Fail):

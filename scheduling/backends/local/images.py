@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Sequence
 
+from django.conf import settings
+
 from scheduling.backends.base import SubmitRequest
-from scheduling.backends.images import CachedImage, ImageCache, ImageError
+from scheduling.backends.images import CachedImage, ImageCache, ImageError, Pin, Skopeo
 from scheduling.backends.local.jobstore import JobStore, now_iso
 from scheduling.backends.local.ranks import rank_count
 from scheduling.decisions.images import (
@@ -44,13 +47,34 @@ BUSYBOX_MISSING = (
 _OURS = ("HOME", "TMPDIR")
 
 
+# The sandbox's system binds an image's entries one by one (rootfs_binds): an image with
+# more at its top level and on the way to the sandbox's mount points is refused, so that its
+# launch plan stays small (the launcher takes at most 1 MiB a request).
+MAX_SYSTEM_ENTRIES = 512
+
 _CACHES: dict[str, ImageCache] = {}
+# Pins the worker holds on the images of the jobs it started, until their supervisors hold
+# their own (release_started): no eviction in between. (root, key) -> pin.
+_HELD: dict[tuple[str, str], Pin] = {}
+
+
+class CannotRun(Exception):
+    """The job cannot run in its image; the message says why (it fails only that job)."""
 
 
 def image_cache(root: str) -> ImageCache:
-    """The image cache of a local backend's root: `<root>/images`."""
+    """The image cache of a local backend's root: `<root>/images`, within the site's cap
+    (least recently used images evicted, never one a job holds), its limit on one image's
+    unpacked size, and its timeouts (docs/containers.md)."""
     if root not in _CACHES:
-        _CACHES[root] = ImageCache(os.path.join(root, "images"))
+        timeout = float(settings.SWITCHYARD_IMAGE_PULL_TIMEOUT_S)
+        _CACHES[root] = ImageCache(
+            os.path.join(root, "images"),
+            cap_bytes=settings.SWITCHYARD_IMAGE_CACHE_MAX_MB << 20,
+            max_unpacked_bytes=settings.SWITCHYARD_IMAGE_MAX_UNPACKED_MB << 20,
+            skopeo=Skopeo(timeout_s=timeout),
+            unpack_timeout_s=timeout,
+        )
     return _CACHES[root]
 
 
@@ -100,8 +124,30 @@ def prepare(
         return None, "a task in an image runs on one node for now (docs/containers.md)"
     if not host_busybox():
         return None, BUSYBOX_MISSING
-    image, note = pull(image_cache(root), request.spec)
-    return image, "" if image is not None else note
+    cache = image_cache(root)
+    image, note = pull(cache, request.spec)
+    if image is None:
+        return None, note
+    try:
+        _HELD[(root, request.key)] = cache.pin(image.digest)
+    except ImageError:
+        return None, "the job's image was evicted from this node's cache as it started; retry"
+    return image, ""
+
+
+def release_started(root: str, states: dict[str, dict]) -> None:
+    """Let go of the pins this worker took for jobs it started (prepare) once their
+    supervisors hold their own: they are past "starting" (or gone)."""
+    for where, key in list(_HELD):
+        if where == root and (states.get(key) or {}).get("state") != "starting":
+            _HELD.pop((where, key)).release()
+
+
+def why_not(exc: Exception) -> str:
+    """The reason a job whose launch plan could not be made fails with (only that job)."""
+    if isinstance(exc, CannotRun):
+        return str(exc)
+    return f"the local backend could not prepare the job's start: {exc!r}"
 
 
 def pin_of(root: str, image: CachedImage | None) -> list[str] | None:
@@ -128,6 +174,12 @@ def pull(cache: ImageCache, spec: TaskSpec) -> tuple[CachedImage | None, str]:
         image = cache.pull(ref)
     except ImageError as exc:
         return None, f"pulling image {spec.image} failed: {exc.reason}"
+    config = image.config
+    if spec.command is None and spec.script is None and not (config.entrypoint or config.cmd):
+        return None, (
+            f"image {spec.image} has neither Entrypoint nor Cmd in its config, and the task "
+            "gives no command: give it a command or a script"
+        )
     if before is not None:
         return image, f"image {spec.image} was cached on this node"
     return image, (
@@ -145,23 +197,65 @@ def host_busybox() -> str | None:
 
 def rootfs_binds(rootfs: str, needed: Sequence[str]) -> list[str]:
     """bubblewrap's arguments that show `rootfs` read-only as the sandbox's system, leaving
-    room for a mount at each path of `needed` (see the module docstring)."""
+    room for a mount at each path of `needed` (see the module docstring).
+
+    Nothing is followed out of the image: a folder is entered only if it is one (lstat), a
+    needed path is made as an empty folder whatever the image has there (the mount covers
+    it), and a link or file on the way to one is refused (CannotRun), since bubblewrap would
+    follow the link from the host's root as it makes the mount. An image with more than
+    MAX_SYSTEM_ENTRIES entries to bind is refused."""
     args: list[str] = []
+    count = 0
 
     def walk(src: str, dst: str) -> None:
+        nonlocal count
         for name in sorted(os.listdir(src)):
             s, d = os.path.join(src, name), f"{dst}/{name}"
-            if os.path.islink(s):
-                args.extend(["--symlink", os.readlink(s), d])
-            elif os.path.isdir(s) and any(p == d or p.startswith(d + "/") for p in needed):
+            count += 1
+            if count > MAX_SYSTEM_ENTRIES:
+                raise CannotRun(
+                    f"the image has more than {MAX_SYSTEM_ENTRIES} entries at its top level "
+                    f"and in the folders on the way to {', '.join(needed)}, which the sandbox "
+                    "binds one by one: move them into fewer folders"
+                )
+            st = os.lstat(s)
+            if d in needed:
+                args.extend(["--dir", d])  # a mount covers it: what the image has is hidden
+            elif any(p.startswith(d + "/") for p in needed):
+                if not stat.S_ISDIR(st.st_mode):
+                    what = "a link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+                    raise CannotRun(
+                        f"the image's {d} is {what}, on the way to where the sandbox mounts "
+                        f"{next(p for p in needed if p.startswith(d + '/'))}: no link is "
+                        "followed there (make it a folder in the image)"
+                    )
                 args.extend(["--dir", d])
-                if d not in needed:  # a mount covers it: its entries would be hidden anyway
-                    walk(s, d)
-            elif os.path.isdir(s) or os.path.isfile(s):
+                walk(s, d)
+            elif stat.S_ISLNK(st.st_mode):
+                args.extend(["--symlink", os.readlink(s), d])
+            elif stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
                 args.extend(["--ro-bind", s, d])
 
     walk(rootfs, "")
     return args
+
+
+def _is_folder_in(rootfs: str, path: str) -> bool | None:
+    """Whether `path` (absolute, without ..) is a folder of the image, looked up component
+    by component without following a link; None when a link is on the way (then only the
+    sandbox, where the image is the root, can say)."""
+    at = rootfs
+    for name in filter(None, path.split("/")):
+        at = os.path.join(at, name)
+        try:
+            mode = os.lstat(at).st_mode
+        except OSError:
+            return False
+        if stat.S_ISLNK(mode):
+            return None
+        if not stat.S_ISDIR(mode):
+            return False
+    return True
 
 
 def in_image(
@@ -180,7 +274,10 @@ def in_image(
     command = list(spec.command) if spec.command is not None else None
     if spec.script is not None:
         command = ["/bin/sh", script]
-    argv = list(container_argv(config.entrypoint, config.cmd, command))
+    try:
+        argv = list(container_argv(config.entrypoint, config.cmd, command))
+    except ValueError as exc:
+        raise CannotRun(f"image {spec.image}: {exc}") from None
     # The site's PATH and LANG unless the image sets its own (or the task does).
     given = {name for name, _ in (*spec.env, *spec.secret_env)}
     base: dict[str, str] = {k: env[k] for k in ("PATH", "LANG") if k in env and k not in given}
@@ -188,7 +285,8 @@ def in_image(
     merged = dict(container_env(config.env, tuple(task)))
     merged = {**base, **merged, **{k: env[k] for k in _OURS if k in env}}
     # Docker makes a WorkingDir the image lacks; a read-only image cannot: its own folder.
-    there = config.workdir and os.path.isdir(os.path.join(image.rootfs, config.workdir[1:]))
+    # Looked up inside the image only (bubblewrap's --chdir follows a link inside it).
+    there = config.workdir and _is_folder_in(str(image.rootfs), config.workdir) is not False
     return argv, merged, config.workdir if there else work
 
 

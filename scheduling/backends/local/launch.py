@@ -39,6 +39,7 @@ from scheduling.backends.local.images import (
     rootfs_binds,
 )
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
+from scheduling.backends.local.launcher import MAX_REQUEST_BYTES
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
@@ -67,15 +68,16 @@ LAUNCHER_TIMEOUT_S = 10.0
 # How the launcher and a directly spawned supervisor are started: never with the portal's
 # environment or descriptors, in a session of their own (they outlive the worker and are
 # not hit by its signals).
+SITE_ENV = {"PATH": SAFE_PATH, "LANG": "C.UTF-8"}
 _DETACHED: dict[str, Any] = {
-    "env": {"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
+    "env": SITE_ENV,
     "stdin": subprocess.DEVNULL,
     "stdout": subprocess.DEVNULL,
     "stderr": subprocess.DEVNULL,
     "close_fds": True,
     "start_new_session": True,
 }
-LAUNCHER_BATCH = 100  # jobs a request: their plans well within the launcher's 1 MiB
+LAUNCHER_BATCH = 100  # jobs a request at most, and within the launcher's MAX_REQUEST_BYTES
 # Set by the backend from the allocation; a descriptor's env may not override them.
 RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES", *RANK_ENV)
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -228,7 +230,11 @@ def launch_plan(
     ]
     return {
         "argv": argv,
-        "env": env,
+        # bwrap runs on the host with the site's environment only; the job's (its image's
+        # Env, the task's env) is set inside the sandbox, passed to bwrap as --clearenv and
+        # --setenv through a descriptor (shim.py), not on its command line.
+        "env": dict(SITE_ENV),
+        "job_env": env,
         "cwd": work,
         "mkdirs": [work, home],
         "readable": [script] if spec.script is not None else [],
@@ -288,21 +294,22 @@ def start_supervisors(
     those that could not start.
 
     Through the root's launcher (launcher.py, started here if none serves the root): a
-    request for each LAUNCHER_BATCH of them, the plans with it, a fork each. Should the launcher fail, or
-    with `launcher` off, each plan is written beside its job and each supervisor spawned as
-    an interpreter of its own (`spawn_supervisor`; the Popen goes into `children`, to be
-    reaped).
+    request for each part of them (`_parts`), the plans with it, a fork each. Should the
+    launcher fail, or with `launcher` off, each plan is written beside its job and each
+    supervisor spawned as an interpreter of its own (`spawn_supervisor`; the Popen goes into
+    `children`, to be reaped).
     """
     if not plans:
         return {}
     failed: dict[str, str] = {}
     left = dict(plans)
     if launcher:
-        keys = list(plans)
+        # A pass that starts many jobs asks in parts (a request's size is bounded).
+        parts = _parts(plans, failed)
+        for key in failed:
+            del left[key]
         try:
-            # A pass that starts many jobs asks in parts (a request's size is bounded).
-            for at in range(0, len(keys), LAUNCHER_BATCH):
-                part = {key: plans[key] for key in keys[at : at + LAUNCHER_BATCH]}
+            for part in parts:
                 try:
                     replies = _ask_launcher(store.root, part, python)
                 except LauncherLost as exc:
@@ -328,6 +335,30 @@ def start_supervisors(
         except OSError as exc:
             failed[key] = f"could not start the local supervisor: {exc}"
     return failed
+
+
+def _parts(
+    plans: dict[str, dict[str, Any]], failed: dict[str, str]
+) -> list[dict[str, dict[str, Any]]]:
+    """The plans in requests of at most LAUNCHER_BATCH jobs and MAX_REQUEST_BYTES; a plan
+    too big for a request of its own goes into `failed` instead, saying so."""
+    parts: list[dict[str, dict[str, Any]]] = [{}]
+    size = 0
+    for key, plan in plans.items():
+        # As launcher.request_bytes frames it: a line with the key and size, then the plan.
+        n = len(marshal.dumps(plan, 4)) + len(key) + 24
+        if n > MAX_REQUEST_BYTES:
+            failed[key] = (
+                f"the job's launch plan takes {n} bytes, more than the local launcher takes "
+                f"({MAX_REQUEST_BYTES}): its environment, command or image is too large"
+            )
+            continue
+        if len(parts[-1]) >= LAUNCHER_BATCH or size + n > MAX_REQUEST_BYTES:
+            parts.append({})
+            size = 0
+        parts[-1][key] = plan
+        size += n
+    return [part for part in parts if part]
 
 
 def _ask_launcher(root: str, plans: dict[str, dict[str, Any]], python: str) -> list[str]:

@@ -10,65 +10,22 @@ import pwd
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
 from scheduling.backends.base import JobState, SubmitRequest
-from scheduling.backends.images import Skopeo
 from scheduling.backends.local import LocalBackend
 from scheduling.backends.local.images import image_cache
-from scheduling.decisions.images import parse_image_ref
-from scheduling.decisions.types import NodeView
 from scheduling.spec import TASK_TYPES
 from tests.conftest import ROOT, in_ci
-from tests.unit.scheduling.test_local_backend import finished, request
+from tests.unit.scheduling.test_local_backend import finished
 
 pytestmark = [pytest.mark.registry, pytest.mark.integration]
 if os.geteuid() != 0 and not in_ci():
     pytestmark.append(pytest.mark.skip("jobs run as other accounts only when the worker is root"))
-
-NODE = NodeView(name="n1", cpus=16, memory_mib=16 * 1024, gpus=0)
-
-
-@pytest.fixture
-def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
-    made: list[LocalBackend] = []
-
-    def _make(**options) -> LocalBackend:
-        backend = LocalBackend(
-            "local-test",
-            root=str(job_root / "root"),
-            node_source=lambda alias: [NODE],
-            kill_grace_s=0.5,
-            **options,
-        )
-        made.append(backend)
-        return backend
-
-    yield _make
-    for backend in made:
-        jobs = Path(backend.root) / "jobs"
-        for key in [p.name for p in jobs.iterdir()] if jobs.exists() else []:
-            backend.cancel(key)
-            finished(backend, key)
-
-
-@pytest.fixture
-def in_image(registry) -> Callable[..., SubmitRequest]:
-    """`in_image("demo/tiny:1", key, command, ...)`: a request whose task runs in that image
-    of the test registry, pinned to the digest its tag names now (as a submission pins it)."""
-
-    def make_request(image: str, key: str, command: list[str] | None = None, **kw):
-        ref = f"{registry}/{image}"
-        digest = Skopeo(timeout_s=60).digest(parse_image_ref(ref, default_registry=registry))
-        req = request(key, command, **kw)
-        spec = dataclasses.replace(req.spec, image=ref, image_digest=digest)
-        return dataclasses.replace(req, spec=spec)
-
-    return make_request
 
 
 def run(backend: LocalBackend, req: SubmitRequest) -> tuple[JobState, str, str]:
