@@ -24,6 +24,8 @@ system-deps:
 	@command -v bwrap >/dev/null || bash docker/install-packages.sh bubblewrap
 	@# A batch job's network: slirp4netns, and iproute2's ip for its routes (docs/security.md).
 	@command -v slirp4netns >/dev/null && test -x /usr/bin/ip -o -x /bin/ip || bash docker/install-packages.sh slirp4netns iproute2
+	@# A task in an image: skopeo pulls it, umoci unpacks it, the static busybox sets its limits (docs/containers.md).
+	@dpkg -s busybox-static >/dev/null 2>&1 && command -v skopeo >/dev/null && command -v umoci >/dev/null || bash docker/install-packages.sh busybox-static skopeo umoci
 	@# slirp4netns runs as the job's account: /dev/net/tun as udev sets it (some containers have 0600).
 	@test "$$(id -u)" != 0 || test ! -c /dev/net/tun || chmod 0666 /dev/net/tun
 	@bash docker/job-accounts.sh switchyard-job

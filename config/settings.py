@@ -26,6 +26,12 @@ from config.env import env_bool, env_int, env_list, env_networks, env_str
 from config.paths import BASE_DIR, VAR_DIR
 from config.settings_backends import (  # noqa: F401 - settings, each read by name
     COMPUTE_BACKENDS,
+    SWITCHYARD_IMAGE_CACHE_MAX_MB,
+    SWITCHYARD_IMAGE_MAX_UNPACKED_MB,
+    SWITCHYARD_IMAGE_PULL_TIMEOUT_S,
+    SWITCHYARD_IMAGE_REGISTRIES,
+    SWITCHYARD_IMAGE_REGISTRY,
+    SWITCHYARD_IMAGE_RESOLVE_TIMEOUT_S,
     SWITCHYARD_JOB_ACCOUNT,
     SWITCHYARD_JOB_BLOCKED_NETWORKS,
     SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.env import env_bool, env_int, env_networks, env_str
+from config.env import env_bool, env_int, env_list, env_networks, env_str
 from config.paths import VAR_DIR
 
 # --- Compute backends, by alias (a pool names one) ----------------------------------------
@@ -28,6 +28,20 @@ SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT = env_int(
 # Networks no batch job may reach (CIDRs, comma-separated), besides the control plane's own
 # addresses, which are always blocked (docs/security.md, "Network").
 SWITCHYARD_JOB_BLOCKED_NETWORKS = [str(n) for n in env_networks("SWITCHYARD_JOB_BLOCKED_NETWORKS")]
+# --- Container images (docs/containers.md) -------------------------------------------------
+# The registry a reference without a host names (`demo/tiny:1`), and the registries a task's
+# image may come from (host[:port], comma-separated). None allowed by default: a task with an
+# image is refused, saying that no registry is configured.
+SWITCHYARD_IMAGE_REGISTRY = env_str("SWITCHYARD_IMAGE_REGISTRY", "")
+SWITCHYARD_IMAGE_REGISTRIES = env_list("SWITCHYARD_IMAGE_REGISTRIES", [])
+# How long a submission waits for the registry to say what a tag names.
+SWITCHYARD_IMAGE_RESOLVE_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_RESOLVE_TIMEOUT_S", 10)
+# A local backend's image cache: at most this many MiB (least recently used images evicted,
+# never one a job holds), no image that unpacks to more than the second, and skopeo's pull
+# and umoci's unpack each killed after the timeout.
+SWITCHYARD_IMAGE_CACHE_MAX_MB = env_int("SWITCHYARD_IMAGE_CACHE_MAX_MB", 20 * 1024)
+SWITCHYARD_IMAGE_MAX_UNPACKED_MB = env_int("SWITCHYARD_IMAGE_MAX_UNPACKED_MB", 8 * 1024)
+SWITCHYARD_IMAGE_PULL_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_PULL_TIMEOUT_S", 900)
 COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",

@@ -40,6 +40,9 @@ class TaskSpec:
     command: tuple[str, ...] | None = None
     script: str | None = None
     image: str | None = None
+    # What `image` named when the task was submitted (`sha256:…`): every attempt runs it, even
+    # after the tag moves (docs/containers.md). Set by the portal, never by a descriptor.
+    image_digest: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     # Values no one is shown, stored sealed (scheduling/sealed.py); in clear only in the spec
     # the parser makes and the one the engine hands a backend.

@@ -80,6 +80,8 @@ def sandbox_argv(
     prlimit: str = PRLIMIT,
     devices: Sequence[str] = (),
     share_net: bool = False,
+    system: Sequence[str] | None = None,
+    runner: Sequence[str] | None = None,
 ) -> list[str]:
     """The argv prefix that runs a command in the sandbox (append the command's argv to it).
 
@@ -93,6 +95,8 @@ def sandbox_argv(
     `max_file_bytes` become the job's RLIMIT_NPROC and RLIMIT_FSIZE, set inside the new user
     namespace. `devices` are bubblewrap's arguments that bind the job's device files into its
     private /dev (devices.py): its GPUs' and nothing else of the machine's.
+    `system` replaces the host's read-only system (SYSTEM_BINDS) with an image's, and
+    `runner` what sets the limits inside it (local/images.py).
     """
     binds: list[str] = []
     for path in writable:
@@ -121,7 +125,7 @@ def sandbox_argv(
         "--new-session",
         # Only the system, read-only: the portal's code, settings, database and other users'
         # files (/work, /root, /home, /var, /srv) are not there at all.
-        *SYSTEM_BINDS,
+        *(SYSTEM_BINDS if system is None else system),
         "--dev",
         "/dev",
         *devices,
@@ -144,9 +148,7 @@ def sandbox_argv(
         "--chdir",
         chdir,
         "--",
-        prlimit,
-        *limits,
-        "--",
+        *([prlimit, *limits, "--"] if runner is None else runner),
     ]
 
 

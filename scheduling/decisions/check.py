@@ -67,14 +67,6 @@ def check(
     estimate = spec.estimate_s
     q = queue.name
 
-    if spec.image is not None:
-        # Refused, never ignored: a task that names an image expects its software from it.
-        return Refused(
-            f"pool {queue.pool} does not run containers, so image cannot be honoured; "
-            "remove it to run on the pool's own software",
-            field="image",
-        )
-
     limit = queue.max_walltime_s
     if walltime is not None and limit is not None and walltime > limit:
         return Refused(

@@ -176,6 +176,44 @@ def registry_is_local(registry: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
+def image_allowed(
+    text: object,
+    *,
+    registries: tuple[str, ...] | list[str],
+    default_registry: str,
+    pool: str,
+    runs_images: bool,
+    field: str = "image",
+) -> ImageRef:
+    """The reference a task may run, or an ImageRefError naming `field`: the site must allow
+    a registry at all, the reference must be one, its registry one of `registries`, and the
+    task's pool (`pool`) must run images (`runs_images`: its backend does)."""
+    allowed = tuple(registries)
+    if not allowed:
+        raise ImageRefError(
+            field,
+            "expected no image: this site has no image registry configured "
+            "(SWITCHYARD_IMAGE_REGISTRIES, docs/containers.md)",
+            text,
+        )
+    ref = parse_image_ref(text, default_registry=default_registry or allowed[0], field=field)
+    if ref.registry not in allowed:
+        raise ImageRefError(
+            field,
+            f"expected an image from {', '.join(allowed)} (the registries this site allows), "
+            f"not from {ref.registry}",
+            text,
+        )
+    if not runs_images:
+        raise ImageRefError(
+            field,
+            f"expected no image: pool {pool} does not run containers yet; remove it to run "
+            "on the pool's own software, or send the task to a pool of the local backend",
+            text,
+        )
+    return ref
+
+
 def container_argv(
     entrypoint: tuple[str, ...] | list[str],
     cmd: tuple[str, ...] | list[str],

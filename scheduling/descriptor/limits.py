@@ -168,6 +168,19 @@ _ENV_RESERVED_NAMES: dict[str, str] = {
     ),
 }
 
+
+def env_reserved(name: str) -> str | None:
+    """Why `name` may not be set by a descriptor (nor by an image's Env, docs/containers.md),
+    or None when it may."""
+    reason = _ENV_RESERVED_NAMES.get(name)
+    if reason is not None or not name.startswith(_ENV_RESERVED_PREFIX_TUPLE):
+        return reason
+    for prefix, reason in _ENV_RESERVED_PREFIXES:
+        if name.startswith(prefix):
+            return reason
+    return None
+
+
 _TOP_FIELDS = (
     "apiVersion",
     "kind",

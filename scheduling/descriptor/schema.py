@@ -254,10 +254,18 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
         }
     ),
 }
-# Exactly one of command / script, counting null as absent.
+# Exactly one of command / script, counting null as absent; or neither with an image (its
+# own Entrypoint and Cmd run).
+_COMMAND = {"required": ["command"], "properties": {"command": {"type": "array"}}}
+_SCRIPT = {"required": ["script"], "properties": {"script": {"type": "string"}}}
 _ONE_PROGRAM = [
-    {"required": ["command"], "properties": {"command": {"type": "array"}}},
-    {"required": ["script"], "properties": {"script": {"type": "string"}}},
+    _COMMAND,
+    _SCRIPT,
+    {
+        "required": ["image"],
+        "properties": {"image": {"type": "string"}},
+        "not": {"anyOf": [_COMMAND, _SCRIPT]},
+    },
 ]
 
 DESCRIPTOR_JSON_SCHEMA: dict[str, Any] = {

@@ -21,9 +21,6 @@ from scheduling.descriptor.fields import (
 )
 from scheduling.descriptor.limits import (
     _ENV_NAME_RE,
-    _ENV_RESERVED_NAMES,
-    _ENV_RESERVED_PREFIX_TUPLE,
-    _ENV_RESERVED_PREFIXES,
     _GPU_TYPE_RE,
     _IMAGE_RE,
     _MAX_ARG_CHARS,
@@ -52,6 +49,7 @@ from scheduling.descriptor.limits import (
     ENV_NAME_PATTERN,
     KIND,
     SECRET_MASK,
+    env_reserved,
 )
 from scheduling.spec import FAIL_ACTIONS, NOTIFY, PRIORITIES, TASK_TYPES, Resources, TaskSpec
 
@@ -102,14 +100,14 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
             f"must not be longer than walltime ({get('walltime')})",
             get("estimate"),
         )
-    command, script = _program(get("command"), get("script"), errors)
+    command, script = _program(get("command"), get("script"), errors, image=get("image"))
     image = _optional_match(
         get("image"),
         "image",
         _IMAGE_RE,
         _MAX_IMAGE,
-        "must be a container image such as nvcr.io/nvidia/pytorch:24.01-py3 or an absolute "
-        "path to an image file (letters, digits and . _ : / @ + -)",
+        "must be a container image NAME[:TAG][@sha256:DIGEST] such as "
+        "registry.example.org/hpc/gromacs:2024.1 (letters, digits and . _ : / @ -)",
         errors,
     )
     env = _env(get("env"), errors)
@@ -199,8 +197,10 @@ def _resources(value: Any, errors: list[FieldError]) -> Resources | None:
 
 # program ------------------------------------------------------------------------------------
 def _program(
-    command: Any, script: Any, errors: list[FieldError]
+    command: Any, script: Any, errors: list[FieldError], *, image: Any = None
 ) -> tuple[tuple[str, ...] | None, str | None]:
+    if command is None and script is None and image is not None:
+        return None, None  # the image's own Entrypoint and Cmd run (docs/containers.md)
     if command is None and script is None:
         _add(errors, None, "exactly one of command or script is required; got neither")
         return None, None
@@ -272,17 +272,6 @@ def _script(value: Any, errors: list[FieldError]) -> str | None:
 
 
 # env ----------------------------------------------------------------------------------------
-def _env_reserved(name: str) -> str | None:
-    """Why `name` may not be set by a descriptor, or None when it may."""
-    reason = _ENV_RESERVED_NAMES.get(name)
-    if reason is not None or not name.startswith(_ENV_RESERVED_PREFIX_TUPLE):
-        return reason
-    for prefix, reason in _ENV_RESERVED_PREFIXES:
-        if name.startswith(prefix):
-            return reason
-    return None
-
-
 def _env(
     value: Any, errors: list[FieldError], *, field: str = "env", secret: bool = False
 ) -> tuple[tuple[str, str], ...]:
@@ -314,7 +303,7 @@ def _env(
                 name,
             )
             continue
-        reason = _env_reserved(name)
+        reason = env_reserved(name)
         if reason is not None:
             _add(errors, path, f"is reserved: {reason}", name)
         elif not isinstance(text, str):

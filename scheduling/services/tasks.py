@@ -32,6 +32,7 @@ from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
 from scheduling.selectors.policy import site_minute, task_level, task_value
 from scheduling.selectors.quota import queue_usage, with_budgets
+from scheduling.services.images import task_image
 from scheduling.services.priority import (
     priority_request_from_descriptor,
     priority_requests_room,
@@ -98,6 +99,12 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
     refused = decisions.check(spec, queue, site.capacity(queue.pool))
     if refused is not None:
         raise ApplicationError(refused.reason, field=prefixed(field_prefix, refused.field))
+    spec = task_image(
+        spec,
+        pool=queue.pool,
+        backend=site.queue_backends[routed.queue],
+        field=prefixed(field_prefix, "image") or "image",
+    )
     spec = task_paths(
         spec,
         site.storage,

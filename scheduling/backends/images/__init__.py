@@ -4,6 +4,7 @@
 from scheduling.backends.images.cache import CachedImage, ImageCache, Pin
 from scheduling.backends.images.layout import ImageConfig
 from scheduling.backends.images.skopeo import (
+    BadImage,
     ImageError,
     ImageNotFound,
     PullFailed,
@@ -13,6 +14,7 @@ from scheduling.backends.images.skopeo import (
 )
 
 __all__ = [
+    "BadImage",
     "CachedImage",
     "ImageCache",
     "ImageConfig",

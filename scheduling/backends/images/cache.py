@@ -22,29 +22,40 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import json
 import os
 import shutil
 import stat
 import subprocess
+import tarfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scheduling.backends.images.layout import (
+    BadImageConfig,
     ImageConfig,
     blob_path,
     blobs_of,
     config_of,
     layer_sizes,
+    manifest_of,
 )
-from scheduling.backends.images.skopeo import ImageError, PullFailed, Skopeo
+from scheduling.backends.images.skopeo import BadImage, ImageError, PullFailed, Skopeo
 from scheduling.decisions.images import ImageRef
 
 _LAYOUT_NAME = "image"
 # progress(bytes here, bytes in all): 0 in all when the registry's manifest does not say.
+# An image whose layers hold more than this many files, folders and links is refused.
+MAX_UNPACKED_ENTRIES = 1_000_000
+_TAR_TYPES = (
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.docker.image.rootfs.diff.tar",
+)
 Progress = Callable[[int, int], None]
 
 
@@ -153,9 +164,15 @@ class ImageCache:
         cap_bytes: int | None = None,
         skopeo: Skopeo | None = None,
         umoci: str = "umoci",
+        max_unpacked_bytes: int | None = None,
+        unpack_timeout_s: float = 600.0,
     ) -> None:
         self.root = Path(root)
         self.cap_bytes = cap_bytes
+        # An image whose layers would unpack to more is refused before unpacking; umoci is
+        # killed after unpack_timeout_s.
+        self.max_unpacked_bytes = max_unpacked_bytes
+        self.unpack_timeout_s = unpack_timeout_s
         self.skopeo = skopeo or Skopeo()
         self.umoci = umoci
         self.blobs = self.root / "blobs"
@@ -246,9 +263,13 @@ class ImageCache:
             if poll is not None:
                 poll()  # all of it
             pulled = time.monotonic()
+            try:  # what a job would run it with, checked before anything is unpacked
+                config = config_of(layout, self.blobs)
+            except BadImageConfig as exc:
+                raise BadImage(str(exc)) from None
+            self._measure(layout)
             work.mkdir(mode=0o700)  # unsealed until _seal below (and tmp/ is 0700)
             self._unpack(layout, work / "rootfs", ref)
-            config = config_of(layout, self.blobs)
             layers = layer_sizes(layout, self.blobs)
             data = {
                 "digest": ref.digest,
@@ -305,6 +326,38 @@ class ImageCache:
         poll()
         return poll
 
+    def _measure(self, layout: Path) -> None:
+        """Refuse an image whose layers would unpack to more than `max_unpacked_bytes` (the
+        sizes their tar headers give, counted while decompressing, stopped once over) or more
+        than MAX_UNPACKED_ENTRIES entries: a layer may be small and unpack to a disk's worth."""
+        if self.max_unpacked_bytes is None:
+            return
+        limit, total, entries = self.max_unpacked_bytes, 0, 0
+        for layer in manifest_of(layout, self.blobs).get("layers", []):
+            kind = str(layer.get("mediaType", ""))
+            path = blob_path(self.blobs, layer["digest"])
+            if kind.endswith(("gzip", ".gzip")):
+                stream: Any = gzip.open(path, "rb")  # noqa: SIM115 (closed below)
+            elif kind in _TAR_TYPES:
+                stream = open(path, "rb")  # noqa: SIM115 (closed below)
+            else:
+                raise BadImage(
+                    f"layer {layer['digest']}: media type {kind!r} is not one this node unpacks (tar or tar+gzip)"
+                )
+            try:
+                with stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+                    for member in tar:
+                        total += max(member.size, 0)
+                        entries += 1
+                        if total > limit or entries > MAX_UNPACKED_ENTRIES:
+                            raise BadImage(
+                                f"the image unpacks to more than {limit / 1e6:.0f} MB or "
+                                f"{MAX_UNPACKED_ENTRIES} entries, this node's limit for one "
+                                "image (SWITCHYARD_IMAGE_MAX_UNPACKED_MB)"
+                            )
+            except (tarfile.TarError, OSError, EOFError) as exc:
+                raise BadImage(f"layer {layer['digest']} is not a tar archive: {exc}") from None
+
     def _unpack(self, layout: Path, rootfs: Path, ref: ImageRef) -> None:
         try:
             done = subprocess.run(
@@ -320,9 +373,14 @@ class ImageCache:
                 capture_output=True,
                 text=True,
                 check=False,
+                timeout=self.unpack_timeout_s,  # umoci is killed, what it left removed
             )
         except FileNotFoundError as e:
             raise PullFailed(f"{self.umoci} is not installed on this node") from e
+        except subprocess.TimeoutExpired:
+            raise PullFailed(
+                f"unpacking {ref} did not finish in {self.unpack_timeout_s:g}s"
+            ) from None
         if done.returncode != 0:
             words = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
             raise PullFailed(f"unpacking {ref} failed: {words}")

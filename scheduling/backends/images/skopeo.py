@@ -39,6 +39,11 @@ class RegistryDenied(ImageError):
     """The registry wants credentials this node does not have, or refuses them."""
 
 
+class BadImage(ImageError):
+    """The image is here but no job may run it: its config says something a job cannot be
+    run with, or it would unpack to more than the node allows. Pulling again will not help."""
+
+
 class PullFailed(ImageError):
     """Anything else skopeo or umoci refused; the reason is their last words."""
 

@@ -31,7 +31,8 @@ from scheduling.backends.base import (
     Run,
     SubmitRequest,
 )
-from scheduling.backends.local import launch
+from scheduling.backends.local import images as local_images
+from scheduling.backends.local import launch, limits
 from scheduling.backends.local import usage as job_usage
 from scheduling.backends.local.folders import FolderTotals
 from scheduling.backends.local.jobstore import (
@@ -80,9 +81,9 @@ class LocalBackend(Backend):
         kill_grace_s: float = KILL_GRACE_S,
         inventory_ttl_s: float = 0.0,
         job_account: str = "switchyard-job",
-        max_processes: int = launch.DEFAULT_MAX_PROCESSES,
-        max_output_bytes: int = launch.DEFAULT_MAX_OUTPUT_BYTES,
-        max_disk_bytes: int = launch.DEFAULT_MAX_DISK_BYTES,
+        max_processes: int = limits.DEFAULT_MAX_PROCESSES,
+        max_output_bytes: int = limits.DEFAULT_MAX_OUTPUT_BYTES,
+        max_disk_bytes: int = limits.DEFAULT_MAX_DISK_BYTES,
         retention_s: float = 7 * 86400,
         max_folder_bytes_per_user: int | None = None,
         max_folder_bytes_per_project: int | None = None,
@@ -102,11 +103,7 @@ class LocalBackend(Backend):
         self.kill_grace_s = kill_grace_s
         # Jobs of researchers without a cluster account of their own run as this account.
         self.job_account = job_account
-        self.limits = launch.JobLimits(
-            max_processes=max_processes,
-            max_output_bytes=max_output_bytes,
-            max_disk_bytes=max_disk_bytes,
-        )
+        self.limits = limits.JobLimits(max_processes, max_output_bytes, max_disk_bytes)
         # The machine's process ids, which the jobs of a queue share (decisions/processes.py).
         self.pid_max = host_pid_max()
         # Ended jobs' folders are removed this long after they end (their log is kept).
@@ -141,10 +138,10 @@ class LocalBackend(Backend):
             out[at] = self.find(request.key)
             if out[at] is None:
                 fresh.append(at)
+        pulled = local_images.pull_many(self.root, [requests[at] for at in fresh])
         if fresh:
             with self.store.locked():
-                for at in fresh:
-                    self.store.create(requests[at])  # False: made meanwhile by another process
+                local_images.create(self.store, [requests[at] for at in fresh], pulled)
                 self._schedule_locked()
             for at in fresh:
                 out[at] = self.store.job(requests[at].key)
@@ -173,8 +170,9 @@ class LocalBackend(Backend):
                 return  # unknown or finished: nothing to do
             if state["state"] == "pending":
                 # Nothing runs yet; the lock keeps a pass from starting it meanwhile.
-                state.update(state="cancelled", reason="cancelled before it started")
-                state["ended_at"] = now_iso()
+                state.update(
+                    state="cancelled", reason="cancelled before it started", ended_at=now_iso()
+                )
                 self.store.write_state(backend_id, state)
                 self.store.retire(backend_id)
                 return
@@ -219,9 +217,7 @@ class LocalBackend(Backend):
 
     def drain(self, node: str, reason: str) -> None:
         with self.store.locked():
-            drained = self.store.drained()
-            drained[node] = reason
-            self.store.write_drained(drained)
+            self.store.write_drained({**self.store.drained(), node: reason})
 
     def resume(self, node: str) -> None:
         with self.store.locked():
@@ -252,8 +248,7 @@ class LocalBackend(Backend):
         return found
 
     def accounted(self, start: datetime, end: datetime) -> list[Run]:
-        """The runs of every finished job (kept folders and archived states) that ended in
-        [start, end)."""
+        """The runs of every finished job (kept folders, archived states) ended in [start, end)."""
         return [
             run
             for key, state in self.store.final_states()
@@ -282,17 +277,14 @@ class LocalBackend(Backend):
                 self.store.write_leases(leases)
 
     def close(self) -> None:
-        """Stop the root's resident launcher (the jobs' supervisors go on); the next submit
-        starts it again."""
+        """Stop the root's launcher (the jobs' supervisors go on); the next submit starts it."""
         launch.stop_launcher(self.root)
 
     def housekeep(self, now: float | None = None) -> int:
         """Remove the folders of jobs that ended more than `retention_s` ago, then the
         oldest ended folders of each user and project whose ended folders together hold more
-        than their total; keep their logs and final states.
-
-        Returns how many folders it removed. Runs from the engine's periodic housekeeping.
-        """
+        than their total; keep their logs and final states. Returns how many folders it
+        removed. Runs from the engine's periodic housekeeping."""
         cutoff = (time.time() if now is None else now) - self.retention_s
         with self.store.locked():
             # Retires the jobs that ended since the last pass.
@@ -308,12 +300,11 @@ class LocalBackend(Backend):
 
     def _schedule_locked(self, *, find_dead: bool = False) -> dict[str, dict]:
         """Run the pass over the pending jobs and carry its decisions out (under the lock).
-
         Returns the states it read, as it left them, of the jobs it did not start or fail
-        (a poll of 10,000 jobs reads each file once, not three times). With `find_dead`
-        (the poll's passes), jobs whose supervisor died are failed too; the other passes
-        leave that to the next poll rather than look at every supervisor each time."""
+        (a poll of 10,000 jobs reads each file once). With `find_dead` (a poll's pass), jobs
+        whose supervisor died are failed too; other passes leave that to the next poll."""
         allocations, per_queue, states = self._live_allocations(find_dead=find_dead)
+        local_images.release_started(self.root, states)  # their supervisors pin their images
         waiting = {key: state for key, state in states.items() if state["state"] == "pending"}
         if not waiting:
             return states
@@ -343,9 +334,12 @@ class LocalBackend(Backend):
         plans = {}
         for decision in decisions:
             if isinstance(decision, Start):
-                state = states.pop(decision.key)
-                request = self.store.request(decision.key)
-                plan = self._prepare_start(decision.key, request, decision.placement, state)
+                state, request = states.pop(decision.key), self.store.request(decision.key)
+                try:  # a job whose start cannot be prepared fails alone, with the reason
+                    plan = self._prepare_start(decision.key, request, decision.placement, state)
+                except Exception as exc:
+                    self._fail_unstarted(decision.key, local_images.why_not(exc))
+                    continue
                 if plan is not None:
                     plans[decision.key] = plan
             elif isinstance(decision, Fail):
@@ -438,8 +432,7 @@ class LocalBackend(Backend):
         """Mark the job starting; its supervisor's launch plan, or None if it failed.
         `state` is the job's pending state as this pass read it (under the lock)."""
         bwrap = shutil.which(self.bwrap)
-        if bwrap is None:
-            # Never fall back to running a task without its sandbox.
+        if bwrap is None:  # never fall back to running a task without its sandbox
             self._fail_unstarted(key, BWRAP_MISSING)
             return None
         try:
@@ -448,15 +441,18 @@ class LocalBackend(Backend):
         except (launch.JobAccountError, BlockedNetworksError) as exc:
             self._fail_unstarted(key, str(exc))
             return None
-        if account and (blocked := launch.unreachable_by_others(self.root)):
-            self._fail_unstarted(key, blocked)
+        why = launch.unreachable_by_others(self.root) if account else None
+        image, why = (None, why) if why else local_images.prepare(self.root, request, placement)
+        if why:
+            self._fail_unstarted(key, why)
             return None
         state.update(
             state="starting",
             reason=f"starting on {', '.join(placement.nodes)}",
             nodes=list(placement.nodes),
             queue=request.queue.name,
-            note=placement.note,  # e.g. placed across switches: the running job's reason
+            # Its running reason: placed across switches, what its image's pull took.
+            note="; ".join([*filter(None, [placement.note]), *state.get("pull", [])]),
             # Where it runs: the capacity a pass books for it while it lives.
             allocations=self.store.remember_alloc(key, placement),
             # What it holds, kept with the final state for accounting (usage()).
@@ -479,9 +475,11 @@ class LocalBackend(Backend):
             bwrap=bwrap,
             grace_s=grace,
             account=account,
-            limits=launch.limits_for(self.limits, request, self._inventory(), pid_max=self.pid_max),
+            limits=limits.limits_for(self.limits, request, self._inventory(), pid_max=self.pid_max),
             blocked=networks,
             slirp4netns=self.slirp4netns,
+            image=image,
+            pin=local_images.pin_of(self.root, image),  # held by the supervisor while it runs
         )
         plan["state"] = state  # the supervisor continues from this state
         self.store.write_state(key, state)

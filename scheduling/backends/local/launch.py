@@ -13,7 +13,6 @@ docs/security.md says what a job can see and do.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import marshal
 import os
@@ -26,22 +25,30 @@ import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from scheduling.backends import storage
 from scheduling.backends.base import BackendError, SubmitRequest
 from scheduling.backends.devices import bwrap_args, device_minor, missing_reason
+from scheduling.backends.images import CachedImage
+from scheduling.backends.local.images import (
+    BUSYBOX,
+    busybox_limits,
+    host_busybox,
+    in_image,
+    rootfs_binds,
+)
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
+from scheduling.backends.local.launcher import MAX_REQUEST_BYTES
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
+from scheduling.backends.local.limits import JobLimits
 from scheduling.backends.local.ranks import RANK_ENV, rank_argv, rank_env
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.backends.sandbox import TMPFS, sandbox_argv
 from scheduling.decisions.devices import job_devices
-from scheduling.decisions.processes import job_processes, queue_concurrency
-from scheduling.decisions.types import NodeView, Placement
+from scheduling.decisions.types import Placement
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +68,16 @@ LAUNCHER_TIMEOUT_S = 10.0
 # How the launcher and a directly spawned supervisor are started: never with the portal's
 # environment or descriptors, in a session of their own (they outlive the worker and are
 # not hit by its signals).
+SITE_ENV = {"PATH": SAFE_PATH, "LANG": "C.UTF-8"}
 _DETACHED: dict[str, Any] = {
-    "env": {"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
+    "env": SITE_ENV,
     "stdin": subprocess.DEVNULL,
     "stdout": subprocess.DEVNULL,
     "stderr": subprocess.DEVNULL,
     "close_fds": True,
     "start_new_session": True,
 }
-LAUNCHER_BATCH = 100  # jobs a request: their plans well within the launcher's 1 MiB
+LAUNCHER_BATCH = 100  # jobs a request at most, and within the launcher's MAX_REQUEST_BYTES
 # Set by the backend from the allocation; a descriptor's env may not override them.
 RESERVED_ENV = ("SWITCHYARD_TASK_KEY", "SWITCHYARD_NODES", "CUDA_VISIBLE_DEVICES", *RANK_ENV)
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -80,8 +88,10 @@ def validate(request: SubmitRequest) -> None:
     if not KEY_RE.match(request.key):
         raise BackendError(f"key: must match [a-z0-9][a-z0-9-]*, got {request.key!r}")
     spec = request.spec
-    if (spec.command is None) == (spec.script is None):
+    if spec.command is not None and spec.script is not None:
         raise BackendError("exactly one of command and script is required")
+    if spec.command is None and spec.script is None and not spec.image_digest:
+        raise BackendError("a command or a script is required without an image")
     if spec.command is not None and (not spec.command or any("\0" in a for a in spec.command)):
         raise BackendError("command: must be a non-empty list of strings without NUL")
     if spec.script is not None and "\0" in spec.script:
@@ -129,22 +139,6 @@ def _uid_of(name: str) -> int | None:
         return None
 
 
-DEFAULT_MAX_PROCESSES = 512
-DEFAULT_MAX_OUTPUT_BYTES = 64 << 20
-DEFAULT_MAX_DISK_BYTES = 10 << 30
-
-
-@dataclass(frozen=True, slots=True)
-class JobLimits:
-    """What every local job may use beyond what it asked for (the site's settings)."""
-
-    max_processes: int = DEFAULT_MAX_PROCESSES
-    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
-    max_disk_bytes: int = DEFAULT_MAX_DISK_BYTES
-    # Why max_processes is below the site's limit, for the reason of a job killed by it.
-    processes_note: str = ""
-
-
 def launch_plan(
     store: JobStore,
     key: str,
@@ -157,8 +151,11 @@ def launch_plan(
     limits: JobLimits,
     blocked: list[str] | None = None,
     slirp4netns: str = "slirp4netns",
+    image: CachedImage | None = None,
+    pin: list[str] | None = None,
 ) -> dict[str, Any]:
-    """What the supervisor runs: the command in the sandbox, as `account`, within `limits`.
+    """What the supervisor runs: the command in the sandbox, as `account`, within `limits`;
+    over `image`'s root file system when the task has one (images.py).
 
     `blocked` (sandbox.job_network()) gives the job a network kept from those networks,
     connected through `slirp4netns` (batch types); None leaves it none (agent and sandbox
@@ -203,6 +200,14 @@ def launch_plan(
     env["CUDA_VISIBLE_DEVICES"] = _indices(one)
     # A multi-node job: one process per node it holds, all in the one sandbox (ranks.py).
     argv = rank_argv(argv, spec, placement, visible, grace_s=grace_s)
+    chdir, system, runner = storage.workdir(request, work), None, None
+    if image is not None:
+        argv, env, image_dir = in_image(image, spec, env, script=script, work=work)
+        chdir = request.storage.workdir or image_dir
+        needed = ["/dev", "/proc", *TMPFS, store.root, *(m for m, _ in storage.mounts(request))]
+        busybox = host_busybox() or "/bin/busybox"  # checked before (images.prepare)
+        system = [*rootfs_binds(str(image.rootfs), needed), "--ro-bind", busybox, BUSYBOX]
+        runner = busybox_limits(limits.max_processes, limits.max_disk_bytes)
     # The memory it booked: its request on every node it holds (one process tree here).
     memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib
     memory_bytes = memory << 20
@@ -210,26 +215,33 @@ def launch_plan(
         *sandbox_argv(
             bwrap,
             writable=[work, home],  # HOME must be writable too
-            readonly=[script] if spec.command is None else [],
+            readonly=[script] if spec.script is not None else [],
             mounts=storage.mounts(request),  # the site's storage areas of its pool
             hide=store.root,
-            chdir=storage.workdir(request, work),
+            chdir=chdir,
             tmp_bytes=memory_bytes,
             max_processes=limits.max_processes,
             max_file_bytes=limits.max_disk_bytes,
             devices=bwrap_args(binds),
+            system=system,
+            runner=runner,
         ),
         *argv,
     ]
     return {
         "argv": argv,
-        "env": env,
+        # bwrap runs on the host with the site's environment only; the job's (its image's
+        # Env, the task's env) is set inside the sandbox, passed to bwrap as --clearenv and
+        # --setenv through a descriptor (shim.py), not on its command line.
+        "env": dict(SITE_ENV),
+        "job_env": env,
         "cwd": work,
         "mkdirs": [work, home],
-        "readable": [script] if spec.command is None else [],
+        "readable": [script] if spec.script is not None else [],
         # Checked by the supervisor before the sandbox starts: a missing one fails the job.
         "devices": [[host, missing_reason(host, what)] for host, _, what in binds],
         "run_as": list(account) if account else None,
+        "image_pin": pin,  # held (shared) by the supervisor while the job runs
         "groups": storage.project_groups(request) if account else [],
         "umask": storage.umask(request),
         # Made and linked by the job's account as it starts, following no link on the way
@@ -282,21 +294,22 @@ def start_supervisors(
     those that could not start.
 
     Through the root's launcher (launcher.py, started here if none serves the root): a
-    request for each LAUNCHER_BATCH of them, the plans with it, a fork each. Should the launcher fail, or
-    with `launcher` off, each plan is written beside its job and each supervisor spawned as
-    an interpreter of its own (`spawn_supervisor`; the Popen goes into `children`, to be
-    reaped).
+    request for each part of them (`_parts`), the plans with it, a fork each. Should the
+    launcher fail, or with `launcher` off, each plan is written beside its job and each
+    supervisor spawned as an interpreter of its own (`spawn_supervisor`; the Popen goes into
+    `children`, to be reaped).
     """
     if not plans:
         return {}
     failed: dict[str, str] = {}
     left = dict(plans)
     if launcher:
-        keys = list(plans)
+        # A pass that starts many jobs asks in parts (a request's size is bounded).
+        parts = _parts(plans, failed)
+        for key in failed:
+            del left[key]
         try:
-            # A pass that starts many jobs asks in parts (a request's size is bounded).
-            for at in range(0, len(keys), LAUNCHER_BATCH):
-                part = {key: plans[key] for key in keys[at : at + LAUNCHER_BATCH]}
+            for part in parts:
                 try:
                     replies = _ask_launcher(store.root, part, python)
                 except LauncherLost as exc:
@@ -322,6 +335,30 @@ def start_supervisors(
         except OSError as exc:
             failed[key] = f"could not start the local supervisor: {exc}"
     return failed
+
+
+def _parts(
+    plans: dict[str, dict[str, Any]], failed: dict[str, str]
+) -> list[dict[str, dict[str, Any]]]:
+    """The plans in requests of at most LAUNCHER_BATCH jobs and MAX_REQUEST_BYTES; a plan
+    too big for a request of its own goes into `failed` instead, saying so."""
+    parts: list[dict[str, dict[str, Any]]] = [{}]
+    size = 0
+    for key, plan in plans.items():
+        # As launcher.request_bytes frames it: a line with the key and size, then the plan.
+        n = len(marshal.dumps(plan, 4)) + len(key) + 24
+        if n > MAX_REQUEST_BYTES:
+            failed[key] = (
+                f"the job's launch plan takes {n} bytes, more than the local launcher takes "
+                f"({MAX_REQUEST_BYTES}): its environment, command or image is too large"
+            )
+            continue
+        if len(parts[-1]) >= LAUNCHER_BATCH or size + n > MAX_REQUEST_BYTES:
+            parts.append({})
+            size = 0
+        parts[-1][key] = plan
+        size += n
+    return [part for part in parts if part]
 
 
 def _ask_launcher(root: str, plans: dict[str, dict[str, Any]], python: str) -> list[str]:
@@ -436,30 +473,6 @@ def signal_child(state: Mapping[str, Any], signo: int) -> None:
     if box_pid and box_start is not None and proc_start_time(box_pid) == box_start:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(box_pid, signal.SIGKILL)
-
-
-def limits_for(
-    limits: JobLimits,
-    request: SubmitRequest,
-    inventory: Mapping[str, Sequence[NodeView]],
-    *,
-    pid_max: int,
-) -> JobLimits:
-    """The site's limits, with a process limit small enough that the jobs its queue may run
-    at once fit this machine's process ids (decisions/processes.py)."""
-    nodes = inventory.get(request.queue.pool) or inventory.get("") or ()
-    concurrency = queue_concurrency(request.queue, nodes)
-    limit = job_processes(limits.max_processes, concurrency, pid_max)
-    if limit == limits.max_processes:
-        return limits
-    return dataclasses.replace(
-        limits,
-        max_processes=limit,
-        processes_note=(
-            f"queue {request.queue.name} may run {concurrency} jobs at once, within this "
-            f"host's {pid_max} process ids"
-        ),
-    )
 
 
 def unreachable_by_others(root: str) -> str | None:

@@ -24,8 +24,11 @@ What a job needs until its command runs is here, in the one module every start l
 rather than spread over imports that each start would pay for; the wait loop, needed only
 once the command runs, is `jobwait.py`, imported by path then.
 
-The child's environment is exactly `plan["env"]`, built by the backend from nothing: this
-process's own environment never reaches it.
+bwrap's environment is exactly `plan["env"]`, the site's own (PATH, LANG), and this
+process's own never reaches it; the job's (`plan["job_env"]`: the task's env, its image's
+Env) is set only inside the sandbox, by bwrap's --clearenv and --setenv read from a memfd
+(--args): neither an image nor a task can set what the host's bwrap runs with (LD_PRELOAD),
+and no value shows on bwrap's command line.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import time
 
 DEFAULT_GRACE_S = 5.0
 BWRAP_MISSING = "bubblewrap (bwrap) is not installed: tasks never run unsandboxed"
+IMAGE_EVICTED = "the job's image was removed from this node's cache before it started"
 RUN_AS_ROOT = "refusing to run a job as root: no Unix account to run it as (docs/security.md)"
 
 
@@ -111,6 +115,7 @@ class Shim:
         self.sandbox: tuple[int, int | None] | None = None  # (pid, start) of the sandbox init
         self.watch = None  # the watchdog (jobwatch.Limits) once the job runs
         self.net: tuple[int, int] | None = None  # a batch job's slirp4netns (jobnet.py)
+        self.image_fd: int | None = None  # the pin on the job's image (pin_image)
 
     def update_state(self, **fields: object) -> None:
         self.state.update(fields)
@@ -123,6 +128,9 @@ class Shim:
         # waited for, whichever is more.
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
         watched = self.watch
+        if self.image_fd is not None:  # its image is no longer used: it may be evicted now
+            os.close(self.image_fd)
+            self.image_fd = None
         self.update_state(
             state=state,
             reason=reason,
@@ -163,6 +171,10 @@ class Shim:
             if not is_device:
                 self.finish("failed", missing)
                 return
+        pin = plan.get("image_pin")
+        if pin and not self.pin_image(pin[0], pin[1]):
+            self.finish("failed", IMAGE_EVICTED)
+            return
         for d in plan.get("mkdirs", ()):
             os.makedirs(d, mode=0o700, exist_ok=True)
             if run_as:
@@ -213,6 +225,15 @@ class Shim:
         )
         _jobwait().wait(self, pid, out_r, jobwatch)
 
+    def pin_image(self, lock: str, whole: str) -> bool:
+        """Hold the job's image (a shared lock on its use file, docs/containers.md) until this
+        supervisor exits, so that no eviction removes it; False if it was removed already."""
+        import fcntl  # a task with an image only
+
+        self.image_fd = fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return os.path.exists(whole)
+
     def spawn(
         self, argv: list[str], env: dict[str, str], cwd: str, run_as: list[int] | None
     ) -> tuple[int, int | None, int]:
@@ -237,6 +258,17 @@ class Shim:
         network = self.plan.get("network")
         block_r, block_w = os.pipe() if network is not None else (-1, -1)
         wait = ["--block-fd", str(block_r)] if network is not None else []
+        # The job's environment, for inside the sandbox only (see the module docstring).
+        job_env = self.plan.get("job_env")
+        args_fd = -1
+        if job_env is not None:
+            args_fd = os.memfd_create("bwrap-args")  # close-on-exec until the child's exec
+            pairs = [arg for k, v in job_env.items() for arg in ("--setenv", k, v)]
+            data = b"".join(a.encode() + b"\0" for a in ["--clearenv", *pairs])
+            while data:
+                data = data[os.write(args_fd, data) :]
+            os.lseek(args_fd, 0, 0)
+            wait = ["--args", str(args_fd), *wait]
         argv = [argv[0], "--info-fd", str(info_w), *wait, *argv[1:]]
         prepare = self.plan.get("prepare")
         nolinks = _nolinks() if prepare else None
@@ -269,15 +301,16 @@ class Shim:
                     os._exit(127)
                 os.chdir(cwd)
                 os.set_inheritable(info_w, True)
-                if block_r >= 0:
-                    os.set_inheritable(block_r, True)
+                for fd in (block_r, args_fd):
+                    if fd >= 0:
+                        os.set_inheritable(fd, True)
                 # Every other descriptor is non-inheritable, so exec closes it.
                 os.execvpe(argv[0], argv, env)  # PATH is looked up in `env`, not ours
             except OSError as exc:
                 os.write(err_w, str(exc.errno or 0).encode())
             finally:
                 os._exit(127)
-        for fd in (err_w, out_w, null_fd, info_w, block_r):
+        for fd in (err_w, out_w, null_fd, info_w, block_r, args_fd):
             if fd >= 0:
                 os.close(fd)
         data = _read_all(err_r)

@@ -8,20 +8,31 @@ cannot (not root, no package mirror), these tests fail in CI and skip elsewhere.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import gzip
+import hashlib
+import io
+import json
 import os
 import selectors
 import socket
 import subprocess
+import tarfile
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from scheduling.backends.base import SubmitRequest
 from scheduling.backends.images import ImageCache, Skopeo
+from scheduling.backends.local import LocalBackend
 from scheduling.decisions.images import ImageRef, parse_image_ref
+from scheduling.decisions.types import NodeView
 from tests.conftest import ROOT, in_ci
+from tests.unit.scheduling.test_local_backend import finished, request
 
 REGISTRY_SH = ROOT / "docker" / "images" / "registry.sh"
 STATE_DIR = Path(os.environ.get("SWITCHYARD_REGISTRY_DIR", "/var/tmp/switchyard-registry"))
@@ -166,3 +177,151 @@ def flaky_registry(registry) -> Iterator[FlakyProxy]:
     proxy = FlakyProxy(registry)
     yield proxy
     proxy.close()
+
+
+class ImageBuilder:
+    """Images made for one test and pushed to the test registry as `test/<name>:<tag>`: the
+    base image (switchyard/base:1) with one more layer of `entries` and its config changed by
+    `config` (a key set to None is removed). Written as an OCI layout by hand, so that a
+    config no build tool would write (no Entrypoint nor Cmd, an Env that is not NAME=value, a
+    WorkingDir with ..) can be had too."""
+
+    def __init__(self, registry: str, folder: Path) -> None:
+        self.registry = registry
+        self.layout = folder / "layout"
+        self.blobs = self.layout / "blobs" / "sha256"
+        subprocess.run(
+            ["skopeo", "copy", "--quiet", "--src-tls-verify=false"]
+            + [f"docker://{registry}/switchyard/base:1", f"oci:{self.layout}:base"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        index = json.loads((self.layout / "index.json").read_text())
+        self.base_manifest = self._read(index["manifests"][0]["digest"])
+
+    def _read(self, digest: str) -> dict:
+        return json.loads((self.blobs / digest.partition(":")[2]).read_bytes())
+
+    def _write(self, data: bytes) -> str:
+        hexa = hashlib.sha256(data).hexdigest()
+        (self.blobs / hexa).write_bytes(data)
+        return f"sha256:{hexa}"
+
+    def push(
+        self,
+        name: str,
+        *,
+        config: dict | None = None,
+        entries: Sequence[tuple[str, str, str]] = (),
+        tag: str | None = None,
+    ) -> str:
+        """Push the image; its reference. `entries` are (kind, path, what): ("dir", path,
+        ""), ("file", path, content) or ("link", path, target)."""
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w") as tar:
+            for kind, path, what in entries:
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.mtime = 0
+                if kind == "dir":
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+                elif kind == "link":
+                    info.type, info.linkname = tarfile.SYMTYPE, what
+                    tar.addfile(info)
+                else:
+                    data = what.encode()
+                    info.size, info.mode = len(data), 0o644
+                    tar.addfile(info, io.BytesIO(data))
+        layer = gzip.compress(raw.getvalue(), mtime=0)
+        manifest = json.loads(json.dumps(self.base_manifest))
+        image_config = self._read(manifest["config"]["digest"])
+        image_config["rootfs"]["diff_ids"].append(
+            "sha256:" + hashlib.sha256(raw.getvalue()).hexdigest()
+        )
+        image_config.setdefault("history", []).append({"created_by": f"test {name}"})
+        for key, value in (config or {}).items():
+            if value is None:
+                image_config["config"].pop(key, None)
+            else:
+                image_config["config"][key] = value
+        config_bytes = json.dumps(image_config).encode()
+        manifest["config"] = {**manifest["config"], "digest": self._write(config_bytes)}
+        manifest["config"]["size"] = len(config_bytes)
+        manifest["layers"].append(
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": self._write(layer),
+                "size": len(layer),
+            }
+        )
+        manifest_bytes = json.dumps(manifest).encode()
+        tag = tag or uuid.uuid4().hex[:12]
+        index = {
+            "schemaVersion": 2,
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": self._write(manifest_bytes),
+                    "size": len(manifest_bytes),
+                    "annotations": {"org.opencontainers.image.ref.name": tag},
+                }
+            ],
+        }
+        (self.layout / "index.json").write_text(json.dumps(index))
+        reference = f"test/{name}:{tag}"
+        subprocess.run(
+            ["skopeo", "copy", "--quiet", "--dest-tls-verify=false"]
+            + [f"oci:{self.layout}:{tag}", f"docker://{self.registry}/{reference}"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        return reference
+
+
+@pytest.fixture(scope="session")
+def build_image(registry, tmp_path_factory) -> ImageBuilder:
+    """`build_image.push("name", config={...}, entries=[...])`: see ImageBuilder."""
+    return ImageBuilder(registry, tmp_path_factory.mktemp("images"))
+
+
+NODE = NodeView(name="n1", cpus=16, memory_mib=16 * 1024, gpus=0)
+
+
+@pytest.fixture
+def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
+    made: list[LocalBackend] = []
+
+    def _make(**options) -> LocalBackend:
+        backend = LocalBackend(
+            "local-test",
+            root=str(job_root / "root"),
+            node_source=lambda alias: [NODE],
+            kill_grace_s=0.5,
+            **options,
+        )
+        made.append(backend)
+        return backend
+
+    yield _make
+    for backend in made:
+        jobs = Path(backend.root) / "jobs"
+        for key in [p.name for p in jobs.iterdir()] if jobs.exists() else []:
+            backend.cancel(key)
+            finished(backend, key)
+
+
+@pytest.fixture
+def in_image(registry) -> Callable[..., SubmitRequest]:
+    """`in_image("demo/tiny:1", key, command, ...)`: a request whose task runs in that image
+    of the test registry, pinned to the digest its tag names now (as a submission pins it)."""
+
+    def make_request(image: str, key: str, command: list[str] | None = None, **kw):
+        ref = f"{registry}/{image}"
+        digest = Skopeo(timeout_s=60).digest(parse_image_ref(ref, default_registry=registry))
+        req = request(key, command, **kw)
+        spec = dataclasses.replace(req.spec, image=ref, image_digest=digest)
+        return dataclasses.replace(req, spec=spec)
+
+    return make_request

@@ -185,5 +185,5 @@ def test_an_image_is_refused_never_ignored(api):
     assert response.status_code == 400
     [error] = response.json()["errors"]
     assert error["field"] == "image"
-    assert "does not run containers" in error["message"]
+    assert "no image registry configured" in error["message"]
     assert not Task.objects.exists()
