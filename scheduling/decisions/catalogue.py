@@ -111,7 +111,7 @@ class Verdict:
 def usable(catalogue: Catalogue, task_type: str, pool: str, today: date) -> list[str]:
     """What a task of `task_type` on `pool` may name, for a refusal to say."""
     names = [
-        e.shown
+        e.shown + (" (deprecated)" if e.deprecated(today) else "")
         for e in catalogue.images
         if e.for_type(task_type) and e.for_pool(pool) and not e.retired(today)
     ]
