@@ -2,9 +2,9 @@
 version can be restored (docs/console.md).
 
 Pools, nodes, queues, routing and level rules, classifier thresholds, quotas, rate cards,
-lease schedules, storage areas and projects' fair shares are watched through Django's model
-signals, so a change is recorded however it is made: a console page, the API, the admin
-console, a management command. A version keeps the object's fields before and after (foreign keys as
+lease schedules, storage areas, the image catalogue and projects' fair shares are watched
+through Django's model signals, so a change is recorded however it is made: a console page,
+the API, the admin console, a management command. A version keeps the object's fields before and after (foreign keys as
 ids, many-to-many as lists of ids), its author, time and reason; the diff is computed from
 the two. Operational state that the portal itself moves (a node's up/drained/down and health)
 is not configuration: drains and resumes are in the audit log instead.
@@ -46,6 +46,8 @@ TRACKED: dict[str, frozenset[str]] = {
     "scheduling.classifiersettings": frozenset(),
     "scheduling.leaseschedule": frozenset(),
     "scheduling.storagearea": frozenset(),
+    "scheduling.imageregistry": frozenset(),
+    "scheduling.catalogueimage": frozenset(),
     "scheduling.quota": frozenset({"updated_at"}),
     "portal.project": frozenset({"created_at"}),
     "accounting.rate": frozenset(),

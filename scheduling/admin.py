@@ -5,7 +5,9 @@ from portal.models import Project
 from scheduling.models import (
     Alert,
     Attempt,
+    CatalogueImage,
     ClassifierSettings,
+    ImageRegistry,
     LeaseSchedule,
     LevelRule,
     Node,
@@ -30,7 +32,7 @@ class NodeInline(admin.TabularInline):
 
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "backend"]
+    list_display = ["name", "kind", "backend", "max_image_bytes"]
     inlines = [NodeInline]
 
 
@@ -135,6 +137,20 @@ class TaskAdmin(admin.ModelAdmin):
 class StorageAreaAdmin(admin.ModelAdmin):
     # Versioned in the configuration history as pools and queues are (docs/storage.md).
     list_display = ["name", "path", "owner", "read_only", "quota_bytes", "retention_days"]
+    filter_horizontal = ["pools"]
+
+
+@admin.register(ImageRegistry)
+class ImageRegistryAdmin(admin.ModelAdmin):
+    # The image catalogue, versioned like pools and storage areas (docs/containers.md).
+    list_display = ["host", "any_image", "note"]
+
+
+@admin.register(CatalogueImage)
+class CatalogueImageAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "family", "task_types", "default_for", "state", "retire_on"]
+    list_filter = ["family", "state", "registry"]
+    search_fields = ["repository"]
     filter_horizontal = ["pools"]
 
 

@@ -3,6 +3,7 @@ from django.urls import path
 from scheduling.api import canary as api_canary
 from scheduling.api import capacity as api_capacity
 from scheduling.api import files as api_files
+from scheduling.api import images as api_images
 from scheduling.api import policy as api_policy
 from scheduling.api import queues as api_queues
 from scheduling.api import quotas as api_quotas
@@ -26,6 +27,7 @@ urlpatterns = [
     path("files/", api_files.FileRoot.as_view(), name="api-files"),
     path("files/<slug:area>/", api_files.FileArea.as_view(), name="api-files-area"),
     path("files/<slug:area>/<path:path>", api_files.FileDetail.as_view(), name="api-file"),
+    path("images/", api_images.ImageList.as_view(), name="api-images"),
     path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
     path("leases/<int:pk>/", api_capacity.LeaseDetail.as_view(), name="api-lease"),
     path("leases/<int:pk>/end/", api_capacity.LeaseEnd.as_view(), name="api-lease-end"),

@@ -1,9 +1,11 @@
 """The scheduling app's tables: the site (`site`), work (`tasks`), capacity (`capacity`),
-storage areas (`storage`), and what projects may use of a queue (`quotas`, `priority`)."""
+storage areas (`storage`), the image catalogue (`images`), and what projects may use of a
+queue (`quotas`, `priority`)."""
 
 from __future__ import annotations
 
 from scheduling.models.capacity import Alert, LeaseSchedule, LoadSample, NodeLease
+from scheduling.models.images import CatalogueImage, ImageRegistry
 from scheduling.models.priority import PriorityRequest
 from scheduling.models.quotas import Quota
 from scheduling.models.site import (
@@ -53,6 +55,8 @@ __all__ = [
     "Quota",
     "RoutingRule",
     "StorageArea",
+    "CatalogueImage",
+    "ImageRegistry",
     "Task",
     "TaskEvent",
     "TaskState",

@@ -66,6 +66,13 @@ class Pool(models.Model):
         help_text="Device files every GPU job gets besides its GPUs', e.g. "
         '["/dev/nvidiactl", "/dev/nvidia-uvm"]. A missing one fails the job.',
     )
+    # Part of the image catalogue (docs/containers.md, "Catalogue").
+    max_image_bytes = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The largest image its tasks may run, in bytes: the sum of the layer sizes "
+        "its manifest lists (compressed, as pulled). Empty: no limit.",
+    )
 
     class Meta:
         ordering = ["name"]

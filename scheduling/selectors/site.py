@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from portal.models import Project
 from scheduling.decisions import PoolCapacity, pool_capacity
 from scheduling.decisions.canary import CanaryError, parse_rule_set
+from scheduling.decisions.catalogue import Catalogue
 from scheduling.decisions.classify import DEFAULT_CLASSIFIER, ClassifierPolicy
 from scheduling.decisions.devices import DeviceTable, device_table
 from scheduling.decisions.lend import Loan, lend
@@ -31,6 +32,7 @@ from scheduling.models import (
     RoutingRule,
 )
 from scheduling.models import LevelRule as LevelRuleRow
+from scheduling.selectors.images import image_catalogue
 from scheduling.selectors.storage import storage_areas
 from scheduling.spec import TASK_TYPES
 
@@ -134,6 +136,8 @@ class SiteView:
     canary: tuple[int, int, SiteView] | None = None
     # The storage areas, with the pools that mount them (docs/storage.md).
     storage: tuple[AreaView, ...] = ()
+    # The image catalogue, with each pool's image size limit (docs/containers.md).
+    images: Catalogue = field(default_factory=Catalogue)
 
     def arm(self, canary_id: int | None) -> SiteView:
         """The site as a task's rules see it: the canary's, for a task the canary took."""
@@ -226,6 +230,7 @@ def _load_site_view() -> SiteView:
             ).values_list("pk", "queue__name", "ends_at")
         ),
         storage=tuple(storage_areas()),
+        images=image_catalogue(),
     )
     return _with_canary(view)
 

@@ -32,7 +32,7 @@ from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
 from scheduling.selectors.policy import site_minute, task_level, task_value
 from scheduling.selectors.quota import queue_usage, with_budgets
-from scheduling.services.images import task_image
+from scheduling.services.images import task_image, warning_events
 from scheduling.services.priority import (
     priority_request_from_descriptor,
     priority_requests_room,
@@ -77,6 +77,7 @@ class Decided:
     queue: str
     routing_reason: str
     canary: int | None = None  # the canary whose rules routed it (docs/console.md)
+    warnings: tuple[str, ...] = ()  # recorded as events on the task (a deprecated image)
 
 
 def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = None) -> Decided:
@@ -99,10 +100,12 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
     refused = decisions.check(spec, queue, site.capacity(queue.pool))
     if refused is not None:
         raise ApplicationError(refused.reason, field=prefixed(field_prefix, refused.field))
-    spec = task_image(
+    spec, warnings = task_image(
         spec,
         pool=queue.pool,
         backend=site.queue_backends[routed.queue],
+        task_type=classified.type,
+        catalogue=site.images,
         field=prefixed(field_prefix, "image") or "image",
     )
     spec = task_paths(
@@ -118,7 +121,7 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
     if user is not None:
         _check_quotas(spec, routed.queue, user, field_prefix)
     reason = f"{routed.reason} (canary #{canary})" if canary else routed.reason
-    return Decided(spec, classified.type, classified.reason, routed.queue, reason, canary)
+    return Decided(spec, classified.type, classified.reason, routed.queue, reason, canary, warnings)
 
 
 def _check_quotas(spec: TaskSpec, queue: str, user: User, prefix: str) -> None:
@@ -181,9 +184,8 @@ def task_submit_spec(*, user: User, spec: TaskSpec, descriptor: str, fmt: str) -
     # round trip once the task's id is drawn, instead of BEGIN, three INSERTs and COMMIT.
     task = new_task(user=user, project=project, decided=decided, descriptor=descriptor, fmt=fmt)
     task.pk = next_id(Task)
-    insert_together(
-        [task, first_event(task, user, decided), _submit_entry(task, user, project, decided)]
-    )
+    events = [first_event(task, user, decided), *warning_events(task, decided.warnings)]
+    insert_together([task, *events, _submit_entry(task, user, project, decided)])
     outbox.dispatch(task.pk)
     return task
 
@@ -213,7 +215,8 @@ def task_create(
     task.save(force_insert=True)
     if upstream:
         task.depends_on.add(*upstream)
-    first_event(task, user, decided).save(force_insert=True)
+    for event in (first_event(task, user, decided), *warning_events(task, decided.warnings)):
+        event.save(force_insert=True)
     if decided.spec.priority == "high":
         priority_request_from_descriptor(task, user=user, now=task.submitted_at)
     if task.state != S.WAITING:
@@ -440,6 +443,11 @@ def task_submit_batch(*, user: User, text: str | bytes) -> list[int]:
                     f"{d.classify_reason}; {d.routing_reason}",
                 )
                 for task, d in zip(tasks, decided, strict=True)
+            ]
+            + [
+                e
+                for t, d in zip(tasks, decided, strict=True)
+                for e in warning_events(t, d.warnings)
             ],
         )
         ids = [task.pk for task in tasks]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from scheduling.decisions.catalogue import DEPRECATED, ImageEntry, RegistryEntry
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
 from scheduling.decisions.storage import AreaView
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
@@ -16,6 +17,8 @@ from scheduling.sites.types import LeaseTemplate, PoolSpec, QuotaTemplate, RateT
 
 GIB = 1024  # MiB
 HOUR = 3600  # seconds
+# The project's own registry (docker/images/registry.sh, `make registry-up`).
+DEMO_REGISTRY = "127.0.0.1:15000"
 
 
 def _nodes(
@@ -156,6 +159,31 @@ def default_site() -> Site:
         AreaView("home", "/home/{user}", "user", pools=every_pool),
         AreaView("datasets", "/datasets", "site", read_only=True, pools=every_pool),
     )
+    # The demo image catalogue (docs/containers.md): the registry's images, by family, and
+    # demo/python:3 for a newcomer's first image. No default images: a task that names none
+    # runs on its pool's own software, as before there was a catalogue.
+    image_registries = (RegistryEntry(DEMO_REGISTRY),)
+    agents = ("agent", "sandbox")
+    images = (
+        ImageEntry(DEMO_REGISTRY, "switchyard/base", "sandbox-base", ("1",), task_types=agents),
+        ImageEntry(
+            DEMO_REGISTRY,
+            "switchyard/python",
+            "agent-runtime",
+            ("3",),
+            task_types=(*agents, "ai-inference"),
+        ),
+        ImageEntry(DEMO_REGISTRY, "demo/python", "agent-runtime", ("3",)),
+        ImageEntry(DEMO_REGISTRY, "demo/tiny", "hpc-toolchain", ("2",)),
+        ImageEntry(
+            DEMO_REGISTRY,
+            "demo/tiny",
+            "hpc-toolchain",
+            ("1",),
+            state=DEPRECATED,
+            note="use demo/tiny:2",
+        ),
+    )
     return Site(
         pools=pools,
         queues=queues,
@@ -167,4 +195,6 @@ def default_site() -> Site:
         lease_schedules=lease_schedules,
         rates=rates,
         storage_areas=storage_areas,
+        image_registries=image_registries,
+        images=images,
     )

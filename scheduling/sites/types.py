@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduling.decisions.catalogue import FAMILIES, ImageEntry, RegistryEntry
 from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.storage import AreaView, overlap_problem
 from scheduling.decisions.types import NodeView, QueuePolicy, RoutingRuleView
@@ -81,6 +82,10 @@ class Site:
     # Storage areas; their paths lie below the site's storage folder (seed_demo: the var
     # folder's, so that the demo needs no root-owned /scratch), docs/storage.md.
     storage_areas: tuple[AreaView, ...] = ()
+    # The image catalogue (docs/containers.md): seed_demo names the registry a site sets
+    # (SWITCHYARD_IMAGE_REGISTRY) in place of this one's.
+    image_registries: tuple[RegistryEntry, ...] = ()
+    images: tuple[ImageEntry, ...] = ()
 
     def __post_init__(self) -> None:
         _unique("pool", [p.name for p in self.pools])
@@ -107,6 +112,12 @@ class Site:
             problem = overlap_problem(area.path, area.owner, others)
             if problem is not None:
                 raise ValueError(f"storage area {area.name}: {problem}")
+        hosts = {r.host for r in self.image_registries}
+        for image in self.images:
+            if image.registry not in hosts or set(image.pools) - pools:
+                raise ValueError(f"image {image.shown} names a registry or pool that is not here")
+            if image.family not in FAMILIES:
+                raise ValueError(f"image {image.shown} has family {image.family!r}")
         for rate in self.rates:
             if rate.queue and rate.queue not in queues:
                 raise ValueError(

@@ -14,6 +14,8 @@ from accounting.models import Rate
 from portal.auth import issue_token
 from portal.models import Membership, Project
 from scheduling.models import (
+    CatalogueImage,
+    ImageRegistry,
     LeaseSchedule,
     LevelRule,
     Node,
@@ -137,6 +139,7 @@ class Command(BaseCommand):
                 },
             )
             area.pools.set([pools[name] for name in spec_area.pools])
+        _seed_catalogue(site, pools)
         RoutingRule.objects.all().delete()
         for routing_rule in site.rules:
             RoutingRule.from_view(routing_rule, queues).save()
@@ -183,3 +186,35 @@ class Command(BaseCommand):
         self.stdout.write("Demo accounts (username / password / role / API token):")
         for username, password, role, token in lines:
             self.stdout.write(f"  {username:<6} {password:<16} {role:<32} {token}")
+
+
+def _seed_catalogue(site, pools: dict[str, Pool]) -> None:
+    """The demo image catalogue, on the registry the site names (SWITCHYARD_IMAGE_REGISTRY)
+    or the project's own; an image is found again by its repository and tags."""
+    hosts = {r.host: r for r in site.image_registries}
+    own = settings.SWITCHYARD_IMAGE_REGISTRY
+    registries = {}
+    for host, spec in hosts.items():
+        name = own if own and len(hosts) == 1 else host
+        registries[host], _ = ImageRegistry.objects.update_or_create(
+            host=name, defaults={"any_image": spec.any_image}
+        )
+    for spec in site.images:
+        registry = registries[spec.registry]
+        found = [
+            image
+            for image in CatalogueImage.objects.filter(
+                registry=registry, repository=spec.repository
+            )
+            if list(image.tags) == list(spec.tags)
+        ]
+        image = found[0] if found else CatalogueImage(registry=registry, repository=spec.repository)
+        image.tags = list(spec.tags)
+        image.family = spec.family
+        image.task_types = list(spec.task_types)
+        image.default_for = list(spec.default_for)
+        image.state = spec.state
+        image.retire_on = spec.retire_on
+        image.note = spec.note
+        image.save()
+        image.pools.set([pools[name] for name in spec.pools])

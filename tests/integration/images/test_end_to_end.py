@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.models import Pool, Task
+from scheduling.models import ImageRegistry, Pool, Task
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import descriptor, submit
 from tests.integration.conftest import wait_for, worker_log
@@ -47,6 +47,7 @@ def test_a_registry_down_at_the_pull_fails_the_attempt_and_the_retry_runs_the_ta
     """Submitted while the registry answers; gone when the worker pulls: that attempt fails
     naming the pull, and the task's retry, with the registry back, pulls and runs."""
     settings.SWITCHYARD_IMAGE_REGISTRIES = [flaky_registry.address]
+    ImageRegistry.objects.create(host=flaky_registry.address, any_image=True)  # the catalogue
     Pool.objects.update(backend="local")
     site_view_invalidate()
     doc = descriptor(name="retried", image=f"{flaky_registry.address}/demo/tiny:1", retry_count=2)

@@ -13,7 +13,7 @@ import pytest
 from scheduling.backends.base import JobState
 from scheduling.backends.local import LocalBackend
 from scheduling.decisions.types import NodeView
-from scheduling.models import Pool, Task
+from scheduling.models import ImageRegistry, Pool, Task
 from scheduling.selectors import site_view_invalidate
 from scheduling.spec import TaskSpec
 from tests.conftest import descriptor, submit
@@ -24,9 +24,12 @@ pytestmark = [pytest.mark.registry, pytest.mark.integration, pytest.mark.django_
 
 @pytest.fixture
 def images_allowed(settings, registry, site) -> str:
-    """The test registry allowed and the site's default; every pool on the local backend."""
+    """The test registry allowed and the site's default, its catalogue entry allowing any
+    image of it (tests/integration/images/test_catalogue.py holds a listed catalogue to its
+    list); every pool on the local backend."""
     settings.SWITCHYARD_IMAGE_REGISTRY = registry
     settings.SWITCHYARD_IMAGE_REGISTRIES = [registry]
+    ImageRegistry.objects.update_or_create(host=registry, defaults={"any_image": True})
     Pool.objects.update(backend="local")
     site_view_invalidate()
     return registry

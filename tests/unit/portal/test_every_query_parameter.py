@@ -80,6 +80,7 @@ READS: dict[str, tuple[str, ...]] = {
     "api-files": (),
     "api-files-area": (),
     "api-file": (),
+    "api-images": ("type", "pool"),
     "api-leases": ("state", PAGE_),
     "api-lease": (),
     "api-lease-end": (),
