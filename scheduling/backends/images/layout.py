@@ -75,9 +75,10 @@ class BadImageConfig(ValueError):
 MAX_CONFIG_ITEMS = 256
 MAX_CONFIG_CHARS = 65536
 _IMAGE_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Reserved for descriptors (the site's search path), but an image's own PATH names its own
-# folders, as every Docker image's does.
-_IMAGE_MAY_SET = frozenset({"PATH"})
+# Reserved for descriptors, but an image's own PATH and LD_LIBRARY_PATH name its own folders,
+# as Docker images' do (the CUDA images set both). They act only inside the sandbox, where the
+# image is the root: the image's Env never reaches a program outside it (docs/containers.md).
+_IMAGE_MAY_SET = frozenset({"PATH", "LD_LIBRARY_PATH"})
 
 
 def _strings(field: str, value: Any) -> tuple[str, ...]:
