@@ -3,13 +3,10 @@ reconciliations (docs/accounting.md)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator
-from typing import cast
 
 from django.conf import settings
 from django.http import StreamingHttpResponse
-from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -21,9 +18,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounting import reports, services
+from accounting import reports, selectors, services
 from accounting.exports import csv_stream, xlsx_stream
-from accounting.models import Collector, Reconciliation
+from accounting.serializers import ReconcileStartedSerializer, ReconciliationSerializer
 from portal import roles
 from portal.errors import ApplicationError
 from portal.http import SignedInApiRequest
@@ -176,11 +173,9 @@ class CollectorAuthentication(BaseAuthentication):
             return None
         if len(parts) != 2:
             raise AuthenticationFailed("Authorization: Collector <token>")
-        digest = hashlib.sha256(parts[1]).hexdigest()
-        collector = Collector.objects.filter(token_digest=digest, active=True).first()
+        collector = services.collector_authenticate(parts[1])
         if collector is None:
             raise AuthenticationFailed("unknown or disabled collector token")
-        Collector.objects.filter(pk=collector.pk).update(last_seen=timezone.now())
         return (None, collector)
 
     def authenticate_header(self, request):
@@ -202,7 +197,7 @@ class CollectorScheme(OpenApiAuthenticationExtension):
 
 class IsCollector(BasePermission):
     def has_permission(self, request, view) -> bool:
-        return isinstance(request.auth, Collector)
+        return isinstance(request.successful_authenticator, CollectorAuthentication)
 
 
 class SampleIngest(APIView):
@@ -232,37 +227,11 @@ class SampleIngest(APIView):
     def post(self, request: Request) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
         return Response(
-            services.samples_ingest(
-                collector=cast(Collector, request.auth), samples=data.get("samples")
-            )
+            services.samples_ingest(collector=request.auth, samples=data.get("samples"))
         )
 
 
 # -- reconciliation -------------------------------------------------------------------------
-
-
-class ReconciliationSerializer(serializers.ModelSerializer):
-    differences = serializers.IntegerField(read_only=True)
-
-    class Meta:
-        model = Reconciliation
-        fields = [
-            "id",
-            "backend",
-            "period_start",
-            "period_end",
-            "ran_at",
-            "outcome",
-            "tolerance",
-            "jobs",
-            "missing",
-            "extra",
-            "duplicate",
-            "mismatched",
-            "differences",
-            "details",
-            "error",
-        ]
 
 
 class ReconciliationList(APIView):
@@ -270,16 +239,26 @@ class ReconciliationList(APIView):
     def get(self, request: SignedInApiRequest) -> Response:
         if not reports.sees_all(request.user):
             raise PermissionDenied("finance and platform admins see reconciliations")
-        rows = Reconciliation.objects.all()[:100]
+        rows = selectors.reconciliations_recent(100)
         return Response(ReconciliationSerializer(rows, many=True).data)
 
     @extend_schema(
         request=None,
-        responses={201: ReconciliationSerializer(many=True)},
-        description="Meter what is left and reconcile every backend now (finance, admins).",
+        responses={202: ReconcileStartedSerializer},
+        description="Have a worker meter what is left and reconcile every backend now "
+        "(platform admins). Answers at once (202); the results are the reconciliations GET "
+        "lists with ran_at at or after `started_at`. One at a time: while one is queued or "
+        "running, another POST answers 409 and starts nothing.",
     )
     def post(self, request: SignedInApiRequest) -> Response:
         if not roles.is_platform_admin(request.user):
             raise PermissionDenied("platform admins run reconciliations (finance reads them)")
-        results = services.reconcile_now()
-        return Response(ReconciliationSerializer(results, many=True).data, status=201)
+        started = services.reconcile_now()
+        if started.already:
+            raise ApplicationError(
+                f"a reconciliation asked at {started.since.isoformat()} is still queued or "
+                "running; its results will be in GET /api/v1/usage/reconciliations/",
+                status=409,
+            )
+        body = {"started_at": started.since, "results": "/api/v1/usage/reconciliations/"}
+        return Response(ReconcileStartedSerializer(body).data, status=202)

@@ -1,12 +1,15 @@
-"""Accounting's reads for other pages: a project's storage against its areas' soft quotas
-(docs/storage.md)."""
+"""Accounting's reads for its pages and others': reconciliations, the projects a report may
+name, a project's storage against its areas' soft quotas (docs/storage.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from accounting.models import UsageRecord
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
+
+from accounting.models import Reconciliation, UsageRecord
 from portal.models import Project
 from scheduling.usage import storage_areas
 
@@ -55,3 +58,17 @@ def storage_warnings(project: Project) -> list[StorageWarning]:
         if latest is not None and latest[0] is not None and latest[0] > area.quota_bytes:
             found.append(StorageWarning(area.name, latest[0], area.quota_bytes, latest[1]))
     return found
+
+
+def reconciliations_recent(limit: int) -> list[Reconciliation]:
+    """The last `limit` reconciliations, newest first."""
+    return list(Reconciliation.objects.all()[:limit])
+
+
+def report_projects(user: User, *, sees_all: bool) -> list[str]:
+    """The project slugs a usage report of `user` may be filtered by: every project for
+    finance and platform admins (`sees_all`), else their own."""
+    projects: QuerySet[Project] = Project.objects.order_by("slug")
+    if not sees_all:
+        projects = projects.filter(memberships__user=user)
+    return list(projects.values_list("slug", flat=True))

@@ -8,23 +8,33 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounting import metrics
 from accounting.meter import insert, rate_for, site_day
-from accounting.models import Collector, Reconciliation, UsageRecord
-from accounting.reconcile import reconcile_pass
+from accounting.models import Collector, UsageRecord
 from accounting.reports import committed
 from portal.errors import ApplicationError, ErrorItem
-from portal.models import Project
+from portal.models import Project, UserSettings
 from scheduling import usage
 from scheduling.models import Task
 
 MAX_SAMPLES = 10_000
+
+
+def collector_authenticate(token: bytes) -> Collector | None:
+    """The active collector whose token this is (its last contact noted), or None."""
+    digest = hashlib.sha256(token).hexdigest()
+    collector = Collector.objects.filter(token_digest=digest, active=True).first()
+    if collector is not None:
+        Collector.objects.filter(pk=collector.pk).update(last_seen=timezone.now())
+    return collector
 
 
 def collector_create(name: str) -> tuple[Collector, str]:
@@ -64,13 +74,16 @@ MAX_QUANTITY = 2**62
 MAX_CHARGE = 2**62
 
 
-def samples_ingest(*, collector: Collector, samples: Any) -> dict[str, int]:
+def samples_ingest(*, collector: object, samples: Any) -> dict[str, int]:
     """Store a collector's samples as usage records, priced; a sample id seen before is not
     stored again. All or nothing on bad input.
 
+    `collector` is what the request authenticated as: anything but a collector is refused.
     Storage comes as `bytes` held for `seconds` (what `manage.py collector storage` sends),
     or as a `quantity` of GB-days (the older form); either names its `area` or not. Network
     comes as a `quantity` of GB."""
+    if not isinstance(collector, Collector):
+        raise ApplicationError("samples come from a collector only", status=403)
     if not isinstance(samples, list) or not samples:
         raise ApplicationError(
             "a non-empty list of samples", field="samples", got=type(samples).__name__
@@ -335,11 +348,42 @@ def task_usage(task: Task) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def reconcile_now() -> list[Reconciliation]:
-    """Meter what is left and reconcile every backend over the recent window, now."""
-    started = timezone.now()
-    reconcile_pass(started)
-    return list(Reconciliation.objects.filter(ran_at__gte=started).order_by("backend"))
+RECONCILE_NOW = "accounting.reconcile_now"  # the Celery task (accounting/tasks.py)
+_RECONCILE_PENDING = "switchyard-accounting-reconcile-pending"
+# A reconcile asked for and not finished holds the next ask off this long at most: a lost
+# message or a worker that died frees the button then.
+RECONCILE_PENDING_S = 15 * 60
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileStarted:
+    """What asking to reconcile now started: a worker reconciles from `since` on; `already`
+    when one asked earlier was still queued or running, and this ask started nothing."""
+
+    since: datetime
+    already: bool
+
+
+def reconcile_now() -> ReconcileStarted:
+    """Have a worker meter what is left and reconcile every backend over the recent window
+    (the backends' accounting, sacct on Slurm, is read there, never in a request). One at a
+    time: while one is queued or running, asking again starts nothing."""
+    now = timezone.now()
+    if not cache.add(_RECONCILE_PENDING, now.isoformat(), timeout=RECONCILE_PENDING_S):
+        since = cache.get(_RECONCILE_PENDING)
+        return ReconcileStarted(datetime.fromisoformat(since) if since else now, already=True)
+    transaction.on_commit(partial(usage.send, RECONCILE_NOW, (), what="reconcile now"))
+    return ReconcileStarted(now, already=False)
+
+
+def reconcile_now_done() -> None:
+    """The worker finished the reconcile asked for: the next ask starts another."""
+    cache.delete(_RECONCILE_PENDING)
+
+
+def settings_set_mail_on_end(user: User, wanted: bool) -> None:
+    """Whether `user` is mailed when a task of theirs ends (a descriptor's `notify` wins)."""
+    UserSettings.objects.update_or_create(user=user, defaults={"email_on_task_end": wanted})
 
 
 def _decimal(value: Any) -> Decimal | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from accounting import meter, reconcile
+from accounting import meter, reconcile, services
 from config.locks import exclusive
 
 METER = "accounting.meter"
@@ -25,3 +25,14 @@ def meter_pass() -> dict:
 def reconcile_pass() -> dict:
     with exclusive("reconcile-pass") as held:
         return reconcile.reconcile_pass() if held else {"skipped": "another pass runs"}
+
+
+@shared_task(name=services.RECONCILE_NOW, acks_late=True)
+def reconcile_now() -> dict:
+    """A reconcile an admin asked for (the page's button, the API's POST): the periodic
+    pass's work, at once. A periodic pass running meanwhile is that work already."""
+    try:
+        with exclusive("reconcile-pass") as held:
+            return reconcile.reconcile_pass() if held else {"skipped": "another pass runs"}
+    finally:
+        services.reconcile_now_done()

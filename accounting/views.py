@@ -11,13 +11,11 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from accounting import charts, reports, services
+from accounting import charts, reports, selectors, services
 from accounting.metrics import METRICS
-from accounting.models import Reconciliation
 from portal import roles
 from portal.errors import ApplicationError
 from portal.http import SignedInRequest
-from portal.models import Project
 from scheduling import usage as scheduling_usage
 from scheduling.spec import TASK_TYPES
 from scheduling.usage import task_get_for_user
@@ -86,11 +84,8 @@ def usage(request: SignedInRequest) -> HttpResponse:
 
 
 def _options(request: SignedInRequest) -> dict:
-    projects = Project.objects.order_by("slug")
-    if not reports.sees_all(request.user):
-        projects = projects.filter(memberships__user=request.user)
     return {
-        "project": list(projects.values_list("slug", flat=True)),
+        "project": selectors.report_projects(request.user, sees_all=reports.sees_all(request.user)),
         "queue": scheduling_usage.queue_names(),
         "pool": scheduling_usage.pool_names(),
         "type": list(TASK_TYPES),
@@ -117,7 +112,7 @@ def reconciliations(request: SignedInRequest) -> HttpResponse:
         request,
         "accounting/reconciliations.html",
         {
-            "runs": Reconciliation.objects.all()[:50],
+            "runs": selectors.reconciliations_recent(50),
             "can_run": roles.is_platform_admin(request.user),
         },
     )
@@ -128,7 +123,18 @@ def reconciliations(request: SignedInRequest) -> HttpResponse:
 def reconcile_now(request: SignedInRequest) -> HttpResponse:
     if not roles.is_platform_admin(request.user):
         raise Http404("no such page")
-    results = services.reconcile_now()
-    summary = ", ".join(f"{r.backend}: {r.get_outcome_display().lower()}" for r in results)
-    messages.success(request, f"Reconciled now — {summary or 'no backends'}.")
+    started = services.reconcile_now()
+    at = f"{started.since:%Y-%m-%d %H:%M:%S} UTC"
+    if started.already:
+        messages.warning(
+            request,
+            f"A reconciliation asked at {at} is still queued or running: its results appear "
+            "here when it ends.",
+        )
+    else:
+        messages.success(
+            request,
+            f"Reconciliation started at {at}: a worker reconciles every backend, and the "
+            "results appear here when it ends.",
+        )
     return redirect("usage-reconciliations")

@@ -9,9 +9,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from accounting import dashboards
+from accounting import dashboards, services
 from portal.http import SignedInRequest
-from portal.models import UserSettings
 
 
 @login_required
@@ -25,7 +24,7 @@ def dashboard(request: SignedInRequest) -> HttpResponse:
 @require_POST
 def dashboard_settings(request: SignedInRequest) -> HttpResponse:
     wanted = request.POST.get("email_on_task_end") == "on"
-    UserSettings.objects.update_or_create(user=request.user, defaults={"email_on_task_end": wanted})
+    services.settings_set_mail_on_end(request.user, wanted)
     if wanted and not request.user.email:
         messages.warning(request, "Saved, but your account has no e-mail address to send to.")
     else:

@@ -66,6 +66,13 @@ def task_ended(task: Task) -> None:
         hook([task])
 
 
+def tasks_ended(tasks: Sequence[Task]) -> None:
+    """Every task-end hook, once, with these tasks (gathered into an open block, if any)."""
+    with gathered():
+        for task in tasks:
+            task_ended(task)
+
+
 def attempt_ended(attempt: Attempt) -> None:
     gathering = _gathering.get()
     if gathering is not None:

@@ -5,6 +5,7 @@ end is committed; a mail that cannot be sent is logged, never an error of the ta
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.cache import cache
 
 from portal.models import UserSettings
 from portal.notify import notify
@@ -31,10 +32,18 @@ def wants_mail(tasks: list[Task]) -> list[Task]:
     ]
 
 
+# How long a task's end is remembered as mailed: a redelivered end message within it sends
+# no second mail.
+MAILED_FOR_S = 7 * 24 * 3600
+
+
 def on_tasks_end(tasks: list[Task]) -> None:
-    """The task-end hook: publish the mails on commit where the owners want them."""
+    """The task-end hook: publish the mails on commit where the owners want them, once per
+    end (the hook run again for the same end, by a redelivered message, publishes none)."""
     for task in wants_mail(tasks):
-        outbox.notify_end(task.pk)
+        ended = task.ended_at.isoformat() if task.ended_at else ""
+        if cache.add(f"switchyard-end-mail:{task.pk}:{ended}", 1, timeout=MAILED_FOR_S):
+            outbox.notify_end(task.pk)
 
 
 def send_task_end(task_id: int) -> bool:

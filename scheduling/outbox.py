@@ -32,6 +32,7 @@ CAPACITY = "scheduling.capacity_pass"
 NOTIFY_END = "scheduling.notify_task_end"
 SIMULATIONS = "scheduling.simulations"
 SETTLE = "scheduling.settle_waiting"
+TASKS_ENDED = "scheduling.tasks_ended"
 RELEVEL = "scheduling.relevel"
 STORAGE = "scheduling.storage_prepare"
 STORAGE_LEAVE = "scheduling.storage_leave"
@@ -74,6 +75,16 @@ def settle(task_ids: Sequence[int]) -> None:
     ids = list(task_ids)
     if ids:
         _on_commit(SETTLE, (ids,), what=f"settling of {len(ids)} waiting task(s)")
+
+
+def tasks_ended(task_ids: Sequence[int]) -> None:
+    """Run the task-end hooks (dependants and workflows settled, held tasks reconsidered,
+    mails) for these tasks a service ended, in a worker once the transaction commits: one
+    message, however many tasks. The timers pass settles dependants a lost message left
+    waiting, the policy pass the held tasks; a lost mail stays lost."""
+    ids = list(task_ids)
+    if ids:
+        _on_commit(TASKS_ENDED, (ids,), what=f"the end of {len(ids)} task(s)")
 
 
 def relevel(task_ids: Sequence[int]) -> None:

@@ -42,8 +42,9 @@ def task_set_state(
     of it is stale and it must not act on it. Writes the TaskEvent of the move.
 
     When the task ends, the task-end hooks run at once (the engine's settles its dependants
-    and its workflow); `settle=False` is for the settling loop itself, which works through
-    the DAG without recursion.
+    and its workflow); `settle=False` leaves them out: the settling loop works through the
+    DAG without recursion, and a service, which runs in a web request, publishes
+    `outbox.tasks_ended` instead, so a worker runs them (no engine code in a request).
     """
     move = Move(task, to, message=message, reason=reason, fields=fields)
     return tasks_set_state([move], settle=settle)[0]
@@ -108,9 +109,7 @@ def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]
             if move.to in TERMINAL_STATES:
                 ended.append(move.task)
     if settle and ended:
-        with hooks.gathered():
-            for task in ended:
-                hooks.task_ended(task)
+        hooks.tasks_ended(ended)
     return done
 
 

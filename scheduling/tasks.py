@@ -13,8 +13,9 @@ from django.conf import settings
 from django.db.models import Q
 
 from config.locks import exclusive
-from scheduling import engine, notifications, outbox
+from scheduling import engine, hooks, notifications, outbox
 from scheduling.engine import capacity, cluster, health, levels, samples, settle, storage
+from scheduling.models import TERMINAL_STATES, Task
 from simulation.selectors import next_queued_simulation
 from simulation.services import simulation_fail_orphans, simulation_run
 
@@ -103,8 +104,9 @@ def sweep_pending() -> int:
 
 @shared_task(name="scheduling.timers", acks_late=True)
 def timers() -> int:
-    """Wait timeouts and trigger files: the engine's only clock-driven releases."""
-    return settle.expire_waiting() + settle.check_triggers()
+    """Wait timeouts and trigger files, the engine's only clock-driven releases, and the
+    dependants a lost end message left waiting."""
+    return settle.expire_waiting() + settle.check_triggers() + settle.settle_stranded()
 
 
 @shared_task(name=outbox.SETTLE, acks_late=True)
@@ -113,6 +115,16 @@ def settle_waiting(task_ids: list[int]) -> int:
     and trigger files say (a redelivery finds them settled and changes nothing)."""
     settle.settle_waiting(task_ids)
     return len(task_ids)
+
+
+@shared_task(name=outbox.TASKS_ENDED, acks_late=True)
+def tasks_ended(task_ids: list[int]) -> int:
+    """Tasks a service ended (a user's cancel): every task-end hook runs for them here, not
+    in the request. A redelivery changes nothing: settling and releasing look at the tasks
+    as they are now, and the mail of a task's end goes out once."""
+    ended = list(Task.objects.filter(pk__in=task_ids, state__in=TERMINAL_STATES).order_by("pk"))
+    hooks.tasks_ended(ended)
+    return len(ended)
 
 
 @shared_task(name=outbox.RELEVEL, acks_late=True)

@@ -24,7 +24,7 @@ from scheduling import outbox
 from scheduling.decisions import format_duration
 from scheduling.decisions.lifecycle import BAD_ENDS
 from scheduling.decisions.triggers import Allowed
-from scheduling.models import Hold, Task, TaskState, Workflow, WorkflowState
+from scheduling.models import TERMINAL_STATES, Hold, Task, TaskState, Workflow, WorkflowState
 from scheduling.selectors import site_view
 from scheduling.selectors.dependencies import verdict
 from scheduling.services.workflows import workflow_refresh
@@ -127,6 +127,24 @@ def _set_reason(task: Task, reason: str) -> None:
         Task.objects.filter(pk=task.pk, state=S.WAITING).update(
             reason=reason, updated_at=timezone.now()
         )
+
+
+def settle_stranded() -> int:
+    """Settle the waiting tasks whose dependencies have all ended: the end message that was
+    to settle them was lost (a broker down when a user cancelled the last one). A timers
+    pass reads only those; tasks that also wait for a trigger file are left to their own
+    pass. Returns how many were looked at."""
+    unfinished = [state for state in S.values if state not in TERMINAL_STATES]
+    stranded = list(
+        Task.objects.filter(state=S.WAITING, depends_on__isnull=False, trigger_file="")
+        .exclude(hold=Hold.QUOTA)
+        .exclude(depends_on__state__in=unfinished)
+        .values_list("pk", flat=True)
+        .distinct()
+        .order_by("pk")
+    )
+    settle_waiting(stranded)
+    return len(stranded)
 
 
 def expire_waiting(now=None) -> int:

@@ -283,13 +283,16 @@ def first_event(task: Task, user: User, decided: Decided) -> TaskEvent:
     )
 
 
-def task_cancel(*, user: User, task: Task) -> Task:
+def task_cancel(*, user: User, task: Task, ended: list[int] | None = None) -> Task:
     """Cancel a task. Cancelling a cancelled task is a no-op; a finished one is a conflict.
 
-    A task with no backend job (waiting, pending) is cancelled here and now. One with a job
-    (queued, running) gets a cancel request: a worker cancels the job and then the task
-    (`task.cancelling` until then). A dispatcher that is submitting a pending task when it is
-    cancelled finds it cancelled and takes the job it made back.
+    A task with no backend job (waiting, pending) is cancelled here and now, and a message
+    (`outbox.tasks_ended`) has a worker run the task-end hooks: its dependants settled, its
+    queue's held tasks reconsidered, the owner mailed. A caller that cancels many passes
+    `ended`: the id is added there, and the caller publishes one message for them all. One
+    with a job (queued, running) gets a cancel request: a worker cancels the job and then
+    the task (`task.cancelling` until then). A dispatcher that is submitting a pending task
+    when it is cancelled finds it cancelled and takes the job it made back.
     """
     who = user.get_username()
     for _ in range(5):  # the engine may move the task meanwhile; re-read and try again
@@ -312,8 +315,13 @@ def task_cancel(*, user: User, task: Task) -> Task:
                 return task
             continue  # it ended or went back to pending meanwhile
         with transaction.atomic():
-            if task_set_state(task=task, to=S.CANCELLED, reason=f"cancelled by {who}"):
+            to, reason = S.CANCELLED, f"cancelled by {who}"
+            if task_set_state(task=task, to=to, reason=reason, settle=False):
                 _audit_cancel(user, task, asked=False)
+                if ended is None:
+                    outbox.tasks_ended([task.pk])
+                else:
+                    ended.append(task.pk)
                 return task
         task.refresh_from_db()
     raise ApplicationError("the task is changing state too fast; try again", status=409)

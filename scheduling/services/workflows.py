@@ -169,18 +169,20 @@ def workflow_cancel(*, user: User, workflow: Workflow) -> Workflow:
         project=workflow.project.slug,
         detail={"unfinished": len(unfinished)},
     )
-    # Downstream first (ids follow the DAG), so no task is released by an upstream one
-    # ending meanwhile.
+    # Downstream first (ids follow the DAG). The end hooks of those cancelled here run in a
+    # worker, from one message for them all.
     with_jobs = []
+    ended: list[int] = []
     for task in unfinished:
         if task.state in ACTIVE_STATES:
             with_jobs.append(task)
             continue
         try:
-            task_cancel(user=user, task=task)
+            task_cancel(user=user, task=task, ended=ended)
         except ApplicationError as exc:
             if exc.status != 409:  # 409: it ended meanwhile, which is fine
                 raise
+    outbox.tasks_ended(ended)
     task_request_cancel(tasks=with_jobs, who=user.get_username())
     workflow_refresh(workflow.pk)
     workflow.refresh_from_db()
