@@ -37,7 +37,7 @@ from simulation.models import SimulationRun
 from simulation.replay import history_workload
 from simulation.selectors import replayable_queues
 from simulation.simulator.model import POLICIES
-from simulation.simulator.runner import ALIASES, WorkloadError, compare, run_named
+from simulation.simulator.runner import WorkloadError, compare, run_named
 from simulation.simulator.traces import TraceError
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,6 @@ def simulation_start(
 ) -> SimulationRun:
     """Check the request, keep the uploaded trace, store the run queued; a worker is woken
     once the transaction commits. Nothing is stored when anything is refused."""
-    workload = ALIASES.get(workload, workload)
     if not roles.is_operator(user):
         raise ApplicationError("only platform admins and queue admins run simulations", status=403)
     parameters = _parameters(
