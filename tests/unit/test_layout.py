@@ -7,6 +7,7 @@ not need Django's test database.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -339,3 +340,21 @@ def test_every_setting_of_the_parts_is_imported_into_the_settings():
         and (f"config.{part.stem}", target.id) not in imported
     ]
     assert missing == []
+
+
+def test_asking_whether_a_backend_runs_here_loads_no_backend():
+    # Models and checks ask it (scheduling/host.py): only the engine loads backends, at run
+    # time too, not only in the imports the tests above read.
+    code = (
+        "import sys, django; django.setup(); from django.conf import settings;"
+        " from scheduling import checks, host;"
+        " before = {m for m in sys.modules if m.startswith('scheduling.backends.')};"
+        " local = [a for a in settings.COMPUTE_BACKENDS if host.is_local(a)];"
+        " after = {m for m in sys.modules if m.startswith('scheduling.backends.')};"
+        " print(local, sorted(after - before))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "['local'] []"
