@@ -45,6 +45,8 @@ SWITCHYARD_IMAGE_PULL_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_PULL_TIMEOUT_S", 900
 COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",
+        # Its jobs are processes here: the host's process limits bound the local queues.
+        "RUNS_ON_THIS_HOST": True,
         "OPTIONS": {
             "root": env_str("SWITCHYARD_LOCAL_ROOT") or str(VAR_DIR / "local-backend"),
             "bwrap": env_str("SWITCHYARD_BWRAP", "bwrap"),

@@ -113,7 +113,7 @@ CELERY_BEAT_SCHEDULE = {
         ("meter", "accounting.meter_pass", SWITCHYARD_METER_SECONDS, None),
         ("reconcile", "accounting.reconcile_pass", SWITCHYARD_RECONCILE_SECONDS, None),
         ("load-sample", "scheduling.load_sample", SWITCHYARD_SAMPLE_SECONDS, None),
-        ("simulations", "scheduling.simulations", SWITCHYARD_SIMULATION_SWEEP_SECONDS, None),
+        ("simulations", "simulation.run_queued", SWITCHYARD_SIMULATION_SWEEP_SECONDS, None),
         ("housekeeping", "scheduling.housekeeping", 600.0, None),
         (
             "storage-housekeeping",

@@ -16,6 +16,14 @@ class ErrorItem:
         return {"field": self.field, "message": self.message, "got": self.got}
 
 
+def prefixed(prefix: str, field: str | None) -> str | None:
+    """A field inside a larger request: `tasks[2]` + `resources.gpus` →
+    `tasks[2].resources.gpus`."""
+    if not prefix:
+        return field
+    return f"{prefix}.{field}" if field else prefix
+
+
 class ApplicationError(Exception):
     """A request the portal refuses, with the field at fault and what it got.
 

@@ -7,7 +7,6 @@ the admin console and `manage.py check` refuse what cannot hold here.
 from __future__ import annotations
 
 from django.conf import settings
-from django.utils.module_loading import import_string
 
 # The kernel's default where /proc cannot be read.
 DEFAULT_PID_MAX = 32768
@@ -24,13 +23,8 @@ def pid_max() -> int:
 def is_local(alias: str) -> bool:
     """Whether the backend `alias` runs its jobs as processes on this machine.
 
-    Asked of the class named in the settings, so that this module (read by models and checks)
-    imports no backend.
+    Read from the alias's settings (RUNS_ON_THIS_HOST), so that models and checks load no
+    backend; the engine refuses to build a backend whose class says otherwise
+    (scheduling/engine/registry.py).
     """
-    path = settings.COMPUTE_BACKENDS.get(alias, {}).get("BACKEND")
-    if not path:
-        return False
-    try:
-        return getattr(import_string(path), "runs_on_this_host", False) is True
-    except ImportError:
-        return False
+    return settings.COMPUTE_BACKENDS.get(alias, {}).get("RUNS_ON_THIS_HOST", False) is True

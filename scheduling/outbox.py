@@ -30,7 +30,6 @@ CANCEL = "scheduling.cancel"
 NODES = "scheduling.nodes_apply"
 CAPACITY = "scheduling.capacity_pass"
 NOTIFY_END = "scheduling.notify_task_end"
-SIMULATIONS = "scheduling.simulations"
 SETTLE = "scheduling.settle_waiting"
 TASKS_ENDED = "scheduling.tasks_ended"
 RELEVEL = "scheduling.relevel"
@@ -113,10 +112,10 @@ def notify_end(task_id: int) -> None:
     _on_commit(NOTIFY_END, (task_id,), what=f"mail about task {task_id}")
 
 
-def simulations() -> None:
-    """Wake a worker to run the queued what-if runs, once the transaction commits (the beat
-    sends the same message every minute: a lost one only delays a run)."""
-    _on_commit(SIMULATIONS, (), what="the queued simulations")
+def after_commit(name: str, args: tuple[Any, ...], *, what: str) -> None:
+    """Publish another app's Celery task by its registered name once the transaction commits
+    (the simulation app's, simulation/tasks.py): scheduling need not know it."""
+    _on_commit(name, args, what=what)
 
 
 def storage_prepare(user_id: int) -> None:

@@ -182,18 +182,25 @@ def attempts_end(ends: Sequence[AttemptEnd]) -> list[bool]:
     return [(end.task.pk, end.number) in recorded for end in ends]
 
 
-def _end_one(end: AttemptEnd, now: datetime) -> list[Attempt]:
-    """One end: a conditional UPDATE (one statement, no transaction) and the attempt read."""
+def _end_values(end: AttemptEnd, now: datetime, *, kept: list[str] | None = None) -> dict[str, Any]:
+    """What an end writes on its attempt: the nodes only where the end names them (else the
+    `kept` ones, where given)."""
     values: dict[str, Any] = {
         "state": end.state,
         "reason": end.reason,
         "exit_code": end.exit_code,
         "ended_at": end.ended_at or now,
     }
-    if end.nodes is not None:
-        values["nodes"] = list(end.nodes)
+    nodes = end.nodes if end.nodes is not None else kept
+    if nodes is not None:
+        values["nodes"] = list(nodes)
+    return values
+
+
+def _end_one(end: AttemptEnd, now: datetime) -> list[Attempt]:
+    """One end: a conditional UPDATE (one statement, no transaction) and the attempt read."""
     attempt = Attempt.objects.filter(task=end.task, number=end.number)
-    if not attempt.exclude(state__in=_ATTEMPT_ENDED).update(**values):
+    if not attempt.exclude(state__in=_ATTEMPT_ENDED).update(**_end_values(end, now)):
         return []
     return [attempt.get()]
 
@@ -211,12 +218,12 @@ def _end_many(ends: Sequence[AttemptEnd], now: datetime) -> list[Attempt]:
             .order_by("pk")
             if (attempt.task_id, attempt.number) in wanted
         ]
+        rows = []
         for attempt in live:
-            end = wanted[attempt.task_id, attempt.number]
-            attempt.state, attempt.reason, attempt.exit_code = end.state, end.reason, end.exit_code
-            attempt.ended_at = end.ended_at or now
-            if end.nodes is not None:
-                attempt.nodes = list(end.nodes)
-        fields = ("state", "reason", "exit_code", "ended_at", "nodes")
-        update_rows(Attempt, [(a.pk, {f: getattr(a, f) for f in fields}) for a in live])
+            # Every row writes the same fields (one UPDATE): the nodes kept where not named.
+            values = _end_values(wanted[attempt.task_id, attempt.number], now, kept=attempt.nodes)
+            for name, value in values.items():
+                setattr(attempt, name, value)
+            rows.append((attempt.pk, values))
+        update_rows(Attempt, rows)
     return live

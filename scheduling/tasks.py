@@ -16,8 +16,6 @@ from config.locks import exclusive
 from scheduling import engine, hooks, notifications, outbox
 from scheduling.engine import capacity, cluster, health, levels, samples, settle, storage
 from scheduling.models import TERMINAL_STATES, Task
-from simulation.selectors import next_queued_simulation
-from simulation.services import simulation_fail_orphans, simulation_run
 
 
 @shared_task(
@@ -202,18 +200,3 @@ def storage_housekeeping() -> dict[str, int]:
 @shared_task(name=outbox.NOTIFY_END, acks_late=True)
 def notify_task_end(task_id: int) -> bool:
     return notifications.send_task_end(task_id)
-
-
-@shared_task(name=outbox.SIMULATIONS, acks_late=True)
-def simulations() -> int:
-    """The queued what-if runs, oldest first, one at a time across the site: a long run holds
-    one worker process, never all of them (docs/simulation.md)."""
-    with exclusive("simulations") as held:
-        if not held:
-            return 0  # the holder takes the new run after its own; the beat is the safety net
-        simulation_fail_orphans()
-        done: set[int] = set()
-        while (run_id := next_queued_simulation()) is not None and run_id not in done:
-            simulation_run(run_id)
-            done.add(run_id)
-        return len(done)

@@ -30,7 +30,7 @@ from scheduling.hooks import (
 )
 from scheduling.hooks import accounting as _accounting
 from scheduling.models import Attempt, Quota
-from scheduling.outbox import send, simulations, storage_leave, storage_prepare
+from scheduling.outbox import after_commit, send, storage_leave, storage_prepare
 from scheduling.presenters.efficiency import efficiency_report
 from scheduling.selectors import site_view_invalidate
 from scheduling.selectors.access import task_get_for_user, task_list_for_member
@@ -47,6 +47,7 @@ __all__ = [
     "AccountingUnavailable",
     "Run",
     "accounted",
+    "after_commit",
     "close_backends",
     "efficiency_report",
     "load_now",
@@ -63,7 +64,6 @@ __all__ = [
     "raise_alert",
     "runs_of",
     "send",
-    "simulations",
     "site_minute",
     "site_view",
     "storage_areas",

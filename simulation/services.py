@@ -1,5 +1,5 @@
 """What-if runs from the console: start one (checked, stored, announced on commit) and run it
-(a worker's part, one run at a time; `tasks.simulations` holds the lock). docs/simulation.md.
+(a worker's part, one run at a time; simulation/tasks.py holds the lock). docs/simulation.md.
 
 Every field the page offers either does what it says for the chosen workload or is refused
 with the field, what was expected and what came: a seed given to a trace replay would be
@@ -8,7 +8,7 @@ silently ignored by the simulator, so it is refused here instead.
 A history replay reads the portal's own tasks, so it is scoped like them: it replays the
 queues stored in its parameters (`queues`), which a queue admin may only choose among their
 own (none chosen: all of theirs); only a platform admin replays the whole site (no `queues`).
-Who then sees a run follows from what it read: selectors/simulation.py.
+Who then sees a run follows from what it read: simulation/selectors.py.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from simulation.models import SimulationRun
 from simulation.replay import history_workload
 from simulation.selectors import replayable_queues
 from simulation.simulator.model import POLICIES
-from simulation.simulator.runner import ALIASES, WorkloadError, compare, run_named
+from simulation.simulator.runner import WorkloadError, compare, run_named
 from simulation.simulator.traces import TraceError
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,9 @@ READ_BY = {
     "file": (Workload.SWF,),
     "queues": (Workload.HISTORY,),
 }
+# The Celery task that runs the queued runs (simulation/tasks.py); a start wakes it once the
+# transaction commits, and the beat sends it every minute too: a lost message only delays a run.
+RUN_QUEUED = "simulation.run_queued"
 ORPHANED = "stopped: the worker running it went away (restarted, or out of memory); start it again"
 
 
@@ -72,7 +75,6 @@ def simulation_start(
 ) -> SimulationRun:
     """Check the request, keep the uploaded trace, store the run queued; a worker is woken
     once the transaction commits. Nothing is stored when anything is refused."""
-    workload = ALIASES.get(workload, workload)
     if not roles.is_operator(user):
         raise ApplicationError("only platform admins and queue admins run simulations", status=403)
     parameters = _parameters(
@@ -89,7 +91,7 @@ def simulation_start(
             run = SimulationRun.objects.create(
                 workload=workload, parameters=parameters, upload=stored, created_by=user
             )
-            usage.simulations()
+            usage.after_commit(RUN_QUEUED, (), what="the queued simulations")
     except Exception:
         if stored:
             shutil.rmtree(Path(settings.SWITCHYARD_SIMULATION_DIR) / Path(stored).parent)

@@ -78,14 +78,14 @@ def simulation_list(request: SignedInRequest) -> HttpResponse:
         "max_upload": settings.SWITCHYARD_SIMULATION_UPLOAD_MAX_BYTES,
     }
     return render(
-        request, "scheduling/simulation_list.html", context, status=400 if errors else 200
+        request, "simulation/simulation_list.html", context, status=400 if errors else 200
     )
 
 
 @login_required
 def simulation_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     run = simulation_get_for_user(request.user, pk)
-    return render(request, "scheduling/simulation_detail.html", _shown(run))
+    return render(request, "simulation/simulation_detail.html", _shown(run))
 
 
 @login_required
@@ -93,7 +93,7 @@ def simulation_progress(request: SignedInRequest, pk: int) -> HttpResponse:
     """The run page's live block: progress while it runs, its results once it has ended."""
     run = simulation_get_for_user(request.user, pk)
     status = STOP_POLLING if request.htmx and not run.live else 200
-    return render(request, "scheduling/simulation_status.html", _shown(run), status=status)
+    return render(request, "simulation/simulation_status.html", _shown(run), status=status)
 
 
 @login_required
@@ -110,7 +110,7 @@ def simulation_compare(request: SignedInRequest) -> HttpResponse:
         "rows": report.compare_rows(labelled),
         "figures": report.compare_figures(labelled),
     }
-    return render(request, "scheduling/simulation_compare.html", context)
+    return render(request, "simulation/simulation_compare.html", context)
 
 
 def _shown(run) -> dict[str, Any]:

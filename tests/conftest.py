@@ -104,6 +104,7 @@ def _backends(settings):
     settings.COMPUTE_BACKENDS = {
         "local": {
             "BACKEND": "scheduling.backends.local.LocalBackend",
+            "RUNS_ON_THIS_HOST": True,
             "OPTIONS": {"root": str(root), "bwrap": "bwrap"},
         },
         "fake": {"BACKEND": "scheduling.backends.fake.FakeBackend", "OPTIONS": {}},

@@ -20,14 +20,14 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
-from switchyard_cli.cli import (
+from switchyard_cli.client import (
     BAD_INPUT,
     OK,
     UNREACHABLE,
     Client,
     CliError,
-    _http_error,
     client,
+    http_error,
 )
 
 CHUNK = 1 << 20
@@ -49,7 +49,7 @@ def _open(api: Client, method: str, url: str, **kwargs: Any):
     try:
         return urllib.request.urlopen(request, timeout=60)
     except urllib.error.HTTPError as exc:
-        raise _http_error(exc) from None
+        raise http_error(exc) from None
     except (urllib.error.URLError, OSError) as exc:
         raise CliError(f"cannot reach {api.url}: {exc}", UNREACHABLE) from None
 

@@ -107,6 +107,18 @@ class NodeHealth:
     metrics: dict = field(default_factory=dict)
 
 
+class ClusterAccounts(Protocol):
+    """A backend whose jobs run under the cluster's own accounts (Slurm): each project is an
+    account there, its members associated with it (`manage.py slurm_sync_accounts`)."""
+
+    # Whom the jobs of researchers without a cluster account of their own run as.
+    service_account: str | None
+
+    def ensure_association(self, project: str, unix_user: str | None) -> None: ...
+
+    def set_account_share(self, project: str, shares: int) -> None: ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Backends subclass it: `submit` is written once, here, over `submit_many`, and `close`
@@ -175,6 +187,17 @@ class Backend(Protocol):
         """Stop or release what the backend keeps between calls (a resident process, a
         connection) when the portal stops, like a Django cache backend's `close()`; the jobs
         go on, and a later call may start it again. Most backends hold nothing."""
+        return None
+
+    # Whether the jobs run as processes on this machine (the local backend's do): the host's
+    # process limits then bound the queues' (decisions/processes.py). The settings say it too
+    # (RUNS_ON_THIS_HOST in the alias's COMPUTE_BACKENDS entry), so that models and checks
+    # know it without loading a backend; the engine refuses a backend whose settings disagree.
+    runs_on_this_host: bool = False
+
+    def cluster_accounts(self) -> ClusterAccounts | None:
+        """The cluster's accounts, for a backend whose jobs run under them (Slurm); None for
+        a backend without accounts of its own."""
         return None
 
     # Whether `started` can say at once which jobs have started (the local backend can: its

@@ -89,9 +89,25 @@ class AreaView:
 # the system that holds what is not the area's (a project named `lib` would get /var/lib), and
 # nothing inside the system's own trees (a world-writable /tmp lets anyone plant the folders).
 SYSTEM_TREES = (
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root",
-    "/run", "/sbin", "/sys", "/tmp", "/usr", "/var/tmp", "/var/run", "/var/lock",
-)  # fmt: skip
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var/tmp",
+    "/var/run",
+    "/var/lock",
+)
 SYSTEM_FOLDERS = ("/", "/var", "/opt", "/srv", "/mnt", "/media", "/snap", "/lost+found")
 
 

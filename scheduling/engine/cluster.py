@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from portal.models import ClusterAccount, Membership, Project
 from scheduling.backends import BackendError
-from scheduling.backends.slurm.backend import SlurmBackend
 from scheduling.engine.registry import get_backend
 
 __all__ = ["sync_accounts"]
@@ -20,9 +19,9 @@ def sync_accounts(alias: str) -> list[tuple[str, list[str | None]]]:
 
     Returns (project, Unix users) in project order; None stands for the portal's own user.
     """
-    slurm = get_backend(alias)
-    if not isinstance(slurm, SlurmBackend):
-        raise BackendError(f"backend {alias!r} is not a Slurm backend: it has no accounts")
+    slurm = get_backend(alias).cluster_accounts()
+    if slurm is None:
+        raise BackendError(f"backend {alias!r} has no cluster accounts: it is not a Slurm backend")
     accounts = dict(ClusterAccount.objects.values_list("user_id", "unix_username"))
     done = []
     for project in Project.objects.order_by("slug"):

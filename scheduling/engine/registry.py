@@ -43,7 +43,14 @@ def _build(alias: str, _key: str) -> Backend:
     options = dict(config.get("OPTIONS", {}))
     if getattr(cls, "uses_inventory", False):
         options.setdefault("node_source", node_views_for_backend)
-    return cls(alias=alias, **options)
+    backend = cls(alias=alias, **options)
+    said = config.get("RUNS_ON_THIS_HOST", False)
+    if said is not backend.runs_on_this_host:
+        raise ImproperlyConfigured(
+            f"COMPUTE_BACKENDS[{alias!r}]['RUNS_ON_THIS_HOST']: expected"
+            f" {backend.runs_on_this_host} for {config['BACKEND']}, got {said!r}"
+        )
+    return backend
 
 
 def close_backends() -> None:

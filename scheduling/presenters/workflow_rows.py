@@ -10,6 +10,7 @@ from html import escape  # Django's adds a lazy-string wrapper per call: 10,000 
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
+from scheduling.decisions import lifecycle
 from scheduling.models import Task
 
 OUTSIDE = "a task outside this workflow"
@@ -25,7 +26,7 @@ def rows_html(rows: list[tuple[Task, list[Task], list[int], int]], tasks_url: st
         pk, shown = task.pk, task.display_state
         link = f"{tasks_url}{pk}/"
         exit_code = ""
-        if task.exit_code is not None and task.state != "succeeded":
+        if task.exit_code is not None and task.state != lifecycle.SUCCEEDED:
             exit_code = f' <small class="muted">exit {task.exit_code}</small>'
         links = [f'<a href="{tasks_url}{d.pk}/">{escape(d.name)}</a>' for d in deps] + [
             f'<a href="{tasks_url}{i}/" title="{OUTSIDE}">#{i}</a>' for i in outside

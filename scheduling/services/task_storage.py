@@ -8,14 +8,10 @@ from collections.abc import Iterable
 
 from django.contrib.auth.models import User
 
-from portal.errors import ApplicationError
+from portal.errors import ApplicationError, prefixed
 from scheduling.decisions.storage import AreaView, input_mount, input_problem
 from scheduling.selectors.storage import input_type
 from scheduling.spec import TaskSpec
-
-
-def _prefixed(prefix: str, field: str) -> str:
-    return f"{prefix}.{field}" if prefix else field
 
 
 def check_task_inputs(
@@ -34,7 +30,7 @@ def check_task_inputs(
     areas = list(areas)
     username = user.get_username() if user is not None else ""
     for index, path in enumerate(spec.inputs):
-        field = _prefixed(field_prefix, f"inputs[{index}]")
+        field = prefixed(field_prefix, f"inputs[{index}]")
         problem = input_problem(areas, path, pool=pool, project=spec.project, user=username)
         if problem is not None:
             raise ApplicationError(problem, field=field, got=path)

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from config.bulk import bulk_insert, insert_together, next_id
 from portal import audit, hot
-from portal.errors import ApplicationError, ErrorItem
+from portal.errors import ApplicationError, ErrorItem, prefixed
 from portal.models import Project
 from portal.selectors import project_get_for_member, project_get_for_user
 from scheduling import decisions, outbox, sealed
@@ -146,13 +146,6 @@ def _check_quotas(spec: TaskSpec, queue: str, user: User, prefix: str) -> None:
         )
 
 
-def prefixed(prefix: str, field: str | None) -> str | None:
-    """`tasks[2]` + `resources.gpus` → `tasks[2].resources.gpus`."""
-    if not prefix:
-        return field
-    return f"{prefix}.{field}" if field else prefix
-
-
 def task_submit_spec(*, user: User, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
     project = hot.member_project(user, spec.project)
     if project is None:
@@ -271,14 +264,15 @@ def new_task(
     )
 
 
-def first_event(task: Task, user: User, decided: Decided) -> TaskEvent:
-    """The task's first event (`submitted by …`), not yet saved; the task has its id."""
+def first_event(task: Task, user: User, decided: Decided, *, how: str = "") -> TaskEvent:
+    """The task's first event (`submitted by …`, then `how`, e.g. " in a batch of 3"), not
+    yet saved; the task has its id."""
     return TaskEvent(
         task=task,
         at=task.submitted_at,
         from_state="",
         to_state=task.state,
-        message=f"submitted by {user.get_username()}; {decided.classify_reason}; "
+        message=f"submitted by {user.get_username()}{how}; {decided.classify_reason}; "
         f"{decided.routing_reason}",
     )
 
@@ -423,7 +417,6 @@ def task_submit_batch(*, user: User, text: str | bytes) -> list[int]:
 
     site = site_view()
     now = timezone.now()
-    who = user.get_username()
     member_of = {slug: project for slug, project in projects.items() if project is not None}
     with transaction.atomic():
         tasks = bulk_insert(
@@ -440,18 +433,9 @@ def task_submit_batch(*, user: User, text: str | bytes) -> list[int]:
                 for d, doc in zip(decided, docs, strict=True)
             ],
         )
+        how = f" in a batch of {len(tasks)}"
         bulk_insert(
-            [
-                TaskEvent(
-                    task=task,
-                    at=now,
-                    from_state="",
-                    to_state=S.PENDING,
-                    message=f"submitted by {who} in a batch of {len(tasks)}; "
-                    f"{d.classify_reason}; {d.routing_reason}",
-                )
-                for task, d in zip(tasks, decided, strict=True)
-            ]
+            [first_event(task, user, d, how=how) for task, d in zip(tasks, decided, strict=True)]
             + [
                 e
                 for t, d in zip(tasks, decided, strict=True)

@@ -149,7 +149,7 @@ def _task_change(task) -> dict[str, Any]:
         "id": task.pk,
         "state": task.state,
         "shown": task.display_state,
-        "exit_code": task.exit_code if task.state != "succeeded" else None,
+        "exit_code": task.exit_code if task.state != lifecycle.SUCCEEDED else None,
         "attempts": task.attempts,
         "reason": task.reason,
         "edges": edge_kind(task),  # of the arrows leaving it

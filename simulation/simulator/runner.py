@@ -19,8 +19,6 @@ from simulation.simulator.traces import alibaba_site, read_alibaba, read_swf, sw
 from simulation.simulator.workloads import launch_mix, site_model
 
 WORKLOADS = ("validation-day", "launch-mix", "swf", "alibaba", "history")
-# The names these two had before, still accepted: scripts and bookmarks may send them.
-ALIASES = {"r14": "validation-day", "r14-burst": "launch-mix"}
 Progress = Callable[[int, int], None]
 
 
@@ -69,8 +67,7 @@ def run_named(
     progress: Progress | None = None,
 ) -> dict:
     """`validation-day` (the criteria table), `launch-mix`, `swf` (a file), `alibaba` (pods and
-    nodes); the old names in `ALIASES` run as their new ones."""
-    workload = ALIASES.get(workload, workload)
+    nodes)."""
     if workload == "validation-day":
         return validation_day_report(seed, progress=progress)
     if workload == "launch-mix":

@@ -54,6 +54,7 @@ def local_root(settings, job_root) -> Path:
         **settings.COMPUTE_BACKENDS,
         "local": {
             "BACKEND": "scheduling.backends.local.LocalBackend",
+            "RUNS_ON_THIS_HOST": True,
             "OPTIONS": {"root": str(root), "bwrap": "bwrap"},
         },
     }

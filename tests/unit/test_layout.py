@@ -7,6 +7,7 @@ not need Django's test database.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -339,3 +340,68 @@ def test_every_setting_of_the_parts_is_imported_into_the_settings():
         and (f"config.{part.stem}", target.id) not in imported
     ]
     assert missing == []
+
+
+def test_asking_whether_a_backend_runs_here_loads_no_backend():
+    # Models and checks ask it (scheduling/host.py): only the engine loads backends, at run
+    # time too, not only in the imports the tests above read.
+    code = (
+        "import sys, django; django.setup(); from django.conf import settings;"
+        " from scheduling import checks, host;"
+        " before = {m for m in sys.modules if m.startswith('scheduling.backends.')};"
+        " local = [a for a in settings.COMPUTE_BACKENDS if host.is_local(a)];"
+        " after = {m for m in sys.modules if m.startswith('scheduling.backends.')};"
+        " print(local, sorted(after - before))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "['local'] []"
+
+
+# The command line (clients/): a package of its own, held to the same rules.
+CLIENT = ROOT / "clients" / "switchyard_cli"
+
+
+def _client_problems(package: Path) -> list[str]:
+    """Import cycles (imports inside functions count), imports hidden in function bodies and
+    files over 500 lines, in the command line's package."""
+    modules = {
+        ".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in package.rglob("*.py")
+    }
+
+    def resolve(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    problems = []
+    for module, path in modules.items():
+        text = path.read_text()
+        if text.count("\n") > MAX_LINES:
+            problems.append(f"{module} ({text.count(chr(10))} lines)")
+        tree = ast.parse(text, filename=str(path))
+        functions = [
+            n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
+        inside = {id(n) for f in functions for n in ast.walk(f) if n is not f}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            else:
+                continue
+            for target in sorted({t for t in map(resolve, names) if t}):
+                if target != module and not module.startswith(target + "."):
+                    graph[module].add(target)
+                if id(node) in inside:
+                    problems.append(f"{module}:{node.lineno} imports {target} in a function")
+    return problems + [f"cycle: {' ↔ '.join(c)}" for c in _cycles(graph)]
+
+
+def test_the_command_line_has_no_cycles_no_hidden_imports_and_no_long_files():
+    assert _client_problems(CLIENT) == []

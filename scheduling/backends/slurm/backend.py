@@ -283,6 +283,10 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             raise BackendError(f"refusing to run a job as {name!r}: it is root (uid or gid 0)")
         return name
 
+    def cluster_accounts(self) -> SlurmBackend:
+        """Projects are Slurm accounts (accounts.py)."""
+        return self
+
     # -- follow ------------------------------------------------------------------------------
 
     def find(self, key: str) -> Job | None:

@@ -22,7 +22,6 @@ from simulation.replay import history_workload
 from simulation.simulator.criteria import format_table
 from simulation.simulator.model import POLICIES
 from simulation.simulator.runner import (
-    ALIASES,
     WORKLOADS,
     WorkloadError,
     compare,
@@ -36,8 +35,7 @@ class Command(BaseCommand):
     help = "Replay a workload in virtual time under the site's policy, FIFO and EASY backfill."
 
     def add_arguments(self, parser):
-        # The old names (ALIASES) are still accepted, so that scripts keep working.
-        parser.add_argument("workload", choices=[*WORKLOADS, *ALIASES])
+        parser.add_argument("workload", choices=WORKLOADS)
         parser.add_argument("files", nargs="*", help="swf: FILE; alibaba: PODS.csv NODES.csv")
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument(
@@ -63,7 +61,6 @@ class Command(BaseCommand):
         parser.add_argument("--json", metavar="FILE", help="write the full result (- = stdout)")
 
     def handle(self, *args, workload: str, files: list[str], **opts):
-        workload = ALIASES.get(workload, workload)
         policies = [p.strip() for p in opts["policies"].split(",") if p.strip()]
         want = {"swf": 1, "alibaba": 2}.get(workload, 0)
         if len(files) != want:

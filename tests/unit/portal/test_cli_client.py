@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from switchyard_cli import cli
+from switchyard_cli import cli, client
 
 CLIENTS = Path(__file__).resolve().parents[3] / "clients"
 
@@ -53,7 +53,7 @@ def test_an_answer_that_is_not_the_portals_is_exit_6_not_a_traceback(tmp_path, m
         monkeypatch.setenv("SWITCHYARD_CONFIG", str(tmp_path / "c.json"))
         monkeypatch.setenv("SWITCHYARD_TOKEN", "t")
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        assert cli.main(["--url", url, "status"]) == cli.UNREACHABLE
+        assert cli.main(["--url", url, "status"]) == client.UNREACHABLE
         assert "not JSON" in capsys.readouterr().err
     finally:
         server.shutdown()
@@ -64,7 +64,7 @@ def test_the_token_file_is_private_and_replaces_no_symlink(tmp_path, monkeypatch
     (tmp_path / "dir").mkdir()
     target = tmp_path / "elsewhere"
     (tmp_path / "dir" / "config.json.tmp").symlink_to(target)  # the old fixed name
-    path = cli.save_config({"token": "secret"})
+    path = client.save_config({"token": "secret"})
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and not target.exists()
     assert json.loads(path.read_text()) == {"token": "secret"}
 
@@ -86,22 +86,22 @@ def test_it_refuses_a_config_folder_others_can_write_and_says_what_to_run(
 ):
     config = _planted(tmp_path / "shared", monkeypatch)
     config.parent.chmod(0o777)
-    assert cli.main(["status"]) == cli.BAD_INPUT
+    assert cli.main(["status"]) == client.BAD_INPUT
     err = capsys.readouterr().err
     assert "others may write" in err and f"chmod 700 {config.parent}" in err
-    assert cli.main(["login", "--password-stdin"]) == cli.BAD_INPUT  # no password asked
+    assert cli.main(["login", "--password-stdin"]) == client.BAD_INPUT  # no password asked
     config.parent.chmod(0o700)
-    with pytest.raises(cli.CliError, match="cannot reach"):
-        cli.client(cli.parser().parse_args(["status"])).json("GET", "tasks/")
+    with pytest.raises(client.CliError, match="cannot reach"):
+        client.client(cli.parser().parse_args(["status"])).json("GET", "tasks/")
 
 
 def test_it_refuses_a_token_file_others_can_read_or_write(tmp_path, monkeypatch, capsys):
     config = _planted(tmp_path / "mine", monkeypatch)
     config.chmod(0o646)
-    assert cli.main(["status"]) == cli.BAD_INPUT
+    assert cli.main(["status"]) == client.BAD_INPUT
     assert f"chmod 600 {config}" in capsys.readouterr().err
-    with pytest.raises(cli.CliError, match="chmod 600"):
-        cli.save_config({"token": "new"})
+    with pytest.raises(client.CliError, match="chmod 600"):
+        client.save_config({"token": "new"})
     assert "planted" in config.read_text()
 
 
@@ -109,5 +109,5 @@ def test_it_refuses_a_token_file_others_can_read_or_write(tmp_path, monkeypatch,
 def test_it_refuses_a_config_folder_another_account_owns(tmp_path, monkeypatch, capsys):
     config = _planted(tmp_path / "theirs", monkeypatch)
     os.chown(config.parent, 65534, 65534)
-    assert cli.main(["status"]) == cli.BAD_INPUT
+    assert cli.main(["status"]) == client.BAD_INPUT
     assert "belongs to another account" in capsys.readouterr().err

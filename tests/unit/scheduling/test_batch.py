@@ -34,6 +34,12 @@ def test_a_batch_stores_every_task_with_its_decision_and_event(
     assert {t.queue.name for t in tasks} == {"inference-agent"}
     assert all(t.state == "pending" and t.classify_reason for t in tasks)
     assert TaskEvent.objects.filter(task__in=tasks, to_state="pending").count() == 50
+    first = TaskEvent.objects.filter(task__in=tasks).earliest("pk")
+    assert first.at == first.task.submitted_at
+    assert first.message == (
+        f"submitted by alice in a batch of 50; {first.task.classify_reason}; "
+        f"{first.task.routing_reason}"
+    )
     for task_id in ids:
         engine.task_dispatch(task_id)
     assert len(FakeBackend.jobs_for("fake")) == 50

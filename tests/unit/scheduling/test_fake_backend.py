@@ -7,10 +7,13 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from scheduling import host
 from scheduling.backends.base import Backend, BackendError, JobState, SubmitRequest
 from scheduling.backends.fake import FakeBackend
+from scheduling.backends.slurm.backend import SlurmBackend
 from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.engine import get_backend
+from scheduling.engine.cluster import sync_accounts
 from scheduling.spec import TaskSpec
 
 QUEUE = QueuePolicy(name="hpc", pool="cpu", task_types=())
@@ -103,3 +106,31 @@ def test_nodes_drain_resume_priority_and_log():
     assert backend.log("nope") == ""
     assert ("set_priority", ("k-1", 7)) in backend.calls
     assert ("drain", ("n1", "sick")) in backend.calls
+
+
+def test_settings_that_say_where_a_backend_runs_must_agree_with_the_backend(settings):
+    # Models and checks read RUNS_ON_THIS_HOST from the settings (scheduling/host.py); a
+    # backend whose class says otherwise is refused when the engine builds it.
+    local = settings.COMPUTE_BACKENDS["local"]
+    assert host.is_local("local") and not host.is_local("fake") and not host.is_local("nowhere")
+    assert get_backend("local").runs_on_this_host and not get_backend("fake").runs_on_this_host
+    settings.COMPUTE_BACKENDS = {
+        "local": {k: v for k, v in local.items() if k != "RUNS_ON_THIS_HOST"},
+        "fake": {**settings.COMPUTE_BACKENDS["fake"], "RUNS_ON_THIS_HOST": True},
+    }
+    with pytest.raises(ImproperlyConfigured) as err:
+        get_backend("local")
+    assert str(err.value) == (
+        "COMPUTE_BACKENDS['local']['RUNS_ON_THIS_HOST']: expected True for"
+        " scheduling.backends.local.LocalBackend, got False"
+    )
+    with pytest.raises(ImproperlyConfigured, match=r"\['fake'\].*expected False .* got True"):
+        get_backend("fake")
+
+
+def test_only_a_backend_with_cluster_accounts_syncs_them(tmp_path):
+    assert get_backend("fake").cluster_accounts() is None
+    with pytest.raises(BackendError, match="'fake' has no cluster accounts"):
+        sync_accounts("fake")
+    slurm = SlurmBackend("slurm", cluster="test", workdir=str(tmp_path))
+    assert slurm.cluster_accounts() is slurm

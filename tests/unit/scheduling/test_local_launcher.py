@@ -153,6 +153,7 @@ def test_closing_the_backends_stops_the_launcher_and_closes_every_other_one(make
     settings.COMPUTE_BACKENDS = {
         "local": {
             "BACKEND": "scheduling.backends.local.LocalBackend",
+            "RUNS_ON_THIS_HOST": True,
             "OPTIONS": {"root": backend.root},
         },
         "fake": {"BACKEND": "scheduling.backends.fake.FakeBackend", "OPTIONS": {}},

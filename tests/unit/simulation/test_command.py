@@ -53,12 +53,14 @@ def test_the_validation_day_prints_each_criterion_with_fifo_and_easy_beside_it_a
     assert agents["switchyard"] < 30 < agents["fifo"]
 
 
-def test_the_old_workload_names_still_run_under_their_new_names(tmp_path):
-    target = tmp_path / "burst.json"
-    _run("r14-burst", "--seed", "2", "--policies", "fifo", "--json", str(target))
-    result = json.loads(target.read_text())
-    assert result["workload"] == "launch-mix" and result["seed"] == 2
-    assert result["jobs"] == 53 and list(result["policies"]) == ["fifo"]
+@pytest.mark.parametrize("name", ["r14", "r14-burst", "burst"])
+def test_a_workload_name_not_offered_is_refused_with_the_names_that_are(name):
+    with pytest.raises(CommandError) as err:
+        _run(name)
+    said = str(err.value)
+    assert f"invalid choice: '{name}'" in said
+    for workload in ("validation-day", "launch-mix", "swf", "alibaba", "history"):
+        assert f"'{workload}'" in said
 
 
 def test_an_swf_trace_runs_under_every_policy(tmp_path):

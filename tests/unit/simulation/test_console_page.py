@@ -1,6 +1,6 @@
 """The console's Simulations page: start a what-if run, follow it, read and compare results.
 
-The worker's part is the Celery task itself (`tasks.simulations`), called here in-process:
+The worker's part is the Celery task itself (`tasks.run_queued`), called here in-process:
 tests publish nothing, so the broker is replaced at its edge (`outbox.send`).
 """
 
@@ -12,15 +12,16 @@ import re
 from unittest import mock
 
 import pytest
+from celery import current_app
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from scheduling import outbox, tasks
+from simulation import tasks
 from simulation.models import SimulationRun
-from simulation.services import ORPHANED
+from simulation.services import ORPHANED, RUN_QUEUED
 from simulation.simulator.criteria import CRITERIA, format_value
 from tests.conftest import ROOT
 
@@ -81,7 +82,7 @@ def test_a_validation_day_run_started_by_a_platform_admin_runs_and_shows_the_cri
     assert response.status_code == 302 and response["Location"] == f"/simulations/{run.pk}/"
     assert (run.state, run.progress, run.parameters) == ("queued", 0, {"policies": ALL, "seed": 1})
     assert run.created_by.username == "admin"
-    assert [c.args for c in sent[1].call_args_list] == [(outbox.SIMULATIONS, ())]
+    assert [c.args for c in sent[1].call_args_list] == [(RUN_QUEUED, ())]
     page = admin_page.get(f"/simulations/{run.pk}/").content.decode()
     assert 'id="simulation-state">queued' in page
     assert f'hx-get="/simulations/{run.pk}/progress/"' in page  # it follows itself
@@ -89,7 +90,7 @@ def test_a_validation_day_run_started_by_a_platform_admin_runs_and_shows_the_cri
     assert live.status_code == 200 and b'<progress id="simulation-progress"' in live.content
 
     with CaptureQueriesContext(connection) as queries:
-        assert tasks.simulations() == 1
+        assert tasks.run_queued() == 1
     run.refresh_from_db()
     assert (run.state, run.progress, run.error) == ("succeeded", 100, "")
     assert run.started_at <= run.finished_at
@@ -124,7 +125,7 @@ def test_a_validation_day_run_started_by_a_platform_admin_runs_and_shows_the_cri
 def test_a_queue_admin_runs_the_launch_mix_and_the_header_links_the_page(quinn_page, sent):
     assert 'href="/simulations/"' in quinn_page.get("/dashboard/").content.decode()
     _start(quinn_page, sent, workload="launch-mix", seed="3", policies=["switchyard", "fifo"])
-    tasks.simulations()
+    tasks.run_queued()
     run = SimulationRun.objects.get()
     assert run.state == "succeeded" and run.progress == 100
     assert list(run.result["policies"]) == ["fifo", "switchyard"] and run.result["seed"] == 3
@@ -134,12 +135,6 @@ def test_a_queue_admin_runs_the_launch_mix_and_the_header_links_the_page(quinn_p
     assert "<td>FIFO</td><td>53</td>" in rows and "<td>Switchyard</td><td>53</td>" in rows
     listing = quinn_page.get("/simulations/").content.decode()
     assert f'id="simulation-{run.pk}"' in listing and "seed 3 · fifo, switchyard" in listing
-
-
-def test_a_run_started_under_an_old_workload_name_is_kept_under_the_new_one(admin_page, sent):
-    _start(admin_page, sent, workload="r14-burst", seed="2", policies=["fifo"])
-    run = SimulationRun.objects.get()
-    assert run.workload == "launch-mix" and run.parameters == {"policies": ["fifo"], "seed": 2}
 
 
 def test_a_researcher_gets_a_404_on_every_simulation_url(site, researcher, admin_page, sent):
@@ -164,6 +159,11 @@ def test_a_researcher_gets_a_404_on_every_simulation_url(site, researcher, admin
     [
         (
             {"workload": "alibaba"},
+            "workload",
+            "expected one of validation-day, launch-mix, history, swf",
+        ),
+        (
+            {"workload": "r14-burst"},
             "workload",
             "expected one of validation-day, launch-mix, history, swf",
         ),
@@ -220,7 +220,7 @@ def test_an_uploaded_trace_is_kept_under_the_var_dir_and_replayed(admin_page, se
     assert run.upload_path.parent.parent == settings.SWITCHYARD_SIMULATION_DIR
     assert run.upload_name == "lublin-head.swf" and run.upload_path.is_file()
     assert run.parameters == {"policies": ALL, "limit": 20, "repeat": 2}
-    tasks.simulations()
+    tasks.run_queued()
     run.refresh_from_db()
     assert run.state == "succeeded" and run.result["jobs"] == 40  # 20 jobs, twice
     page = admin_page.get(f"/simulations/{run.pk}/").content.decode()
@@ -232,7 +232,7 @@ def test_an_uploaded_trace_is_kept_under_the_var_dir_and_replayed(admin_page, se
 def test_a_malformed_trace_ends_the_run_failed_with_the_line_at_fault(admin_page, sent):
     bad = SimpleUploadedFile("bad.swf", b"; a header\n\n1 0 -1 10 4\n")
     _start(admin_page, sent, workload="swf", file=bad)
-    tasks.simulations()
+    tasks.run_queued()
     run = SimulationRun.objects.get()
     assert run.state == "failed" and run.finished_at is not None
     assert run.error == "bad.swf:3: expected 18 columns, got 5"
@@ -247,14 +247,14 @@ def test_a_run_that_breaks_is_kept_failed_with_the_error(admin_page, sent):
     with mock.patch(
         "simulation.services.run_named", autospec=True, side_effect=RuntimeError("boom")
     ):
-        tasks.simulations()
+        tasks.run_queued()
     run = SimulationRun.objects.get()
     assert (run.state, run.error) == ("failed", "internal error: RuntimeError: boom")
 
 
 def test_an_empty_history_replays_to_a_result_with_no_jobs(admin_page, sent):
     _start(admin_page, sent, workload="history", days="2.5")
-    tasks.simulations()
+    tasks.run_queued()
     run = SimulationRun.objects.get()
     assert run.state == "succeeded", run.error
     assert run.parameters["days"] == 2.5 and run.result["jobs"] == 0
@@ -266,16 +266,29 @@ def test_an_empty_history_replays_to_a_result_with_no_jobs(admin_page, sent):
 def test_a_run_left_running_by_a_worker_that_went_away_is_failed_not_lost(admin_page, sent):
     _start(admin_page, sent)
     SimulationRun.objects.update(state="running", progress=40)
-    assert tasks.simulations() == 0
+    assert tasks.run_queued() == 0
     run = SimulationRun.objects.get()
     assert (run.state, run.error, run.progress) == ("failed", ORPHANED, 40)
+
+
+def test_the_beat_and_a_message_queued_under_the_tasks_old_name_both_run_queued_runs(
+    admin_page, sent, settings
+):
+    beat = settings.CELERY_BEAT_SCHEDULE["simulations"]["task"]
+    assert beat == RUN_QUEUED
+    _start(admin_page, sent, policies=["fifo"])
+    # Scheduling ran it under this name before it moved to the simulation app.
+    assert current_app.tasks["scheduling.simulations"].apply().get() == 1
+    assert SimulationRun.objects.get().state == "succeeded"
+    _start(admin_page, sent, policies=["fifo"])
+    assert current_app.tasks[beat].apply().get() == 1
 
 
 def test_runs_are_kept_newest_first_and_two_compare_side_by_side(admin_page, sent):
     for seed in ("1", "2"):
         _start(admin_page, sent, seed=seed)
     _start(admin_page, sent, workload="swf", file=SimpleUploadedFile("x.swf", b"1 2\n"))
-    tasks.simulations()
+    tasks.run_queued()
     first, second, broken = SimulationRun.objects.order_by("id")
     listing = admin_page.get("/simulations/").content.decode()
     assert (
