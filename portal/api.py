@@ -13,51 +13,21 @@ from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal import history, roles
 from portal.errors import ApplicationError
 from portal.http import SignedInApiRequest
-from portal.models import AuditEvent, ConfigVersion
 from portal.parsing import checked_pk, json_object
 from portal.selectors import (
+    audit_actions,
     audit_filter,
     audit_visible_to,
+    config_models,
+    config_version_get_visible,
+    config_versions_visible,
     project_get_visible,
     project_memberships,
 )
-from portal.services import member_add, member_remove
-
-
-class AuditEventSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = AuditEvent
-        fields = ["id", "at", "actor", "action", "target", "project", "queue", "detail", "address"]
-
-
-class ConfigVersionSerializer(serializers.ModelSerializer):
-    changes = serializers.SerializerMethodField()
-
-    class Meta:
-        model = ConfigVersion
-        fields = [
-            "id",
-            "at",
-            "author_name",
-            "model",
-            "object_id",
-            "object_repr",
-            "action",
-            "reason",
-            "restores",
-            "before",
-            "after",
-            "changes",
-        ]
-
-    def get_changes(self, version: ConfigVersion) -> list[dict]:
-        return [
-            {"field": f, "before": old, "after": new}
-            for f, old, new in history.diff(version.before, version.after)
-        ]
+from portal.serializers import AuditEventSerializer, ConfigVersionSerializer
+from portal.services import config_version_restore, member_add, member_remove
 
 
 class AuditList(ListAPIView):
@@ -70,7 +40,7 @@ class AuditList(ListAPIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("action", str, enum=AuditEvent.Action.values),
+            OpenApiParameter("action", str, enum=[value for value, _ in audit_actions()]),
             OpenApiParameter("actor", str),
             OpenApiParameter("project", str),
             OpenApiParameter("since", str, description="a date or an ISO 8601 time"),
@@ -81,9 +51,10 @@ class AuditList(ListAPIView):
 
 
 def _versions(request: SignedInApiRequest):
-    if not (roles.is_platform_admin(request.user) or roles.administered_queue_ids(request.user)):
+    found = config_versions_visible(request.user)
+    if found is None:
         raise ApplicationError("not found", status=404)
-    return history.versions_visible_to(request.user)
+    return found
 
 
 class ConfigVersionList(ListAPIView):
@@ -95,9 +66,9 @@ class ConfigVersionList(ListAPIView):
         found = _versions(self.request)
         model = self.request.query_params.get("model")
         if model:
-            if model not in history.TRACKED:
+            if model not in config_models():
                 raise ApplicationError(
-                    f"must be one of {', '.join(sorted(history.TRACKED))}",
+                    f"must be one of {', '.join(config_models())}",
                     field="model",
                     got=model[:80],
                 )
@@ -125,15 +96,18 @@ class ConfigRollback(APIView):
         "The answer is the new version the rollback wrote.",
     )
     def post(self, request: SignedInApiRequest, pk: int) -> Response:
+        _versions(request)  # the history is no page of theirs: 404
         try:
-            version = _versions(request).get(pk=checked_pk(pk))
-        except (ConfigVersion.DoesNotExist, ValueError):
-            raise ApplicationError("not found", status=404) from None
+            version = config_version_get_visible(request.user, checked_pk(pk))
+        except ValueError:
+            version = None
+        if version is None:
+            raise ApplicationError("not found", status=404)
         data = request.data if isinstance(request.data, dict) else {}
         reason = data.get("reason")
         if not isinstance(reason, str):
             raise ApplicationError("required: why you roll back", field="reason", got=reason)
-        made = history.rollback(user=request.user, version=version, reason=reason)
+        made = config_version_restore(user=request.user, version=version, reason=reason)
         return Response(ConfigVersionSerializer(made).data, status=201)
 
 

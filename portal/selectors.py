@@ -1,16 +1,20 @@
-"""Reads with permission checks: projects, their members, the audit log."""
+"""Reads with permission checks: projects, their members, the audit log, the configuration
+history; and the project page's storage warnings, which accounting provides at start."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
-from portal import roles
+from portal import history, roles
 from portal.errors import ApplicationError
-from portal.models import AuditEvent, Project
+from portal.models import AuditEvent, ConfigVersion, Project
 
 
 def project_list_for_user(user: User) -> QuerySet[Project]:
@@ -68,6 +72,11 @@ def audit_visible_to(user: User) -> QuerySet[AuditEvent]:
     return rows.filter(Q(actor_id=user.pk) | Q(project__in=led) | Q(queue__in=queues))
 
 
+def audit_actions() -> list[tuple[str, str]]:
+    """The audit log's actions, (value, label), for its filter."""
+    return list(AuditEvent.Action.choices)
+
+
 def audit_filter(rows: QuerySet[AuditEvent], params) -> QuerySet[AuditEvent]:
     """Narrow by `action`, `actor`, `project` and `since` (a date or time, ISO 8601)."""
     action = params.get("action") or ""
@@ -109,3 +118,64 @@ def _day(text: str) -> datetime | None:
     except ValueError:
         return None
     return datetime(day.year, day.month, day.day, tzinfo=UTC) if day else None
+
+
+def config_versions_visible(user: User) -> QuerySet[ConfigVersion] | None:
+    """The configuration history's versions the user reads (platform admins: all; queue admins:
+    their queues'), newest first; None for anyone else, who has no such page (the caller
+    answers 404)."""
+    if not (roles.is_platform_admin(user) or roles.administered_queue_ids(user)):
+        return None
+    return history.versions_visible_to(user)
+
+
+def config_version_get_visible(user: User, pk: int) -> ConfigVersion | None:
+    """One version the user may read, with the version it restored; None otherwise."""
+    return history.versions_visible_to(user).select_related("restores").filter(pk=pk).first()
+
+
+def config_models() -> list[str]:
+    """The models whose changes are versioned (app_label.model), for the history's filter."""
+    return sorted(history.TRACKED)
+
+
+@dataclass(frozen=True)
+class VersionPlace:
+    """Where a version stands in its object's history, for its page."""
+
+    previous: int | None  # the id of the object's version before it
+    later: int  # how many versions of the object came after it
+    changes: list[tuple[str, Any, Any]]  # (field, before, after) this version made
+    to_restore: list[tuple[str, Any, Any]]  # (field, now, then) a rollback to it would make
+
+
+def config_version_place(version: ConfigVersion) -> VersionPlace:
+    same = ConfigVersion.objects.filter(model=version.model, object_id=version.object_id)
+    current = same.order_by("-id").first()
+    return VersionPlace(
+        previous=same.filter(pk__lt=version.pk)
+        .order_by("-id")
+        .values_list("pk", flat=True)
+        .first(),
+        later=same.filter(pk__gt=version.pk).count(),
+        changes=history.diff(version.before, version.after),
+        to_restore=history.diff(current.after if current else None, version.after),
+    )
+
+
+# The project page warns when a folder of the project passes its storage area's soft quota.
+# What a folder holds is accounting's to know (its collectors measure it); accounting provides
+# the reader when it starts (accounting/apps.py), so the organisation never imports it.
+StorageWarningsReader = Callable[[Project], Sequence[Any]]
+_storage_warnings: list[StorageWarningsReader] = []
+
+
+def provide_storage_warnings(reader: StorageWarningsReader) -> None:
+    """Register the reader of a project's storage warnings (each with `text` and
+    `measured_at`); registering again replaces it."""
+    _storage_warnings[:] = [reader]
+
+
+def project_storage_warnings(project: Project) -> list[Any]:
+    """The project's storage warnings; none when no app provides them."""
+    return [w for reader in _storage_warnings for w in reader(project)]

@@ -1,4 +1,4 @@
-"""Writes on the organisation: who is a member of a project.
+"""Writes on the organisation: who is a member of a project; rolling configuration back.
 
 The project's lead (or a platform admin) adds and removes members, on the project page and
 through the API; every change is in the audit log.
@@ -9,9 +9,9 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from portal import audit, roles
+from portal import audit, history, roles
 from portal.errors import ApplicationError
-from portal.models import Membership, Project
+from portal.models import ConfigVersion, Membership, Project
 from scheduling import usage
 
 
@@ -83,3 +83,9 @@ def lead_joins(*, project: Project) -> Membership:
     if created:
         usage.member_joined(project=project, user=project.pi)
     return membership
+
+
+def config_version_restore(*, user: User, version: ConfigVersion, reason: str) -> ConfigVersion:
+    """A platform admin makes the object what it was right after `version`, saying why; the
+    rollback is itself recorded as a new version, which is returned (portal/history.py)."""
+    return history.rollback(user=user, version=version, reason=reason)

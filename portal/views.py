@@ -12,28 +12,33 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from accounting.selectors import storage_warnings
-from portal import history, roles
+from portal import roles
 from portal.errors import ApplicationError
 from portal.http import SignedInRequest
-from portal.models import AuditEvent, ConfigVersion, Project
 from portal.parsing import checked_pk
 from portal.selectors import (
+    audit_actions,
     audit_filter,
     audit_visible_to,
+    config_models,
+    config_version_get_visible,
+    config_version_place,
+    config_versions_visible,
     project_get_visible,
     project_list_visible,
     project_memberships,
+    project_storage_warnings,
 )
-from portal.services import member_add, member_remove
+from portal.services import config_version_restore, member_add, member_remove
 from scheduling import usage
 
 
 @login_required
 def config_history(request: SignedInRequest) -> HttpResponse:
-    if not (roles.is_platform_admin(request.user) or roles.administered_queue_ids(request.user)):
+    versions = config_versions_visible(request.user)
+    if versions is None:
         raise Http404("no such page")
-    versions = history.versions_visible_to(request.user).select_related("restores")
+    versions = versions.select_related("restores")
     model = request.GET.get("model") or ""
     if model:
         versions = versions.filter(model=model)
@@ -41,45 +46,33 @@ def config_history(request: SignedInRequest) -> HttpResponse:
     context = {
         "page": page,
         "model": model,
-        "models": sorted(history.TRACKED),
+        "models": config_models(),
         "can_roll_back": roles.is_platform_admin(request.user),
     }
     return render(request, "portal/config_history.html", context)
 
 
-def _version(request: SignedInRequest, pk: int | str) -> ConfigVersion:
+def _version(request: SignedInRequest, pk: int | str):
     try:
-        return history.versions_visible_to(request.user).get(pk=checked_pk(pk))
-    except (ConfigVersion.DoesNotExist, ValueError):
-        raise Http404("no such version") from None
+        found = config_version_get_visible(request.user, checked_pk(pk))
+    except ValueError:
+        found = None
+    if found is None:
+        raise Http404("no such version")
+    return found
 
 
 @login_required
 def config_version(request: SignedInRequest, pk: int) -> HttpResponse:
     version = _version(request, pk)
-    later = ConfigVersion.objects.filter(
-        model=version.model, object_id=version.object_id, pk__gt=version.pk
-    ).count()
-    current = (
-        ConfigVersion.objects.filter(model=version.model, object_id=version.object_id)
-        .order_by("-id")
-        .first()
-    )
-    previous = (
-        ConfigVersion.objects.filter(
-            model=version.model, object_id=version.object_id, pk__lt=version.pk
-        )
-        .order_by("-id")
-        .values_list("pk", flat=True)
-        .first()
-    )
+    place = config_version_place(version)
     context = {
         "version": version,
-        "previous": previous,
-        "changes": history.diff(version.before, version.after),
-        "to_restore": history.diff(current.after if current else None, version.after),
-        "later": later,
-        "can_roll_back": roles.is_platform_admin(request.user) and later > 0,
+        "previous": place.previous,
+        "changes": place.changes,
+        "to_restore": place.to_restore,
+        "later": place.later,
+        "can_roll_back": roles.is_platform_admin(request.user) and place.later > 0,
     }
     return render(request, "portal/config_version.html", context)
 
@@ -89,7 +82,7 @@ def config_version(request: SignedInRequest, pk: int) -> HttpResponse:
 def config_rollback(request: SignedInRequest, pk: int) -> HttpResponse:
     version = _version(request, pk)
     try:
-        made = history.rollback(
+        made = config_version_restore(
             user=request.user, version=version, reason=request.POST.get("reason", "")
         )
     except ApplicationError as exc:
@@ -113,7 +106,7 @@ def audit_log(request: SignedInRequest) -> HttpResponse:
     context = {
         "page": page,
         "error": error,
-        "actions": AuditEvent.Action.choices,
+        "actions": audit_actions(),
         "params": {k: request.GET.get(k, "") for k in ("action", "actor", "project", "since")},
         "sees_all": roles.is_platform_admin(request.user),
     }
@@ -121,7 +114,7 @@ def audit_log(request: SignedInRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-def _project(request: SignedInRequest, slug: str) -> Project:
+def _project(request: SignedInRequest, slug: str):
     found = project_get_visible(request.user, slug)
     if found is None:
         raise Http404("no such project")
@@ -141,7 +134,7 @@ def project_detail(request: SignedInRequest, slug: str) -> HttpResponse:
         "project": project,
         "members": project_memberships(project, order=("role", "user__username")),
         "quotas": usage.project_quotas(project),
-        "storage_warnings": storage_warnings(project),
+        "storage_warnings": project_storage_warnings(project),
         "leads": roles.leads_project(request.user, project),
         "queues": usage.queue_names(),
         "resources": usage.quota_resources(),

@@ -36,7 +36,7 @@ def diamond(site):
     from django.contrib.auth.models import User
 
     from scheduling import services
-    from tests.unit.scheduling.test_workflows import DIAMOND, workflow
+    from tests.unit.scheduling.workflows.helpers import DIAMOND, workflow
 
     alice = User.objects.get(username="alice")
     wf = services.workflow_submit(

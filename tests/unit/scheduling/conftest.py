@@ -19,7 +19,7 @@ from scheduling.engine.storage import prepare_user
 from scheduling.models import Pool
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import move_storage_areas
-from tests.unit.scheduling.test_local_backend import SMALL, finished
+from tests.unit.scheduling.local_backend.helpers import SMALL, finished
 
 
 @pytest.fixture

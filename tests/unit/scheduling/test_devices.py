@@ -41,7 +41,7 @@ from scheduling.models import Node, Pool
 from scheduling.selectors import site_view, site_view_invalidate
 from scheduling.spec import Resources, TaskSpec
 from tests.conftest import descriptor, submit
-from tests.unit.scheduling.test_local_backend import (
+from tests.unit.scheduling.local_backend.helpers import (
     finished,
     request,
     running,

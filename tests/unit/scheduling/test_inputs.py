@@ -21,7 +21,7 @@ from scheduling.engine import get_backend
 from scheduling.models import Task
 from scheduling.spec import TaskSpec
 from tests.conftest import descriptor, in_ci, submit
-from tests.unit.scheduling.test_local_backend import finished
+from tests.unit.scheduling.local_backend.helpers import finished
 from tests.unit.scheduling.test_storage import run
 
 API = "/api/v1/files"

@@ -29,7 +29,7 @@ from scheduling.decisions.types import NodeView
 from scheduling.spec import TASK_TYPES
 from tests import netprobe
 from tests.conftest import ROOT, in_ci
-from tests.unit.scheduling.test_local_backend import PACK, finished, request, running
+from tests.unit.scheduling.local_backend.helpers import PACK, finished, request, running
 
 NODE = NodeView(name="n1", cpus=64, memory_mib=64 * 1024, gpus=0)
 BATCH_TYPES = ("hpc-simulation", "ai-training", "ai-inference")
@@ -399,7 +399,7 @@ def test_a_queue_that_runs_many_jobs_at_once_gives_each_fewer_processes_to_fit_p
 
 
 def in_work(folder: str) -> list[int]:
-    from tests.unit.scheduling.test_local_backend import in_folder
+    from tests.unit.scheduling.local_backend.helpers import in_folder
 
     return in_folder(folder)
 

@@ -24,7 +24,7 @@ from scheduling.backends.local import SUPERVISOR_DIED, launch, launcher
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.engine.registry import close_backends, get_backend
 from tests.conftest import in_ci
-from tests.unit.scheduling.test_local_backend import (
+from tests.unit.scheduling.local_backend.helpers import (
     alive,
     finished,
     request,

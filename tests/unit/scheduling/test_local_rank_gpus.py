@@ -13,6 +13,7 @@ from scheduling.backends.base import JobState
 from scheduling.decisions.devices import DeviceFiles, DeviceTable, job_devices
 from scheduling.decisions.storage import JobStorage, Mount
 from scheduling.decisions.types import NodeView
+from tests.unit.scheduling.local_backend.helpers import finished, request, running, state_file
 from tests.unit.scheduling.test_devices import (
     FIXTURES,
     NVIDIA_SMI,
@@ -20,7 +21,6 @@ from tests.unit.scheduling.test_devices import (
     make_devices,
     with_devices,
 )
-from tests.unit.scheduling.test_local_backend import finished, request, running, state_file
 from tests.unit.scheduling.test_local_ranks import rank_lines
 
 NODES = [NodeView(f"g{n}", cpus=16, memory_mib=65536, gpus=8) for n in (1, 2)]

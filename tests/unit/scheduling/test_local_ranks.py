@@ -13,7 +13,7 @@ import pytest
 from scheduling.backends.base import JobState, SubmitRequest
 from scheduling.backends.local import LocalBackend
 from scheduling.decisions.types import NodeView
-from tests.unit.scheduling.test_local_backend import (
+from tests.unit.scheduling.local_backend.helpers import (
     alive,
     deadline_wait,
     finished,

@@ -23,8 +23,8 @@ from scheduling.engine import get_backend
 from scheduling.models import Task
 from scheduling.selectors.logs import task_log
 from tests.conftest import descriptor, in_ci, submit
+from tests.unit.scheduling.local_backend.helpers import finished
 from tests.unit.scheduling.test_inputs import upload
-from tests.unit.scheduling.test_local_backend import finished
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 and not in_ci(), reason="jobs run as other accounts only as root"

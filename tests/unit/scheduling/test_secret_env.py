@@ -19,7 +19,7 @@ from scheduling.models import Pool, Task
 from scheduling.selectors import site_view_invalidate
 from scheduling.selectors.logs import task_log
 from tests.conftest import descriptor, submit
-from tests.unit.scheduling.test_local_backend import finished
+from tests.unit.scheduling.local_backend.helpers import finished
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from scheduling.files.folders import project_group
 from scheduling.models import Task
 from scheduling.selectors.logs import task_log
 from tests.conftest import descriptor, in_ci, submit
-from tests.unit.scheduling.test_local_backend import finished
+from tests.unit.scheduling.local_backend.helpers import finished
 
 if os.geteuid() != 0 and not in_ci():
     pytestmark = pytest.mark.skip("jobs run as other accounts only when the worker is root")

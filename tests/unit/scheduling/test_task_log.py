@@ -13,7 +13,7 @@ from scheduling.engine import get_backend
 from scheduling.models import Attempt, Pool, Task
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import descriptor, submit
-from tests.unit.scheduling.test_local_backend import finished
+from tests.unit.scheduling.local_backend.helpers import finished
 
 pytestmark = pytest.mark.django_db
 

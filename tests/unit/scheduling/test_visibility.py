@@ -1,5 +1,5 @@
 """What each role may see of what is not theirs: leases, simulations, priority requests and
-accounts (docs/security.md). The access matrix (tests/unit/portal/test_access_matrix.py) checks
+accounts (docs/security.md). The access matrix (tests/unit/portal/access_matrix/) checks
 every verb; these check the contents of lists and the answers that must not differ."""
 
 from __future__ import annotations

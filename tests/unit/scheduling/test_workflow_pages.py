@@ -16,7 +16,7 @@ from scheduling.models import Task, Workflow
 from scheduling.presenters.dag import dag_picture
 from scheduling.views import workflows as views
 from tests.conftest import descriptor
-from tests.unit.scheduling.test_workflows import DIAMOND, task, workflow
+from tests.unit.scheduling.workflows.helpers import DIAMOND, task, workflow
 
 pytestmark = pytest.mark.django_db
 

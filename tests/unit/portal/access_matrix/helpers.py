@@ -1,10 +1,10 @@
-"""The access matrix: every role × every object × every verb, on pages, API and htmx fragments.
+"""The access matrix's world and rows: every role × every object × every verb, on pages, API
+and htmx fragments.
 
 Each row names who may; everyone else must get a 404 (what they cannot see) or a 403 (what
 they see but may not change), or the login page when anonymous; and where a row changes
 something, the change must have happened exactly when the role was allowed. A leak is any
-other answer. Lists are checked for what they must not contain.
-"""
+other answer."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal.models import AuditEvent, ConfigVersion, Membership, Project
+from portal.models import ConfigVersion, Membership, Project
 from scheduling.engine.capacity import open_lease
 from scheduling.models import Node, NodeLease, Pool, PriorityRequest, Queue, Quota, Task
 from scheduling.services.queues import queue_form_data
@@ -484,56 +484,3 @@ def _denied(response, case: Case, role: str) -> bool:
     if case.url == "/admin/":
         return response.status_code == 302 and "/admin/login/" in response["Location"]
     return response.status_code in (403, 404)
-
-
-@pytest.mark.parametrize("role", ROLES)
-def test_every_role_gets_exactly_what_it_may(world, role):
-    leaks = []
-    for case in CASES:
-        response = _call(case, role, world)
-        allowed = role in case.allowed
-        if allowed:
-            ok = response.status_code < 400 or (response.status_code == 409 and case.effect is None)
-        else:
-            ok = _denied(response, case, role)
-        if case.effect is not None and ok:
-            happened = bool(case.effect(world))
-            ok = happened == allowed
-        if not ok:
-            leaks.append(f"{case.name}: {role} got {response.status_code}")
-    assert leaks == []
-
-
-def test_lists_show_nothing_that_is_not_yours(world):
-    bob_api, rita_api = _clients("other")[1], _clients("member")[1]
-    assert world.task_m.pk not in [t["id"] for t in bob_api.get("/api/v1/tasks/").json()["results"]]
-    assert world.task_g.pk not in [
-        t["id"] for t in rita_api.get("/api/v1/tasks/").json()["results"]
-    ]
-    quinn_page, quinn_api = _clients("queue_admin")
-    seen = [t["id"] for t in quinn_api.get("/api/v1/tasks/").json()["results"]]
-    assert world.task_m.pk in seen and world.task_g.pk not in seen
-    # config versions: a queue admin's are their queues' only
-    versions = quinn_api.get("/api/v1/config/versions/").json()["results"]
-    hpc = Queue.objects.get(name="hpc").pk
-    assert versions and {(v["model"], v["object_id"]) for v in versions} == {
-        ("scheduling.queue", hpc)
-    }
-    # the audit log: a researcher reads their own rows only
-    rows = rita_api.get("/api/v1/audit/").json()["results"]
-    assert all(r["actor"] == "rita" for r in rows)
-    assert AuditEvent.objects.exclude(actor="rita").exists()
-    # the usage page's project filter offers only your projects
-    assert b"genomics" not in _clients("member")[0].get("/usage/").content
-    # leases: a researcher and finance see none; a queue admin those of their queues' pools
-    for role in ("member", "other", "finance"):
-        assert _clients(role)[1].get("/api/v1/leases/").json()["results"] == []
-    seen = {row["id"] for row in quinn_api.get("/api/v1/leases/").json()["results"]}
-    assert seen == {world.lease_hpc.pk}
-    # simulations: a queue admin's list has no replay of the whole site
-    listing = quinn_page.get("/simulations/").content.decode()
-    assert f'id="simulation-{world.replay_hpc.pk}"' in listing
-    assert f'id="simulation-{world.replay_site.pk}"' not in listing
-    # a queue admin's capacity page lists their pool's nodes only
-    content = quinn_page.get("/capacity/").content.decode()
-    assert world.node_hpc.name in content and world.node_gpu.name not in content
