@@ -246,20 +246,20 @@ def test_cancel_of_a_queued_task_cancels_the_backend_job(
     assert engine.cancel_requested([task.pk]) == 0  # a redelivered message changes nothing
 
 
-def test_a_task_cancelled_while_being_submitted_does_not_leave_a_job_running(api, researcher):
+def test_a_task_cancelled_while_being_submitted_does_not_leave_a_job_running(
+    api, researcher, monkeypatch
+):
     task = _submit(api)
-    original_submit_many = FakeBackend.submit_many
+    backend = get_backend("fake")  # the instance the dispatcher uses
+    original_submit_many = backend.submit_many
 
-    def submit_then_user_cancels(self, requests):
-        jobs = original_submit_many(self, requests)
+    def submit_then_user_cancels(requests):
+        jobs = original_submit_many(requests)
         services.task_cancel(user=researcher, task=Task.objects.get(pk=task.pk))
         return jobs
 
-    FakeBackend.submit_many = submit_then_user_cancels
-    try:
-        assert engine.task_dispatch(task.pk) == "lost-race"
-    finally:
-        FakeBackend.submit_many = original_submit_many
+    monkeypatch.setattr(backend, "submit_many", submit_then_user_cancels)
+    assert engine.task_dispatch(task.pk) == "lost-race"
     [job] = FakeBackend.jobs_for("fake").values()
     assert job.state is JobState.CANCELLED
 
