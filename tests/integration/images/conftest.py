@@ -32,7 +32,7 @@ from scheduling.backends.local import LocalBackend
 from scheduling.decisions.images import ImageRef, parse_image_ref
 from scheduling.decisions.types import NodeView
 from tests.conftest import ROOT, in_ci
-from tests.unit.scheduling.test_local_backend import finished, request
+from tests.unit.scheduling.local_backend.helpers import finished, request
 
 REGISTRY_SH = ROOT / "docker" / "images" / "registry.sh"
 STATE_DIR = Path(os.environ.get("SWITCHYARD_REGISTRY_DIR", "/var/tmp/switchyard-registry"))

@@ -16,7 +16,7 @@ from scheduling.backends.images import BadImage, ImageCache, PullFailed, Skopeo
 from scheduling.backends.local.images import MAX_SYSTEM_ENTRIES, image_cache
 from tests.conftest import in_ci
 from tests.integration.images.test_run_local import run
-from tests.unit.scheduling.test_local_backend import finished
+from tests.unit.scheduling.local_backend.helpers import finished
 
 pytestmark = [pytest.mark.registry, pytest.mark.integration]
 if os.geteuid() != 0 and not in_ci():

@@ -21,7 +21,7 @@ from scheduling.backends.local import LocalBackend
 from scheduling.backends.local.images import image_cache
 from scheduling.spec import TASK_TYPES
 from tests.conftest import ROOT, in_ci
-from tests.unit.scheduling.test_local_backend import finished
+from tests.unit.scheduling.local_backend.helpers import finished
 
 pytestmark = [pytest.mark.registry, pytest.mark.integration]
 if os.geteuid() != 0 and not in_ci():

@@ -17,7 +17,7 @@ from scheduling.models import ImageRegistry, Pool, Task
 from scheduling.selectors import site_view_invalidate
 from scheduling.spec import TaskSpec
 from tests.conftest import descriptor, submit
-from tests.unit.scheduling.test_local_backend import finished, request
+from tests.unit.scheduling.local_backend.helpers import finished, request
 
 pytestmark = [pytest.mark.registry, pytest.mark.integration, pytest.mark.django_db]
 
