@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import platform
 import subprocess
 
@@ -42,6 +43,8 @@ IMAGE_BACKENDS = frozenset({"scheduling.backends.local.LocalBackend"})
 _NOT_FOUND = ("manifest unknown", "name unknown", "not found", "404")
 _DENIED = ("unauthorized", "denied", "401", "403")
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # uname's names → OCI's
+
+log = logging.getLogger(__name__)
 
 
 def backend_runs_images(alias: str) -> bool:
@@ -192,7 +195,6 @@ def _raw_manifest(target: str, ref: ImageRef, *, field: str, got: str) -> bytes:
             status=503,
         ) from None
     err = done.stderr.decode(errors="replace")
-    words = err.strip().splitlines()[-1:] or [""]
     if done.returncode == 0 and done.stdout.strip():
         return done.stdout
     low = err.lower()
@@ -213,9 +215,11 @@ def _raw_manifest(target: str, ref: ImageRef, *, field: str, got: str) -> bytes:
             field=field,
             got=got,
         )
+    # Its answer goes to the log, never to the submitter: skopeo follows a registry's
+    # redirects, and what a service of the site's own network answered is not theirs to read.
+    log.warning("registry %s on %s: %s", ref.registry, ref.by_tag, err.strip()[-500:])
     raise ApplicationError(
-        f"registry {ref.registry} could not be asked what {ref.by_tag} names "
-        f"({words[0][-200:]}); try again later",
+        f"registry {ref.registry} could not be asked what {ref.by_tag} names; try again later",
         field=field,
         got=got,
         status=503,

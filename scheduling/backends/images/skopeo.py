@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import subprocess
 import time
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 from scheduling.backends.base import BackendError
 from scheduling.decisions.images import ImageRef, registry_is_local
+
+log = logging.getLogger(__name__)
 
 
 class ImageError(BackendError):
@@ -86,7 +89,10 @@ def classify(stderr: str, ref: ImageRef, *, what: str) -> ImageError:
     """The ImageError for skopeo's `stderr` after it failed on `ref` (`what`: the tag or
     digest it was after)."""
     low = stderr.lower()
-    words = _last_words(stderr)
+    # What the registry (or whatever it redirected skopeo to) answered goes to the
+    # operators' log only: a reason is shown to the task's owner, who may have pointed the
+    # pull at a service of the site's own network to read its answers.
+    log.warning("skopeo failed on %s: %s", ref, _last_words(stderr))
     if any(marker in low for marker in _DENIED):
         return RegistryDenied(f"registry {ref.registry} refused access to {ref.repository}")
     if "manifest unknown" in low:
@@ -94,8 +100,8 @@ def classify(stderr: str, ref: ImageRef, *, what: str) -> ImageError:
     if any(marker in low for marker in _MISSING):
         return ImageNotFound(f"no image {ref.repository} in registry {ref.registry}")
     if any(marker in low for marker in _UNREACHABLE):
-        return RegistryUnreachable(f"registry {ref.registry} unreachable ({words})")
-    return PullFailed(f"pulling {ref} failed: {words}")
+        return RegistryUnreachable(f"registry {ref.registry} unreachable")
+    return PullFailed(f"pulling {ref} failed (the worker's log has the registry's answer)")
 
 
 @dataclass(frozen=True, slots=True)

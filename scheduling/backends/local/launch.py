@@ -204,7 +204,9 @@ def launch_plan(
     if image is not None:
         argv, env, image_dir = in_image(image, spec, env, script=script, work=work)
         chdir = request.storage.workdir or image_dir
-        needed = ["/dev", "/proc", *TMPFS, store.root, *(m for m, _ in storage.mounts(request))]
+        # BUSYBOX too: a link on its way would have bwrap make it outside the image.
+        needed = ["/dev", "/proc", *TMPFS, BUSYBOX, store.root]
+        needed += [m for m, _ in storage.mounts(request)]
         busybox = host_busybox() or "/bin/busybox"  # checked before (images.prepare)
         system = [*rootfs_binds(str(image.rootfs), needed), "--ro-bind", busybox, BUSYBOX]
         runner = busybox_limits(limits.max_processes, limits.max_disk_bytes)

@@ -145,6 +145,23 @@ def test_a_link_on_the_way_to_where_the_sandbox_mounts_refuses_the_job(
     assert f"the image's {top} is a link" in reason and "no link is followed" in reason, reason
 
 
+def test_a_link_where_the_sandbox_puts_its_busybox_refuses_the_job(
+    make, in_image, build_image, tmp_path
+):
+    """The sandbox binds the host's busybox at /.switchyard/busybox: an image whose
+    /.switchyard links out of it (through bwrap's /oldroot, to a folder on the host) is
+    refused, and nothing is made on the host."""
+    backend = make()
+    host = tmp_path / "target"
+    host.mkdir(mode=0o1777)
+    host.chmod(0o1777)
+    image = build_image.push("bblink", entries=[("link", "/.switchyard", f"/oldroot{host}")])
+    state, reason, _ = run(backend, in_image(image, "busybox-link", ["true"]))
+    assert state is JobState.FAILED
+    assert "the image's /.switchyard is a link" in reason, reason
+    assert list(host.iterdir()) == []
+
+
 def test_a_working_dir_through_a_link_is_looked_up_inside_the_image(make, in_image, build_image):
     """WorkingDir /app/. where /app links to /srv/inner: found inside the image (not on
     the host, where /srv/inner does not exist), and normalised."""
