@@ -59,6 +59,20 @@ class Job:
     nodes: tuple[str, ...] = ()
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    # Its image's pull onto its node(s), once one began (docs/containers.md); None without.
+    pull: ImagePull | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePull:
+    """How far the pull of a job's image onto its node(s) is: while it pulls, the job shows
+    "pulling image" with this progress; once done, its time and bytes are recorded apart
+    from the job's own run time. Over several nodes: the slowest node's."""
+
+    done_bytes: int
+    total_bytes: int | None  # None while the manifest is not read yet
+    seconds: float  # spent pulling so far (all of it, once finished)
+    finished: bool
 
 
 @dataclass(frozen=True, slots=True)
