@@ -132,7 +132,8 @@ def test_a_cached_image_is_reported_pulled_at_once_and_a_failed_pull_fails_the_j
     again = backend.submit(in_image("demo/tiny:1", "again", ["true"]))
     assert again.pull is not None and again.pull.finished
     assert (again.pull.seconds, again.pull.done_bytes) == (0.0, 0)
-    image_cache(backend.root).evict(0)
+    assert finished(backend, "again", timeout=30).state is JobState.SUCCEEDED
+    assert image_cache(backend.root).evict(0)  # no job holds it any more
     proxy.close()  # the registry is gone: the pull fails, and its job with the reason
     gone = backend.submit(through(in_image("demo/tiny:1", "gone", ["true"]), registry, proxy))
     job = finished(backend, gone.backend_id, timeout=60)
