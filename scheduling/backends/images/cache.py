@@ -120,15 +120,21 @@ def _walk(root: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _flock(path: Path, mode: int) -> Iterator[bool]:
-    """Hold `path`'s lock in `mode`; with LOCK_NB, yields False when another holds it."""
+def _flock(path: Path, mode: int, timeout_s: float = 0.0) -> Iterator[bool]:
+    """Hold `path`'s lock in `mode`; with LOCK_NB, yields False when another holds it (still
+    after `timeout_s` of trying)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + timeout_s
     try:
-        try:
-            fcntl.flock(fd, mode)
-        except BlockingIOError:
-            yield False
-            return
+        while True:
+            try:
+                fcntl.flock(fd, mode)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.1)
         yield True
     finally:
         os.close(fd)
@@ -230,9 +236,16 @@ class ImageCache:
         """`ref` pinned to a digest: its own, or the one its tag names now."""
         return ref if ref.digest is not None else ref.with_digest(self.skopeo.digest(ref))
 
-    def pull(self, ref: ImageRef, *, progress: Progress | None = None) -> CachedImage:
+    def pull(
+        self,
+        ref: ImageRef,
+        *,
+        progress: Progress | None = None,
+        lock_timeout_s: float | None = None,
+    ) -> CachedImage:
         """The image `ref` names, pulled and unpacked unless it is here already. Concurrent
-        pulls of one digest (from any process) make one pull; the others wait for it.
+        pulls of one digest (from any process) make one pull; the others wait for it, for at
+        most `lock_timeout_s` (None: as long as it takes) before PullFailed.
         `progress(done, total)` is told the layer bytes here so far while this pull runs."""
         ref = self.resolve(ref)
         assert ref.digest is not None
@@ -240,7 +253,13 @@ class ImageCache:
         image = self.get(ref.digest)
         if image is not None:
             return image
-        with _flock(self.locks / f"{hexa}.pull", fcntl.LOCK_EX):
+        wait = fcntl.LOCK_EX | (0 if lock_timeout_s is None else fcntl.LOCK_NB)
+        with _flock(self.locks / f"{hexa}.pull", wait, lock_timeout_s or 0.0) as held:
+            if not held:
+                raise PullFailed(
+                    f"another pull of image {ref.digest} on this node did not end within "
+                    f"{lock_timeout_s:g}s"
+                )
             image = self.get(ref.digest)
             if image is None:
                 with _flock(self.root / "gc.lock", fcntl.LOCK_SH):
