@@ -27,6 +27,7 @@ from config.paths import BASE_DIR, VAR_DIR
 from config.settings_backends import (  # noqa: F401 - settings, each read by name
     COMPUTE_BACKENDS,
     SWITCHYARD_IMAGE_CACHE_MAX_MB,
+    SWITCHYARD_IMAGE_MAX_PULL_MB,
     SWITCHYARD_IMAGE_MAX_UNPACKED_MB,
     SWITCHYARD_IMAGE_PULL_TIMEOUT_S,
     SWITCHYARD_IMAGE_REGISTRIES,

@@ -47,6 +47,11 @@ SWITCHYARD_IMAGE_TAG_CACHE_S = env_int("SWITCHYARD_IMAGE_TAG_CACHE_S", 10)
 # and umoci's unpack each killed after the timeout.
 SWITCHYARD_IMAGE_CACHE_MAX_MB = env_int("SWITCHYARD_IMAGE_CACHE_MAX_MB", 20 * 1024)
 SWITCHYARD_IMAGE_MAX_UNPACKED_MB = env_int("SWITCHYARD_IMAGE_MAX_UNPACKED_MB", 8 * 1024)
+# An image whose manifest lists more than this many MiB to download is refused before a byte
+# of it is pulled (and a registry that sends more than the manifest says is cut off).
+SWITCHYARD_IMAGE_MAX_PULL_MB = env_int(
+    "SWITCHYARD_IMAGE_MAX_PULL_MB", SWITCHYARD_IMAGE_MAX_UNPACKED_MB
+)
 SWITCHYARD_IMAGE_PULL_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_PULL_TIMEOUT_S", 900)
 COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
