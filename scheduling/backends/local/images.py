@@ -71,6 +71,7 @@ def image_cache(root: str) -> ImageCache:
             os.path.join(root, "images"),
             cap_bytes=settings.SWITCHYARD_IMAGE_CACHE_MAX_MB << 20,
             max_unpacked_bytes=settings.SWITCHYARD_IMAGE_MAX_UNPACKED_MB << 20,
+            max_pull_bytes=settings.SWITCHYARD_IMAGE_MAX_PULL_MB << 20,
             skopeo=Skopeo(timeout_s=timeout),
             unpack_timeout_s=timeout,
         )
