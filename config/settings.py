@@ -43,6 +43,8 @@ from config.settings_backends import (  # noqa: F401 - settings, each read by na
     SWITCHYARD_JOB_MAX_OUTPUT_MB,
     SWITCHYARD_JOB_MAX_PROCESSES,
     SWITCHYARD_JOB_RETENTION_HOURS,
+    SWITCHYARD_LEASE_PREPULL_TIMEOUT_S,
+    SWITCHYARD_PREPULL_SECONDS,
     SWITCHYARD_SLURM_DIR,
 )
 from config.settings_engine import (  # noqa: F401 - settings, each read by name

@@ -53,6 +53,11 @@ SWITCHYARD_IMAGE_MAX_PULL_MB = env_int(
     "SWITCHYARD_IMAGE_MAX_PULL_MB", SWITCHYARD_IMAGE_MAX_UNPACKED_MB
 )
 SWITCHYARD_IMAGE_PULL_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_PULL_TIMEOUT_S", 900)
+# Pre-pulling (docs/containers.md): how often each pool's warm images are pulled onto its
+# nodes (and the caches' listing recorded for the Capacity page), and how long a lease waits
+# for the borrower's warm images on its nodes before it starts anyway.
+SWITCHYARD_PREPULL_SECONDS = float(env_int("SWITCHYARD_PREPULL_MS", 60_000)) / 1000
+SWITCHYARD_LEASE_PREPULL_TIMEOUT_S = env_int("SWITCHYARD_LEASE_PREPULL_TIMEOUT_S", 300)
 COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",

@@ -231,6 +231,17 @@ class ImageCache:
                 blobs += path.stat().st_size
         return blobs + sum(i.rootfs_bytes for i in self.cached())
 
+    def listing(self) -> tuple[list[CachedImage], int, int, int]:
+        """What the cache holds, read only: its images (most recently used first), its bytes,
+        and the bytes and count of every pull made into it (pulls.log)."""
+        moved = count = 0
+        with contextlib.suppress(FileNotFoundError), open(self.root / "pulls.log") as log:
+            for line in log:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    moved += int(json.loads(line)["pull_bytes"])
+                    count += 1
+        return self.cached(), self.size(), moved, count
+
     # --- resolving and pulling ------------------------------------------------------------
 
     def resolve(self, ref: ImageRef) -> ImageRef:

@@ -43,6 +43,7 @@ from scheduling.backends.local.jobstore import (
     now_iso,
     touch,
 )
+from scheduling.backends.local.prepull import LocalImages
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
@@ -58,7 +59,7 @@ SUPERVISOR_DIED = "the local supervisor died"
 NodeSource = Callable[[str], "Sequence[NodeView] | Mapping[str, Sequence[NodeView]]"]
 
 
-class LocalBackend(Backend):
+class LocalBackend(LocalImages, Backend):
     """Runs jobs as processes on this machine; see jobstore.py for the files."""
 
     # The engine hands this backend the portal's node inventory (engine/registry.py).
