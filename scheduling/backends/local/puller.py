@@ -45,6 +45,7 @@ def pull(params: dict) -> dict:
         params["cache"],
         cap_bytes=params.get("cap_bytes"),
         max_unpacked_bytes=params.get("max_unpacked_bytes"),
+        max_pull_bytes=params.get("max_pull_bytes"),
         skopeo=Skopeo(timeout_s=timeout),
         unpack_timeout_s=timeout,
     )

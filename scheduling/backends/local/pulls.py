@@ -206,6 +206,7 @@ def _start(root: str, image: str, digest: str, now: float) -> None:
             "cache": str(cache.root),
             "cap_bytes": cache.cap_bytes,
             "max_unpacked_bytes": cache.max_unpacked_bytes,
+            "max_pull_bytes": cache.max_pull_bytes,
             "timeout_s": float(settings.SWITCHYARD_IMAGE_PULL_TIMEOUT_S),
             "image": image,
             "digest": digest,

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from scheduling.backends.base import JobState
 from scheduling.backends.images import BadImage, ImageCache, ImageError, Skopeo
 from scheduling.decisions.images import parse_image_ref
 
@@ -173,3 +174,15 @@ def test_skopeo_itself_refuses_a_blob_longer_than_declared_once_it_ends(tmp_path
     assert registry.sent == 4 << 20  # it read all of it
     stored = layout / "blobs" / "sha256" / registry.layer_digest.partition(":")[2]
     assert not stored.exists()
+
+
+@pytest.mark.registry
+def test_the_local_backends_puller_keeps_the_download_limit(make, in_image, settings):
+    """The limit reaches the puller process the local backend starts for a job's image."""
+    from tests.integration.images.test_run_local import run
+
+    settings.SWITCHYARD_IMAGE_MAX_PULL_MB = 0  # below any image's size
+    backend = make()
+    state, reason, _ = run(backend, in_image("switchyard/python:3", "over-limit", ["true"]))
+    assert reason.startswith("pulling image ") and "SWITCHYARD_IMAGE_MAX_PULL_MB" in reason, reason
+    assert state is JobState.FAILED

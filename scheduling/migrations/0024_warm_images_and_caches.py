@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0022_image_catalogue'),
+        ('scheduling', '0023_attempt_image_pull'),
     ]
 
     operations = [
