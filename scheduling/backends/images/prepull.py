@@ -59,7 +59,8 @@ def prepull(
 
 def _view(image: CachedImage) -> CachedImageView:
     return CachedImageView(
-        reference=image.reference,
+        # By name and tag: the digest is shown beside it (a pull pinned by digest records both).
+        reference=image.reference.partition("@")[0],
         digest=image.digest,
         bytes=image.rootfs_bytes,
         pull_bytes=image.pull_bytes,
