@@ -167,7 +167,9 @@ def image_run(
     sandbox (those the task does not set itself in `given`; never HOME or TMPDIR), and its
     starting folder (the image's WorkingDir if it is a folder there, else `work`)."""
     config = image.config
-    wanted = ["/bin/sh", script] if script is not None else command
+    wanted = (
+        ["/bin/sh", script] if script is not None else None if command is None else list(command)
+    )
     try:
         argv = list(container_argv(config.entrypoint, config.cmd, wanted))
     except ValueError as exc:

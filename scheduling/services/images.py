@@ -38,8 +38,11 @@ from scheduling.decisions.images import (
 from scheduling.models import Task, TaskEvent
 from scheduling.spec import TaskSpec
 
-# The backends that run a task's command in its image (the others refuse an image).
-IMAGE_BACKENDS = frozenset({"scheduling.backends.local.LocalBackend"})
+# The backends that run a task's command in its image (the others refuse an image): the
+# local backend, and Slurm, whose nodes pull it in their Prolog (docs/containers.md).
+IMAGE_BACKENDS = frozenset(
+    {"scheduling.backends.local.LocalBackend", "scheduling.backends.slurm.SlurmBackend"}
+)
 _NOT_FOUND = ("manifest unknown", "name unknown", "not found", "404")
 _DENIED = ("unauthorized", "denied", "401", "403")
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # uname's names → OCI's

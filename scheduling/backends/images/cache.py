@@ -12,6 +12,8 @@ Under the cache's root:
     locks/<hex>.pull          held while one process pulls the image: others wait, then use it
     locks/<hex>.use           held shared by every job that uses the image (a pin); eviction
                               takes it exclusively or leaves the image alone
+    locks/<hex>.jobs/<id>     a Slurm job's hold on the image, Prolog to Epilog
+                              (reservations.py): eviction leaves the image alone
     gc.lock                   held shared by pulls, exclusively by the removal of unused blobs
     pulls.log                 one JSON line per pull made (digest, bytes, seconds)
 
@@ -45,6 +47,7 @@ from scheduling.backends.images.layout import (
     layer_sizes,
     manifest_of,
 )
+from scheduling.backends.images.reservations import reserved
 from scheduling.backends.images.skopeo import BadImage, ImageError, PullFailed, Skopeo
 from scheduling.decisions.images import ImageRef
 
@@ -439,7 +442,7 @@ class ImageCache:
     def _remove_image(self, digest: str) -> bool:
         hexa = _hex(digest)
         with _flock(self.locks / f"{hexa}.use", fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
-            if not free:
+            if not free or reserved(self.locks, hexa):
                 return False  # a job holds it
             folder = self.images / hexa
             if not folder.exists():
