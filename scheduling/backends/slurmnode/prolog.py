@@ -19,7 +19,8 @@ Prolog, with `PrologFlags=Alloc,DeferBatch` on every node of the job before its 
 4. A pull that fails (registry down, image missing, access denied, timeout, a bad image) is
    the job's failure, never the node's: the file says why and the Prolog exits 0, so the
    node is not drained; the batch script then ends the job with that reason. Only a node
-   that cannot pull at all (no cache, no account, the puller does not start) exits 1.
+   that cannot pull at all (no cache, no account, the puller does not start, a cache it
+   cannot write) exits 1: slurmd drains it and requeues the job.
 
 Epilog: the job's reservations in the cache are released (eviction may take its images
 again); always exit 0.
@@ -48,6 +49,7 @@ _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ID_RE = re.compile(r"^[0-9]{1,18}$")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+_RUNUSER = shutil.which("runuser", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/runuser"
 # The puller is a module of this package, imported from the code root given to the wrapper.
 _RUN_PULLER = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
@@ -144,6 +146,7 @@ class PullFile:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
         with os.fdopen(fd, "w") as fh:
             os.fchown(fh.fileno(), 0, self.gid)
+            os.fchmod(fh.fileno(), 0o640)  # whatever slurmd's umask
             json.dump({"job_id": self.job_id, **fields}, fh)
         os.rename(tmp, self.path)
         self.written = time.monotonic()
@@ -167,7 +170,7 @@ def pull(args: argparse.Namespace, data: dict[str, Any], out: PullFile) -> int:
         if not cache.is_dir():
             raise OSError(f"the image cache {cache} does not exist")
         proc = subprocess.Popen(
-            ["runuser", "-u", args.account, "--", *puller],
+            [_RUNUSER, "-u", args.account, "--", *puller],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -215,7 +218,9 @@ def pull(args: argparse.Namespace, data: dict[str, Any], out: PullFile) -> int:
             done=result.get("done"),
             total=result.get("total"),
         )
-        return 0  # the job's failure, not the node's: never drained for a registry
+        # The job's failure, not the node's: never drained for a registry. A cache that
+        # cannot be written is the node's.
+        return 1 if result.get("node") == 1 else 0
     pulled = bool(result.get("pulled"))
     if pulled and data.get("walltime_min"):
         extend(out.job_id, int(data["walltime_min"]), seconds)

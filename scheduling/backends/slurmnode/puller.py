@@ -47,7 +47,8 @@ def main(argv: list[str]) -> int:
         what = getattr(exc, "reason", None) or str(exc)
         _say({"state": "failed", "reason": f"pulling image {request.get('image')} failed: {what}"})
     except OSError as exc:
-        _say({"state": "failed", "reason": f"this node's image cache failed: {exc}"})
+        # Not the job's doing: the Prolog fails, and slurmd drains the node.
+        _say({"state": "failed", "reason": f"this node's image cache failed: {exc}", "node": 1})
     return 0
 
 
