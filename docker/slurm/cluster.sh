@@ -396,7 +396,8 @@ setup_images() {
     {
       echo '#!/bin/sh'
       echo "# Written by docker/slurm/cluster.sh: the $kind of every node (slurm.conf)."
-      echo 'exec /usr/bin/env -i PATH=/usr/bin:/bin LANG=C.UTF-8 SLURM_CONF="$SLURM_CONF" \'
+      echo '# Exit 1 (slurmd drains the node) only when the node cannot pull at all (3).'
+      echo '/usr/bin/env -i PATH=/usr/bin:/bin LANG=C.UTF-8 SLURM_CONF="$SLURM_CONF" \'
       echo '  SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_JOB_UID="$SLURM_JOB_UID" SLURM_JOB_GID="$SLURM_JOB_GID" \'
       echo '  SLURM_JOB_WORK_DIR="$SLURM_JOB_WORK_DIR" SLURMD_NODENAME="$SLURMD_NODENAME" \'
       printf '  %q -I -c %q %q \\\n' "$python" \
@@ -405,6 +406,8 @@ setup_images() {
       printf '  --code %q --python %q --account %q --timeout %q --cap-mb %q' \
         "$ROOT" "$python" "$IMAGE_ACCOUNT" "$PULL_TIMEOUT" "$IMAGE_CACHE_MB"
       echo ' --cache "'"$STATE"'/images/$SLURMD_NODENAME"'"$([ $kind = epilog ] && echo ' --epilog')"
+      echo '[ $? -eq 3 ] && exit 1'
+      echo 'exit 0'
     } >"$ETC/switchyard-$kind.tmp"
     chmod 0755 "$ETC/switchyard-$kind.tmp"
     mv -f "$ETC/switchyard-$kind.tmp" "$ETC/switchyard-$kind"

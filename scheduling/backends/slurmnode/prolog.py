@@ -20,7 +20,8 @@ Prolog, with `PrologFlags=Alloc,DeferBatch` on every node of the job before its 
    the job's failure, never the node's: the file says why and the Prolog exits 0, so the
    node is not drained; the batch script then ends the job with that reason. Only a node
    that cannot pull at all (no cache, no account, the puller does not start, a cache it
-   cannot write) exits 1: slurmd drains it and requeues the job.
+   cannot write) exits NODE_FAULT, which the wrapper makes its own exit 1: slurmd drains
+   it and requeues the job.
 
 Epilog: the job's reservations in the cache are released (eviction may take its images
 again); always exit 0.
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,9 @@ _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ID_RE = re.compile(r"^[0-9]{1,18}$")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The one exit status the wrapper turns into a failed Prolog (slurmd drains the node): this
+# node cannot pull at all. Any other (python missing, a crash) is not worth a drain.
+NODE_FAULT = 3
 _RUNUSER = shutil.which("runuser", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/runuser"
 # The puller is a module of this package, imported from the code root given to the wrapper.
 _RUN_PULLER = (
@@ -71,7 +76,17 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _args(sys.argv[1:] if argv is None else argv)
+    """0, or NODE_FAULT. Anything unforeseen is not the node's fault: 0 (an image job then
+    fails for want of its pull file), never a drain of every node for a bug here."""
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except Exception:
+        traceback.print_exc()
+        return 0
+
+
+def _main(argv: list[str]) -> int:
+    args = _args(argv)
     job_id = os.environ.get("SLURM_JOB_ID", "")
     if not _ID_RE.match(job_id):
         return 0
@@ -179,7 +194,7 @@ def pull(args: argparse.Namespace, data: dict[str, Any], out: PullFile) -> int:
         )
     except OSError as exc:
         out.write(state="failed", reason=f"this node cannot pull images: {exc}", seconds=0.0)
-        return 1  # the node's fault: slurmd drains it and the job goes elsewhere
+        return NODE_FAULT  # slurmd drains the node and the job goes elsewhere
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(request).encode())
     proc.stdin.close()
@@ -220,7 +235,7 @@ def pull(args: argparse.Namespace, data: dict[str, Any], out: PullFile) -> int:
         )
         # The job's failure, not the node's: never drained for a registry. A cache that
         # cannot be written is the node's.
-        return 1 if result.get("node") == 1 else 0
+        return NODE_FAULT if result.get("node") == 1 else 0
     pulled = bool(result.get("pulled"))
     if pulled and data.get("walltime_min"):
         extend(out.job_id, int(data["walltime_min"]), seconds)

@@ -216,3 +216,17 @@ def test_a_registry_that_does_not_answer_fails_the_job_not_the_node(slurm, node,
     assert rc == IMAGE_EXIT and "127.0.0.1:9" in out, out
     data = json.loads(pull_path(slurm.workdir, req.key, node.name).read_text())
     assert data["job_id"] == JOB_ID
+
+
+def test_only_a_node_that_cannot_pull_at_all_fails_its_prolog(slurm, node, in_image):
+    """Exit 1 (slurmd drains the node, the job is requeued elsewhere) for a node without
+    its cache; a job without an image, or a crash of the Prolog itself, never drains."""
+    req = in_image("switchyard/base:1", "sy-img-6", ["true"], type="agent")
+    slurm.sbatch_command(req)
+    node.cache.rename(node.cache.with_name("moved"))
+    assert node.prolog(slurm.workdir, req.key) == 1
+    (pull,) = read_pulls(slurm.workdir, req.key, JOB_ID)
+    assert pull["state"] == "failed" and "cannot pull images" in pull["reason"], pull
+    assert node.prolog(slurm.workdir, "sy-no-image-1") == 0
+    env = {"SLURM_JOB_ID": "not a number", "SLURMD_NODENAME": node.name}
+    assert subprocess.run(["sh", node.wrapper("prolog")], env=env).returncode == 0
