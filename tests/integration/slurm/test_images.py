@@ -71,7 +71,7 @@ def test_a_task_runs_in_its_image_on_slurm(images, api, slurm):
         f"test -e {host_only} && echo HOST-USR || echo NO-HOST-USR; "
         # What a hostile job tries: the node's cache and the job folders' files.
         f"touch {STATE_DIR}/images/x 2>/dev/null && echo WROTE-CACHE; "
-        f"ls {STATE_DIR} 2>/dev/null && echo SEES-STATE; true"
+        f"ls {STATE_DIR}/images 2>/dev/null && echo SEES-CACHE; true"
     )
     shell = submit_task(
         api, name="img-base", image=f"{images}/switchyard/base:1", command=["sh", "-c", script]
@@ -81,7 +81,7 @@ def test_a_task_runs_in_its_image_on_slurm(images, api, slurm):
     log = output(slurm, base)
     assert base.state == "succeeded", (base.reason, log)
     assert "ID=switchyard-base" in log and "switchyard-base:1" in log, log
-    assert "NO-HOST-USR" in log and "WROTE-CACHE" not in log and "SEES-STATE" not in log, log
+    assert "NO-HOST-USR" in log and "WROTE-CACHE" not in log and "SEES-CACHE" not in log, log
     assert tiny.state == "succeeded", (tiny.reason, output(slurm, tiny))
     assert output(slurm, tiny).split()[-1] == "2"  # its Entrypoint ran its Cmd
     # The pull is the backend's to report (Job.pull), from the node's pull file.
@@ -91,8 +91,7 @@ def test_a_task_runs_in_its_image_on_slurm(images, api, slurm):
     # Outside the sandbox too, the job's account can write neither the node's cache nor a
     # pull file (its own or another job's).
     account = pwd.getpwnam(slurm.service_account).pw_name
-    node = next(iter(base.nodes or ())) if base.nodes else None
-    cache = STATE_DIR / "images" / (node or sorted(os.listdir(STATE_DIR / "images"))[0])
+    cache = STATE_DIR / "images" / job.nodes[0]
     targets = [
         cache / "images" / "x",
         cache / "blobs" / "sha256" / "x",
@@ -175,8 +174,10 @@ def test_the_pull_does_not_count_against_the_walltime(images, api, slurm, settin
 def test_eviction_leaves_an_image_a_job_holds(images, api, slurm):
     image = f"{images}/switchyard/base:1"
     task_id = submit_task(api, name="img-held", image=image, command=["sh", "-c", "sleep 20"])
-    (task,) = drive([task_id], until=lambda t: t.state == "running" and t.nodes, timeout=120)
-    cache = STATE_DIR / "images" / task.nodes[0]
+    (task,) = drive([task_id], until=lambda t: t.state == "running", timeout=120)
+    job = slurm.find(task.backend_id.partition(":")[2])
+    assert job is not None and job.nodes, job
+    cache = STATE_DIR / "images" / job.nodes[0]
     digest = Task.objects.get(pk=task_id).spec["image_digest"]
     # As the node's cache account would to make room (root would leave files it cannot use).
     evict = (
