@@ -35,6 +35,7 @@ from scheduling.models import (
 from scheduling.usage import (
     WAITING,
     efficiency_report,
+    image_caches_for_pools,
     load_now,
     project_quotas,
     task_list_for_member,
@@ -174,6 +175,8 @@ def site(user: User, queues: list[Queue]) -> dict[str, Any]:
         ],
         "reasons": sorted(breakdown, key=lambda r: -r[1]),
         "leases": leases,
+        # Images are metered: what each node cache holds and what pulls into it moved.
+        "image_caches": image_caches_for_pools(list(pools)),
         "preemptions": sum(n for _, _, n in preempted),
         "figures": {
             "depth": charts.queue_depth(_thin(samples), names),

@@ -39,6 +39,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -59,17 +60,21 @@ COMMAND = ".venv/bin/python bench/bench_latency.py (and with DATABASE_URL=postgr
 REDIS_URL = "redis://127.0.0.1:6379/14"
 PRODUCTION = "PostgreSQL + Redis"
 
+# More fields of the i-th task's descriptor in a phase.
+Extra = Callable[[int], dict[str, Any]]
+
 _DONE_RE = re.compile(r"Task scheduling\.(\w+)\[[^\]]+\] succeeded in ([0-9.]+)s")
 _DISCARD_RE = re.compile(r"Discarding revoked task: scheduling\.(\w+)")
 
 
-def _descriptor(name: str) -> dict[str, Any]:
+def _descriptor(name: str, **extra: Any) -> dict[str, Any]:
     return c.small_descriptor(
         name,
         type="agent",
         resources={"cpus": 1, "memory": "1Gi"},
         walltime="5m",
         command=["sleep", "0.1"],
+        **extra,
     )
 
 
@@ -77,13 +82,17 @@ def _ts(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
-def _submit(port: int, token: str, phase: str, n: int, rate: float) -> tuple[list[int], dict]:
+def _submit(
+    port: int, token: str, phase: str, n: int, rate: float, extra: Extra | None = None
+) -> tuple[list[int], dict]:
     """Open-loop: task i is sent at t0 + i / rate (or as soon as possible if late), from a few
-    keep-alive connections, so that one slow answer does not hold back the next ones."""
+    keep-alive connections, so that one slow answer does not hold back the next ones.
+    `extra(i)`: more fields of task i's descriptor (bench_images: its `image`)."""
     ids: list[int | None] = [None] * n
     post_s: list[float] = []
     errors: list[BaseException] = []
     t0 = time.monotonic() + 0.1
+    slug = re.sub(r"[^a-z0-9]+", "-", phase.lower()).strip("-")  # a task's name: "warm-5-s-0"
 
     def submitter(first: int) -> None:
         client = c.Client(port, token)
@@ -93,7 +102,8 @@ def _submit(port: int, token: str, phase: str, n: int, rate: float) -> tuple[lis
                 if delay > 0:
                     time.sleep(delay)
                 t = time.monotonic()
-                status, data = client.post_json("/api/v1/tasks/", _descriptor(f"{phase}-{i}"))
+                doc = _descriptor(f"{slug}-{i}", **(extra(i) if extra else {}))
+                status, data = client.post_json("/api/v1/tasks/", doc)
                 post_s.append(time.monotonic() - t)
                 if status != 201:
                     raise AssertionError(f"task {i}: POST answered {status}: {str(data)[:500]}")
@@ -151,6 +161,21 @@ def _first_events(db: Path | str, ids: list[int]) -> dict[int, dict[str, str]]:
     return out
 
 
+def _with_image_digest(db: Path | str, ids: list[int]) -> int:
+    """How many of the tasks `ids` were resolved to an image digest (their stored spec)."""
+    sql = "SELECT id, spec FROM scheduling_task"
+    if isinstance(db, str):
+        import psycopg
+
+        with psycopg.connect(db) as conn:
+            rows = [(i, json.dumps(spec)) for i, spec in conn.execute(sql)]
+    else:
+        with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
+            rows = conn.execute(sql).fetchall()
+    wanted = set(ids)
+    return sum(1 for i, spec in rows if i in wanted and json.loads(spec).get("image_digest"))
+
+
 def _db_time(value: str) -> datetime:
     # Django stores aware datetimes in SQLite as naive UTC text.
     return datetime.fromisoformat(value.replace(" ", "T") + ("" if "+" in value else "+00:00"))
@@ -173,15 +198,17 @@ def _worker_stats(log_text: str) -> dict[str, Any]:
     }
 
 
-def _phase(port, token, client, worker, db_path, name, n, rate) -> dict[str, Any]:
+def _phase(
+    port, token, client, worker, db_path, name, n, rate, extra=None, timeout=120
+) -> dict[str, Any]:
     log_path = Path(worker.log_path)
     log_from = log_path.stat().st_size
     before = sum(_count_ended(client).values())
     t0 = time.monotonic()
-    ids, submit = _submit(port, token, name, n, rate)
+    ids, submit = _submit(port, token, name, n, rate, extra)
     counts = c.wait_until(
         lambda: (lambda k: k if sum(k.values()) >= before + n else None)(_count_ended(client)),
-        timeout=120,
+        timeout=timeout,
         what=f"the {n} tasks of phase {name} to end",
         step=0.25,
         procs=[worker],
@@ -215,6 +242,7 @@ def _phase(port, token, client, worker, db_path, name, n, rate) -> dict[str, Any
         "queued": c.summary_ms(queued),
         "states": states,
         "succeeded": states.get("succeeded", 0),
+        "with_image_digest": _with_image_digest(db_path, ids),
         "worker": _worker_stats(worker_log),
     }
 
@@ -255,11 +283,23 @@ def run(phases=PHASES, poll_ms: int = POLL_MS, keep: bool = False) -> dict[str, 
 
 
 def _run_stack(
-    phases, poll_ms: int, keep: bool, database_url: str | None = None, redis_url: str = ""
+    phases,
+    poll_ms: int,
+    keep: bool,
+    database_url: str | None = None,
+    redis_url: str = "",
+    *,
+    env_extra: dict[str, str] | None = None,
+    setup: Callable[[dict[str, str]], None] | None = None,
 ) -> dict[str, Any]:
+    """The stack on a fresh var dir, and `phases` on it in turn: (name, tasks, rate) or
+    (name, tasks, rate, {"extra": Extra, "timeout": seconds}). `env_extra`: more settings of
+    the portal; `setup(env)`: run once the site is migrated and seeded, before it starts."""
     var_dir = c.fresh_var_dir("latency")
     job_marker = str(var_dir / "local-backend")
-    env = c.django_env(var_dir, database_url=database_url, SWITCHYARD_POLL_MS=str(poll_ms))
+    env = c.django_env(
+        var_dir, database_url=database_url, SWITCHYARD_POLL_MS=str(poll_ms), **(env_extra or {})
+    )
     if redis_url:
         env["REDIS_URL"] = redis_url
     procs = []
@@ -267,6 +307,8 @@ def _run_stack(
     ok = False
     try:
         c.prepare_site(env)
+        if setup is not None:
+            setup(env)
         port = c.free_port()
         web = c.start(c.gunicorn_argv(port), env, var_dir / "web.log")
         procs.append(web)
@@ -278,8 +320,9 @@ def _run_stack(
         token = c.get_token(port)
         client = c.Client(port, token)
         db_path = database_url or var_dir / "switchyard.sqlite3"
-        for name, n, rate in phases:
-            results[name] = _phase(port, token, client, worker, db_path, name, n, rate)
+        for name, n, rate, *options in phases:
+            more = options[0] if options else {}
+            results[name] = _phase(port, token, client, worker, db_path, name, n, rate, **more)
         client.close()
         # Every supervisor exits once its job has ended: none may be left now.
         time.sleep(0.5)
@@ -298,7 +341,7 @@ def _run_stack(
         else:
             print(f"bench_latency: logs kept in {var_dir}", file=sys.stderr)
 
-    for name, n, _ in phases:
+    for name, n, *_ in phases:
         got = results[name]["succeeded"]
         assert got == n, f"phase {name}: {got} of {n} tasks succeeded: {results[name]['states']}"
     return {

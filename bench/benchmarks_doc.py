@@ -14,6 +14,7 @@ from bench import _common as c  # noqa: E402
 from bench import (  # noqa: E402
     bench_accounting,
     bench_api,
+    bench_images,
     bench_latency,
     bench_poll,
     bench_simulator,
@@ -100,6 +101,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
                     f"| agent submit → running p50, {label} ({what}) "
                     f"| {_fmt(p50)} ms | ≤ {target} ms | {_met(p50 <= target)} |"
                 )
+    if results.get("images"):
+        rows += bench_images.summary_rows(results["images"])
     if results.get("poll"):
         rows += bench_poll.summary_rows(results["poll"])
     if results.get("slurm"):
@@ -384,6 +387,8 @@ def write_doc(
             *_latency_section(lat),
             "",
         ]
+    if results.get("images"):
+        out += [*bench_images.section(results["images"]), ""]
     if results.get("poll"):
         out += [*bench_poll.section(results["poll"]), ""]
     if results.get("slurm"):

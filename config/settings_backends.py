@@ -36,12 +36,28 @@ SWITCHYARD_IMAGE_REGISTRY = env_str("SWITCHYARD_IMAGE_REGISTRY", "")
 SWITCHYARD_IMAGE_REGISTRIES = env_list("SWITCHYARD_IMAGE_REGISTRIES", [])
 # How long a submission waits for the registry to say what a tag names.
 SWITCHYARD_IMAGE_RESOLVE_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_RESOLVE_TIMEOUT_S", 10)
+# One submission's registry questions (a batch's, a workflow's) all within this many seconds:
+# past it the submission is refused (503, try again), so no request holds a web worker long.
+# Each distinct image is asked once per submission, and a tag's answer is kept this many
+# seconds for the next submissions (0: never kept).
+SWITCHYARD_IMAGE_SUBMIT_DEADLINE_S = env_int("SWITCHYARD_IMAGE_SUBMIT_DEADLINE_S", 20)
+SWITCHYARD_IMAGE_TAG_CACHE_S = env_int("SWITCHYARD_IMAGE_TAG_CACHE_S", 10)
 # A local backend's image cache: at most this many MiB (least recently used images evicted,
 # never one a job holds), no image that unpacks to more than the second, and skopeo's pull
 # and umoci's unpack each killed after the timeout.
 SWITCHYARD_IMAGE_CACHE_MAX_MB = env_int("SWITCHYARD_IMAGE_CACHE_MAX_MB", 20 * 1024)
 SWITCHYARD_IMAGE_MAX_UNPACKED_MB = env_int("SWITCHYARD_IMAGE_MAX_UNPACKED_MB", 8 * 1024)
+# An image whose manifest lists more than this many MiB to download is refused before a byte
+# of it is pulled (and a registry that sends more than the manifest says is cut off).
+SWITCHYARD_IMAGE_MAX_PULL_MB = env_int(
+    "SWITCHYARD_IMAGE_MAX_PULL_MB", SWITCHYARD_IMAGE_MAX_UNPACKED_MB
+)
 SWITCHYARD_IMAGE_PULL_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_PULL_TIMEOUT_S", 900)
+# Pre-pulling (docs/containers.md): how often each pool's warm images are pulled onto its
+# nodes (and the caches' listing recorded for the Capacity page), and how long a lease waits
+# for the borrower's warm images on its nodes before it starts anyway.
+SWITCHYARD_PREPULL_SECONDS = float(env_int("SWITCHYARD_PREPULL_MS", 60_000)) / 1000
+SWITCHYARD_LEASE_PREPULL_TIMEOUT_S = env_int("SWITCHYARD_LEASE_PREPULL_TIMEOUT_S", 300)
 COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
     "local": {
         "BACKEND": "scheduling.backends.local.LocalBackend",

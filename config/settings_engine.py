@@ -10,6 +10,7 @@ from pathlib import Path
 
 from config.env import env_bool, env_int, env_list, env_str
 from config.paths import VAR_DIR
+from config.settings_backends import SWITCHYARD_PREPULL_SECONDS
 
 SWITCHYARD_POLL_SECONDS = float(env_int("SWITCHYARD_POLL_MS", 1000)) / 1000
 # A poll message not run within this long is dropped. Generous on purpose: under load polls
@@ -115,6 +116,7 @@ CELERY_BEAT_SCHEDULE = {
         ("load-sample", "scheduling.load_sample", SWITCHYARD_SAMPLE_SECONDS, None),
         ("simulations", "simulation.run_queued", SWITCHYARD_SIMULATION_SWEEP_SECONDS, None),
         ("housekeeping", "scheduling.housekeeping", 600.0, None),
+        ("prepull", "scheduling.prepull_pass", SWITCHYARD_PREPULL_SECONDS, None),
         (
             "storage-housekeeping",
             "scheduling.storage_housekeeping",

@@ -35,6 +35,7 @@ TASKS_ENDED = "scheduling.tasks_ended"
 RELEVEL = "scheduling.relevel"
 STORAGE = "scheduling.storage_prepare"
 STORAGE_LEAVE = "scheduling.storage_leave"
+LEASE_PREPULL = "scheduling.lease_prepull"
 MANY_CHUNK = 100  # task ids in one dispatch_many message
 
 

@@ -45,6 +45,8 @@ class AttemptSerializer(serializers.ModelSerializer):
             "submitted_at",
             "started_at",
             "ended_at",
+            "pull_seconds",
+            "pull_bytes",
         ]
 
 

@@ -14,7 +14,16 @@ from django.db.models import Q
 
 from config.locks import exclusive
 from scheduling import engine, hooks, notifications, outbox
-from scheduling.engine import capacity, cluster, health, levels, samples, settle, storage
+from scheduling.engine import (
+    capacity,
+    cluster,
+    health,
+    images,
+    levels,
+    samples,
+    settle,
+    storage,
+)
 from scheduling.models import TERMINAL_STATES, Task
 
 
@@ -148,6 +157,19 @@ def capacity_pass() -> dict:
     """Preemption, leases opened and reclaimed, start-up timeouts (docs/capacity.md)."""
     with exclusive("capacity-pass") as held:
         return capacity.capacity_pass() if held else {"skipped": "another pass runs"}
+
+
+@shared_task(name="scheduling.prepull_pass", acks_late=True)
+def prepull_pass() -> dict:
+    """Each pool's warm images pulled onto its nodes; the nodes' image caches recorded."""
+    with exclusive("prepull-pass") as held:
+        return images.prepull_pass() if held else {"skipped": "another pass runs"}
+
+
+@shared_task(name=outbox.LEASE_PREPULL, acks_late=True)
+def lease_prepull(lease_id: int) -> str:
+    """A lease's borrower's warm images onto its nodes; then the lease takes effect."""
+    return images.lease_prepull(lease_id)
 
 
 @shared_task(name="scheduling.health_pass", acks_late=True)

@@ -34,6 +34,7 @@ from scheduling.outbox import after_commit, send, storage_leave, storage_prepare
 from scheduling.presenters.efficiency import efficiency_report
 from scheduling.selectors import site_view_invalidate
 from scheduling.selectors.access import task_get_for_user, task_list_for_member
+from scheduling.selectors.capacity import image_caches_for_pools
 from scheduling.selectors.load import WAITING, load_now
 from scheduling.selectors.policy import site_minute
 from scheduling.selectors.queues import pool_names, queue_names
@@ -50,6 +51,7 @@ __all__ = [
     "after_commit",
     "close_backends",
     "efficiency_report",
+    "image_caches_for_pools",
     "load_now",
     "member_joined",
     "member_left",

@@ -14,6 +14,7 @@
 #
 #   switchyard/base:1     busybox and its applets; /etc/os-release says switchyard-base
 #   switchyard/python:3   Debian's python3 (minimal + standard library); os-release switchyard-python
+#   demo/python:3         the same image under the demo catalogue's name (what `make run` offers)
 #   demo/tiny:1, :2       the base plus a file that differs (/etc/demo-release), an Entrypoint,
 #                         Cmd, Env and WorkingDir: a rollback from 2 to 1 shows
 #
@@ -292,6 +293,7 @@ build_images() {
     sha256sum "$BUILD/python-root-$SUITE.tar" | cut -c1-64 >"$BUILD/python-root-$SUITE.tar.sha256"
   stale switchyard/base:1 && todo+=(base)
   stale switchyard/python:3 && todo+=(python)
+  stale demo/python:3 && todo+=(demo-python)
   stale demo/tiny:1 && todo+=(tiny-1)
   stale demo/tiny:2 && todo+=(tiny-2)
   [ ${#todo[@]} -eq 0 ] && return
@@ -314,6 +316,14 @@ build_images() {
           --config.env PATH=/usr/local/bin:/usr/bin:/bin --config.env PYTHONDONTWRITEBYTECODE=1 \
           --config.env LANG=C.UTF-8 --config.cmd python3 --config.workingdir /work
         push python switchyard/python:3
+        ;;
+      demo-python)
+        # The Python image under the demo name: the same layers and config, so the same digest.
+        [ -s "$BUILD/python-top.tar" ] || build_python_layer
+        assemble demo-python "$BUILD/python-root-$SUITE.tar" "$BUILD/python-top.tar" -- \
+          --config.env PATH=/usr/local/bin:/usr/bin:/bin --config.env PYTHONDONTWRITEBYTECODE=1 \
+          --config.env LANG=C.UTF-8 --config.cmd python3 --config.workingdir /work
+        push demo-python demo/python:3
         ;;
       tiny-*)
         local v=${tag#tiny-}
@@ -385,7 +395,7 @@ cmd_status() {
     say "registry   NOT ANSWERING (pid $pid) on $ADDR"
     return 1
   fi
-  for ref in switchyard/base:1 switchyard/python:3 demo/tiny:1 demo/tiny:2; do
+  for ref in switchyard/base:1 switchyard/python:3 demo/python:3 demo/tiny:1 demo/tiny:2; do
     digest=$(remote_digest "$ref")
     if [ -n "$digest" ]; then
       say "image      $ADDR/$ref sha256:$digest"

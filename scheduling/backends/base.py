@@ -76,6 +76,38 @@ class ImagePull:
 
 
 @dataclass(frozen=True, slots=True)
+class Prepulled:
+    """How one image's pre-pull went (docs/containers.md, "Pre-pulling"): `ok` once it is in
+    the cache of every node asked; `note` says what it took, or why not."""
+
+    ok: bool
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class CachedImageView:
+    """One image in a node's cache: what the Capacity page lists."""
+
+    reference: str
+    digest: str
+    bytes: int  # on the node: unpacked
+    pull_bytes: int  # what pulling it moved
+    last_used: float  # epoch seconds
+
+
+@dataclass(frozen=True, slots=True)
+class ImageCacheView:
+    """An image cache of the backend's nodes: the nodes it serves (a local backend's nodes
+    share one), its images, its size and what every pull into it moved."""
+
+    nodes: tuple[str, ...]
+    images: tuple[CachedImageView, ...]
+    cache_bytes: int
+    pulled_bytes: int
+    pulls: int
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitRequest:
     """Everything a backend needs to run one attempt of a task."""
 
@@ -196,6 +228,21 @@ class Backend(Protocol):
         the engine's periodic housekeeping. Returns how many things it removed; most backends
         keep nothing."""
         return 0
+
+    # Whether `prepull` does anything: a lease of this backend's nodes waits for it only then.
+    prepulls: bool = False
+
+    def prepull(
+        self, images: list[str], *, nodes: list[str], timeout_s: float
+    ) -> dict[str, Prepulled]:
+        """Pull these images (references in full, by tag or digest) into the caches of these
+        nodes ahead of use, waiting at most `timeout_s` (an image not there by then is not
+        ok; its pull may go on). A backend that cannot pre-pull does nothing ({})."""
+        return {}
+
+    def image_caches(self) -> list[ImageCacheView]:
+        """What the image caches of its nodes hold now ([]: none, or cannot say)."""
+        return []
 
     def close(self) -> None:
         """Stop or release what the backend keeps between calls (a resident process, a

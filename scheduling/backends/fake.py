@@ -23,10 +23,13 @@ from django.core.exceptions import ImproperlyConfigured
 from scheduling.backends.base import (
     Backend,
     BackendError,
+    CachedImageView,
+    ImageCacheView,
     Job,
     JobState,
     LeaseView,
     NodeHealth,
+    Prepulled,
     Run,
     SubmitRequest,
 )
@@ -43,6 +46,9 @@ class _Cluster:
     drained: dict[str, str] = dataclasses.field(default_factory=dict)
     health: dict[str, NodeHealth] = dataclasses.field(default_factory=dict)
     calls: list[tuple[str, tuple[Any, ...]]] = dataclasses.field(default_factory=list)
+    # Pre-pulling: each node's images (reference -> bytes); references whose pull fails.
+    cached: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    unpullable: set[str] = dataclasses.field(default_factory=set)
 
 
 def _test_scope() -> str:
@@ -202,6 +208,41 @@ class FakeBackend(Backend):
     def end_lease(self, lease: LeaseView) -> None:
         with self._lock:
             self._record("end_lease", lease.name, lease.nodes)
+
+    prepulls = True
+
+    def prepull(
+        self, images: list[str], *, nodes: list[str], timeout_s: float
+    ) -> dict[str, Prepulled]:
+        """Each image "pulled" onto each node at once, unless the test made it unpullable."""
+        with self._lock:
+            cluster = self._record("prepull", tuple(images), tuple(nodes))
+            out = {}
+            for ref in images:
+                if ref in cluster.unpullable:
+                    out[ref] = Prepulled(False, "pulling failed: unpullable in this test")
+                    continue
+                for node in nodes:
+                    cluster.cached.setdefault(node, {})[ref] = 1000
+                out[ref] = Prepulled(True, "pulled")
+            return out
+
+    def image_caches(self) -> list[ImageCacheView]:
+        with self._lock:
+            cached = dict(self._cluster(self.alias).cached)
+        return [
+            ImageCacheView(
+                nodes=(node,),
+                images=tuple(
+                    CachedImageView(ref, "sha256:" + "0" * 64, size, size, 0.0)
+                    for ref, size in sorted(images.items())
+                ),
+                cache_bytes=sum(images.values()),
+                pulled_bytes=sum(images.values()),
+                pulls=len(images),
+            )
+            for node, images in sorted(cached.items())
+        ]
 
     def usage(self, backend_ids: list[str]) -> dict[str, list[Run]]:
         """The request's resources × the job's start and end, for finished jobs."""

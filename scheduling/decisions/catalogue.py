@@ -248,7 +248,11 @@ def host_problem(host: str) -> str | None:
     try:
         parse_image_ref("x", default_registry=host)
     except ImageRefError:
-        return "expected a registry host[:port] such as registry.example.org or 127.0.0.1:15000"
+        return (
+            "expected a registry host[:port] with a dot or a port, or localhost, such as "
+            "registry.example.org or 127.0.0.1:15000 (a reference reads a bare name such as "
+            "registry as the start of a repository path)"
+        )
     return None
 
 

@@ -117,10 +117,14 @@ def parse_image_ref(text: object, *, default_registry: str, field: str = "image"
         raise ImageRefError(field, f"expected {FORM} without spaces around it", text)
     if len(text) > MAX_REFERENCE:
         raise ImageRefError(field, f"expected at most {MAX_REFERENCE} characters", text)
-    if not _HOST_RE.match(default_registry):
+    if not _HOST_RE.match(default_registry) or not _is_host(default_registry.split("/")[0]):
+        # A name without a dot, a port or `localhost` (`registry`) would read, in a full
+        # reference (`registry/team/x`), as the first part of a repository on the default
+        # host: the node, which reads the stored reference, would look for it elsewhere.
         raise ImageRefError(
             "default_registry",
-            "expected a registry host[:port] such as registry.example.org",
+            "expected a registry host[:port] with a dot or a port, or localhost, such as "
+            "registry.example.org or registry:5000",
             default_registry,
         )
 

@@ -30,6 +30,7 @@ from scheduling.decisions.levels import LEVELS
 from scheduling.decisions.place import free_view, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.engine.admission import release_held
+from scheduling.engine.images import prepull_timeouts
 from scheduling.engine.registry import get_backend
 from scheduling.models import (
     Alert,
@@ -59,6 +60,7 @@ def capacity_pass(now: datetime | None = None) -> dict[str, int]:
     return {
         "leases_reclaimed": reclaim_due_leases(now),
         "leases_opened": open_scheduled_leases(now),
+        "leases_prepull_timed_out": prepull_timeouts(now),
         "leases_applied": apply_leases(now),
         "strays": requeue_strays(now),
         "preempted": preempt(now),
@@ -227,7 +229,7 @@ def apply_leases(now: datetime) -> int:
     """Tell the backends about every active lease (idempotent: Slurm shrinks its time)."""
     applied = 0
     for lease in (
-        NodeLease.objects.filter(state=NodeLease.State.ACTIVE, ends_at__gt=now)
+        NodeLease.objects.filter(NodeLease.in_effect(), ends_at__gt=now)
         .select_related("pool", "queue")
         .prefetch_related("nodes")
     ):
@@ -291,7 +293,7 @@ def requeue_strays(now: datetime) -> int:
     the work started): requeued, so no borrower's work outlives its lease."""
     pools = dict(Node.objects.values_list("name", "pool__name"))
     lent = set(
-        NodeLease.objects.filter(state=NodeLease.State.ACTIVE, ends_at__gt=now).values_list(
+        NodeLease.objects.filter(NodeLease.in_effect(), ends_at__gt=now).values_list(
             "nodes__name", "queue__pool__name"
         )
     )
@@ -334,7 +336,7 @@ def lease_partitions(queue: str, walltime_s: int | None, now: datetime) -> list[
     if not any(borrower == queue for _, borrower, _ in site_view().leases):
         return []  # the common case costs no query
     ids = NodeLease.objects.filter(
-        state=NodeLease.State.ACTIVE,
+        NodeLease.in_effect(),
         queue__name=queue,
         ends_at__gte=now + timedelta(seconds=walltime_s),
     ).values_list("pk", flat=True)

@@ -113,6 +113,7 @@ def apply_jobs(pairs: list[tuple[Task, Job]]) -> int:
     for task, job in pairs:
         if _same(job, task.state, task.reason, task.cancel_requested_at):
             continue
+        _record_pull(task, job)
         target = _JOB_TO_TASK[job.state]
         if target == task.state:
             # The backend's word replaces ours, so a reason such as "scheduler unreachable"
@@ -132,6 +133,18 @@ def apply_jobs(pairs: list[tuple[Task, Job]]) -> int:
     if ending:
         changed += _finish_attempts(ending)
     return changed
+
+
+def _record_pull(task: Task, job: Job) -> None:
+    """Keep on the attempt what its image's pull took, once the job says it is done
+    (docs/containers.md): written once, by the first poll that sees it (a job reports its
+    pull from then on, so a missed poll is made up by the next news, its end at the latest)."""
+    pull = job.pull
+    if pull is None or not pull.finished:
+        return
+    Attempt.objects.filter(task=task, number=task.attempts, pull_seconds__isnull=True).update(
+        pull_seconds=round(pull.seconds, 3), pull_bytes=pull.done_bytes
+    )
 
 
 def _running_move(task: Task, job: Job, now) -> Move:

@@ -4,7 +4,13 @@ queue (`quotas`, `priority`)."""
 
 from __future__ import annotations
 
-from scheduling.models.capacity import Alert, LeaseSchedule, LoadSample, NodeLease
+from scheduling.models.capacity import (
+    Alert,
+    LeaseSchedule,
+    LoadSample,
+    NodeImageCache,
+    NodeLease,
+)
 from scheduling.models.images import CatalogueImage, ImageRegistry
 from scheduling.models.priority import PriorityRequest
 from scheduling.models.quotas import Quota
@@ -39,6 +45,7 @@ __all__ = [
     "Alert",
     "LeaseSchedule",
     "LoadSample",
+    "NodeImageCache",
     "NodeLease",
     "TERMINAL_STATES",
     "Attempt",

@@ -63,11 +63,30 @@ class NodeLease(models.Model):
     reclaimed_at = models.DateTimeField(null=True, blank=True)
     requeued = models.PositiveIntegerField(default=0, help_text="Tasks requeued at reclaim.")
 
+    class Prepull(TextChoices):
+        # docs/containers.md, "Pre-pulling": the lease takes effect once its nodes have the
+        # borrowing pool's warm images, or when the wait times out.
+        NONE = "", "Nothing to pull"
+        WAITING = "waiting", "Pulling the borrower's warm images"
+        DONE = "done", "Images pulled"
+        FAILED = "failed", "Some images could not be pulled"
+        TIMED_OUT = "timed-out", "Started before the images were pulled"
+        NOT_SUPPORTED = "unsupported", "The backend does not pre-pull"
+
+    prepull = models.CharField(max_length=16, choices=Prepull.choices, default="", blank=True)
+    prepull_note = models.TextField(blank=True, help_text="Each image's pre-pull, as it went.")
+
     class Meta:
         ordering = ["-id"]
 
     def __str__(self) -> str:
         return f"lease #{self.pk}: {self.pool} → {self.queue} until {self.ends_at:%Y-%m-%d %H:%M}"
+
+    @staticmethod
+    def in_effect() -> models.Q:
+        """The leases whose nodes serve the borrower now: active, and not waiting for the
+        pre-pull of the borrower's images."""
+        return models.Q(state=NodeLease.State.ACTIVE) & ~models.Q(prepull=NodeLease.Prepull.WAITING)
 
 
 class Alert(models.Model):
@@ -115,3 +134,28 @@ class LoadSample(models.Model):
         return (
             f"{self.at:%Y-%m-%d %H:%M} {self.queue}: {self.waiting} waiting, {self.running} running"
         )
+
+
+class NodeImageCache(models.Model):
+    """What one image cache on the nodes holds, as its backend last listed it (the engine's
+    pre-pull pass records it; the Capacity page and the operator dashboard read it, never the
+    backend). A local backend's nodes share one cache (its root's): one row names them all."""
+
+    backend = models.CharField(max_length=63)
+    nodes = models.JSONField(default=list, help_text="The nodes this cache serves.")
+    images = models.JSONField(
+        default=list,
+        help_text="[{reference, digest, bytes, pull_bytes, last_used}], newest use first.",
+    )
+    cache_bytes = models.PositiveBigIntegerField(default=0)
+    pulled_bytes = models.PositiveBigIntegerField(
+        default=0, help_text="Bytes every pull into this cache moved, since it was made."
+    )
+    pulls = models.PositiveIntegerField(default=0)
+    at = models.DateTimeField(help_text="When the backend listed it.")
+
+    class Meta:
+        ordering = ["backend", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.backend}: {', '.join(self.nodes)} ({len(self.images)} images)"

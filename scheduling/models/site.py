@@ -21,6 +21,7 @@ from scheduling.decisions.devices import (
 from scheduling.decisions.order import ScheduleError, parse_weight_schedule
 from scheduling.decisions.processes import concurrency_error
 from scheduling.decisions.types import RoutingRuleView
+from scheduling.decisions.warm import default_registry, warm_images_problem
 from scheduling.spec import TASK_TYPES
 
 
@@ -73,6 +74,14 @@ class Pool(models.Model):
         help_text="The largest image its tasks may run, in bytes: the sum of the layer sizes "
         "its manifest lists (compressed, as pulled). Empty: no limit.",
     )
+    # Pulled onto its nodes ahead of use, and onto nodes lent to it before the lease starts
+    # (docs/containers.md, "Pre-pulling").
+    warm_images = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Images pulled onto its nodes ahead of use, e.g. ["demo/python:3"]; a name '
+        "without a registry is on the site's default registry.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -86,6 +95,11 @@ class Pool(models.Model):
 
     def clean(self) -> None:
         check_devices(self.gpu_devices, self.control_devices)
+        registry = default_registry(
+            settings.SWITCHYARD_IMAGE_REGISTRY, settings.SWITCHYARD_IMAGE_REGISTRIES
+        )
+        if why := warm_images_problem(self.warm_images, default_registry=registry):
+            raise ValidationError({"warm_images": why})
 
 
 class Node(models.Model):

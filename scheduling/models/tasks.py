@@ -253,6 +253,15 @@ class Attempt(models.Model):
     cpu_elapsed_ms = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="… over this much elapsed time (the runs measured)."
     )
+    pull_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Seconds its job waited for its image to be pulled onto its node(s), apart "
+        "from its run time and walltime (0: the image was cached; null: no image).",
+    )
+    pull_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="Bytes that pull moved (0: the image was cached)."
+    )
 
     class Meta:
         ordering = ["task", "number"]

@@ -9,11 +9,15 @@ so on its timeline, with the lease's number.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
 from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
 from portal import roles
-from scheduling.models import Alert, Node, NodeLease, Pool
+from scheduling.models import Alert, Node, NodeImageCache, NodeLease, Pool
 
 # The states a node and a lease can be in, for the pages and the API to check and filter by.
 NodeStates = Node.State
@@ -55,3 +59,38 @@ def alert_list_for_user(user: User, pools: QuerySet[Pool]) -> QuerySet[Alert]:
     if roles.is_platform_admin(user):
         return alerts
     return alerts.filter(Q(node__pool__in=pools) | Q(task__queue__pool__in=pools))
+
+
+def image_caches_for_pools(pools: Iterable[Any]) -> list[dict[str, Any]]:
+    """The image caches of these pools' nodes, as the engine last recorded them (pages never
+    ask a backend): each with the nodes it serves among these, its images (reference, short
+    digest, size, last use, newest first), its size and what every pull into it moved."""
+    names = set(Node.objects.filter(pool__in=pools).values_list("name", flat=True))
+    rows = []
+    for cache in NodeImageCache.objects.all():
+        nodes = [n for n in cache.nodes if n in names]
+        if not nodes:
+            continue
+        images = [
+            {
+                "reference": i.get("reference", ""),
+                "digest": i.get("digest", ""),
+                "digest_short": str(i.get("digest", "")).removeprefix("sha256:")[:12],
+                "bytes": i.get("bytes", 0),
+                "pull_bytes": i.get("pull_bytes", 0),
+                "last_used": datetime.fromtimestamp(float(i.get("last_used", 0)), tz=UTC),
+            }
+            for i in cache.images
+        ]
+        rows.append(
+            {
+                "backend": cache.backend,
+                "nodes": nodes,
+                "images": images,
+                "cache_bytes": cache.cache_bytes,
+                "pulled_bytes": cache.pulled_bytes,
+                "pulls": cache.pulls,
+                "at": cache.at,
+            }
+        )
+    return rows

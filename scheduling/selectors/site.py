@@ -93,10 +93,11 @@ def device_tables(
 
 
 def active_loans() -> dict[str, Loan]:
-    """Every node of an active lease: the borrowing queue's pool, and the lease's end."""
+    """Every node of a lease in effect (active, not waiting for its pre-pull): the borrowing
+    queue's pool, and the lease's end."""
     return {
         node: Loan(pool, until.timestamp())
-        for pool, node, until in NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list(
+        for pool, node, until in NodeLease.objects.filter(NodeLease.in_effect()).values_list(
             "queue__pool__name", "nodes__name", "ends_at"
         )
         if node
@@ -225,9 +226,9 @@ def _load_site_view() -> SiteView:
         shares=dict(Project.objects.values_list("slug", "share")),
         leases=tuple(
             (pk, queue, ends.timestamp())
-            for pk, queue, ends in NodeLease.objects.filter(
-                state=NodeLease.State.ACTIVE
-            ).values_list("pk", "queue__name", "ends_at")
+            for pk, queue, ends in NodeLease.objects.filter(NodeLease.in_effect()).values_list(
+                "pk", "queue__name", "ends_at"
+            )
         ),
         storage=tuple(storage_areas()),
         images=image_catalogue(),

@@ -102,6 +102,12 @@ def open_lease(
             reason=reason,
         )
         lease.nodes.set(idle[:count])
+    if queue.pool.warm_images:
+        # The lease takes effect once the borrower's warm images are on its nodes, or when
+        # the wait times out (docs/containers.md, "Pre-pulling").
+        NodeLease.objects.filter(pk=lease.pk).update(prepull=NodeLease.Prepull.WAITING)
+        lease.prepull = NodeLease.Prepull.WAITING
+        transaction.on_commit(lambda: outbox.send(outbox.LEASE_PREPULL, (lease.pk,)))
     transaction.on_commit(lambda: outbox.send(outbox.CAPACITY, ()))
     return lease
 

@@ -2,7 +2,7 @@
 resolved to the digest every attempt will run, and no larger than its pool allows
 (docs/containers.md).
 
-The registry is asked here, with a short timeout, because a tag names an image only now: a
+The registry is asked here (scheduling/services/image_lookups.py), with a short timeout, because a tag names an image only now: a
 task accepted today must run today's image tomorrow and on its retries, even after the tag
 moved. `skopeo inspect --raw` gives the tag's manifest; its sha256 is the digest, as the
 registry itself computes it. The node pulls by that digest (scheduling/backends/images/).
@@ -13,9 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import platform
-import subprocess
 
 from django.conf import settings
 from django.utils import timezone
@@ -28,14 +26,9 @@ from scheduling.decisions.catalogue import (
     platform_manifest,
     size_problem,
 )
-from scheduling.decisions.images import (
-    DEFAULT_TAG,
-    ImageRef,
-    ImageRefError,
-    image_allowed,
-    registry_is_local,
-)
+from scheduling.decisions.images import ImageRef, ImageRefError, image_allowed
 from scheduling.models import Task, TaskEvent
+from scheduling.services.image_lookups import image_lookups, raw_manifest
 from scheduling.spec import TaskSpec
 
 # The backends that run a task's command in its image (the others refuse an image): the
@@ -43,11 +36,7 @@ from scheduling.spec import TaskSpec
 IMAGE_BACKENDS = frozenset(
     {"scheduling.backends.local.LocalBackend", "scheduling.backends.slurm.SlurmBackend"}
 )
-_NOT_FOUND = ("manifest unknown", "name unknown", "not found", "404")
-_DENIED = ("unauthorized", "denied", "401", "403")
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # uname's names → OCI's
-
-log = logging.getLogger(__name__)
 
 
 def backend_runs_images(alias: str) -> bool:
@@ -71,7 +60,19 @@ def task_image(
 
     A spec without an image gets the catalogue's default image of its type, where the
     catalogue names one for its pool and the pool runs images; otherwise it stays as it is
-    and runs on the pool's own software."""
+    and runs on the pool's own software.
+
+    Within a submission (image_lookups), a reference another task of it named costs no
+    registry call, and all of them share the submission's deadline."""
+    with image_lookups():
+        return _task_image(
+            spec, pool=pool, backend=backend, task_type=task_type, catalogue=catalogue, field=field
+        )
+
+
+def _task_image(
+    spec: TaskSpec, *, pool: str, backend: str, task_type: str, catalogue: Catalogue, field: str
+) -> tuple[TaskSpec, tuple[str, ...]]:
     runs_images = backend_runs_images(backend)
     text, default = spec.image, None
     if text is None:
@@ -104,7 +105,7 @@ def task_image(
         raise ApplicationError(message, field=field, got=text) from None
     digest, manifest = ref.digest, None
     if digest is None or verdict.digest_of_tag:
-        manifest = _raw_manifest(ref.by_tag, ref, field=field, got=text)
+        manifest = raw_manifest(ref.by_tag, ref, field=field, got=text)
         named = "sha256:" + hashlib.sha256(manifest).hexdigest()
         if digest is not None and digest != named:
             raise ApplicationError(
@@ -144,7 +145,7 @@ def _image_bytes(
     """The image's compressed size, from its manifest's layer sizes (an index: from the
     manifest of this machine's platform)."""
     if manifest is None:
-        manifest = _raw_manifest(f"{ref.name}@{digest}", ref, field=field, got=got)
+        manifest = raw_manifest(f"{ref.name}@{digest}", ref, field=field, got=got)
     data = _json(manifest)
     size = layer_bytes(data)
     if size is not None:
@@ -157,7 +158,7 @@ def _image_bytes(
             field=field,
             got=got,
         )
-    size = layer_bytes(_json(_raw_manifest(f"{ref.name}@{child}", ref, field=field, got=got)))
+    size = layer_bytes(_json(raw_manifest(f"{ref.name}@{child}", ref, field=field, got=got)))
     return size or 0
 
 
@@ -171,59 +172,5 @@ def _json(raw: bytes) -> dict:
 
 def resolve_digest(ref: ImageRef, *, field: str, got: str) -> str:
     """The digest `ref`'s tag names now, as its registry says."""
-    manifest = _raw_manifest(ref.by_tag, ref, field=field, got=got)
+    manifest = raw_manifest(ref.by_tag, ref, field=field, got=got)
     return "sha256:" + hashlib.sha256(manifest).hexdigest()
-
-
-def _raw_manifest(target: str, ref: ImageRef, *, field: str, got: str) -> bytes:
-    """The manifest the registry serves for `target` (by tag or digest), byte for byte."""
-    tls = "false" if registry_is_local(ref.registry) else "true"
-    timeout = settings.SWITCHYARD_IMAGE_RESOLVE_TIMEOUT_S
-    argv = ["skopeo", "inspect", "--raw", f"--tls-verify={tls}", f"docker://{target}"]
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise ApplicationError(
-            "this portal cannot ask registries what a tag names: skopeo is not installed",
-            field=field,
-            got=got,
-            status=503,
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise ApplicationError(
-            f"registry {ref.registry} did not say what tag {ref.tag or DEFAULT_TAG} names "
-            f"within {timeout}s; try again later",
-            field=field,
-            got=got,
-            status=503,
-        ) from None
-    err = done.stderr.decode(errors="replace")
-    if done.returncode == 0 and done.stdout.strip():
-        return done.stdout
-    low = err.lower()
-    if any(mark in low for mark in _NOT_FOUND):
-        what = (
-            f"{target.partition('@')[2]} of {ref.repository}"
-            if "@" in target
-            else f"tag {ref.tag or DEFAULT_TAG} of {ref.repository}"
-        )
-        raise ApplicationError(
-            f"expected an image that exists: {what} is not in registry {ref.registry}",
-            field=field,
-            got=got,
-        )
-    if any(mark in low for mark in _DENIED):
-        raise ApplicationError(
-            f"registry {ref.registry} refused to show {ref.by_tag} to this portal",
-            field=field,
-            got=got,
-        )
-    # Its answer goes to the log, never to the submitter: skopeo follows a registry's
-    # redirects, and what a service of the site's own network answered is not theirs to read.
-    log.warning("registry %s on %s: %s", ref.registry, ref.by_tag, err.strip()[-500:])
-    raise ApplicationError(
-        f"registry {ref.registry} could not be asked what {ref.by_tag} names; try again later",
-        field=field,
-        got=got,
-        status=503,
-    )

@@ -32,6 +32,7 @@ from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
 from scheduling.selectors.policy import site_minute, task_level, task_value
 from scheduling.selectors.quota import queue_usage, with_budgets
+from scheduling.services.image_lookups import SubmissionDeadline, image_lookups
 from scheduling.services.images import task_image, warning_events
 from scheduling.services.priority import (
     priority_request_from_descriptor,
@@ -381,36 +382,8 @@ def task_submit_batch(*, user: User, text: str | bytes) -> list[int]:
     if len(docs) > limit:
         raise ApplicationError(f"at most {limit} tasks in one batch", field="tasks", got=len(docs))
 
-    errors: list[ErrorItem] = []
-    decided: list[Decided] = []
-    projects: dict[str, Project | None] = {}
-    for i, doc in enumerate(docs):
-        prefix = f"tasks[{i}]"
-        try:
-            spec = parse_task(doc)
-        except DescriptorError as exc:
-            errors += [ErrorItem(prefixed(prefix, e.field), e.message, e.got) for e in exc.errors]
-            continue
-        if spec.project not in projects:
-            projects[spec.project] = project_get_for_user(user, spec.project)
-        if projects[spec.project] is None:
-            errors.append(
-                ErrorItem(f"{prefix}.project", "you are not a member of this project", spec.project)
-            )
-            continue
-        if spec.depends_on_ids or spec.trigger_file:
-            errors.append(
-                ErrorItem(prefix, "a batched task cannot depend or wait; submit a workflow", None)
-            )
-            continue
-        try:
-            decided.append(task_decide(spec, field_prefix=prefix, user=user))
-        except ApplicationError as exc:
-            errors += exc.errors
-        if len(errors) >= 100:
-            break  # enough to fix; the rest after
-    if errors:
-        raise ApplicationError("invalid batch", errors=errors)
+    with image_lookups():  # each image asked once, within one deadline for the batch
+        decided, projects = _decide_batch(user, docs)
     priority_requests_room(
         user, [f"tasks[{i}].priority" for i, d in enumerate(decided) if d.spec.priority == "high"]
     )
@@ -455,6 +428,45 @@ def task_submit_batch(*, user: User, text: str | bytes) -> list[int]:
             detail={"count": len(ids), "ids": [ids[0], ids[-1]]},
         )
     return ids
+
+
+def _decide_batch(user: User, docs: list) -> tuple[list[Decided], dict[str, Project | None]]:
+    """Every task of a batch decided, or one ApplicationError listing what is wrong with
+    them (at most about 100 problems); a registry past the submission's deadline is a 503
+    at once. With the projects the batch names (None: the user is not a member)."""
+    errors: list[ErrorItem] = []
+    decided: list[Decided] = []
+    projects: dict[str, Project | None] = {}
+    for i, doc in enumerate(docs):
+        prefix = f"tasks[{i}]"
+        try:
+            spec = parse_task(doc)
+        except DescriptorError as exc:
+            errors += [ErrorItem(prefixed(prefix, e.field), e.message, e.got) for e in exc.errors]
+            continue
+        if spec.project not in projects:
+            projects[spec.project] = project_get_for_user(user, spec.project)
+        if projects[spec.project] is None:
+            errors.append(
+                ErrorItem(f"{prefix}.project", "you are not a member of this project", spec.project)
+            )
+            continue
+        if spec.depends_on_ids or spec.trigger_file:
+            errors.append(
+                ErrorItem(prefix, "a batched task cannot depend or wait; submit a workflow", None)
+            )
+            continue
+        try:
+            decided.append(task_decide(spec, field_prefix=prefix, user=user))
+        except SubmissionDeadline:
+            raise
+        except ApplicationError as exc:
+            errors += exc.errors
+        if len(errors) >= 100:
+            break  # enough to fix; the rest after
+    if errors:
+        raise ApplicationError("invalid batch", errors=errors)
+    return decided, projects
 
 
 def policy_fields(site, decided: Decided, *, now, ready: bool) -> dict:

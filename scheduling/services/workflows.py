@@ -29,6 +29,7 @@ from scheduling.models import (
 )
 from scheduling.selectors import tasks_visible_by_ids
 from scheduling.selectors.dependencies import verdict
+from scheduling.services.image_lookups import SubmissionDeadline, image_lookups
 from scheduling.services.priority import priority_requests_room
 from scheduling.services.tasks import (
     descriptor_errors,
@@ -87,18 +88,24 @@ def workflow_submit_spec(
     errors: list[ErrorItem] = []
     decided = {}
     upstream_ids: dict[str, list[Task]] = {}
-    for i, task_spec in enumerate(spec.tasks):
-        # Both checks run for every task, so one round trip shows every problem.
-        try:
-            decided[task_spec.name] = task_decide(task_spec, field_prefix=f"tasks[{i}]", user=user)
-        except ApplicationError as exc:
-            errors.extend(exc.errors)
-        try:
-            upstream_ids[task_spec.name] = tasks_visible_by_ids(
-                user, task_spec.depends_on_ids, field=f"tasks[{i}].depends_on"
-            )
-        except ApplicationError as exc:
-            errors.extend(exc.errors)
+    # Each image its tasks name is asked of its registry once, within one deadline.
+    with image_lookups():
+        for i, task_spec in enumerate(spec.tasks):
+            # Both checks run for every task, so one round trip shows every problem.
+            try:
+                decided[task_spec.name] = task_decide(
+                    task_spec, field_prefix=f"tasks[{i}]", user=user
+                )
+            except SubmissionDeadline:
+                raise
+            except ApplicationError as exc:
+                errors.extend(exc.errors)
+            try:
+                upstream_ids[task_spec.name] = tasks_visible_by_ids(
+                    user, task_spec.depends_on_ids, field=f"tasks[{i}].depends_on"
+                )
+            except ApplicationError as exc:
+                errors.extend(exc.errors)
     if errors:
         raise ApplicationError("invalid workflow", errors=errors)
     priority_requests_room(

@@ -20,6 +20,7 @@ from scheduling.selectors.capacity import (
     NodeStates,
     alert_list_for_user,
     capacity_pools_for_user,
+    image_caches_for_pools,
     lease_list_for_user,
     node_in_pools,
 )
@@ -50,6 +51,7 @@ def capacity(request: SignedInRequest) -> HttpResponse:
         "active": leases.filter(state=LeaseStates.ACTIVE),
         "past": leases.filter(state=LeaseStates.ENDED)[:20],
         "alerts": alerts[:30],
+        "image_caches": image_caches_for_pools(pools),
         "now": timezone.now(),
     }
     return render(request, "scheduling/capacity.html", context)

@@ -10,14 +10,20 @@ Under the cache's root:
     images/<hex>/image.json   its digest, reference, config (Env, WorkingDir, Entrypoint, Cmd),
                               sizes and pull time; its mtime is when a job last used the image
     locks/<hex>.pull          held while one process pulls the image: others wait, then use it
+    locks/<hex>.blobs         the blobs that pull will use, which collection keeps meanwhile
     locks/<hex>.use           held shared by every job that uses the image (a pin); eviction
                               takes it exclusively or leaves the image alone
     locks/<hex>.jobs/<id>     a Slurm job's hold on the image, Prolog to Epilog
                               (reservations.py): eviction leaves the image alone
-    gc.lock                   held shared by pulls, exclusively by the removal of unused blobs
-    pulls.log                 one JSON line per pull made (digest, bytes, seconds)
+    gc.lock                   held shared by a pull as it lists its blobs, exclusively by the
+                              removal of unused blobs
+    pulls.log                 one JSON line per pull made (digest, bytes, seconds); moved to
+                              pulls.log.1 once over a MiB
 
 An image appears whole or not at all: it is unpacked under tmp/ and renamed into images/.
+What a pull or an eviction that died left there is swept when the cache is opened and at
+each eviction (housekeeping.py). The blobs and layouts are the worker's alone (0700); the
+unpacked root file systems are readable by every local account, which job accounts need.
 """
 
 from __future__ import annotations
@@ -33,11 +39,22 @@ import subprocess
 import tarfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scheduling.backends.images.housekeeping import (
+    Progress,
+    check_plan,
+    in_flight,
+    in_flight_blobs,
+    log_pull,
+    pull_plan,
+    sweep,
+    watch,
+)
+from scheduling.backends.images.housekeeping import flock as _flock
 from scheduling.backends.images.layout import (
     BadImageConfig,
     ImageConfig,
@@ -52,14 +69,12 @@ from scheduling.backends.images.skopeo import BadImage, ImageError, PullFailed, 
 from scheduling.decisions.images import ImageRef
 
 _LAYOUT_NAME = "image"
-# progress(bytes here, bytes in all): 0 in all when the registry's manifest does not say.
 # An image whose layers hold more than this many files, folders and links is refused.
 MAX_UNPACKED_ENTRIES = 1_000_000
 _TAR_TYPES = (
     "application/vnd.oci.image.layer.v1.tar",
     "application/vnd.docker.image.rootfs.diff.tar",
 )
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,21 +137,6 @@ def _walk(root: Path) -> Iterator[Path]:
             yield Path(dirpath, name)
 
 
-@contextlib.contextmanager
-def _flock(path: Path, mode: int) -> Iterator[bool]:
-    """Hold `path`'s lock in `mode`; with LOCK_NB, yields False when another holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, mode)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
-
-
 class Pin:
     """A running job's hold on an image: while it is held, eviction leaves the image alone.
     Release it (or leave the `with`) when the job ends; a process that dies releases it."""
@@ -168,6 +168,7 @@ class ImageCache:
         skopeo: Skopeo | None = None,
         umoci: str = "umoci",
         max_unpacked_bytes: int | None = None,
+        max_pull_bytes: int | None = None,
         unpack_timeout_s: float = 600.0,
     ) -> None:
         self.root = Path(root)
@@ -175,6 +176,8 @@ class ImageCache:
         # An image whose layers would unpack to more is refused before unpacking; umoci is
         # killed after unpack_timeout_s.
         self.max_unpacked_bytes = max_unpacked_bytes
+        # An image whose manifest lists more to download is refused before it is pulled.
+        self.max_pull_bytes = max_pull_bytes
         self.unpack_timeout_s = unpack_timeout_s
         self.skopeo = skopeo or Skopeo()
         self.umoci = umoci
@@ -188,9 +191,13 @@ class ImageCache:
         # An image being unpacked still has its set-id files (sealed only once whole): no
         # other account may reach it.
         self.tmp.chmod(0o700)
-        # Job accounts read the root file systems: they must be able to pass through.
+        # Job accounts read the root file systems: they must be able to pass through. The
+        # blobs and layouts (a private registry's image as it came) are the worker's alone.
         for folder in (self.root, self.images):
             folder.chmod(0o755)
+        for folder in (self.blobs, self.layouts):
+            folder.chmod(0o700)
+        self.sweep()
 
     # --- reading --------------------------------------------------------------------------
 
@@ -227,15 +234,33 @@ class ImageCache:
                 blobs += path.stat().st_size
         return blobs + sum(i.rootfs_bytes for i in self.cached())
 
+    def listing(self) -> tuple[list[CachedImage], int, int, int]:
+        """What the cache holds, read only: its images (most recently used first), its bytes,
+        and the bytes and count of every pull made into it (pulls.log)."""
+        moved = count = 0
+        with contextlib.suppress(FileNotFoundError), open(self.root / "pulls.log") as log:
+            for line in log:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    moved += int(json.loads(line)["pull_bytes"])
+                    count += 1
+        return self.cached(), self.size(), moved, count
+
     # --- resolving and pulling ------------------------------------------------------------
 
     def resolve(self, ref: ImageRef) -> ImageRef:
         """`ref` pinned to a digest: its own, or the one its tag names now."""
         return ref if ref.digest is not None else ref.with_digest(self.skopeo.digest(ref))
 
-    def pull(self, ref: ImageRef, *, progress: Progress | None = None) -> CachedImage:
+    def pull(
+        self,
+        ref: ImageRef,
+        *,
+        progress: Progress | None = None,
+        lock_timeout_s: float | None = None,
+    ) -> CachedImage:
         """The image `ref` names, pulled and unpacked unless it is here already. Concurrent
-        pulls of one digest (from any process) make one pull; the others wait for it.
+        pulls of one digest (from any process) make one pull; the others wait for it, for at
+        most `lock_timeout_s` (None: as long as it takes) before PullFailed.
         `progress(done, total)` is told the layer bytes here so far while this pull runs."""
         ref = self.resolve(ref)
         assert ref.digest is not None
@@ -243,11 +268,16 @@ class ImageCache:
         image = self.get(ref.digest)
         if image is not None:
             return image
-        with _flock(self.locks / f"{hexa}.pull", fcntl.LOCK_EX):
+        wait = fcntl.LOCK_EX | (0 if lock_timeout_s is None else fcntl.LOCK_NB)
+        with _flock(self.locks / f"{hexa}.pull", wait, lock_timeout_s or 0.0) as held:
+            if not held:
+                raise PullFailed(
+                    f"another pull of image {ref.digest} on this node did not end within "
+                    f"{lock_timeout_s:g}s"
+                )
             image = self.get(ref.digest)
             if image is None:
-                with _flock(self.root / "gc.lock", fcntl.LOCK_SH):
-                    image = self._pull_locked(ref, hexa, progress)
+                image = self._pull_locked(ref, hexa, progress)
         self.evict(keep=ref.digest)
         return image
 
@@ -261,9 +291,13 @@ class ImageCache:
         had = {p.name for p in (self.blobs / "sha256").iterdir()}
         started = time.monotonic()
         try:
-            poll = self._progress(ref, layout, progress) if progress else None
-            self.skopeo.copy(ref, str(layout), _LAYOUT_NAME, poll=poll)
-            if poll is not None:
+            # What the manifest lists is checked before a byte is copied, and skopeo is
+            # stopped if the registry sends more (housekeeping.py).
+            plan = pull_plan(self.skopeo, ref)
+            check_plan(plan, self.max_pull_bytes)
+            with in_flight(self.root, hexa, plan):
+                poll = watch(plan, layout, self.blobs, progress)
+                self.skopeo.copy(ref, str(layout), _LAYOUT_NAME, poll=poll)
                 poll()  # all of it
             pulled = time.monotonic()
             try:  # what a job would run it with, checked before anything is unpacked
@@ -293,41 +327,11 @@ class ImageCache:
             shutil.rmtree(layout, ignore_errors=True)
             self._remove(work)
             raise
-        with open(self.root / "pulls.log", "a") as log:
-            keys = ("digest", "reference", "image_bytes", "pull_bytes", "pull_seconds")
-            line = {k: data[k] for k in keys}
-            log.write(json.dumps({**line, "at": time.time(), "pid": os.getpid()}) + "\n")
+        keys = ("digest", "reference", "image_bytes", "pull_bytes", "pull_seconds")
+        log_pull(self.root, {**{k: data[k] for k in keys}, "at": time.time(), "pid": os.getpid()})
         image = self.get(ref.digest)
         assert image is not None
         return image
-
-    def _progress(self, ref: ImageRef, layout: Path, progress: Progress) -> Callable[[], None]:
-        """A poll that tells `progress` how many of the image's layer bytes are here: the
-        layers already stored, and what skopeo has written of the others so far."""
-        manifest = json.loads(self.skopeo.manifest(ref))
-        if "layers" not in manifest:  # an index: its platform's manifest is not known yet
-            manifest = {"layers": []}
-        layers = {d["digest"]: int(d.get("size", 0)) for d in manifest["layers"]}
-        total = sum(layers.values())
-
-        shown = 0
-
-        def poll() -> None:
-            nonlocal shown
-            done = 0
-            for partial in layout.glob("oci-put-blob*"):
-                with contextlib.suppress(FileNotFoundError):
-                    done += partial.stat().st_size
-            for digest, size in layers.items():
-                if blob_path(self.blobs, digest).exists():
-                    done += size
-            # A blob renamed between the two looks may count twice or not at all: what is
-            # shown never goes back, nor past the total.
-            shown = max(shown, min(done, total) if total else done)
-            progress(shown, total)
-
-        poll()
-        return poll
 
     def _measure(self, layout: Path) -> None:
         """Refuse an image whose layers would unpack to more than `max_unpacked_bytes` (the
@@ -425,6 +429,7 @@ class ImageCache:
         """Remove the least recently used images no job holds (nor `keep`, the one just
         pulled for a job) until the cache fits `cap_bytes` (its own cap by default), and the
         blobs no image uses any more. Returns the digests removed."""
+        self.sweep()
         cap = self.cap_bytes if cap_bytes is None else cap_bytes
         if cap is None:
             return []
@@ -453,13 +458,18 @@ class ImageCache:
         self._remove(gone)
         return True
 
+    def sweep(self) -> list[str]:
+        """Remove what pulls and evictions that died left (see housekeeping.sweep)."""
+        stale = self.skopeo.timeout_s + self.unpack_timeout_s
+        return sweep(self.root, older_than_s=stale, remove=self._remove)
+
     def _collect_blobs(self) -> int:
-        """Remove the blobs no layout uses; bytes freed. Skipped while a pull runs (it may be
-        reusing a blob no layout names yet): the next eviction collects them."""
+        """Remove the blobs no layout uses and no running pull listed as its own; bytes
+        freed. Skipped only while another collection runs."""
         with _flock(self.root / "gc.lock", fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
             if not free:
                 return 0
-            used: set[str] = set()
+            used = in_flight_blobs(self.root)
             for layout in self.layouts.iterdir():
                 with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
                     used |= blobs_of(layout, self.blobs)

@@ -125,7 +125,8 @@ class Skopeo:
         what: str,
         poll: Callable[[], None] | None = None,
     ) -> bytes:
-        """skopeo's stdout; `poll` is called about every 0.2 s while it runs."""
+        """skopeo's stdout; `poll` is called about every 0.2 s while it runs (what it raises
+        kills skopeo and is raised)."""
         try:
             proc = subprocess.Popen(
                 [self.command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -145,7 +146,12 @@ class Skopeo:
                         raise RegistryUnreachable(
                             f"registry {ref.registry} did not answer in {self.timeout_s:g}s"
                         ) from e
-                    poll()
+                    try:
+                        poll()
+                    except BaseException:  # the poll stops the copy (too many bytes came)
+                        proc.kill()
+                        proc.communicate()
+                        raise
         if proc.returncode != 0:
             raise classify(err.decode(errors="replace"), ref, what=what)
         return out

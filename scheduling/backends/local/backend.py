@@ -32,7 +32,7 @@ from scheduling.backends.base import (
     SubmitRequest,
 )
 from scheduling.backends.local import images as local_images
-from scheduling.backends.local import launch, limits
+from scheduling.backends.local import launch, limits, pulls, starting
 from scheduling.backends.local import usage as job_usage
 from scheduling.backends.local.folders import FolderTotals
 from scheduling.backends.local.jobstore import (
@@ -43,8 +43,8 @@ from scheduling.backends.local.jobstore import (
     now_iso,
     touch,
 )
+from scheduling.backends.local.prepull import LocalImages
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
-from scheduling.backends.sandbox import BlockedNetworksError, job_network
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
@@ -59,7 +59,7 @@ SUPERVISOR_DIED = "the local supervisor died"
 NodeSource = Callable[[str], "Sequence[NodeView] | Mapping[str, Sequence[NodeView]]"]
 
 
-class LocalBackend(Backend):
+class LocalBackend(LocalImages, Backend):
     """Runs jobs as processes on this machine; see jobstore.py for the files."""
 
     # The engine hands this backend the portal's node inventory (engine/registry.py).
@@ -138,16 +138,30 @@ class LocalBackend(Backend):
             out[at] = self.find(request.key)
             if out[at] is None:
                 fresh.append(at)
-        pulled = local_images.pull_many(self.root, [requests[at] for at in fresh])
         if fresh:
+            # Stored at once: a job whose image is not here waits for it, pending, while a
+            # puller of its own fetches it (pulls.py); nothing here waits for a registry.
+            now = time.time()
             with self.store.locked():
-                local_images.create(self.store, [requests[at] for at in fresh], pulled)
+                for at in fresh:
+                    self._create(requests[at], now)
                 self._schedule_locked()
             for at in fresh:
                 out[at] = self.store.job(requests[at].key)
         if None in out:  # cannot happen: every fresh slot was filled just above
             raise BackendError("a local job vanished while it was submitted")
         return [item for item in out if item is not None]
+
+    def _create(self, request: SubmitRequest, now: float) -> None:
+        """Store a new job (under the lock), with its image's pull when it has one; a job
+        another process made meanwhile is left as it is."""
+        pull = pulls.begin(self.root, request, now)
+        if self.store.create(request) and pull is not None:
+            state = self.store.read_state(request.key) or {}
+            state["image_pull"] = pull
+            if not pull["finished"]:
+                state["reason"] = pulls.PULLING
+            self.store.write_state(request.key, state)
 
     def find(self, key: str) -> Job | None:
         if not KEY_RE.match(key):
@@ -305,7 +319,14 @@ class LocalBackend(Backend):
         whose supervisor died are failed too; other passes leave that to the next poll."""
         allocations, per_queue, states = self._live_allocations(find_dead=find_dead)
         local_images.release_started(self.root, states)  # their supervisors pin their images
-        waiting = {key: state for key, state in states.items() if state["state"] == "pending"}
+        for key, why in pulls.follow(self.root, self.store, states, time.time()).items():
+            del states[key]
+            self._fail_unstarted(key, why)
+        waiting = {
+            key: state
+            for key, state in states.items()
+            if state["state"] == "pending" and not pulls.waiting(state)
+        }
         if not waiting:
             return states
         jobs = []
@@ -339,6 +360,9 @@ class LocalBackend(Backend):
                     plan = self._prepare_start(decision.key, request, decision.placement, state)
                 except Exception as exc:
                     self._fail_unstarted(decision.key, local_images.why_not(exc))
+                    continue
+                if pulls.waiting(state):  # its image was evicted: it waits for a new pull
+                    states[decision.key] = state
                     continue
                 if plan is not None:
                     plans[decision.key] = plan
@@ -429,61 +453,7 @@ class LocalBackend(Backend):
     def _prepare_start(
         self, key: str, request: SubmitRequest, placement: Placement, state: dict
     ) -> dict | None:
-        """Mark the job starting; its supervisor's launch plan, or None if it failed.
-        `state` is the job's pending state as this pass read it (under the lock)."""
-        bwrap = shutil.which(self.bwrap)
-        if bwrap is None:  # never fall back to running a task without its sandbox
-            self._fail_unstarted(key, BWRAP_MISSING)
-            return None
-        try:
-            account = launch.job_account(request.extra.get("run_as"), self.job_account)
-            networks = job_network(request.type)  # what it must not reach; None: no network
-        except (launch.JobAccountError, BlockedNetworksError) as exc:
-            self._fail_unstarted(key, str(exc))
-            return None
-        why = launch.unreachable_by_others(self.root) if account else None
-        image, why = (None, why) if why else local_images.prepare(self.root, request, placement)
-        if why:
-            self._fail_unstarted(key, why)
-            return None
-        state.update(
-            state="starting",
-            reason=f"starting on {', '.join(placement.nodes)}",
-            nodes=list(placement.nodes),
-            queue=request.queue.name,
-            # Its running reason: placed across switches, what its image's pull took.
-            note="; ".join([*filter(None, [placement.note]), *state.get("pull", [])]),
-            # Where it runs: the capacity a pass books for it while it lives.
-            allocations=self.store.remember_alloc(key, placement),
-            # What it holds, kept with the final state for accounting (usage()).
-            alloc={
-                "cpus": sum(a.cpus for a in placement.allocations),
-                "gpus": sum(len(a.gpu_indices) for a in placement.allocations),
-                "memory_mib": sum(a.memory_mib for a in placement.allocations),
-                "nodes": len(placement.allocations),
-            },
-        )
-        try:
-            grace = float(request.extra.get("kill_grace_s", self.kill_grace_s))
-        except ValueError:
-            grace = self.kill_grace_s
-        plan = launch.launch_plan(
-            self.store,
-            key,
-            request,
-            placement,
-            bwrap=bwrap,
-            grace_s=grace,
-            account=account,
-            limits=limits.limits_for(self.limits, request, self._inventory(), pid_max=self.pid_max),
-            blocked=networks,
-            slirp4netns=self.slirp4netns,
-            image=image,
-            pin=local_images.pin_of(self.root, image),  # held by the supervisor while it runs
-        )
-        plan["state"] = state  # the supervisor continues from this state
-        self.store.write_state(key, state)
-        return plan
+        return starting.prepare_start(self, key, request, placement, state)
 
     def _fail_unstarted(self, key: str, reason: str) -> None:
         state = self.store.read_state(key) or {}

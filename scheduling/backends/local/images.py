@@ -1,12 +1,12 @@
 """A local job in its image (docs/containers.md): the image pulled into the root's image
-cache before the job is stored, and its sandbox built over the image's root file system
-instead of the host's system (imagebox.py, shared with the Slurm backend).
+cache while the job waits (pulls.py), pinned as it starts, and its sandbox built over the
+image's root file system instead of the host's system (imagebox.py, shared with the Slurm
+backend).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from django.conf import settings
 
@@ -21,20 +21,15 @@ from scheduling.backends.imagebox import (  # noqa: F401 (the local backend's na
     rootfs_binds,
 )
 from scheduling.backends.images import CachedImage, ImageCache, ImageError, Pin, Skopeo
-from scheduling.backends.local.jobstore import JobStore, now_iso
 from scheduling.backends.local.ranks import rank_count
-from scheduling.decisions.images import (
-    ImageRefError,
-    parse_image_ref,
-)
 from scheduling.decisions.types import Placement
-from scheduling.spec import TaskSpec
 
 BUSYBOX_MISSING = (
     "a task with an image needs the host's static busybox (Debian's busybox-static) to set "
     "its limits inside the image: install it on this machine"
 )
-
+# prepare's answer for an image that left the cache before its job started.
+EVICTED = "evicted"
 
 _CACHES: dict[str, ImageCache] = {}
 # Pins the worker holds on the images of the jobs it started, until their supervisors hold
@@ -52,67 +47,41 @@ def image_cache(root: str) -> ImageCache:
             os.path.join(root, "images"),
             cap_bytes=settings.SWITCHYARD_IMAGE_CACHE_MAX_MB << 20,
             max_unpacked_bytes=settings.SWITCHYARD_IMAGE_MAX_UNPACKED_MB << 20,
+            max_pull_bytes=settings.SWITCHYARD_IMAGE_MAX_PULL_MB << 20,
             skopeo=Skopeo(timeout_s=timeout),
             unpack_timeout_s=timeout,
         )
     return _CACHES[root]
 
 
-def pull_many(root: str, requests: Sequence[SubmitRequest]) -> dict[str, tuple[bool, str]]:
-    """Pull the images of these jobs (those that have one) before they are stored: key ->
-    (pulled, what it took or why it failed). A job is stored pending only once its image
-    is here, so that its start (under the root's lock) never waits for a registry."""
-    out = {}
-    for request in requests:
-        if request.spec.image_digest:
-            image, note = pull(image_cache(root), request.spec)
-            out[request.key] = (image is not None, note)
-    return out
-
-
-def create(
-    store: JobStore, requests: Sequence[SubmitRequest], pulled: dict[str, tuple[bool, str]]
-) -> None:
-    """Store these jobs (under the root's lock), recording each one's pull (`pull_many`); a
-    job another process made meanwhile is left as it is."""
-    for request in requests:
-        if store.create(request) and request.key in pulled:
-            record_pull(store, request.key, *pulled[request.key])
-
-
-def record_pull(store: JobStore, key: str, ok: bool, note: str) -> None:
-    """Record on a job just stored that its image is here (`pull`: what that took, shown in
-    its reason as it starts), or fail it saying why not (a retry pulls again)."""
-    state = store.read_state(key) or {}
-    if ok:
-        state["pull"] = [note]
-    else:
-        state.update(state="failed", reason=note, ended_at=now_iso())
-    store.write_state(key, state)
-    if not ok:
-        store.retire(key)
-
-
 def prepare(
     root: str, request: SubmitRequest, placement: Placement
 ) -> tuple[CachedImage | None, str]:
-    """The job's image as it starts (here since its submission, unless evicted meanwhile:
-    then pulled again), or why it cannot start; (None, "") for a job without one."""
-    if not request.spec.image_digest:
+    """The job's image as it starts, pinned (pulled since its submission, pulls.py), or why
+    it cannot start; (None, "") for a job without one, (None, EVICTED) when the image left
+    the cache meanwhile (the job waits for a new pull). Never pulls: this runs under the
+    root's lock."""
+    spec = request.spec
+    if not spec.image_digest:
         return None, ""
-    if rank_count(request.spec, placement) > 1:
+    if rank_count(spec, placement) > 1:
         return None, "a task in an image runs on one node for now (docs/containers.md)"
     if not host_busybox():
         return None, BUSYBOX_MISSING
     cache = image_cache(root)
-    image, note = pull(cache, request.spec)
-    if image is None:
-        return None, note
     try:
-        _HELD[(root, request.key)] = cache.pin(image.digest)
+        pin = cache.pin(spec.image_digest)
     except ImageError:
-        return None, "the job's image was evicted from this node's cache as it started; retry"
-    return image, ""
+        return None, EVICTED
+    config = pin.image.config
+    if spec.command is None and spec.script is None and not (config.entrypoint or config.cmd):
+        pin.release()
+        return None, (
+            f"image {spec.image} has neither Entrypoint nor Cmd in its config, and the task "
+            "gives no command: give it a command or a script"
+        )
+    _HELD[(root, request.key)] = pin
+    return pin.image, ""
 
 
 def release_started(root: str, states: dict[str, dict]) -> None:
@@ -138,31 +107,3 @@ def pin_of(root: str, image: CachedImage | None) -> list[str] | None:
     hexa = image.digest.partition(":")[2]
     cache = image_cache(root)
     return [str(cache.locks / f"{hexa}.use"), str(cache.images / hexa / "image.json")]
-
-
-def pull(cache: ImageCache, spec: TaskSpec) -> tuple[CachedImage | None, str]:
-    """The job's image, here (pulled by digest if need be), and a line saying what that took;
-    or None and why not (the attempt fails with it; a retry pulls again)."""
-    try:
-        # Named in full at submission: the default registry is never used here.
-        ref = parse_image_ref(spec.image, default_registry="localhost")
-        ref = ref.with_digest(spec.image_digest or "")
-    except ImageRefError as exc:
-        return None, f"image {spec.image!r} cannot be pulled: {exc}"
-    before = cache.get(ref.digest or "")
-    try:
-        image = cache.pull(ref)
-    except ImageError as exc:
-        return None, f"pulling image {spec.image} failed: {exc.reason}"
-    config = image.config
-    if spec.command is None and spec.script is None and not (config.entrypoint or config.cmd):
-        return None, (
-            f"image {spec.image} has neither Entrypoint nor Cmd in its config, and the task "
-            "gives no command: give it a command or a script"
-        )
-    if before is not None:
-        return image, f"image {spec.image} was cached on this node"
-    return image, (
-        f"image {spec.image} pulled in {image.pull_seconds:.1f}s "
-        f"({image.pull_bytes / 1e6:.1f} MB), not counted in its walltime"
-    )

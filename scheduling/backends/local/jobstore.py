@@ -52,6 +52,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduling.backends import base
 from scheduling.backends.base import BackendError, Job, JobState, SubmitRequest, decode_log
 from scheduling.decisions.devices import DeviceTable
 from scheduling.decisions.storage import JobStorage, Mount
@@ -442,6 +443,16 @@ def job_from(key: str, state: Mapping[str, Any]) -> Job:
         nodes=tuple(state.get("nodes") or ()),
         started_at=_parse_time(state.get("started_at")),
         ended_at=_parse_time(state.get("ended_at")),
+        pull=_image_pull(state.get("image_pull")),
+    )
+
+
+def _image_pull(pull: Mapping[str, Any] | None) -> base.ImagePull | None:  # pulls.py
+    if not pull:
+        return None
+    done = pull["bytes"] if pull["finished"] else pull["done"]
+    return base.ImagePull(
+        int(done), pull.get("total"), float(pull["seconds"]), bool(pull["finished"])
     )
 
 

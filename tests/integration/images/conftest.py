@@ -293,11 +293,12 @@ NODE = NodeView(name="n1", cpus=16, memory_mib=16 * 1024, gpus=0)
 def make(job_root: Path) -> Iterator[Callable[..., LocalBackend]]:
     made: list[LocalBackend] = []
 
-    def _make(**options) -> LocalBackend:
+    def _make(nodes: list[NodeView] | None = None, **options) -> LocalBackend:
+        inventory = list(nodes or [NODE])
         backend = LocalBackend(
             "local-test",
             root=str(job_root / "root"),
-            node_source=lambda alias: [NODE],
+            node_source=lambda alias: inventory,
             kill_grace_s=0.5,
             **options,
         )

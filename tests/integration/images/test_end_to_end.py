@@ -39,6 +39,15 @@ def test_a_task_in_an_image_runs_end_to_end_on_a_real_worker(
     # What the pull took: the running job's reason, kept in its state (the local root).
     states = [p.read_text() for p in local_root.glob("jobs/*/state.json")]
     assert any(f"image {registry}/demo/tiny:2 pulled in" in s for s in states), states
+    # ... and on its attempt, apart from its run time, in the task's API.
+    attempt = task.attempt_set.get()
+    assert attempt.pull_seconds is not None and attempt.pull_seconds >= 0
+    assert attempt.pull_bytes is not None and attempt.pull_bytes > 0
+    detail = api.get(f"/api/v1/tasks/{task.pk}/").json()["attempt_list"][0]
+    assert (detail["pull_seconds"], detail["pull_bytes"]) == (
+        attempt.pull_seconds,
+        attempt.pull_bytes,
+    )
 
 
 def test_a_registry_down_at_the_pull_fails_the_attempt_and_the_retry_runs_the_task(

@@ -277,6 +277,7 @@ def test_make_runs_portal_stops_everything_it_started_the_local_launcher_too(var
                 str(ROOT / "manage.py"),
                 "up",
                 "--no-seed",
+                "--no-images",
                 "--addr",
                 f"127.0.0.1:{port}",
             ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduling.decisions.catalogue import host_problem
 from scheduling.decisions.images import (
     ImageRef,
     ImageRefError,
@@ -175,3 +176,23 @@ def test_the_tasks_env_overrides_the_images_in_place_and_adds_the_rest():
 def test_an_image_without_a_working_dir_starts_in_the_root():
     assert container_workdir("") == "/"
     assert container_workdir("/srv/demo") == "/srv/demo"
+
+
+@pytest.mark.parametrize("host", ["registry", "registry-1", "reg"])
+def test_a_registry_name_without_a_dot_or_port_is_refused_everywhere(host):
+    # As a full reference, `registry/team/x` names repository registry/team/x on the default
+    # registry: the node, which reads the stored reference, would pull from elsewhere.
+    assert host_problem(host) is not None
+    with pytest.raises(ImageRefError) as caught:
+        parse_image_ref("team/x:1", default_registry=host)
+    assert caught.value.field == "default_registry"
+
+
+@pytest.mark.parametrize(
+    "host", ["registry.example.org", "registry:5000", "localhost", "127.0.0.1:15000", "Registry"]
+)
+def test_what_the_catalogue_accepts_the_node_reads_back_as_the_same_registry(host):
+    assert host_problem(host) is None
+    stored = str(parse_image_ref("team/x:1", default_registry=host))
+    again = parse_image_ref(stored, default_registry="localhost")  # as the node reads it
+    assert (again.registry, again.repository) == (host, "team/x")

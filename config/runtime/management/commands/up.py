@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from config.runtime.demo_images import start_demo_registry
 from config.runtime.serve import STATIC_MANIFEST_ENV, web_argv
 from config.runtime.workers import worker_argv
 from scheduling.usage import close_backends
@@ -28,6 +29,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000")
         parser.add_argument("--no-seed", action="store_true")
+        parser.add_argument(
+            "--no-images",
+            action="store_true",
+            help="do not start the demo image registry (docs/containers.md)",
+        )
         parser.add_argument("--backend", default="local", help="backend alias for the demo pools")
         parser.add_argument(
             "--web-workers",
@@ -42,6 +48,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, addr: str, no_seed: bool, backend: str, dev: bool, **options):
+        if not options["no_images"]:
+            start_demo_registry(self.stdout)
         settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         for folder in ("queue", "processed"):
             (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)

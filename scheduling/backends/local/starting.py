@@ -1,0 +1,100 @@
+"""Preparing a local job's start, under the root's lock, in the scheduling pass that placed
+it: its account, its network, its image (pinned, never pulled here: pulls.py), its state
+marked starting and its supervisor's launch plan (launch.py)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Protocol
+
+from scheduling.backends.base import SubmitRequest
+from scheduling.backends.local import images as local_images
+from scheduling.backends.local import launch, limits, pulls
+from scheduling.backends.local.jobstore import JobStore
+from scheduling.backends.local.shim import BWRAP_MISSING
+from scheduling.backends.sandbox import BlockedNetworksError, job_network
+from scheduling.decisions.types import NodeView, Placement
+
+
+class Backend(Protocol):
+    """What of the local backend (backend.py) a start reads."""
+
+    bwrap: str
+    job_account: str
+    root: str
+    store: JobStore
+    kill_grace_s: float
+    limits: limits.JobLimits
+    pid_max: int
+    slirp4netns: str
+
+    def _inventory(self) -> dict[str, tuple[NodeView, ...]]: ...
+
+    def _fail_unstarted(self, key: str, reason: str) -> None: ...
+
+
+def prepare_start(
+    backend: Backend, key: str, request: SubmitRequest, placement: Placement, state: dict
+) -> dict | None:
+    """Mark the job starting; its supervisor's launch plan, or None if it failed.
+    `state` is the job's pending state as this pass read it (under the lock)."""
+    bwrap = shutil.which(backend.bwrap)
+    if bwrap is None:  # never fall back to running a task without its sandbox
+        backend._fail_unstarted(key, BWRAP_MISSING)
+        return None
+    try:
+        account = launch.job_account(request.extra.get("run_as"), backend.job_account)
+        networks = job_network(request.type)  # what it must not reach; None: no network
+    except (launch.JobAccountError, BlockedNetworksError) as exc:
+        backend._fail_unstarted(key, str(exc))
+        return None
+    why = launch.unreachable_by_others(backend.root) if account else None
+    image, why = (None, why) if why else local_images.prepare(backend.root, request, placement)
+    if why == local_images.EVICTED:
+        pulls.again(state, time.time())
+        backend.store.write_state(key, state)
+        return None
+    if why:
+        backend._fail_unstarted(key, why)
+        return None
+    state.update(
+        state="starting",
+        reason=f"starting on {', '.join(placement.nodes)}",
+        nodes=list(placement.nodes),
+        queue=request.queue.name,
+        # Its running reason: placed across switches, what its image's pull took.
+        note="; ".join(filter(None, [placement.note, pulls.note(state)])),
+        # Where it runs: the capacity a pass books for it while it lives.
+        allocations=backend.store.remember_alloc(key, placement),
+        # What it holds, kept with the final state for accounting (usage()).
+        alloc={
+            "cpus": sum(a.cpus for a in placement.allocations),
+            "gpus": sum(len(a.gpu_indices) for a in placement.allocations),
+            "memory_mib": sum(a.memory_mib for a in placement.allocations),
+            "nodes": len(placement.allocations),
+        },
+    )
+    try:
+        grace = float(request.extra.get("kill_grace_s", backend.kill_grace_s))
+    except ValueError:
+        grace = backend.kill_grace_s
+    plan = launch.launch_plan(
+        backend.store,
+        key,
+        request,
+        placement,
+        bwrap=bwrap,
+        grace_s=grace,
+        account=account,
+        limits=limits.limits_for(
+            backend.limits, request, backend._inventory(), pid_max=backend.pid_max
+        ),
+        blocked=networks,
+        slirp4netns=backend.slirp4netns,
+        image=image,
+        pin=local_images.pin_of(backend.root, image),  # held by the supervisor while it runs
+    )
+    plan["state"] = state  # the supervisor continues from this state
+    backend.store.write_state(key, state)
+    return plan
