@@ -25,6 +25,10 @@
 #                                   databases and users (password: MYSQL_PWD) [127.0.0.1/3306/root]
 #   SWITCHYARD_SLURM_WAIT           seconds to wait for each daemon                      [60]
 #   SWITCHYARD_PYTHON               the project's python                [<project>/.venv/bin/python]
+#   SWITCHYARD_SLURM_IMAGE_ACCOUNT  the account that owns the nodes' image caches and pulls
+#                                   into them (made if missing)                [switchyard-images]
+#   SWITCHYARD_SLURM_IMAGE_PULL_TIMEOUT / _IMAGE_CACHE_MB  one pull's seconds; each node's
+#                                   cache cap                                      [300 / 4096]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -46,6 +50,9 @@ DB_PORT=${SWITCHYARD_SLURM_DB_PORT:-3306}
 DB_ADMIN=${SWITCHYARD_SLURM_DB_ADMIN:-root}
 WAIT=${SWITCHYARD_SLURM_WAIT:-60}
 PY=${SWITCHYARD_PYTHON:-$ROOT/.venv/bin/python}
+IMAGE_ACCOUNT=${SWITCHYARD_SLURM_IMAGE_ACCOUNT:-switchyard-images}
+PULL_TIMEOUT=${SWITCHYARD_SLURM_IMAGE_PULL_TIMEOUT:-300}
+IMAGE_CACHE_MB=${SWITCHYARD_SLURM_IMAGE_CACHE_MB:-4096}
 
 ETC=$STATE/etc
 LOG=$STATE/log
@@ -66,6 +73,10 @@ check_settings() {
   [[ $SCALE == all || $SCALE =~ ^[1-9][0-9]*$ ]] ||
     fail "SWITCHYARD_SLURM_NODES_PER_POOL must be a positive integer or 'all' (got '$SCALE')"
   [[ $SITE == demo || $SITE == db ]] || fail "SWITCHYARD_SLURM_SITE must be demo or db (got '$SITE')"
+  [[ $IMAGE_ACCOUNT =~ ^[a-z_][a-z0-9_-]{0,31}$ ]] ||
+    fail "SWITCHYARD_SLURM_IMAGE_ACCOUNT must be a Unix account name (got '$IMAGE_ACCOUNT')"
+  [[ $PULL_TIMEOUT =~ ^[1-9][0-9]*$ && $IMAGE_CACHE_MB =~ ^[1-9][0-9]*$ ]] ||
+    fail "SWITCHYARD_SLURM_IMAGE_PULL_TIMEOUT and _IMAGE_CACHE_MB must be positive integers"
 }
 
 # --- packages --------------------------------------------------------------------------------
@@ -79,6 +90,10 @@ ensure_packages() {
   command -v mariadb >/dev/null || command -v mysql >/dev/null || missing+=(mariadb-client)
   # slurmd loads mpi/pmix's library when it starts: `srun --mpi=pmix` (MPI across nodes).
   ldconfig -p 2>/dev/null | grep 'libpmix\.so\.2 ' >/dev/null || missing+=(libpmix2)
+  # The nodes' Prolog pulls and unpacks a job's image; busybox sets its limits inside it.
+  command -v skopeo >/dev/null || missing+=(skopeo)
+  command -v umoci >/dev/null || missing+=(umoci)
+  [ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || missing+=(busybox-static)
   [ ${#missing[@]} -eq 0 ] && return
   say "installing: ${missing[*]}"
   # Keep the packages from starting their system services (we run our own daemons).
@@ -277,7 +292,8 @@ generate_config() {
   mkdir -p "$next"
   [ -x "$PY" ] || PY=$(command -v python3)
   local args=(--out "$next" --cluster "$CLUSTER" --state-dir "$STATE" --hostname "$HOST"
-    --ctld-port "$CTLD_PORT" --dbd-port "$DBD_PORT" --node-port-base "$NODE_PORT_BASE")
+    --ctld-port "$CTLD_PORT" --dbd-port "$DBD_PORT" --node-port-base "$NODE_PORT_BASE"
+    --image-pull-timeout "$PULL_TIMEOUT")
   [ "$SCALE" = all ] || args+=(--max-nodes-per-pool "$SCALE")
   if [ "$SITE" = demo ]; then
     # The default site, in a database of its own that then describes exactly this cluster.
@@ -355,6 +371,47 @@ make_devices() {
     rm -f "$path"
     mknod -m 0666 "$path" c "$major" "$minor" || fail "cannot create the fake device $path (mknod)"
   done <"$ETC/devices.txt"
+}
+
+# The nodes' image caches and the Prolog and Epilog that fill them (docs/containers.md,
+# "Slurm notes"): one cache per slurmd, $STATE/images/<node>, owned by the cache's account,
+# which does every pull (never root, never a job's account); the wrappers slurm.conf names,
+# which run this checkout's slurmnode/prolog.py with the system's python3 and Slurm's
+# variables only.
+setup_images() {
+  if ! id -u "$IMAGE_ACCOUNT" >/dev/null 2>&1; then
+    useradd --system --no-create-home --home-dir "$STATE/images" --shell /usr/sbin/nologin \
+      "$IMAGE_ACCOUNT" || fail "cannot create the image cache account $IMAGE_ACCOUNT"
+    say "account    $IMAGE_ACCOUNT created (owns the nodes' image caches)"
+  fi
+  install -d -o root -g root -m 0755 "$STATE/images"
+  local name port
+  while read -r name port; do
+    [ -n "$name" ] || continue
+    install -d -o "$IMAGE_ACCOUNT" -g "$(id -g "$IMAGE_ACCOUNT")" -m 0755 "$STATE/images/$name"
+  done <"$ETC/nodes.txt"
+  local python=/usr/bin/python3 kind
+  [ -x $python ] || python=$(command -v python3)
+  for kind in prolog epilog; do
+    {
+      echo '#!/bin/sh'
+      echo "# Written by docker/slurm/cluster.sh: the $kind of every node (slurm.conf)."
+      echo '# Exit 1 (slurmd drains the node) only when the node cannot pull at all (3).'
+      echo '/usr/bin/env -i PATH=/usr/bin:/bin LANG=C.UTF-8 SLURM_CONF="$SLURM_CONF" \'
+      echo '  SLURM_JOB_ID="$SLURM_JOB_ID" SLURM_JOB_UID="$SLURM_JOB_UID" SLURM_JOB_GID="$SLURM_JOB_GID" \'
+      echo '  SLURM_JOB_WORK_DIR="$SLURM_JOB_WORK_DIR" SLURMD_NODENAME="$SLURMD_NODENAME" \'
+      printf '  %q -I -c %q %q \\\n' "$python" \
+        'import sys; sys.path.insert(0, sys.argv.pop(1)); from scheduling.backends.slurmnode import prolog; sys.exit(prolog.main())' \
+        "$ROOT"
+      printf '  --code %q --python %q --account %q --timeout %q --cap-mb %q' \
+        "$ROOT" "$python" "$IMAGE_ACCOUNT" "$PULL_TIMEOUT" "$IMAGE_CACHE_MB"
+      echo ' --cache "'"$STATE"'/images/$SLURMD_NODENAME"'"$([ $kind = epilog ] && echo ' --epilog')"
+      echo '[ $? -eq 3 ] && exit 1'
+      echo 'exit 0'
+    } >"$ETC/switchyard-$kind.tmp"
+    chmod 0755 "$ETC/switchyard-$kind.tmp"
+    mv -f "$ETC/switchyard-$kind.tmp" "$ETC/switchyard-$kind"
+  done
 }
 
 # --- slurmctld and slurmd --------------------------------------------------------------------
@@ -459,6 +516,7 @@ cmd_start() {
   chmod 755 "$STATE"
   HOST=$(hostname -s)
   generate_config
+  setup_images
   start_munge
   start_slurmdbd
   make_devices

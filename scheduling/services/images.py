@@ -31,8 +31,11 @@ from scheduling.models import Task, TaskEvent
 from scheduling.services.image_lookups import image_lookups, raw_manifest
 from scheduling.spec import TaskSpec
 
-# The backends that run a task's command in its image (the others refuse an image).
-IMAGE_BACKENDS = frozenset({"scheduling.backends.local.LocalBackend"})
+# The backends that run a task's command in its image (the others refuse an image): the
+# local backend, and Slurm, whose nodes pull it in their Prolog (docs/containers.md).
+IMAGE_BACKENDS = frozenset(
+    {"scheduling.backends.local.LocalBackend", "scheduling.backends.slurm.SlurmBackend"}
+)
 _ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # uname's names → OCI's
 
 

@@ -14,7 +14,9 @@ The mapping (docs/slurm.md):
 - `DefMemPerCPU` shares each node's memory between the jobs its CPUs can hold (with the
   oversubscription counted), so a job without `--mem` never takes a whole node's memory;
 - a node's GPUs are `Gres=gpu:N`, each backed by a device file in gres.conf;
-- nodes with a switch are described in topology.conf (leaf switches under one top switch).
+- nodes with a switch are described in topology.conf (leaf switches under one top switch);
+- every node runs the portal's Prolog and Epilog, which pull a job's image into the node's
+  cache before its batch script starts (`image_lines`, docs/containers.md).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class ClusterSettings:
     # Jobs must name an account (a project) Slurm knows: `sacctmgr add account/user`.
     enforce_associations: bool = True
     kill_wait_s: int = 5  # SIGTERM → SIGKILL at a time limit or a cancel
+    # One image pull's timeout on a node (its unpack has as long again): the Prolog's.
+    image_pull_timeout_s: int = 600
 
     @property
     def etc_dir(self) -> str:
@@ -67,6 +71,15 @@ class ClusterSettings:
     def control_devices(self) -> tuple[str, ...]:
         """Fake control devices, named as the real ones (`/dev/nvidiactl`, ...)."""
         return tuple(f"{self.state_dir}/dev/{p.rsplit('/', 1)[1]}" for p in DEFAULT_CONTROL_DEVICES)
+
+    @property
+    def prolog(self) -> str:
+        """The Prolog's wrapper (docker/slurm/cluster.sh writes it)."""
+        return f"{self.etc_dir}/switchyard-prolog"
+
+    @property
+    def epilog(self) -> str:
+        return f"{self.etc_dir}/switchyard-epilog"
 
     def device(self, node: str, index: int) -> str:
         return fill(self.gpu_device_pattern, node=node, index=index)
@@ -257,6 +270,26 @@ def partition_line(queue: QueuePolicy, nodes: Sequence[SlurmNode]) -> str:
     return " ".join(parts)
 
 
+def image_lines(prolog: str, epilog: str, pull_timeout_s: int) -> list[str]:
+    """What a site's slurm.conf needs so that its nodes run tasks in images
+    (docs/containers.md, "Slurm notes"): the Prolog at allocation on every node of the job
+    (Alloc) and the batch script only once every node's Prolog is done (DeferBatch); a batch
+    start and a Prolog allowed as long as a pull and its unpack take (a longer Prolog would
+    have the job requeued as a node failure, or be killed and the node drained); and a job
+    whose Prolog failed requeued, not held."""
+    if pull_timeout_s < 1:
+        raise SlurmConfigError(f"the image pull timeout must be positive, got {pull_timeout_s}")
+    longest = 2 * pull_timeout_s + 120  # the Prolog's own bound is 2 × timeout + 60
+    return [
+        f"Prolog={check_path('Prolog', prolog)}",
+        f"Epilog={check_path('Epilog', epilog)}",
+        "PrologFlags=Alloc,DeferBatch",
+        f"BatchStartTimeout={longest}",
+        f"PrologEpilogTimeout={longest}",
+        "SchedulerParameters=nohold_on_prolog_fail",
+    ]
+
+
 def _has_topology(nodes: Iterable[SlurmNode]) -> bool:
     return any(n.node.switch for n in nodes)
 
@@ -318,6 +351,9 @@ def slurm_conf(
         "MinJobAge=300",
         "InactiveLimit=0",
         "SlurmdTimeout=30",  # a stopped slurmd: not responding in ~10 s, down in 30
+        "",
+        "# Jobs in images: each node's Prolog pulls the job's image into its cache.",
+        *image_lines(cluster.prolog, cluster.epilog, cluster.image_pull_timeout_s),
         "",
         "# Priorities: multifactor, so fair-share counts and `scontrol update Priority=` holds.",
         "PriorityType=priority/multifactor",

@@ -13,6 +13,8 @@ Under the cache's root:
     locks/<hex>.blobs         the blobs that pull will use, which collection keeps meanwhile
     locks/<hex>.use           held shared by every job that uses the image (a pin); eviction
                               takes it exclusively or leaves the image alone
+    locks/<hex>.jobs/<id>     a Slurm job's hold on the image, Prolog to Epilog
+                              (reservations.py): eviction leaves the image alone
     gc.lock                   held shared by a pull as it lists its blobs, exclusively by the
                               removal of unused blobs
     pulls.log                 one JSON line per pull made (digest, bytes, seconds); moved to
@@ -62,6 +64,7 @@ from scheduling.backends.images.layout import (
     layer_sizes,
     manifest_of,
 )
+from scheduling.backends.images.reservations import reserved
 from scheduling.backends.images.skopeo import BadImage, ImageError, PullFailed, Skopeo
 from scheduling.decisions.images import ImageRef
 
@@ -444,7 +447,7 @@ class ImageCache:
     def _remove_image(self, digest: str) -> bool:
         hexa = _hex(digest)
         with _flock(self.locks / f"{hexa}.use", fcntl.LOCK_EX | fcntl.LOCK_NB) as free:
-            if not free:
+            if not free or reserved(self.locks, hexa):
                 return False  # a job holds it
             folder = self.images / hexa
             if not folder.exists():

@@ -41,8 +41,9 @@ from scheduling.backends.base import (
     submit_concurrently,
 )
 from scheduling.backends.devices import SHELL_DEVICES, slurm_lines
-from scheduling.backends.sandbox import job_network, sandbox_argv
-from scheduling.backends.slurm import secret_env
+from scheduling.backends.imagebox import BUSYBOX, busybox_limits
+from scheduling.backends.sandbox import TMPFS, job_network, sandbox_argv
+from scheduling.backends.slurm import imagejob, secret_env
 from scheduling.backends.slurm.accounts import SlurmAccounts, account_name
 from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
@@ -218,7 +219,12 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             lines.append(f"export {name}={shlex.quote(value)}")
         workdir = self.workdir / request.key
         lines += secret_env.prepare(workdir, spec.secret_env, self._unix_user(request))
-        if spec.command is not None:
+        image = spec.image_digest is not None
+        if image:
+            # Run as its image says, over its root file system (imagejob.py): known once
+            # the node's Prolog has pulled it.
+            argv = [imagejob.SHELL_ARGV]
+        elif spec.command is not None:
             argv = list(spec.command)
         elif spec.script is not None:
             argv = ["/bin/bash", str(workdir / "script.sh")]
@@ -235,30 +241,50 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         # What srun and MPI need inside: the configuration, munge, the node's network for
         # a multi-node job (steps.py).
         steps = step_access(request, self.slurm_conf, host_network=self.multinode_host_network)
-        readonly = [argv[1]] if spec.command is None else []
+        script = str(workdir / "script.sh") if spec.script is not None else None
+        readonly = [script] if script else []
         readonly += steps.readonly
         lines += steps.lines
+        chdir = storage.workdir(request, str(workdir))
+        if image:
+            lines += imagejob.script_lines(self.workdir, request.key)
+            chdir = imagejob.SHELL_CHDIR
         prefix = sandbox_argv(
             "bwrap",
             writable=[str(workdir)],
             readonly=readonly,
             mounts=storage.mounts(request),  # the site's storage areas of its pool
             hide=str(self.workdir),
-            chdir=storage.workdir(request, str(workdir)),
+            chdir=chdir,
             tmp_bytes=spec.resources.memory_mib << 20,
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
             devices=[SHELL_DEVICES] if devices else [],
             share_net=steps.host_network,
+            system=[imagejob.SHELL_SYSTEM] if image else None,
+            runner=busybox_limits(self.max_processes, self.max_file_bytes) if image else None,
         )
         argv = [*prefix, *argv]
         # Written into the script as data: the watcher connects a batch job's network with
         # these, and the node's own addresses, out of reach (jobnet.py).
         network = None if steps.host_network else job_network(request.type)
         lines += watched(argv, str(self.usage_path(request.key)), network)
-        prepare_job_folder(
-            self.workdir, request, pwd.getpwnam(self._unix_user(request)), self.usage_path
-        )
+        entry = pwd.getpwnam(self._unix_user(request))
+        prepare_job_folder(self.workdir, request, entry, self.usage_path)
+        if image:
+            # What the node's Prolog pulls and how the job runs there; the paths its
+            # sandbox mounts, which the image's own entries must leave room for.
+            needed = ["/dev", "/proc", *TMPFS, BUSYBOX, str(self.workdir), *readonly]
+            needed += [path for path, _ in storage.mounts(request)]
+            imagejob.write_image_file(
+                self.workdir,
+                request,
+                entry.pw_uid,
+                needed=needed,
+                work=str(workdir),
+                chdir=request.storage.workdir,
+                script=script,
+            )
         return "\n".join(lines) + "\n"
 
     def usage_path(self, key: str) -> Path:
@@ -293,11 +319,20 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         """The job an earlier submit made under `key`, live or finished, or None."""
         for job in self._squeue(names=[key]):
             if job.key == key:
-                return job.as_job()
+                return self._live(job)
         for job in self._sacct(names=[key]):
             if job.key == key:
-                return with_input_reason(self.workdir, job.as_job())
+                return self._ended(job.as_job())
         return None
+
+    def _live(self, job: SlurmJob) -> Job:
+        """squeue's job, with its image's pull while its Prolog runs (imagejob.py)."""
+        return imagejob.with_pull(self.workdir, job.as_job(), in_prolog=job.reason == "Prolog")
+
+    def _ended(self, job: Job) -> Job:
+        """A finished job, with the reason its script left (an input, its image)."""
+        job = with_input_reason(self.workdir, job)
+        return imagejob.with_pull(self.workdir, job, in_prolog=False)
 
     def poll(self, backend_ids: list[str]) -> dict[str, Job]:
         """One squeue and at most one sacct for every tracked job."""
@@ -313,7 +348,7 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             ours = wanted.get(job.job_id)
             if ours is None or job.key != ours[1]:
                 continue  # a reused job id: not our job
-            current = job.as_job()
+            current = self._live(job)
             (ended if current.state.finished else result)[ours[0]] = current
         missing = [job_id for job_id, (bid, _) in wanted.items() if bid not in result]
         accounting_down = False
@@ -330,12 +365,12 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
             for job in finished:
                 ours = wanted.get(job.job_id)
                 if ours is not None and ours[0] and job.key == ours[1]:
-                    result[ours[0]] = with_input_reason(self.workdir, job.as_job())
+                    result[ours[0]] = self._ended(job.as_job())
         for backend_id, _ in wanted.values():
             if backend_id in result:
                 continue
             if backend_id in ended:
-                result[backend_id] = with_input_reason(self.workdir, ended[backend_id])
+                result[backend_id] = self._ended(ended[backend_id])
             elif not accounting_down:
                 result[backend_id] = Job(
                     backend_id, JobState.UNKNOWN, "Slurm no longer knows the job"

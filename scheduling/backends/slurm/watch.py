@@ -25,6 +25,7 @@ from pathlib import Path
 
 from scheduling.backends import jobnet
 from scheduling.backends.devices import SHELL_DEVICES
+from scheduling.backends.slurm.imagejob import SHELL_WORDS
 
 _WATCH = r"""
 import json, signal, subprocess, sys, time
@@ -104,8 +105,10 @@ def watched(argv: list[str], usage_path: str, network: list[str] | None = None) 
 
     `network` (sandbox.blocked_networks()) has the watcher connect the sandbox's network,
     kept from those networks (batch types); None leaves the job without one."""
-    # The device files' arguments are the script's own array, expanded there (devices.py).
-    command = " ".join(arg if arg == SHELL_DEVICES else shlex.quote(arg) for arg in argv)
+    # The device files' arguments are the script's own array, expanded there (devices.py);
+    # so are an image's (imagejob.py).
+    shell = {SHELL_DEVICES, *SHELL_WORDS}
+    command = " ".join(arg if arg in shell else shlex.quote(arg) for arg in argv)
     net = jobnet.NETWORK_ARG_NONE if network is None else ",".join(network)
     return [
         "if command -v python3 >/dev/null; then",

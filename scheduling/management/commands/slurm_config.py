@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
@@ -64,6 +65,13 @@ class Command(BaseCommand):
         parser.add_argument("--dbd-port", type=int, default=defaults.dbd_port)
         parser.add_argument("--node-port-base", type=int, default=defaults.node_port_base)
         parser.add_argument(
+            "--image-pull-timeout",
+            type=int,
+            default=None,
+            help="seconds one image pull may take on a node (the Prolog's; default: "
+            "SWITCHYARD_IMAGE_PULL_TIMEOUT_S)",
+        )
+        parser.add_argument(
             "--no-enforce-associations",
             action="store_true",
             help="accept jobs whose account Slurm does not know",
@@ -79,6 +87,9 @@ class Command(BaseCommand):
             dbd_port=opts["dbd_port"],
             node_port_base=opts["node_port_base"],
             enforce_associations=not opts["no_enforce_associations"],
+            image_pull_timeout_s=int(
+                opts["image_pull_timeout"] or settings.SWITCHYARD_IMAGE_PULL_TIMEOUT_S
+            ),
         )
         pools = Pool.objects.all()
         if opts["backend"]:

@@ -15,6 +15,7 @@ from scheduling.backends.local import LocalBackend
 from scheduling.decisions.types import NodeView
 from scheduling.models import ImageRegistry, Pool, Task
 from scheduling.selectors import site_view_invalidate
+from scheduling.services.images import backend_runs_images
 from scheduling.spec import TaskSpec
 from tests.conftest import descriptor, submit
 from tests.unit.scheduling.local_backend.helpers import finished, request
@@ -117,14 +118,17 @@ def test_what_cannot_be_run_is_refused_naming_the_field(api, images_allowed, ima
 
 
 def test_a_pool_on_a_backend_that_runs_no_images_refuses_one(api, images_allowed, settings):
+    Pool.objects.update(backend="fake")  # the in-memory fake backend runs no images
+    site_view_invalidate()
+    error = only_error(submit(api, descriptor(image="demo/tiny:1")))
+    assert error["field"] == "image" and "does not run containers" in error["message"]
+    # Both real backends run images (Slurm's nodes pull them in their Prolog).
     settings.COMPUTE_BACKENDS = {
         **settings.COMPUTE_BACKENDS,
         "slurm": {"BACKEND": "scheduling.backends.slurm.SlurmBackend", "OPTIONS": {}},
     }
-    Pool.objects.update(backend="slurm")
-    site_view_invalidate()
-    error = only_error(submit(api, descriptor(image="demo/tiny:1")))
-    assert error["field"] == "image" and "does not run containers" in error["message"]
+    assert backend_runs_images("slurm") and backend_runs_images("local")
+    assert not backend_runs_images("fake")
 
 
 def test_a_tag_moved_after_submission_does_not_change_what_the_task_runs(

@@ -201,6 +201,23 @@ def test_cluster_wide_settings():
         assert conf[key].startswith("/var/tmp/sy-test/"), key
 
 
+def test_every_node_runs_the_image_prolog_before_the_batch_script():
+    """The lines a site needs for tasks in images (docs/containers.md, "Slurm notes")."""
+    slow = ClusterSettings(state_dir="/var/tmp/sy-test", image_pull_timeout_s=300)
+    lines = render(slow, SITE, QUEUES)["slurm.conf"].splitlines()
+    assert "Prolog=/var/tmp/sy-test/etc/switchyard-prolog" in lines
+    assert "Epilog=/var/tmp/sy-test/etc/switchyard-epilog" in lines
+    # On every node at allocation; the batch script once the last node's Prolog is done.
+    assert "PrologFlags=Alloc,DeferBatch" in lines
+    # A Prolog as long as a pull and its unpack (2 × 300 s) plus the Prolog's margin: with
+    # Slurm's default 10 s the job would be requeued as a node failure.
+    assert "BatchStartTimeout=720" in lines
+    assert "PrologEpilogTimeout=720" in lines
+    assert "SchedulerParameters=nohold_on_prolog_fail" in lines
+    with pytest.raises(SlurmConfigError, match="pull timeout must be positive"):
+        render(ClusterSettings(image_pull_timeout_s=0), SITE, QUEUES)
+
+
 def test_associations_can_be_left_unenforced():
     loose = ClusterSettings(enforce_associations=False)
     assert "AccountingStorageEnforce" not in render(loose, SITE, QUEUES)["slurm.conf"]
