@@ -53,6 +53,8 @@ SWITCHYARD_IMAGE_MAX_PULL_MB = env_int(
     "SWITCHYARD_IMAGE_MAX_PULL_MB", SWITCHYARD_IMAGE_MAX_UNPACKED_MB
 )
 SWITCHYARD_IMAGE_PULL_TIMEOUT_S = env_int("SWITCHYARD_IMAGE_PULL_TIMEOUT_S", 900)
+# At most this many images are pulled at once per local backend root; the other jobs wait.
+SWITCHYARD_IMAGE_MAX_PULLS = env_int("SWITCHYARD_IMAGE_MAX_PULLS", 4)
 # Pre-pulling (docs/containers.md): how often each pool's warm images are pulled onto its
 # nodes (and the caches' listing recorded for the Capacity page), and how long a lease waits
 # for the borrower's warm images on its nodes before it starts anyway.

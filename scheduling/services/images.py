@@ -11,24 +11,15 @@ registry itself computes it. The node pulls by that digest (scheduling/backends/
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import platform
 
 from django.conf import settings
 from django.utils import timezone
 
 from portal.errors import ApplicationError
-from scheduling.decisions.catalogue import (
-    Catalogue,
-    catalogue_check,
-    layer_bytes,
-    platform_manifest,
-    size_problem,
-)
+from scheduling.decisions.catalogue import Catalogue, catalogue_check, size_problem
 from scheduling.decisions.images import ImageRef, ImageRefError, image_allowed
 from scheduling.models import Task, TaskEvent
-from scheduling.services.image_lookups import image_lookups, raw_manifest
+from scheduling.services.image_lookups import ARCH, Manifest, image_lookups, manifest
 from scheduling.spec import TaskSpec
 
 # The backends that run a task's command in its image (the others refuse an image): the
@@ -36,7 +27,6 @@ from scheduling.spec import TaskSpec
 IMAGE_BACKENDS = frozenset(
     {"scheduling.backends.local.LocalBackend", "scheduling.backends.slurm.SlurmBackend"}
 )
-_ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # uname's names → OCI's
 
 
 def backend_runs_images(alias: str) -> bool:
@@ -103,10 +93,10 @@ def _task_image(
         if default is not None:
             message = f"the default image of {task_type} tasks, {text}, cannot run: {message}"
         raise ApplicationError(message, field=field, got=text) from None
-    digest, manifest = ref.digest, None
+    digest, named_by_tag = ref.digest, None
     if digest is None or verdict.digest_of_tag:
-        manifest = raw_manifest(ref.by_tag, ref, field=field, got=text)
-        named = "sha256:" + hashlib.sha256(manifest).hexdigest()
+        named_by_tag = manifest(ref.by_tag, ref, field=field, got=text)
+        named = named_by_tag.digest
         if digest is not None and digest != named:
             raise ApplicationError(
                 f"expected no digest, or the one tag {ref.tag} names now ({named}): the "
@@ -116,7 +106,7 @@ def _task_image(
             )
         digest = named
     if pool in catalogue.size_limits:
-        size = _image_bytes(ref, digest, manifest, field=field, got=text)
+        size = _image_bytes(ref, digest, named_by_tag, field=field, got=text)
         problem = size_problem(size, pool=pool, limits=catalogue.size_limits)
         if problem is not None:
             raise ApplicationError(problem, field=field, got=text)
@@ -140,37 +130,23 @@ def warning_events(task: Task, warnings: tuple[str, ...]) -> list[TaskEvent]:
 
 
 def _image_bytes(
-    ref: ImageRef, digest: str, manifest: bytes | None, *, field: str, got: str
+    ref: ImageRef, digest: str, facts: Manifest | None, *, field: str, got: str
 ) -> int:
     """The image's compressed size, from its manifest's layer sizes (an index: from the
     manifest of this machine's platform)."""
-    if manifest is None:
-        manifest = raw_manifest(f"{ref.name}@{digest}", ref, field=field, got=got)
-    data = _json(manifest)
-    size = layer_bytes(data)
-    if size is not None:
-        return size
-    arch = _ARCHES.get(platform.machine(), platform.machine())
-    child = platform_manifest(data, arch=arch)
-    if child is None:
+    if facts is None:
+        facts = manifest(f"{ref.name}@{digest}", ref, field=field, got=got)
+    if facts.layer_bytes is not None:
+        return facts.layer_bytes
+    if facts.child is None:
         raise ApplicationError(
-            f"expected an image for linux/{arch}: the index {ref.name} names lists none",
+            f"expected an image for linux/{ARCH}: the index {ref.name} names lists none",
             field=field,
             got=got,
         )
-    size = layer_bytes(_json(raw_manifest(f"{ref.name}@{child}", ref, field=field, got=got)))
-    return size or 0
-
-
-def _json(raw: bytes) -> dict:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+    return manifest(f"{ref.name}@{facts.child}", ref, field=field, got=got).layer_bytes or 0
 
 
 def resolve_digest(ref: ImageRef, *, field: str, got: str) -> str:
     """The digest `ref`'s tag names now, as its registry says."""
-    manifest = raw_manifest(ref.by_tag, ref, field=field, got=got)
-    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+    return manifest(ref.by_tag, ref, field=field, got=got).digest

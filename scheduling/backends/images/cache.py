@@ -22,7 +22,8 @@ Under the cache's root:
 
 An image appears whole or not at all: it is unpacked under tmp/ and renamed into images/.
 What a pull or an eviction that died left there is swept when the cache is opened and at
-each eviction (housekeeping.py). The blobs and layouts are the worker's alone (0700); the
+each eviction (housekeeping.py). The blobs, layouts and locks are the worker's alone (0700,
+lock files 0600: a job's supervisor, which pins its image, runs as the worker); the
 unpacked root file systems are readable by every local account, which job accounts need.
 """
 
@@ -195,7 +196,9 @@ class ImageCache:
         # blobs and layouts (a private registry's image as it came) are the worker's alone.
         for folder in (self.root, self.images):
             folder.chmod(0o755)
-        for folder in (self.blobs, self.layouts):
+        # The locks too: an account that could open one (flock needs only a read) could
+        # hold gc.lock or a pull lock and stall every pull, or pin an image for ever.
+        for folder in (self.blobs, self.layouts, self.locks):
             folder.chmod(0o700)
         self.sweep()
 
@@ -295,7 +298,7 @@ class ImageCache:
             # stopped if the registry sends more (housekeeping.py).
             plan = pull_plan(self.skopeo, ref)
             check_plan(plan, self.max_pull_bytes)
-            with in_flight(self.root, hexa, plan):
+            with in_flight(self.root, hexa, plan, self.unpack_timeout_s):
                 poll = watch(plan, layout, self.blobs, progress)
                 self.skopeo.copy(ref, str(layout), _LAYOUT_NAME, poll=poll)
                 poll()  # all of it
@@ -397,7 +400,7 @@ class ImageCache:
     def pin(self, digest: str) -> Pin:
         """Hold the image for a job (see Pin); ImageError if it is not here (any more)."""
         hexa = _hex(digest)
-        fd = os.open(self.locks / f"{hexa}.use", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.locks / f"{hexa}.use", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             image = self.get(digest)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduling.backends.images.layout import blob_path
-from scheduling.backends.images.skopeo import BadImage, Skopeo
+from scheduling.backends.images.skopeo import BadImage, PullFailed, Skopeo
 from scheduling.decisions.catalogue import platform_manifest
 from scheduling.decisions.images import ImageRef
 
@@ -144,7 +144,8 @@ def watch(
 def flock(path: Path, mode: int, timeout_s: float = 0.0) -> Iterator[bool]:
     """Hold `path`'s lock in `mode`; with LOCK_NB, yields False when another holds it (still
     after `timeout_s` of trying)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    # The worker's alone (and locks/ is 0700): another account holding one would stall pulls.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -178,11 +179,16 @@ def _unless_pulling(locks: Path, hexa: str) -> Iterator[bool]:
 
 
 @contextlib.contextmanager
-def in_flight(root: Path, hexa: str, plan: PullPlan) -> Iterator[None]:
+def in_flight(root: Path, hexa: str, plan: PullPlan, timeout_s: float) -> Iterator[None]:
     """While the caller (holding the image's pull lock) pulls, the blobs of `plan` are its
-    own: collection keeps them."""
+    own: collection keeps them. PullFailed if collection holds `gc.lock` for over
+    `timeout_s` (it takes it only briefly)."""
     listed = root / "locks" / f"{hexa}.blobs"
-    with flock(root / "gc.lock", fcntl.LOCK_SH):
+    with flock(root / "gc.lock", fcntl.LOCK_SH | fcntl.LOCK_NB, timeout_s) as held:
+        if not held:
+            raise PullFailed(
+                f"the node's image cache was being cleaned for over {timeout_s:g}s; try again later"
+            )
         listed.write_text(json.dumps(sorted(plan.blobs)))
     try:
         yield

@@ -31,9 +31,9 @@ def _check(job_id: str) -> str:
 def reserve(locks: Path, hexa: str, job_id: str) -> None:
     """Hold image `hexa` for `job_id`."""
     folder = locks / f"{hexa}.jobs"
-    folder.mkdir(mode=0o755, exist_ok=True)
+    folder.mkdir(mode=0o700, exist_ok=True)
     path = folder / _check(job_id)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     os.close(fd)
     os.utime(path)
 

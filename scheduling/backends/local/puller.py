@@ -9,7 +9,8 @@ reads as it polls: the jobs waiting for the image show "pulling image N%", then 
 it is here, or fail with the reason it wrote. Nothing here waits on the backend's root-wide
 lock, and the backend never waits on a registry.
 
-It runs with the site's environment only, as the worker's account (docs/security.md,
+It runs with the site's environment only (PATH, LANG, and the proxy and registry
+credentials pulls.PASSED_ENV names), as the worker's account (docs/security.md,
 "Images"), without Django: the cache's settings come in `params`.
 """
 
@@ -67,9 +68,10 @@ def pull(params: dict) -> dict:
         image = cache.pull(ref, progress=progress, lock_timeout_s=timeout)
     except ImageError as exc:
         error = f"pulling image {name} failed: {exc.reason}"
-    except Exception as exc:  # a bug or a full disk: the jobs fail saying so, not hang
+    except Exception:  # a bug or a full disk: the jobs fail saying so, not hang
+        # The detail (a path of the node's cache, say) goes to the log, not to the jobs.
         logging.exception("pulling %s failed", name)
-        error = f"pulling image {name} failed: {exc!r}"
+        error = f"pulling image {name} failed on this node; the worker's log says why"
     else:
         return {
             "started": started,

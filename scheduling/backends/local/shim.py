@@ -230,7 +230,7 @@ class Shim:
         supervisor exits, so that no eviction removes it; False if it was removed already."""
         import fcntl  # a task with an image only
 
-        self.image_fd = fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.image_fd = fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(fd, fcntl.LOCK_SH)
         return os.path.exists(whole)
 

@@ -215,9 +215,11 @@ class ImageBuilder:
         config: dict | None = None,
         entries: Sequence[tuple[str, str, str]] = (),
         tag: str | None = None,
+        annotations: dict[str, str] | None = None,
     ) -> str:
         """Push the image; its reference. `entries` are (kind, path, what): ("dir", path,
-        ""), ("file", path, content) or ("link", path, target)."""
+        ""), ("file", path, content) or ("link", path, target); `annotations` go into its
+        manifest."""
         raw = io.BytesIO()
         with tarfile.open(fileobj=raw, mode="w") as tar:
             for kind, path, what in entries:
@@ -255,6 +257,8 @@ class ImageBuilder:
                 "size": len(layer),
             }
         )
+        if annotations:
+            manifest["annotations"] = annotations
         manifest_bytes = json.dumps(manifest).encode()
         tag = tag or uuid.uuid4().hex[:12]
         index = {

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from scheduling.backends.images import BadImage, ImageCache, PullFailed, Skopeo
 from scheduling.backends.local.images import MAX_SYSTEM_ENTRIES, image_cache
 from tests.conftest import in_ci
 from tests.integration.images.test_run_local import run
-from tests.unit.scheduling.local_backend.helpers import finished
+from tests.unit.scheduling.local_backend.helpers import finished, running
 
 pytestmark = [pytest.mark.registry, pytest.mark.integration]
 if os.geteuid() != 0 and not in_ci():
@@ -44,10 +43,7 @@ def test_the_jobs_environment_is_set_inside_the_sandbox_and_never_on_the_hosts_b
         env={"MINE": "yes"},
     )
     backend.submit(req)
-    deadline = time.monotonic() + 20
-    while backend.find("env-inside").state is not JobState.RUNNING:
-        assert time.monotonic() < deadline, backend.find("env-inside")
-        time.sleep(0.05)
+    assert running(backend, "env-inside", timeout=60).state is JobState.RUNNING
     bwrap = state_of(backend, "env-inside")["child_pid"]
     with open(f"/proc/{bwrap}/cmdline", "rb") as f:
         assert f.read().split(b"\0")[0].endswith(b"bwrap")
@@ -187,10 +183,7 @@ def test_the_backends_cache_keeps_to_its_cap_but_never_evicts_a_running_jobs_ima
     assert run(backend, first)[0] is JobState.SUCCEEDED
     held = in_image("demo/tiny:2", "cap-2", ["sh", "-c", "sleep 3"])
     backend.submit(held)
-    deadline = time.monotonic() + 20
-    while backend.find("cap-2").state is not JobState.RUNNING:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    assert running(backend, "cap-2", timeout=60).state is JobState.RUNNING
     assert cache.get(first.spec.image_digest) is None  # least recently used, held by none
     third = in_image("switchyard/base:1", "cap-3", ["true"])
     assert run(backend, third)[0] is JobState.SUCCEEDED

@@ -5,11 +5,14 @@ recently used first but never while a job holds them, and a registry that goes a
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 from scheduling.backends.images import (
     ImageCache,
     ImageNotFound,
+    PullFailed,
     RegistryUnreachable,
     Skopeo,
 )
@@ -292,3 +296,29 @@ def test_a_tag_moved_after_it_was_resolved_does_not_change_what_the_digest_pulls
     # What was resolved before the move (the task's recorded digest) still pulls version 1.
     image = cache.pull(submitted)
     assert in_image(image.rootfs, "/bin/cat", "/etc/demo-release") == "1\n"
+
+
+def test_the_caches_locks_are_the_workers_alone_and_a_held_gc_lock_does_not_stall_pulls(
+    job_root, ref
+):
+    """Any account that could open a lock (a read is enough for flock) could hold gc.lock and
+    stall every pull of the node, or pin an image for ever."""
+    old = os.umask(0o022)  # systemd's default for the worker
+    try:
+        cache = ImageCache(job_root / "images", skopeo=Skopeo(timeout_s=120), unpack_timeout_s=4)
+        with cache.pin(cache.pull(ref("demo/tiny:1")).digest):
+            pass
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(cache.locks.stat().st_mode) == 0o700
+    files = [cache.root / "gc.lock", *(p for p in cache.locks.iterdir() if p.is_file())]
+    assert {p.suffix for p in files} >= {".lock", ".pull", ".use"}, files
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
+    # Held (as collection holds it) for longer than the pull's timeout: the pull gives up.
+    fd = os.open(cache.root / "gc.lock", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    threading.Timer(20, os.close, [fd]).start()
+    t0 = time.monotonic()
+    with pytest.raises(PullFailed, match="being cleaned for over 4s"):
+        cache.pull(ref("demo/tiny:2"))
+    assert time.monotonic() - t0 < 15

@@ -9,7 +9,6 @@ import os
 import pwd
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from scheduling.backends.local import LocalBackend
 from scheduling.backends.local.images import image_cache
 from scheduling.spec import TASK_TYPES
 from tests.conftest import ROOT, in_ci
-from tests.unit.scheduling.local_backend.helpers import finished
+from tests.unit.scheduling.local_backend.helpers import finished, running
 
 pytestmark = [pytest.mark.registry, pytest.mark.integration]
 if os.geteuid() != 0 and not in_ci():
@@ -87,11 +86,10 @@ def test_the_pull_is_recorded_and_the_image_stays_pinned_while_the_job_runs(make
     req = in_image("demo/tiny:1", "pinned", ["sh", "-c", "sleep 2"])
     backend.submit(req)
     cache = image_cache(backend.root)
+    # Pulled while the job waits (its puller, driven by the polls), then started.
+    assert running(backend, "pinned", timeout=60).state is JobState.RUNNING
     assert cache.get(req.spec.image_digest) is not None
     # The running job's supervisor holds the image: eviction to nothing leaves it there.
-    deadline = time.monotonic() + 10
-    while backend.find("pinned").state is not JobState.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.05)
     assert cache.evict(0) == []
     assert cache.get(req.spec.image_digest) is not None
     job = finished(backend, "pinned", timeout=30)

@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from django.core.cache import cache
 
 from scheduling.models import ImageRegistry, Pool, Task
 from scheduling.selectors import site_view_invalidate
+from scheduling.services.image_lookups import MAX_MANIFEST_BYTES, Manifest, _cache_key
 from tests.conftest import descriptor, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -120,6 +122,26 @@ def test_a_tags_answer_is_kept_a_few_seconds_for_the_next_submissions(
     for _ in range(2):
         assert submit(api, descriptor(image="demo/tiny:1")).status_code == 201
     assert len(skopeo_calls.read_text().splitlines()) == 3
+
+
+@pytest.mark.registry
+def test_only_a_manifests_digest_and_sizes_are_kept_and_a_huge_manifest_is_refused(
+    api, settings, registry, build_image
+):
+    allow(settings, registry)
+    settings.SWITCHYARD_IMAGE_TAG_CACHE_S = 30
+    assert submit(api, descriptor(image="demo/tiny:1")).status_code == 201
+    kept = cache.get(_cache_key(f"{registry}/demo/tiny:1"))
+    assert isinstance(kept, Manifest), kept  # not the manifest's bytes
+    assert kept.digest == Task.objects.get().spec["image_digest"] and kept.layer_bytes
+    padding = {"pad": "x" * (MAX_MANIFEST_BYTES + 1)}
+    huge = build_image.push("huge-manifest", annotations=padding)
+    response = submit(api, descriptor(image=huge))
+    assert response.status_code == 400, response.content
+    error = response.json()["errors"][0]
+    assert error["field"] == "image" and "manifest is at most 256 KiB" in error["message"], error
+    assert cache.get(_cache_key(f"{registry}/{huge}")) is None
+    assert Task.objects.count() == 1
 
 
 def test_a_batch_on_a_silent_registry_is_refused_once_its_deadline_passes(
