@@ -10,6 +10,7 @@ import hashlib
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -119,7 +120,14 @@ def test_the_puller_gets_the_workers_proxy_and_registry_credentials_and_nothing_
     monkeypatch.setenv("SWITCHYARD_PROBE_SECRET", "not for the puller")
     backend = make()
     backend.submit(on(silent, "env"))
-    [pid] = pullers(backend.root)
+    # The poll starts it if the submit did not; a puller forking skopeo shows twice for a
+    # moment, with the same environment.
+    deadline = time.monotonic() + 20
+    while not (found := pullers(backend.root)):
+        assert time.monotonic() < deadline, backend.poll(["env"])
+        backend.poll(["env"])
+        time.sleep(0.05)
+    pid = found[0]
     with open(f"/proc/{pid}/environ", "rb") as f:
         env = dict(v.decode().split("=", 1) for v in f.read().split(b"\0") if b"=" in v)
     assert env == {**passed, "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
