@@ -53,6 +53,7 @@ _FILES_RE = re.compile(
 # The job's script: nothing to do once its Prolog has pulled (only a command, no #SBATCH).
 PULL_SCRIPT = "#!/bin/sh\n:\nexit 0\n"
 POLL_S = 1.0
+REMEMBER_S = 3600  # where the caches cannot be read: a pre-pulled image is not asked again
 LEFTOVER_AGE_S = 24 * 3600  # a pull job's files left by a timed-out wait go after a day
 _MEMORY_MIB = 64
 
@@ -141,8 +142,9 @@ class SlurmPrepull:
         minutes = max(1, math.ceil(timeout_s / 60))
         for ref, digest in digests.items():
             for node in nodes:
-                if self._cached_on(node, digest):
-                    per_node[ref][node] = Prepulled(True, f"cached ({digest[:19]})")
+                known = self._known_on(node, digest)
+                if known is not None:
+                    per_node[ref][node] = known
                     continue
                 if node not in partitions:
                     per_node[ref][node] = Prepulled(False, "the node is in no partition")
@@ -152,11 +154,16 @@ class SlurmPrepull:
                     job.job_id = self._submit_pull(job, partitions[node], minutes)
                 except BackendError as exc:
                     job.result = Prepulled(False, f"the pull job was refused: {exc}")
+                except OSError as exc:
+                    self._remove_pull_files(job.key)
+                    job.result = Prepulled(False, f"the pull job's files could not be made: {exc}")
                 jobs.append(job)
         self._wait_pulls(jobs, deadline, timeout_s)
         for job in jobs:
             assert job.result is not None
             per_node[job.ref][job.node] = job.result
+            if job.result.ok:
+                self._pulled_at()[(job.node, job.digest)] = time.monotonic()
         for ref, results in per_node.items():
             out[ref] = _summary(digests[ref], results)
         return {ref: out[ref] for ref in images}
@@ -180,14 +187,30 @@ class SlurmPrepull:
         cache = ReadOnlyCache(self.node_image_cache.replace("{node}", node))
         return cache if cache.readable() else None
 
-    def _cached_on(self, node: str, digest: str) -> bool:
+    def _known_on(self, node: str, digest: str) -> Prepulled | None:
+        """The image's outcome on `node` without a job, if known: in the node's cache as this
+        host reads it; where it cannot, pre-pulled there by this backend within REMEMBER_S
+        (so that the periodic pass does not submit a job per node and image each time)."""
         cache = self._cache_of(node)
-        return cache is not None and cache.get(digest) is not None
+        if cache is not None:
+            return Prepulled(True, f"cached ({digest[:19]})") if cache.get(digest) else None
+        at = self._pulled_at().get((node, digest))
+        if at is None or time.monotonic() - at > REMEMBER_S:
+            return None
+        return Prepulled(
+            True, f"pre-pulled {(time.monotonic() - at) / 60:.0f} min ago ({digest[:19]})"
+        )
+
+    def _pulled_at(self) -> dict[tuple[str, str], float]:
+        """(node, digest) → when a pull job of this backend said ready."""
+        if not hasattr(self, "_prepulled"):
+            self._prepulled: dict[tuple[str, str], float] = {}
+        return self._prepulled
 
     def _node_partitions(self) -> dict[str, str]:
         """A partition each node is in (the first sinfo names, lease partitions last)."""
         found: dict[str, list[str]] = {}
-        for line in self.run(["sinfo", "-h", "-N", "-o", "%N|%P"]).splitlines():
+        for line in self.run(["sinfo", "-a", "-h", "-N", "-o", "%N|%P"]).splitlines():
             node, _, partition = line.strip().partition("|")
             if node and partition:
                 found.setdefault(node, []).append(partition.rstrip("*"))

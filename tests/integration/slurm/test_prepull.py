@@ -78,13 +78,18 @@ def test_a_warm_image_lands_in_one_nodes_cache_once(site, slurm, registry, build
     assert again[ref].ok and again[ref].note == f"cached ({digest[:19]})", again
     assert slurm.run.count("sbatch") == jobs + 1  # no job: the cache said so
 
-    # Where the portal cannot see the node's cache, the pull job's Prolog says it.
+    # Where the portal cannot see the node's cache: what its pull jobs said within the hour,
+    # else a pull job, whose Prolog finds the image there.
     slurm.node_image_cache = None
     try:
+        remembered = slurm.prepull([ref], nodes=[node], timeout_s=60)
+        assert slurm.run.count("sbatch") == jobs + 1
+        slurm._pulled_at().clear()
         blind = slurm.prepull([ref], nodes=[node], timeout_s=120)
         assert slurm.image_caches() == []
     finally:
         slurm.node_image_cache = f"{STATE_DIR}/images/{{node}}"
+    assert remembered[ref].ok and remembered[ref].note.startswith("pre-pulled 0 min ago")
     assert blind[ref].ok and blind[ref].note == f"cached ({digest[:19]})", blind
     assert slurm.run.count("sbatch") == jobs + 2
 
