@@ -50,6 +50,13 @@ def digest_of(ref: str) -> str:
     return Skopeo(timeout_s=30).digest(parse_image_ref(ref, default_registry="localhost"))
 
 
+def pull_jobs(slurm) -> int:
+    """The pull jobs this backend submitted (an sbatch retried after making the Slurm
+    account names the same job)."""
+    names = {a for argv in slurm.run.calls if argv[0].endswith("sbatch") for a in argv}
+    return len({a for a in names if a.startswith("--job-name=prepull-")})
+
+
 def node_cache(node: str) -> ReadOnlyCache:
     return ReadOnlyCache(STATE_DIR / "images" / node)
 
@@ -59,12 +66,12 @@ def test_a_warm_image_lands_in_one_nodes_cache_once(site, slurm, registry, build
     digest = digest_of(ref)
     nodes = sorted(n.name for n in slurm.nodes() if n.available)
     node, other = nodes[0], nodes[-1]
-    jobs = slurm.run.count("sbatch")
+    jobs = pull_jobs(slurm)
 
     first = slurm.prepull([ref], nodes=[node], timeout_s=240)
 
     assert first[ref].ok and first[ref].note.startswith("pulled sha256:"), first
-    assert slurm.run.count("sbatch") == jobs + 1  # one pull job
+    assert pull_jobs(slurm) == jobs + 1  # one pull job
     image = node_cache(node).get(digest)
     assert image is not None and (image.rootfs / "etc" / "warm").is_file()
     assert node_cache(other).get(digest) is None  # only the node asked
@@ -76,14 +83,14 @@ def test_a_warm_image_lands_in_one_nodes_cache_once(site, slurm, registry, build
     again = slurm.prepull([ref], nodes=[node], timeout_s=60)
 
     assert again[ref].ok and again[ref].note == f"cached ({digest[:19]})", again
-    assert slurm.run.count("sbatch") == jobs + 1  # no job: the cache said so
+    assert pull_jobs(slurm) == jobs + 1  # no job: the cache said so
 
     # Where the portal cannot see the node's cache: what its pull jobs said within the hour,
     # else a pull job, whose Prolog finds the image there.
     slurm.node_image_cache = None
     try:
         remembered = slurm.prepull([ref], nodes=[node], timeout_s=60)
-        assert slurm.run.count("sbatch") == jobs + 1
+        assert pull_jobs(slurm) == jobs + 1
         slurm._pulled_at().clear()
         blind = slurm.prepull([ref], nodes=[node], timeout_s=120)
         assert slurm.image_caches() == []
@@ -91,7 +98,7 @@ def test_a_warm_image_lands_in_one_nodes_cache_once(site, slurm, registry, build
         slurm.node_image_cache = f"{STATE_DIR}/images/{{node}}"
     assert remembered[ref].ok and remembered[ref].note.startswith("pre-pulled 0 min ago")
     assert blind[ref].ok and blind[ref].note == f"cached ({digest[:19]})", blind
-    assert slurm.run.count("sbatch") == jobs + 2
+    assert pull_jobs(slurm) == jobs + 2
 
 
 def test_a_missing_image_fails_with_its_reason_and_drains_nothing(
