@@ -102,5 +102,11 @@ COMPUTE_BACKENDS["slurm"] = {
         # Multi-node jobs share their node's network so srun and MPI reach the other nodes:
         # only where a firewall keeps the compute nodes from the portal's services (docs/slurm.md).
         "multinode_host_network": env_bool("SWITCHYARD_SLURM_MULTINODE_HOST_NETWORK", False),
+        # Where this host sees each node's image cache ({node}: its name), for pre-pulling
+        # and the Capacity page: the localhost cluster's; empty where the nodes' are remote.
+        "node_image_cache": env_str(
+            "SWITCHYARD_SLURM_NODE_IMAGE_CACHE", f"{SWITCHYARD_SLURM_DIR}/images/{{node}}"
+        )
+        or None,
     },
 }

@@ -49,6 +49,7 @@ from scheduling.backends.slurm.capacity import SlurmCapacity
 from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.jobfolder import prepare_job_folder, with_input_reason
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
+from scheduling.backends.slurm.prepull import SlurmPrepull
 from scheduling.backends.slurm.steps import step_access
 from scheduling.backends.slurm.usage import SlurmUsage
 from scheduling.backends.slurm.watch import watched
@@ -71,7 +72,7 @@ _ALREADY_GONE = (
 )
 
 
-class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
+class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, SlurmPrepull, Backend):
     """The Backend protocol over Slurm's commands."""
 
     def __init__(
@@ -92,6 +93,7 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         switch_wait_s: int = 600,
         submit_concurrency: int = 4,
         multinode_host_network: bool = False,
+        node_image_cache: str | None = None,
     ) -> None:
         self.alias = alias
         self.cluster = cluster
@@ -109,6 +111,8 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, Backend):
         # Multi-node jobs share their node's network, for srun (slurm/steps.py): only where
         # the site's network keeps the portal's services out of the compute nodes' reach.
         self.multinode_host_network = multinode_host_network
+        # A node's image cache as this host sees it, "<folder>/{node}" (slurm/prepull.py).
+        self.node_image_cache = node_image_cache
         self.run = runner or CommandRunner(
             slurm_conf=slurm_conf, timeout_s=command_timeout_s, bin_dir=bin_dir
         )

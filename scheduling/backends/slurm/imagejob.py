@@ -102,7 +102,13 @@ def write_image_file(
         "work": work,
         "chdir": chdir,
     }
-    path = image_path(workdir, request.key)
+    write_image_data(workdir, request.key, data)
+
+
+def write_image_data(workdir: Path, key: str, data: dict[str, Any]) -> None:
+    """An image file with these fields (write_image_file's), made afresh, root's and 0600: a
+    task's job, or a pre-pull job (slurm/prepull.py)."""
+    path = image_path(workdir, key)
     tmp = path.with_name(f".{path.name}.tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
