@@ -208,3 +208,39 @@ def test_the_isolation_probes_hold_inside_an_image_for_every_type_on_slurm(
             assert "ifaces=lo,\n" in log and netprobe.GREETING not in log, (kind, log)
         else:
             assert netprobe.GREETING in log, (kind, log)  # the probe can find a network
+
+
+def test_the_metered_usage_of_a_slurm_attempt_leaves_its_pull_out(
+    images,  # noqa: F811
+    api,
+    settings,
+    build_image,  # noqa: F811
+):
+    """sacct's elapsed time runs from the Prolog's start, the pull included; the records
+    charge allocated × (elapsed − the attempt's pull_seconds) (docs/accounting.md)."""
+    from accounting.meter import meter
+    from accounting.models import UsageRecord
+    from tests.integration.conftest import wait_for
+
+    ref = build_image.push("metered", entries=[("file", "/opt/big", os.urandom(600_000).hex())])
+    proxy = FlakyProxy(images, bytes_per_s=100_000)  # ~7 s to pull its fresh layer
+    try:
+        allow(settings, proxy.address)
+        pk = submit_task(
+            api,
+            name="img-metered",
+            image=f"{proxy.address}/{ref}",
+            resources={"cpus": 2},
+            command=["sleep", "3"],
+        )
+        [task] = drive([pk], timeout=180)
+    finally:
+        proxy.close()
+    assert task.state == "succeeded", task.reason
+    attempt = Attempt.objects.get(task_id=pk)
+    assert attempt.pull_seconds is not None and attempt.pull_seconds >= 4, attempt.pull_seconds
+    wait_for(lambda: meter([attempt.pk]), timeout=60, what="sacct to account the job", step=1)
+    [run] = get_backend("slurm").usage([attempt.backend_id])[attempt.backend_id]
+    assert run.pull_in_elapsed and run.elapsed_ms >= attempt.pull_seconds * 1000 + 3000, run
+    cpu = UsageRecord.objects.get(attempt=attempt, metric="cpu").quantity
+    assert cpu == 2 * (run.elapsed_ms - round(attempt.pull_seconds * 1000)), (cpu, run, attempt)
