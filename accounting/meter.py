@@ -130,10 +130,8 @@ class _Built:
 def _build(attempt: Attempt, runs: list[Run], rates: RateBook) -> _Built:
     """The rows that meter one attempt, not yet written."""
     task = attempt.task
-    amounts = metrics.quantities(
-        task.type,
-        [metrics.RunUsage(r.cpus, r.gpus, r.memory_mib, r.elapsed_ms) for r in runs],
-    )
+    used = run_usage(runs, attempt.pull_seconds)
+    amounts = metrics.quantities(task.type, used)
     # An attempt is metered once it has ended: one of its times is set.
     ended = cast(
         datetime, max((r.ended_at for r in runs if r.ended_at), default=None) or attempt.ended_at
@@ -145,7 +143,9 @@ def _build(attempt: Attempt, runs: list[Run], rates: RateBook) -> _Built:
     measured = [r for r in runs if r.cpu_ms is not None]
     if measured:  # what it really used, for the over-request advice
         attempt.cpu_ms = sum(r.cpu_ms or 0 for r in measured)
-        attempt.cpu_elapsed_ms = sum(r.elapsed_ms for r in measured)
+        attempt.cpu_elapsed_ms = sum(
+            u.elapsed_ms for r, u in zip(runs, used, strict=True) if r.cpu_ms is not None
+        )
     records = []
     for metric, quantity in sorted(amounts.items()):
         rate = rates.valid(task.queue_id, metric, ended)
@@ -177,6 +177,16 @@ def _build(attempt: Attempt, runs: list[Run], rates: RateBook) -> _Built:
         bool(measured),
         records,
     )
+
+
+def run_usage(runs: list[Run], pull_seconds: float | None) -> list[metrics.RunUsage]:
+    """What the runs are metered for: allocated × elapsed, less the attempt's image pull where
+    the backend's elapsed time includes it (Slurm's Prolog pulls inside the allocation; the
+    local backend's job waits for its image before it starts). The pull is not charged."""
+    used = [metrics.RunUsage(r.cpus, r.gpus, r.memory_mib, r.elapsed_ms) for r in runs]
+    if pull_seconds and any(r.pull_in_elapsed for r in runs):
+        return metrics.without_pull(used, round(pull_seconds * 1000))
+    return used
 
 
 def _write_one(built: _Built) -> int:

@@ -7,7 +7,8 @@ reports divide by `per` to show hours, minutes or days (docs/accounting.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 
@@ -50,6 +51,19 @@ class RunUsage:
     gpus: int
     memory_mib: int
     elapsed_ms: int
+
+
+def without_pull(runs: Sequence[RunUsage], pull_ms: int) -> list[RunUsage]:
+    """The runs less the image pull their elapsed times include (a Slurm job's Prolog pulls
+    its image inside its allocation, so sacct counts the pull; docs/accounting.md): `pull_ms`
+    taken off the earliest runs, none below 0. The pull is not charged."""
+    left = max(0, pull_ms)
+    out = []
+    for run in runs:
+        cut = min(left, run.elapsed_ms)
+        left -= cut
+        out.append(dataclasses.replace(run, elapsed_ms=run.elapsed_ms - cut))
+    return out
 
 
 def quantities(task_type: str, runs: Iterable[RunUsage]) -> dict[str, int]:

@@ -20,7 +20,7 @@ from django.db.models import Count, Sum
 from django.utils import timezone
 
 from accounting import metrics
-from accounting.meter import meter_pass
+from accounting.meter import meter_pass, run_usage
 from accounting.models import Reconciliation, UsageRecord
 from scheduling import usage
 from scheduling.models import Alert, Attempt, Pool
@@ -53,13 +53,20 @@ def reconcile(
     for run in runs:
         by_key[run.key].append(run)
     keys = [k for k, rs in by_key.items() if start <= max(r.ended_at for r in rs) < end]
-    types = dict(
-        Attempt.objects.filter(key__in=keys).values_list("key", "task__type")
-    )  # instance-minutes depend on the task's type
+    # Instance-minutes depend on the task's type; an image's pull is not metered (meter.py).
+    known = {
+        key: (kind, pull)
+        for key, kind, pull in Attempt.objects.filter(key__in=keys).values_list(
+            "key", "task__type", "pull_seconds"
+        )
+    }
     theirs = {
         key: metrics.quantities(
-            types.get(key, ""),
-            [metrics.RunUsage(r.cpus, r.gpus, r.memory_mib, r.elapsed_ms) for r in by_key[key]],
+            known.get(key, ("", None))[0],
+            run_usage(
+                sorted(by_key[key], key=lambda r: r.started_at or r.ended_at or start),
+                known.get(key, ("", None))[1],
+            ),
         )
         for key in keys
     }

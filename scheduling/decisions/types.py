@@ -114,3 +114,6 @@ class Run:
     # CPU time the job's processes used (user + system), when the backend measures it: the
     # supervisor's rusage on the local backend, `sacct` TotalCPU on Slurm.
     cpu_ms: int | None = None
+    # Whether `elapsed_ms` includes the pull of the job's image (Slurm: the Prolog pulls it
+    # inside the allocation); the meter takes the attempt's recorded pull off it then.
+    pull_in_elapsed: bool = False

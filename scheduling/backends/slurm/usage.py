@@ -124,6 +124,7 @@ class SlurmUsage:
                         started_at=_epoch(started),
                         ended_at=_epoch(ended),
                         portal=_portal(comment, name),
+                        pull_in_elapsed=True,  # the Prolog's pull (slurmnode/prolog.py)
                     ),
                 )
             )

@@ -31,7 +31,6 @@ def numbers(path: str) -> str:
 
 
 def test_a_2_gpu_job_sees_exactly_the_2_gpus_slurm_gave_it(cluster_site, api):
-    cluster = ClusterSettings(state_dir=str(STATE_DIR))
     # Another job holds one GPU of the node: ours are not simply the first two.
     holder = submit_task(
         api,
@@ -53,20 +52,25 @@ def test_a_2_gpu_job_sees_exactly_the_2_gpus_slurm_gave_it(cluster_site, api):
     [task] = drive([ours])
     log = get_backend("slurm").log(task.backend_id)
     assert task.state == "succeeded", (task.reason, log)
+    sees_exactly_its_gpus(log, 2)
+
+
+def sees_exactly_its_gpus(log: str, count: int) -> None:
+    """`log` (SHOW's output) lists exactly the GPUs Slurm gave the job, as their own device
+    files, and the control devices: no GPU bound twice, none standing in for another."""
+    cluster = ClusterSettings(state_dir=str(STATE_DIR))
     head, _, rest = log.partition("\n")
     given = head.split("given=")[1].split()[0].split(",")
     node = head.split("node=")[1].strip()
-    assert len(given) == 2 and node.startswith("inf")
+    assert len(given) == count and node.startswith("inf"), log
     listing, _, rest = rest.partition("---\n")
     assert sorted(name for name in listing.split() if name.startswith("nvidia")) == sorted(
-        [f"nvidia{given[0]}", f"nvidia{given[1]}", *CONTROL]
-    )
+        [*(f"nvidia{g}" for g in given), *CONTROL]
+    ), log
     files = dict(line.split() for line in rest.splitlines() if line.startswith("/dev/"))
     assert files == {
-        f"/dev/nvidia{given[0]}": numbers(cluster.device(node, int(given[0]))),
-        f"/dev/nvidia{given[1]}": numbers(cluster.device(node, int(given[1]))),
+        **{f"/dev/nvidia{g}": numbers(cluster.device(node, int(g))) for g in given},
         **{f"/dev/{name}": numbers(f"{STATE_DIR}/dev/{name}") for name in CONTROL},
-    }
-    # Five distinct device files: no GPU bound twice, none standing in for another.
+    }, log
     assert len(set(files.values())) == len(files)
-    assert rest.split("cuda=")[1].strip() == "0,1"
+    assert rest.split("cuda=")[1].strip() == ",".join(str(i) for i in range(count)), log
