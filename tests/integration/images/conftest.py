@@ -330,3 +330,28 @@ def in_image(registry) -> Callable[..., SubmitRequest]:
         return dataclasses.replace(req, spec=spec)
 
     return make_request
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A registry that takes connections and never answers: its pulls and lookups last their
+    timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    with contextlib.suppress(OSError):
+        listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
+    for conn in held:
+        conn.close()

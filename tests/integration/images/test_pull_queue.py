@@ -8,11 +8,8 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-import socket
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -26,30 +23,6 @@ from tests.unit.scheduling.local_backend.helpers import deadline_wait, finished,
 pytestmark = [pytest.mark.registry, pytest.mark.integration]
 if os.geteuid() != 0 and not in_ci():
     pytestmark.append(pytest.mark.skip("jobs run as other accounts only when the worker is root"))
-
-
-@pytest.fixture
-def silent() -> Iterator[str]:
-    """A registry that takes connections and never answers: its pulls last their timeout."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                held.append(listener.accept()[0])
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    with contextlib.suppress(OSError):
-        listener.shutdown(socket.SHUT_RDWR)
-    listener.close()
-    for conn in held:
-        conn.close()
 
 
 def on(host: str, key: str) -> SubmitRequest:
