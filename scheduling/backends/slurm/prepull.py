@@ -53,6 +53,7 @@ _FILES_RE = re.compile(
 # The job's script: nothing to do once its Prolog has pulled (only a command, no #SBATCH).
 PULL_SCRIPT = "#!/bin/sh\n:\nexit 0\n"
 POLL_S = 1.0
+CLEAN_GRACE_S = 10.0  # for a pull job whose pull ended to end too
 REMEMBER_S = 3600  # where the caches cannot be read: a pre-pulled image is not asked again
 LEFTOVER_AGE_S = 24 * 3600  # a pull job's files left by a timed-out wait go after a day
 _MEMORY_MIB = 64
@@ -337,11 +338,26 @@ class SlurmPrepull:
             self.run(["scancel", job_id])
 
     def _clean_pulls(self, jobs: list[PullJob]) -> None:
-        """The files of the pull jobs that are over; a held job (its Prolog failed) cancelled."""
-        try:
-            live = self._pull_squeue(jobs)
-        except BackendError:
-            return
+        """The files of the pull jobs that are over; a held job (its Prolog failed) cancelled.
+        A job whose pull ended has only its empty script left to run: it is given
+        CLEAN_GRACE_S to end, so that its files go now rather than with the sweep."""
+        grace = time.monotonic() + CLEAN_GRACE_S
+        while True:
+            try:
+                live = self._pull_squeue(jobs)
+            except BackendError:
+                return
+            ending = [
+                j
+                for j in jobs
+                if j.result is not None
+                and j.job_id in live
+                and live[j.job_id].state_name != "PENDING"
+                and not live[j.job_id].as_job().state.finished
+            ]
+            if not ending or time.monotonic() >= grace:
+                break
+            time.sleep(POLL_S)
         for job in jobs:
             current = live.get(job.job_id)
             if current is not None and current.state_name == "PENDING":
