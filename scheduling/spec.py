@@ -62,6 +62,12 @@ class TaskSpec:
     notify: str | None = None  # "end": mail the owner when it ends; "none"; None: their setting
     # ids of tasks that already exist; the service checks the submitter may see them
     depends_on_ids: tuple[int, ...] = ()
+    # A live sandbox (docs/sandboxes.md): set by the portal's sandbox service, never by a
+    # descriptor. `session_idle_s` not None makes the job a session: its command is the
+    # backend's in-sandbox agent, execs reach it until it ends (idle this long, its walltime,
+    # or deleted). `egress`: the "host:port" pairs its proxy lets through; () is no network.
+    session_idle_s: int | None = None
+    egress: tuple[str, ...] = ()
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -78,6 +84,7 @@ class TaskSpec:
         data["depends_on"] = list(self.depends_on)
         data["inputs"] = list(self.inputs)
         data["depends_on_ids"] = list(self.depends_on_ids)
+        data["egress"] = list(self.egress)
         return data
 
     @classmethod
@@ -98,6 +105,7 @@ class TaskSpec:
         data["depends_on"] = tuple(depends_on)
         data["depends_on_ids"] = tuple(data.get("depends_on_ids") or ())
         data["inputs"] = tuple(data.get("inputs") or ())
+        data["egress"] = tuple(data.get("egress") or ())
         return cls(**data)
 
 

@@ -126,6 +126,52 @@ class SubmitRequest:
     storage: JobStorage = field(default_factory=JobStorage)
 
 
+class SessionGone(BackendError):
+    """The live sandbox has ended (idle, walltime, deleted, failed) or never existed here."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    """One command run in a live sandbox (docs/sandboxes.md): `argv` exactly as given, never
+    through a shell; `cwd` relative to the sandbox's working folder unless absolute; output
+    past `max_output` bytes per stream is cut (`truncated`)."""
+
+    argv: tuple[str, ...]
+    stdin: bytes = b""
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+    timeout_s: float = 60.0
+    max_output: int = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    stdout: bytes
+    stderr: bytes
+    exit_code: int | None  # None: killed at its timeout (`timed_out`) or by the sandbox's end
+    duration_ms: float
+    timed_out: bool = False
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WarmSpec:
+    """Keep `count` sandboxes of this shape started ahead (a backend's warm pool): handed to
+    the next session of the same template, replaced in the background."""
+
+    template: str  # "" for the host's own system, else an image reference with its digest
+    cpus: int
+    memory_mb: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class WarmView:
+    template: str
+    ready: int  # started and waiting
+    starting: int
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseView:
     """Nodes lent by their pool's queues to another queue (of pool `pool`) until `ends_at`
@@ -260,6 +306,40 @@ class Backend(Protocol):
         """The cluster's accounts, for a backend whose jobs run under them (Slurm); None for
         a backend without accounts of its own."""
         return None
+
+    # Live sandboxes (docs/sandboxes.md): whether this backend runs sessions at all. A
+    # session is submitted like any job (its `spec.session_idle_s` is set); these reach it.
+    sessions: bool = False
+
+    def claim_warm(self, request: SubmitRequest) -> Job | None:
+        """Hand a warm sandbox of the request's shape to `request.key`, started now (what
+        `find(request.key)` returns from then on); None when none is warm (then `submit`)."""
+        return None
+
+    def exec_in(
+        self,
+        backend_id: str,
+        request: ExecRequest,
+        *,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> ExecResult:
+        """Run one command in a running session. `on_output("stdout"|"stderr", chunk)` is
+        called as output arrives (streaming); the result holds it all (up to the cap) either
+        way. Raises SessionGone once the session has ended."""
+        raise SessionGone(f"backend {self.alias} runs no live sandboxes")
+
+    def put_file(self, backend_id: str, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        """Write a file inside the session's own file system (as the session's account)."""
+        raise SessionGone(f"backend {self.alias} runs no live sandboxes")
+
+    def get_file(self, backend_id: str, path: str, *, limit: int) -> bytes:
+        """Read a file inside the session; more than `limit` bytes is a BackendError."""
+        raise SessionGone(f"backend {self.alias} runs no live sandboxes")
+
+    def keep_warm(self, specs: list[WarmSpec]) -> list[WarmView]:
+        """Keep exactly these warm pools (a template not listed, or with count 0, goes to
+        zero); what each holds now. A backend without a warm pool returns []."""
+        return []
 
     # Whether `started` can say at once which jobs have started (the local backend can: its
     # jobs are processes here); the engine then shows them running without waiting a poll.

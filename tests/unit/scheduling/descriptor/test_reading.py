@@ -51,6 +51,7 @@ def test_as_dict_is_what_dataclasses_asdict_gives_with_lists_for_sequences():
         depends_on=list(FULL_SPEC.depends_on),
         depends_on_ids=list(FULL_SPEC.depends_on_ids),
         inputs=list(FULL_SPEC.inputs),
+        egress=list(FULL_SPEC.egress),
     )
     assert FULL_SPEC.as_dict() == expected
     assert FULL_SPEC.as_dict()["resources"] is not FULL_SPEC.as_dict()["resources"]
