@@ -3,11 +3,12 @@ log (docs/sandbox-network.md). Plain functions: no proxy runs here."""
 
 from __future__ import annotations
 
+import socket
 from datetime import UTC, datetime
 
 import pytest
 
-from scheduling.backends.session import egress, proxylog
+from scheduling.backends.session import egress, network, proxylog
 
 
 def test_an_allow_list_is_read_as_lower_case_names_and_ports_without_duplicates():
@@ -94,3 +95,13 @@ def test_the_audit_reads_each_request_and_its_decision_across_a_new_year():
     assert records[2]["time"] == "2027-01-01T00:00:00.200+00:00"
     assert records[1]["reason"] == "port 443 is not on the allow-list"
     assert records[3]["reason"] == "not passed on"
+
+
+def test_a_list_whose_names_lead_to_the_portals_own_services_is_refused(settings):
+    settings.REDIS_URL = "redis://127.0.0.1:6379/0"
+    settings.SWITCHYARD_PUBLIC_URL = "http://127.0.0.1:8000"
+    for entry in ("localhost:8000", "localhost:6379", f"{socket.gethostname()}:8000"):
+        refusal = network.egress_refusal(["pypi.org:443", entry])
+        assert refusal is not None and entry in refusal and "portal's own services" in refusal
+    assert network.egress_refusal(["localhost:18081"]) is None  # another port of this host
+    assert "host:port" in (network.egress_refusal(["127.0.0.1:8080"]) or "")
