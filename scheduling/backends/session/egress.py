@@ -48,6 +48,7 @@ MAX_CLIENTS = 32  # connections at once, per session
 IDLE_TIMEOUT_S = 300
 READY_LINE = b"Starting main loop. Accepting connections."
 CHUNK = 65536
+SUN_PATH_MAX = 100  # a Unix socket's address holds at most 107 bytes
 
 
 class EgressError(Exception):
@@ -146,8 +147,13 @@ def listen_unix(path: str, run_as: list[int] | tuple[int, int] | None):
     except FileNotFoundError:
         pass
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    folder = None
     try:
-        listener.bind(path)
+        address = path
+        if len(os.fsencode(path)) > SUN_PATH_MAX:  # bound through its folder instead
+            folder = os.open(os.path.dirname(path), os.O_PATH | os.O_CLOEXEC)
+            address = f"/proc/self/fd/{folder}/{os.path.basename(path)}"
+        listener.bind(address)
         os.chmod(path, 0o600)
         if run_as and os.geteuid() == 0:
             os.chown(path, run_as[0], run_as[1])
@@ -155,6 +161,9 @@ def listen_unix(path: str, run_as: list[int] | tuple[int, int] | None):
     except OSError as exc:
         listener.close()
         raise EgressError(f"egress: the socket {path} could not be made: {exc}") from None
+    finally:
+        if folder is not None:
+            os.close(folder)
     return listener
 
 
@@ -208,7 +217,7 @@ def start(
 
 def stop(handle: tuple[int, ...]) -> None:
     """End the session's proxy and relay: the keeper ends tinyproxy once its exit pipe closes;
-    whatever is left of its process group after 2 s is killed. Then reap it."""
+    after at most 2 s whatever is left of its process group is killed, then it is reaped."""
     import time
 
     pid, exit_w = handle[0], handle[1]
@@ -218,23 +227,22 @@ def stop(handle: tuple[int, ...]) -> None:
         pass
     end = time.monotonic() + 2
     try:
-        while os.waitpid(pid, os.WNOHANG)[0] == 0:
+        # WNOWAIT: an ended keeper stays unreaped until its group is killed, so that the group
+        # id cannot be another process's yet.
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
             if time.monotonic() > end:
                 break
             time.sleep(0.002)
-        else:
-            pid = 0  # reaped
     except ChildProcessError:
-        pid = 0
-    try:  # noqa: SIM105 (the keeper's group: tinyproxy too, if the keeper could not end it)
-        os.killpg(handle[0], 9)
+        return
+    try:  # noqa: SIM105 (tinyproxy too, if the keeper could not end it)
+        os.killpg(pid, 9)
     except (ProcessLookupError, PermissionError):
         pass
-    if pid:
-        try:  # noqa: SIM105
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+    try:  # noqa: SIM105
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
 
 
 def _write(path: str, text: str) -> None:
@@ -352,17 +360,24 @@ def _proxy_keeper(listener, log, ready_w, exit_r, argv, port, reader) -> None:
 
         return socket.create_connection(("127.0.0.1", port), timeout=10)
 
+    ended: list[bool] = []  # tinyproxy's status once reaped: its pid is not to be signalled after that
+
+    def gone() -> bool:
+        if not ended and os.waitpid(proxy, os.WNOHANG)[0]:
+            ended.append(True)
+        return bool(ended)
+
     try:
-        serve(listener, exit_r, connect, lambda: os.waitpid(proxy, os.WNOHANG)[0] != 0)
+        serve(listener, exit_r, connect, gone)
     finally:
-        try:
+        if not ended:
             os.kill(proxy, 15)
             end = time.monotonic() + 1
-            while os.waitpid(proxy, os.WNOHANG)[0] == 0 and time.monotonic() < end:
+            while not gone() and time.monotonic() < end:
                 time.sleep(0.005)
-            os.kill(proxy, 9)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+            if not ended:
+                os.kill(proxy, 9)
+                os.waitpid(proxy, 0)
 
 
 def serve(listener, exit_r, connect, gone, handle=None) -> None:

@@ -266,3 +266,26 @@ def test_starting_a_sessions_proxy_takes_milliseconds(job_root, servers):
     print(f"egress start: p50 {took[len(took) // 2]:.1f} ms, max {took[-1]:.1f} ms")
     assert took[len(took) // 2] < 250, took
     shutil.rmtree(folder)
+
+
+def test_a_proxy_that_dies_ends_its_relay_and_a_long_socket_path_works(job_root, servers):
+    need("tinyproxy", egress.find("tinyproxy"))
+    folder = session_folder(job_root)
+    deep = folder / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    sock = str(deep / "egress.sock")
+    assert len(sock) > 107
+    handle = egress.start(
+        str(folder), [f"localhost:{servers[0]}"], socket_path=sock, run_as=run_as()
+    )
+    try:
+        assert os.stat(sock).st_mode & 0o777 == 0o600
+        (proxy,) = _children(handle[0])
+        os.kill(proxy, 9)
+        end = time.monotonic() + 5
+        while os.waitid(os.P_PID, handle[0], os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            assert time.monotonic() < end, "the keeper outlived its proxy"
+            time.sleep(0.01)
+    finally:
+        egress.stop(handle)
+    assert not alive(handle[0])
