@@ -76,7 +76,11 @@ def mounts(
 
 
 def agent_argv(
-    idle_s: float, *, egress: bool = False, python: str = "python3", listen_fd: int = LISTEN_FD
+    idle_s: float,
+    *,
+    egress: bool = False,
+    python: str = "python3",
+    listen_fd: int | str = LISTEN_FD,
 ) -> list[str]:
     """The sandbox's command: the agent, under the sandbox's own python3."""
     argv = [python, "-I", "-S", AGENT, "--listen-fd", str(listen_fd), "--idle", str(idle_s)]
