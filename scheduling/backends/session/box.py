@@ -69,7 +69,9 @@ def mounts(
     if egress_socket is not None:
         if forward_file is None:
             raise ValueError("a session with egress needs forward.py bound in beside its agent")
-        args += ["--ro-bind", forward_file, FORWARD, "--bind", egress_socket, EGRESS_SOCKET]
+        # Read-only: connecting needs no write to the mount, and the sandbox (which owns the
+        # socket, as the job's account) cannot change its mode for others on the host.
+        args += ["--ro-bind", forward_file, FORWARD, "--ro-bind", egress_socket, EGRESS_SOCKET]
     return args
 
 
