@@ -158,7 +158,7 @@ class LocalSessions:
             return None
         shape = warm.shape_of(spec)
         with self.store.locked():
-            found = warm.ready_one(self.store, shape)
+            found = warm.ready_one(self.store, shape, spec.image_digest or "")
             if found is None:
                 return None
             self.store.create(request)

@@ -60,16 +60,25 @@ Shape = tuple[str, int, int]  # (template, cpus, memory MiB)
 
 
 def shape_of(spec: TaskSpec) -> Shape:
-    return (template_of(spec), spec.resources.cpus, spec.resources.memory_mib)
+    """The warm pool a session's spec draws from: its template as the portal names it ("" for
+    the host's system, else the image reference the session was created with)."""
+    template = (spec.image or "") if spec.image_digest else ""
+    return (template, spec.resources.cpus, spec.resources.memory_mib)
 
 
-def template_of(spec: TaskSpec) -> str:
-    """The warm pool a session's spec draws from: "" for the host's system, else its image
-    by reference and digest (what WarmSpec.template names)."""
-    if not spec.image_digest:
-        return ""
-    reference = (spec.image or "").split("@", 1)[0]
-    return f"{reference}@{spec.image_digest}"
+def cached_digest(root: str, template: str) -> str | None:
+    """The digest a warm sandbox of `template` runs: the one it names (`ref@sha256:…`), else
+    the most recently used cached image pulled under that reference; None when the cache has
+    none (a warm pool never pulls: the first session of it does)."""
+    if "@" in template:
+        return template.rpartition("@")[2]
+    found = [
+        image
+        for image in local_images.image_cache(root).cached()
+        # Cached under the reference it was pulled by, with its digest: `ref@sha256:…`.
+        if (ref := image.reference.partition("@")[0]) == template or ref.endswith("/" + template)
+    ]
+    return max(found, key=lambda image: image.last_used).digest if found else None
 
 
 def registry(store: JobStore) -> str:
@@ -113,11 +122,13 @@ def free(store: JobStore, key: str, state: dict[str, Any]) -> bool:
     ) and state.get("state") in ("starting", "running")
 
 
-def ready_one(store: JobStore, shape: Shape) -> tuple[str, dict[str, Any]] | None:
-    """A running warm sandbox of this shape, free to claim (call under the lock)."""
+def ready_one(store: JobStore, shape: Shape, digest: str) -> tuple[str, dict[str, Any]] | None:
+    """A running warm sandbox of this shape and image digest ("" without an image), free to
+    claim (call under the lock): a tag that moved since it started does not match."""
     for key, state in instances(store):
         if (
             tuple(state.get("warm_shape") or ()) == shape
+            and state.get("warm_digest", "") == digest
             and state.get("state") == "running"
             and free(store, key, state)
         ):
@@ -176,12 +187,14 @@ def _plan(backend: LocalBackend, shape: Shape) -> tuple[str, dict[str, Any]] | N
     template, cpus, memory = shape
     store = backend.store
     key = PREFIX + secrets.token_hex(8)
-    reference, _, digest = template.partition("@")
+    digest = cached_digest(backend.root, template) if template else ""
+    if digest is None:
+        return None
     spec = TaskSpec(
         name="warm",
         project="",
         resources=Resources(cpus=cpus, memory_mib=memory),
-        image=reference or None,
+        image=template or None,
         image_digest=digest or None,
         session_idle_s=IDLE_S,
     )
@@ -223,7 +236,12 @@ def _plan(backend: LocalBackend, shape: Shape) -> tuple[str, dict[str, Any]] | N
     except Exception:
         remove_tree(store.jobdir(key))
         raise
-    state = {"state": "starting", "reason": "warm", "warm_shape": list(shape)}
+    state = {
+        "state": "starting",
+        "reason": "warm",
+        "warm_shape": list(shape),
+        "warm_digest": digest,
+    }
     plan["state"] = state
     plan["warm"] = True
     store.write_state(key, state)

@@ -10,7 +10,6 @@ import time
 import pytest
 
 from scheduling.backends.base import ExecRequest, JobState, WarmSpec
-from scheduling.backends.local import warm
 from tests.unit.scheduling.local_backend.helpers import finished, running
 
 
@@ -49,7 +48,7 @@ def test_a_warm_pool_of_an_image_hands_out_sandboxes_of_that_image(make, in_imag
     first = as_session(in_image("switchyard/python:3", "pulls-it", memory_mib=256))
     backend.submit(first)  # a warm pool never pulls: a session pulls the image first
     running(backend, "pulls-it", timeout=120)
-    template = warm.template_of(first.spec)
+    template = first.spec.image or ""  # as the portal names it: the reference used
     backend.keep_warm([WarmSpec(template=template, cpus=1, memory_mb=256, count=1)])
     end = time.monotonic() + 30
     while backend.keep_warm([WarmSpec(template, 1, 256, 1)])[0].ready < 1:
