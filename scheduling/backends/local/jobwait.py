@@ -183,6 +183,10 @@ def take_claim(shim) -> bool:
     shim.marker_path = os.path.join(shim.jobdir, "cancel")
     shim.state = dict(claim["state"])
     shim.update_state()
+    if os.path.exists(os.path.join(os.path.dirname(shim.warm_state_path), "cancel")):
+        # Cancelled by the warm sandbox's own key before this: the session it became ends.
+        with open(shim.marker_path, "a"):
+            pass
     return True
 
 

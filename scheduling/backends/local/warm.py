@@ -142,8 +142,7 @@ def wanted(store: JobStore) -> dict[Shape, int]:
 
 
 def keep(backend: LocalBackend, specs: list[WarmSpec]) -> list[WarmView]:
-    """Keep exactly these pools (call under the lock): start what is missing, stop what is
-    over (the newest first); what each holds now."""
+    """Keep exactly these pools (call under the lock, `fill`); what each holds now."""
     store = backend.store
     pool = {(s.template, s.cpus, s.memory_mb): max(0, s.count) for s in specs}
     write_json(os.path.join(registry(store), "pool.json"), [[*k, n] for k, n in pool.items()])
@@ -151,33 +150,44 @@ def keep(backend: LocalBackend, specs: list[WarmSpec]) -> list[WarmView]:
 
 
 def fill(backend: LocalBackend, pool: dict[Shape, int]) -> list[WarmView]:
+    """Start what each pool misses and stop what is over its count, or runs an image its
+    template no longer names (the tag moved: no claim would take it); what each holds."""
     store = backend.store
     by_shape: dict[Shape, list[tuple[str, dict[str, Any]]]] = {}
     for key, state in instances(store):
         if free(store, key, state):
             by_shape.setdefault(tuple(state.get("warm_shape") or ()), []).append((key, state))
-    views = []
     plans: dict[str, dict[str, Any]] = {}
+    held: dict[Shape, list[dict[str, Any]]] = {}
     for shape in sorted(set(pool) | set(by_shape)):
-        have, count = by_shape.get(shape, []), pool.get(shape, 0)
-        for key, _ in have[count:]:
+        count = pool.get(shape, 0)
+        digest = (cached_digest(backend.root, shape[0]) if shape[0] else "") if count else None
+        have = [(k, s) for k, s in by_shape.get(shape, []) if s.get("warm_digest", "") == digest]
+        stop = [k for k, s in by_shape.get(shape, []) if (k, s) not in have] + [
+            k for k, _ in have[count:]
+        ]
+        for key in stop:
             with open(store.path(key, "cancel"), "w"):
                 pass  # its supervisor stops it within a quarter second
-        have = have[:count]
-        for _ in range(count - len(have)):
+        held[shape] = [s for _, s in have[:count]]
+        for _ in range(count - len(held[shape])):
             started = _plan(backend, shape)
             if started is not None:
                 plans[started[0]] = started[1]
-                have.append((started[0], started[1]["state"]))
-        if pool.get(shape):
-            ready = sum(1 for _, s in have if s.get("state") == "running")
-            views.append(WarmView(template=shape[0], ready=ready, starting=len(have) - ready))
     failed = launch.start_supervisors(
         store, plans, backend.python, launcher=backend.launcher, children=backend._children
     )
-    for key in failed:
-        remove_tree(store.jobdir(key))
-        unlink(os.path.join(registry(store), key))
+    for key, plan in plans.items():
+        if key in failed:
+            remove_tree(store.jobdir(key))
+            unlink(os.path.join(registry(store), key))
+        else:
+            held[tuple(plan["state"]["warm_shape"])].append(plan["state"])
+    views = []
+    for shape, states in held.items():
+        if pool.get(shape):
+            ready = sum(1 for s in states if s.get("state") == "running")
+            views.append(WarmView(template=shape[0], ready=ready, starting=len(states) - ready))
     return views
 
 

@@ -141,3 +141,13 @@ def test_cancelling_a_claimed_warm_sandbox_by_its_own_key_ends_its_session(make)
     backend.cancel(warm_key)
     assert finished(backend, "taken").state is JobState.CANCELLED
     assert finished(backend, warm_key).state is JobState.CANCELLED
+
+
+def test_cancelling_a_warm_sandbox_just_claimed_ends_its_session_too(make):
+    """Before its supervisor has taken the claim (within a quarter second)."""
+    backend = make()
+    backend.keep_warm([SYSTEM])
+    wait_ready(backend, 2)
+    assert backend.claim_warm(session("quick", memory_mib=256)) is not None
+    backend.cancel(state_file(backend, "quick")["warm"])
+    assert finished(backend, "quick").state is JobState.CANCELLED
