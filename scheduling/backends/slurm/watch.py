@@ -127,14 +127,14 @@ def watched(
     *,
     program: str = WATCHER,
     args: Sequence[str] = (),
-    needs_python: bool = False,
+    without_python: str | None = None,
 ) -> list[str]:
     """Script lines that run `argv` under the watcher (or directly without python3).
 
     `network` (sandbox.blocked_networks()) has the watcher connect the sandbox's network,
     kept from those networks (batch types); None leaves the job without one. `program` and
     its `args` (before `argv`) are a live sandbox's watcher (slurm/session.py), which cannot
-    run without python3 (`needs_python`)."""
+    run without python3 either: `without_python` says why."""
     # The device files' arguments are the script's own array, expanded there (devices.py);
     # so are an image's (imagejob.py).
     shell = {SHELL_DEVICES, *SHELL_WORDS}
@@ -148,8 +148,8 @@ def watched(
         f"  cd / && exec python3 -I -S -c {shlex.quote(program)} {shlex.quote(usage_path)} "
         f"{shlex.quote(net)}{before} {command}",
         "fi",
-        f"echo {shlex.quote('switchyard: ' + NO_PYTHON)} >&2; exit 127"
-        if network is not None or needs_python
+        f"echo {shlex.quote('switchyard: ' + (without_python or NO_PYTHON))} >&2; exit 127"
+        if network is not None or without_python
         else f"exec {command}",
     ]
 
