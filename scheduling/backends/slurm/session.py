@@ -149,6 +149,8 @@ while True:
         time.sleep(0.01)
     except ConnectionRefusedError:
         end(3, "no agent listens: the session has ended")
+    except PermissionError:
+        end(4, "the session's folder is not this job's own")
 sock.sendall(request)
 while True:
     chunk = sock.recv(1 << 16)
