@@ -169,7 +169,7 @@ def section(r: dict[str, Any]) -> list[str]:
     return [
         "## Live sandboxes on Slurm",
         "",
-        f"`{COMMAND}`: {__doc__.split(chr(10), 3)[3].split('Run:')[0].strip()}".replace("\n", " "),
+        f"`{COMMAND}`: " + " ".join((__doc__ or "").split("Run:")[0].split()),
         "",
         "| what | n | p50 | p90 | max |",
         "|---|---|---|---|---|",

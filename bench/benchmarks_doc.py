@@ -17,6 +17,7 @@ from bench import (  # noqa: E402
     bench_images,
     bench_latency,
     bench_poll,
+    bench_sandboxes_slurm,
     bench_simulator,
     bench_slurm,
 )
@@ -107,6 +108,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
         rows += bench_poll.summary_rows(results["poll"])
     if results.get("slurm"):
         rows += bench_slurm.summary_rows(results["slurm"])
+    if results.get("sandboxes_slurm"):
+        rows += bench_sandboxes_slurm.summary_rows(results["sandboxes_slurm"])
     acc = results.get("accounting")
     if acc and "report" in acc:
         for name, r in acc["report"].items():
@@ -393,6 +396,8 @@ def write_doc(
         out += [*bench_poll.section(results["poll"]), ""]
     if results.get("slurm"):
         out += [*bench_slurm.section(results["slurm"]), ""]
+    if results.get("sandboxes_slurm"):
+        out += [*bench_sandboxes_slurm.section(results["sandboxes_slurm"]), ""]
     acc = results.get("accounting")
     if acc and "report" in acc:
         out += [
