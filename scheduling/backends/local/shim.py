@@ -116,6 +116,9 @@ class Shim:
         self.watch = None  # the watchdog (jobwatch.Limits) once the job runs
         self.net: tuple[int, int] | None = None  # a batch job's slirp4netns (jobnet.py)
         self.image_fd: int | None = None  # the pin on the job's image (pin_image)
+        self.listen_fd = -1  # a live sandbox's listening socket, until the sandbox has it
+        self.claimed_at = 0.0  # when a warm sandbox was handed to a session (jobwait.py)
+        self.warm_state_path = ""  # then: the warm sandbox's own state, ended with the session
 
     def update_state(self, **fields: object) -> None:
         self.state.update(fields)
@@ -128,6 +131,12 @@ class Shim:
         # waited for, whichever is more.
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
         watched = self.watch
+        session = self.plan.get("session")
+        if session:  # the portal's next call finds no sandbox (SessionGone), not a hang
+            try:  # noqa: SIM105 (contextlib is an import this file avoids)
+                os.unlink(session["socket"])
+            except OSError:
+                pass
         if self.image_fd is not None:  # its image is no longer used: it may be evicted now
             os.close(self.image_fd)
             self.image_fd = None
@@ -141,6 +150,8 @@ class Shim:
                 watched.cpu_ms if watched is not None else 0,
             ),
         )
+        if self.warm_state_path:
+            write_state(self.warm_state_path, self.state)
 
     def cancelled(self) -> bool:
         return os.path.exists(self.marker_path)
@@ -199,8 +210,19 @@ class Shim:
             plan.get("output_cap"),
             kept_as=plan.get("output_kept_as"),
         )
+        argv = plan["argv"]
+        session = plan.get("session")
+        if session:
+            # A live sandbox: its agent accepts on a socket bound here, by the portal's
+            # account, at a path only it may connect to (session/box.py).
+            try:
+                self.listen_fd = _box().listen(session["socket"]).detach()
+            except OSError as exc:
+                self.finish("failed", f"the sandbox's socket could not be made: {exc}")
+                return
+            argv = [str(self.listen_fd) if a == "{listen-fd}" else a for a in argv]
         try:
-            pid, sandbox_pid, out_r = self.spawn(plan["argv"], plan["env"], plan["cwd"], run_as)
+            pid, sandbox_pid, out_r = self.spawn(argv, plan["env"], plan["cwd"], run_as)
         except InputError as exc:
             self.finish("failed", str(exc), exit_code=127)
             return
@@ -301,7 +323,7 @@ class Shim:
                     os._exit(127)
                 os.chdir(cwd)
                 os.set_inheritable(info_w, True)
-                for fd in (block_r, args_fd):
+                for fd in (block_r, args_fd, self.listen_fd):
                     if fd >= 0:
                         os.set_inheritable(fd, True)
                 # Every other descriptor is non-inheritable, so exec closes it.
@@ -310,9 +332,10 @@ class Shim:
                 os.write(err_w, str(exc.errno or 0).encode())
             finally:
                 os._exit(127)
-        for fd in (err_w, out_w, null_fd, info_w, block_r, args_fd):
+        for fd in (err_w, out_w, null_fd, info_w, block_r, args_fd, self.listen_fd):
             if fd >= 0:
                 os.close(fd)
+        self.listen_fd = -1
         data = _read_all(err_r)
         if data:  # the child failed before or at exec, and has exited with 127
             for fd in (info_r, out_r, block_w):
@@ -386,6 +409,16 @@ def _jobwait():
     import jobwait
 
     return jobwait
+
+
+def _box():
+    """A live sandbox's socket and mounts (session/box.py, beside the backends), by path."""
+    session = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "session")
+    if session not in sys.path:
+        sys.path.insert(0, session)
+    import box
+
+    return box
 
 
 def _jobnet():

@@ -15,13 +15,14 @@ big-endian length then UTF-8 JSON:
            {"exit_code", "stdout", "stderr", "duration_ms", "timed_out", "truncated"}
     {"op": "put", "path": ..., "data": b64, "mode": n}   -> {"ok": true, "size": n}
     {"op": "get", "path": ..., "limit": n}               -> {"data": b64, "size": n}
-    {"op": "ping"}                                       -> {"ok": true, "pid": n}
+    {"op": "ping", "idle": s (optional)}                 -> {"ok": true, "pid": n}
     anything refused                                     -> {"error": "..."}
 
 Relative paths and cwd resolve in the session's home (/home/sandbox). A command's own
 children that it leaves running (`sh -c 'x &'`) go on between execs: the agent waits for the
 command itself, not for its pipes. It ends itself after `--idle` + 30 seconds without a
-request, a backstop behind the portal's own idle reclaim; its end ends the sandbox (bubblewrap
+request (a ping's `idle` sets it anew: a warm sandbox learns its session's when it is
+handed out), a backstop behind the portal's own idle reclaim; its end ends the sandbox (bubblewrap
 tears the pid namespace down with it).
 
 Standard library only: it runs under whatever python3 the sandbox's system or image has, with
@@ -66,6 +67,7 @@ class Activity:
         self.lock = threading.Lock()
         self.last = time.monotonic()
         self.busy = 0
+        self.idle_s = 0.0
 
     def begin(self) -> None:
         with self.lock:
@@ -371,6 +373,8 @@ def serve_one(conn: socket.socket, activity: Activity) -> None:
                 elif op == "get":
                     reply = run_get(request)
                 elif op == "ping":
+                    if request.get("idle") is not None:
+                        activity.idle_s = number(request, "idle", 0, 0, 366 * 86400)
                     reply = {"ok": True, "pid": os.getpid()}
                 else:
                     raise Refused(f"op: expected exec, put, get or ping, got {op!r}")
@@ -415,12 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(OSError):
         os.chdir(HOME)
     activity = Activity()
-    backstop = args.idle + IDLE_GRACE_S
-    listener.settimeout(min(backstop, 5.0))
+    activity.idle_s = args.idle
+    listener.settimeout(min(max(args.idle + IDLE_GRACE_S, 0.1), 5.0))
     while True:
         try:
             conn, _ = listener.accept()
         except TimeoutError:
+            backstop = activity.idle_s + IDLE_GRACE_S
             if activity.idle_for() >= backstop:
                 print(f"agent: no request for {backstop:.0f} s; ending", file=sys.stderr)
                 return 0

@@ -69,12 +69,18 @@ def mounts(
     if egress_socket is not None:
         if forward_file is None:
             raise ValueError("a session with egress needs forward.py bound in beside its agent")
-        args += ["--ro-bind", forward_file, FORWARD, "--bind", egress_socket, EGRESS_SOCKET]
+        # Read-only: connecting needs no write to the mount, and the sandbox (which owns the
+        # socket, as the job's account) cannot change its mode for others on the host.
+        args += ["--ro-bind", forward_file, FORWARD, "--ro-bind", egress_socket, EGRESS_SOCKET]
     return args
 
 
 def agent_argv(
-    idle_s: float, *, egress: bool = False, python: str = "python3", listen_fd: int = LISTEN_FD
+    idle_s: float,
+    *,
+    egress: bool = False,
+    python: str = "python3",
+    listen_fd: int | str = LISTEN_FD,
 ) -> list[str]:
     """The sandbox's command: the agent, under the sandbox's own python3."""
     argv = [python, "-I", "-S", AGENT, "--listen-fd", str(listen_fd), "--idle", str(idle_s)]

@@ -245,9 +245,15 @@ def get_file(path: str, file: str, *, limit: int, via: Via = connect) -> bytes:
     return data
 
 
-def ping(path: str, *, timeout_s: float = 5.0, via: Via = connect) -> int:
-    """The agent's process id once it answers; SessionGone when nothing listens."""
-    reply = call(path, {"op": "ping"}, timeout_s=timeout_s, max_frame=ENVELOPE, via=via)
+def ping(
+    path: str, *, timeout_s: float = 5.0, idle_s: float | None = None, via: Via = connect
+) -> int:
+    """The agent's process id once it answers; SessionGone when nothing listens. `idle_s`
+    sets the agent's idle backstop anew (a warm sandbox handed to a session)."""
+    request: dict[str, Any] = {"op": "ping"}
+    if idle_s is not None:
+        request["idle"] = idle_s
+    reply = call(path, request, timeout_s=timeout_s, max_frame=ENVELOPE, via=via)
     pid = reply.get("pid")
     if reply.get("ok") is not True or isinstance(pid, bool) or not isinstance(pid, int):
         raise BackendError("the sandbox's answer to a ping is not one")
