@@ -125,6 +125,10 @@ def test_a_session_keeps_its_files_and_processes_across_20_execs_and_cancel_ends
         assert streamed.stdout == b"a\nb\n" and [d for _, d in seen] == [b"a\n", b"b\n"]
         assert seen[1][0] - seen[0][0] > 0.5, "the first line came only with the last"
 
+        # A command past its timeout is killed by the agent; the relay brings the answer.
+        late = slurm.exec_in(backend_id, ExecRequest(argv=("sleep", "30"), timeout_s=0.5))
+        assert (late.timed_out, late.exit_code) == (True, None) and late.duration_ms < 5000
+
         # A process an exec leaves running goes on, in the session's own pid namespace.
         assert run(slurm, backend_id, "sh", "-c", "sleep 1000 >/dev/null 2>&1 &").exit_code == 0
         assert b"sleep 1000" in run(slurm, backend_id, "ps", "-eo", "args").stdout
