@@ -208,6 +208,9 @@ def refuse_unsupported(request: SubmitRequest) -> None:
             "egress: a live sandbox on Slurm has no network yet; expected [] (no egress), "
             f"got {list(request.spec.egress)}"
         )
+    nodes = request.spec.resources.nodes
+    if nodes and nodes > 1:
+        raise BackendError(f"nodes: a live sandbox runs on one node; expected 1, got {nodes}")
     if request.spec.image_digest is not None:
         raise BackendError(
             "image: a live sandbox on Slurm runs on the node's own system; expected the "

@@ -130,9 +130,11 @@ def test_a_relay_refuses_a_folder_that_is_not_its_accounts_own(backend):
         assert done.returncode == 4 and b"not this job's own" in done.stderr
 
 
-def test_sessions_with_egress_or_an_image_are_refused_by_name(backend):
+def test_sessions_with_egress_an_image_or_several_nodes_are_refused_by_name(backend):
     with pytest.raises(BackendError, match="^egress: .*expected \\[\\]"):
         backend.sbatch_command(session_request(egress=("pypi.org:443",)))
+    with pytest.raises(BackendError, match="^nodes: .*expected 1, got 2"):
+        backend.sbatch_command(session_request(resources=Resources(cpus=2, nodes=2)))
     with pytest.raises(BackendError, match="^image: "):
         backend.sbatch_command(
             session_request(image="python:3.12", image_digest="sha256:" + "0" * 64)
