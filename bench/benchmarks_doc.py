@@ -18,6 +18,7 @@ from bench import (  # noqa: E402
     bench_latency,
     bench_poll,
     bench_sandboxes,
+    bench_sandboxes_slurm,
     bench_simulator,
     bench_slurm,
 )
@@ -110,6 +111,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
         rows += bench_sandboxes.summary_rows(results["sandboxes"])
     if results.get("slurm"):
         rows += bench_slurm.summary_rows(results["slurm"])
+    if results.get("sandboxes_slurm"):
+        rows += bench_sandboxes_slurm.summary_rows(results["sandboxes_slurm"])
     acc = results.get("accounting")
     if acc and "report" in acc:
         for name, r in acc["report"].items():
@@ -398,6 +401,8 @@ def write_doc(
         out += [*bench_sandboxes.section(results["sandboxes"]), ""]
     if results.get("slurm"):
         out += [*bench_slurm.section(results["slurm"]), ""]
+    if results.get("sandboxes_slurm"):
+        out += [*bench_sandboxes_slurm.section(results["sandboxes_slurm"]), ""]
     acc = results.get("accounting")
     if acc and "report" in acc:
         out += [

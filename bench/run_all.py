@@ -31,6 +31,7 @@ from bench import (  # noqa: E402
     bench_policy,
     bench_poll,
     bench_sandboxes,
+    bench_sandboxes_slurm,
     bench_simulator,
     bench_slurm,
 )
@@ -62,6 +63,7 @@ BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("poll", bench_poll.run, bench_poll.COMMAND),
     ("sandboxes", bench_sandboxes.run, bench_sandboxes.COMMAND),
     ("slurm", bench_slurm.run, bench_slurm.COMMAND),
+    ("sandboxes_slurm", bench_sandboxes_slurm.run, bench_sandboxes_slurm.COMMAND),
     ("accounting", bench_accounting.run, bench_accounting.COMMAND),
     ("console", bench_console.run, bench_console.COMMAND),
     ("simulator", bench_simulator.run, bench_simulator.COMMAND),

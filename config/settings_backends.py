@@ -108,5 +108,8 @@ COMPUTE_BACKENDS["slurm"] = {
             "SWITCHYARD_SLURM_NODE_IMAGE_CACHE", f"{SWITCHYARD_SLURM_DIR}/images/{{node}}"
         )
         or None,
+        # A node-local folder every job account may make folders in, where a live sandbox's
+        # watcher keeps its socket and agent (docs/sandbox-slurm.md).
+        "session_dir": env_str("SWITCHYARD_SLURM_SESSION_DIR", "/tmp"),
     },
 }

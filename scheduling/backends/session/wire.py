@@ -71,6 +71,11 @@ def connect(path: str, deadline: float) -> Iterator[socket.socket]:
         sock.close()
 
 
+# How a request reaches the agent: `via(address, deadline)` gives a connected socket. Here a
+# Unix socket's path (`connect`); on Slurm a relay run in the job (slurm/session.py).
+Via = Callable[[str, float], contextlib.AbstractContextManager[socket.socket]]
+
+
 def _left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
@@ -115,13 +120,14 @@ def call(
     timeout_s: float,
     max_frame: int,
     on_frame: Callable[[dict[str, Any]], bool] | None = None,
+    via: Via = connect,
 ) -> dict[str, Any]:
     """Send one request and return the final reply. While `on_frame(frame)` returns True the
     frame was an intermediate one (streamed output) and reading goes on; the first frame it
     does not take is the final reply."""
     deadline = time.monotonic() + timeout_s
     body = json.dumps(request, separators=(",", ":")).encode()
-    with connect(path, deadline) as sock:
+    with via(path, deadline) as sock:
         try:
             sock.settimeout(_left(deadline))
             sock.sendall(_HEADER.pack(len(body)) + body)
@@ -168,6 +174,7 @@ def exec_in(
     request: ExecRequest,
     *,
     on_output: Callable[[str, bytes], None] | None = None,
+    via: Via = connect,
 ) -> ExecResult:
     """Run one command through the agent at `path`; streamed when `on_output` is given."""
     cap = request.max_output
@@ -197,6 +204,7 @@ def exec_in(
         timeout_s=request.timeout_s + EXEC_MARGIN_S,
         max_frame=ENVELOPE + 2 * b64_size(cap) + (MAX_CHUNK_FRAME if on_output else 0),
         on_frame=streamed,
+        via=via,
     )
     code = reply.get("exit_code")
     if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
@@ -214,34 +222,38 @@ def exec_in(
     )
 
 
-def put_file(path: str, file: str, data: bytes, *, mode: int = 0o644) -> None:
+def put_file(path: str, file: str, data: bytes, *, mode: int = 0o644, via: Via = connect) -> None:
     request = {
         "op": "put",
         "path": file,
         "data": base64.b64encode(data).decode("ascii"),
         "mode": mode,
     }
-    reply = call(path, request, timeout_s=FILE_DEADLINE_S, max_frame=ENVELOPE)
+    reply = call(path, request, timeout_s=FILE_DEADLINE_S, max_frame=ENVELOPE, via=via)
     if reply.get("ok") is not True or reply.get("size") != len(data):
         raise BackendError(f"the sandbox did not confirm writing {file}")
 
 
-def get_file(path: str, file: str, *, limit: int) -> bytes:
+def get_file(path: str, file: str, *, limit: int, via: Via = connect) -> bytes:
     request = {"op": "get", "path": file, "limit": limit}
-    reply = call(path, request, timeout_s=FILE_DEADLINE_S, max_frame=ENVELOPE + b64_size(limit))
+    reply = call(
+        path, request, timeout_s=FILE_DEADLINE_S, max_frame=ENVELOPE + b64_size(limit), via=via
+    )
     data = _bytes(reply, "data", limit)
     if reply.get("size") != len(data):
         raise BackendError(f"the sandbox's answer for {file} has the wrong size")
     return data
 
 
-def ping(path: str, *, timeout_s: float = 5.0, idle_s: float | None = None) -> int:
+def ping(
+    path: str, *, timeout_s: float = 5.0, idle_s: float | None = None, via: Via = connect
+) -> int:
     """The agent's process id once it answers; SessionGone when nothing listens. `idle_s`
     sets the agent's idle backstop anew (a warm sandbox handed to a session)."""
     request: dict[str, Any] = {"op": "ping"}
     if idle_s is not None:
         request["idle"] = idle_s
-    reply = call(path, request, timeout_s=timeout_s, max_frame=ENVELOPE)
+    reply = call(path, request, timeout_s=timeout_s, max_frame=ENVELOPE, via=via)
     pid = reply.get("pid")
     if reply.get("ok") is not True or isinstance(pid, bool) or not isinstance(pid, int):
         raise BackendError("the sandbox's answer to a ping is not one")

@@ -50,6 +50,7 @@ from scheduling.backends.slurm.commands import CommandRunner
 from scheduling.backends.slurm.jobfolder import prepare_job_folder, with_input_reason
 from scheduling.backends.slurm.parse import PENDING_REASONS, SlurmJob, gres_gpus, scalar, slurm_json
 from scheduling.backends.slurm.prepull import SlurmPrepull
+from scheduling.backends.slurm.session import SlurmSessions
 from scheduling.backends.slurm.steps import step_access
 from scheduling.backends.slurm.usage import SlurmUsage
 from scheduling.backends.slurm.watch import watched
@@ -72,7 +73,7 @@ _ALREADY_GONE = (
 )
 
 
-class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, SlurmPrepull, Backend):
+class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, SlurmPrepull, SlurmSessions, Backend):
     """The Backend protocol over Slurm's commands."""
 
     def __init__(
@@ -94,6 +95,7 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, SlurmPrepull, Backe
         submit_concurrency: int = 4,
         multinode_host_network: bool = False,
         node_image_cache: str | None = None,
+        session_dir: str = "/tmp",
     ) -> None:
         self.alias = alias
         self.cluster = cluster
@@ -113,6 +115,8 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, SlurmPrepull, Backe
         self.multinode_host_network = multinode_host_network
         # A node's image cache as this host sees it, "<folder>/{node}" (slurm/prepull.py).
         self.node_image_cache = node_image_cache
+        # Node-local, where each live sandbox's watcher makes its folder (slurm/session.py).
+        self.session_dir = session_dir
         self.run = runner or CommandRunner(
             slurm_conf=slurm_conf, timeout_s=command_timeout_s, bin_dir=bin_dir
         )
@@ -203,6 +207,8 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, SlurmPrepull, Backe
 
     def batch_script(self, request: SubmitRequest) -> str:
         spec = request.spec
+        if spec.session_idle_s is not None:
+            return self.session_script(request)  # a live sandbox (slurm/session.py)
         # Slurm reads gres.conf beside slurm.conf.
         conf = os.path.dirname(self.slurm_conf or "/etc/slurm/slurm.conf")
         devices = slurm_lines(request.devices, spec.resources.gpus, os.path.join(conf, "gres.conf"))

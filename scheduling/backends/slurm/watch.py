@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from scheduling.backends import jobnet
@@ -32,13 +33,14 @@ import json, signal, subprocess, sys, time
 out, net, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
 tick = 1000 / os.sysconf("SC_CLK_TCK")
 handle = None
+cmd, keep = prepare(cmd)
 if net == NETWORK_ARG_NONE:
-    child = subprocess.Popen(cmd)
+    child = subprocess.Popen(cmd, pass_fds=keep)
 else:
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     cmd = [cmd[0], "--info-fd", str(info_w), "--block-fd", str(block_r), *cmd[1:]]
-    child = subprocess.Popen(cmd, pass_fds=(info_w, block_r))
+    child = subprocess.Popen(cmd, pass_fds=(info_w, block_r, *keep))
     os.close(info_w)
     os.close(block_r)
     with os.fdopen(info_r, "rb") as f:
@@ -53,6 +55,8 @@ else:
             print("switchyard: the job's network could not be set up:", exc, file=sys.stderr)
             child.wait()  # bwrap, whose sandbox was killed
             sys.exit(1)
+for fd in keep:
+    os.close(fd)  # the sandbox's now: its end closes them
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(s, lambda n, f: child.send_signal(n))
 def cpu(root):
@@ -77,6 +81,7 @@ while True:
         best = max(best, cpu(child.pid))
 if handle is not None:
     disconnect(handle)
+finish()
 try:
     with open(out, "w") as f:
         f.write("%d\n" % round(best))
@@ -92,33 +97,59 @@ sys.exit(rc)
 """
 
 
-# The watcher's program: jobnet.py's source, then the watcher's own.
-WATCHER = Path(jobnet.__file__).read_text(encoding="utf-8") + _WATCH
+# What a batch job's watcher adds: nothing. `prepare(cmd)` returns the sandbox's command and
+# the descriptors it inherits; `finish()` runs once the sandbox has ended (a live sandbox's
+# watcher binds its socket and removes it: slurm/session.py).
+_BATCH = """
+def prepare(cmd):
+    return cmd, ()
+def finish():
+    pass
+"""
+
+
+def watcher_program(hooks: str = _BATCH) -> str:
+    """The watcher's program: jobnet.py's source, the hooks, then the watcher's own."""
+    return Path(jobnet.__file__).read_text(encoding="utf-8") + hooks + _WATCH
+
+
+WATCHER = watcher_program()
 NO_PYTHON = (
     "python3 is not installed on this node: a batch job's network cannot be connected, and "
     "a batch job never runs on the host's network"
 )
 
 
-def watched(argv: list[str], usage_path: str, network: list[str] | None = None) -> list[str]:
+def watched(
+    argv: list[str],
+    usage_path: str,
+    network: list[str] | None = None,
+    *,
+    program: str = WATCHER,
+    args: Sequence[str] = (),
+    without_python: str | None = None,
+) -> list[str]:
     """Script lines that run `argv` under the watcher (or directly without python3).
 
     `network` (sandbox.blocked_networks()) has the watcher connect the sandbox's network,
-    kept from those networks (batch types); None leaves the job without one."""
+    kept from those networks (batch types); None leaves the job without one. `program` and
+    its `args` (before `argv`) are a live sandbox's watcher (slurm/session.py), which cannot
+    run without python3 either: `without_python` says why."""
     # The device files' arguments are the script's own array, expanded there (devices.py);
     # so are an image's (imagejob.py).
     shell = {SHELL_DEVICES, *SHELL_WORDS}
     command = " ".join(arg if arg in shell else shlex.quote(arg) for arg in argv)
     net = jobnet.NETWORK_ARG_NONE if network is None else ",".join(network)
+    before = "".join(f" {shlex.quote(arg)}" for arg in args)
     return [
         "if command -v python3 >/dev/null; then",
         # Isolated (-I: no PYTHON* variable, no current folder, no user site) and without
         # site (-S): nothing the job wrote or exported runs here, outside its sandbox.
-        f"  cd / && exec python3 -I -S -c {shlex.quote(WATCHER)} {shlex.quote(usage_path)} "
-        f"{shlex.quote(net)} {command}",
+        f"  cd / && exec python3 -I -S -c {shlex.quote(program)} {shlex.quote(usage_path)} "
+        f"{shlex.quote(net)}{before} {command}",
         "fi",
-        f"echo {shlex.quote('switchyard: ' + NO_PYTHON)} >&2; exit 127"
-        if network is not None
+        f"echo {shlex.quote('switchyard: ' + (without_python or NO_PYTHON))} >&2; exit 127"
+        if network is not None or without_python
         else f"exec {command}",
     ]
 

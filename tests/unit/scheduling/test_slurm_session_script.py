@@ -1,0 +1,147 @@
+"""A live sandbox's batch script on Slurm (scheduling/backends/slurm/session.py), run with the
+real bash, bubblewrap and python3 as the job's account, as slurmd would run it: no cluster
+needed. Its watcher binds the session's socket in its node-local folder, the agent answers
+there, the relay an exec step runs reaches it, and the end of the script leaves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import stat
+import struct
+import subprocess
+import time
+
+import pytest
+
+from scheduling.backends import SubmitRequest
+from scheduling.backends.base import BackendError, ExecRequest
+from scheduling.backends.session import box, wire
+from scheduling.backends.slurm import SlurmBackend
+from scheduling.backends.slurm.session import GONE_EXIT, RELAY, session_folder
+from scheduling.decisions.types import QueuePolicy
+from scheduling.spec import Resources, TaskSpec
+
+JOB_ACCOUNT = "switchyard-job"
+AGENTS = QueuePolicy(name="inference-agent", pool="inference-agent", task_types=("sandbox",))
+AS_JOB = ["setpriv", f"--reuid={JOB_ACCOUNT}", f"--regid={JOB_ACCOUNT}", "--clear-groups"]
+
+
+@pytest.fixture
+def backend(job_root) -> SlurmBackend:
+    sessions = job_root / "node-tmp"
+    sessions.mkdir()
+    sessions.chmod(0o1777)  # as a node's /tmp
+    return SlurmBackend(
+        "slurm",
+        cluster="test",
+        workdir=str(job_root / "jobs"),
+        service_account=JOB_ACCOUNT,
+        session_dir=str(sessions),
+    )
+
+
+def session_request(key: str = "sy-7-1", **spec: object) -> SubmitRequest:
+    fields: dict = {
+        "name": "s",
+        "project": "materials",
+        "command": ("touch", "/tmp/never"),
+        "resources": Resources(cpus=1, memory_mib=64),
+        "session_idle_s": 120,
+        **spec,
+    }
+    return SubmitRequest(
+        key=key,
+        spec=TaskSpec(**fields),
+        type="sandbox",
+        queue=AGENTS,
+        project="materials",
+        user="a",
+    )
+
+
+def relay(folder: str, frame: bytes, wait_s: float = 0.2) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*AS_JOB, "python3", "-I", "-S", "-c", RELAY, folder, str(wait_s)],
+        input=frame,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
+
+
+def ping_frame() -> bytes:
+    body = b'{"op":"ping"}'
+    return struct.pack(">I", len(body)) + body
+
+
+def test_the_script_runs_the_agent_behind_a_socket_only_its_account_reaches(backend):
+    argv, script = backend.sbatch_command(session_request())
+    assert "--export=NONE" in argv
+    folder = session_folder(backend.session_dir, "sy-7-1")
+    sock = f"{folder}/{box.SOCKET_NAME}"
+    job = subprocess.Popen(
+        [*AS_JOB, "bash", "-c", script],
+        env={"PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(sock):
+            assert job.poll() is None, job.stdout.read() if job.stdout else ""
+            assert time.monotonic() < deadline, "the watcher bound no socket"
+            time.sleep(0.02)
+        account = pwd.getpwnam(JOB_ACCOUNT).pw_uid
+        info = os.stat(folder)
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (account, 0o700)
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+
+        # The relay, as an exec step runs it: one frame in, the agent's frames out.
+        done = relay(folder, ping_frame())
+        assert done.returncode == 0, done.stderr
+        size = struct.unpack(">I", done.stdout[:4])[0]
+        assert size == len(done.stdout) - 4 and b'"ok":true' in done.stdout
+
+        # The session's command is the agent, never the spec's; it runs in the sandbox.
+        result = wire.exec_in(sock, ExecRequest(argv=("sh", "-c", "pwd; ls /tmp; id -u")))
+        assert result.stdout.decode().split() == ["/home/sandbox", str(account)]
+        # Neither its socket's folder nor any job folder (its own included) is in it.
+        look = ("sh", "-c", f"ls -A {backend.workdir}; test -e {folder} || echo none")
+        assert wire.exec_in(sock, ExecRequest(argv=look)).stdout == b"none\n"
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)  # what scancel sends first
+        job.wait(timeout=20)
+    # The watcher removed the folder; a relay then finds no agent and says so.
+    assert not os.path.exists(folder)
+    gone = relay(folder, ping_frame())
+    assert gone.returncode == GONE_EXIT and b"no agent listens" in gone.stderr
+
+
+def test_a_relay_refuses_a_folder_that_is_not_its_accounts_own(backend):
+    folder = session_folder(backend.session_dir, "sy-8-1")
+    os.mkdir(folder)  # someone else's (root's) folder under the session's name
+    for mode in (0o755, 0o700):  # one it may enter, one it may not
+        os.chmod(folder, mode)
+        done = relay(folder, ping_frame())
+        assert done.returncode == 4 and b"not this job's own" in done.stderr
+
+
+def test_sessions_with_egress_an_image_or_several_nodes_are_refused_by_name(backend):
+    with pytest.raises(BackendError, match="^egress: .*expected \\[\\]"):
+        backend.sbatch_command(session_request(egress=("pypi.org:443",)))
+    with pytest.raises(BackendError, match="^nodes: .*expected 1, got 2"):
+        backend.sbatch_command(session_request(resources=Resources(cpus=2, nodes=2)))
+    with pytest.raises(BackendError, match="^image: "):
+        backend.sbatch_command(
+            session_request(image="python:3.12", image_digest="sha256:" + "0" * 64)
+        )
+
+
+def test_slurm_keeps_no_warm_pool(backend):
+    assert backend.sessions is True
+    assert backend.claim_warm(session_request()) is None
+    assert backend.keep_warm([]) == []
