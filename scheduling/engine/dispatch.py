@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import ClusterAccount
-from scheduling import hooks, sealed
+from scheduling import hooks, host, sealed
 from scheduling.backends import (
     BackendError,
     BackendUnavailable,
@@ -29,13 +29,14 @@ from scheduling.backends import (
 )
 from scheduling.decisions.devices import NO_DEVICES
 from scheduling.decisions.quota import Hold, Reject
+from scheduling.decisions.sandboxes import concurrency
 from scheduling.engine import admission
 from scheduling.engine.capacity import lease_partitions
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.engine.starts import watch_starts
 from scheduling.engine.storage import StorageError, prepare_job
-from scheduling.models import Attempt, Task, TaskState, attempt_key
+from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState, attempt_key
 from scheduling.selectors import site_view
 from scheduling.spec import TaskSpec
 from scheduling.states import Move, task_set_state, tasks_set_state
@@ -171,8 +172,8 @@ def dispatch_claimed_many(task_ids: list[int]) -> dict[int, str]:
     """Submit the next attempt of each task whose dispatch lease this dispatcher holds: one
     `submit_many` per backend (the local backend places them all in one scheduling pass).
 
-    Returns each task's outcome, in the order given: "submitted"; "held" or "refused" by
-    admission; "refused" by the backend; "lost-race" (moved meanwhile: its job is taken
+    Returns each task's outcome, in the order given: "submitted"; "capped" (left pending:
+    its queue runs its max_concurrency); "held" or "refused" by admission; "refused" by the backend; "lost-race" (moved meanwhile: its job is taken
     back); or "unreachable" (its backend was: released, to be tried again later).
     """
     tasks = _claimed_tasks(task_ids)
@@ -201,6 +202,12 @@ def _submit(backend, group: list[_Ready]) -> dict[int, str]:
             job = _found(backend, r)
         except BackendError as exc:
             job = exc
+        if job is None and r.request.spec.session_idle_s is not None and backend.sessions:
+            try:
+                # A live sandbox takes a warm one when there is one (docs/sandboxes.md).
+                job = backend.claim_warm(r.request)
+            except BackendError as exc:
+                job = exc
         if job is None:
             fresh.append(r)
         else:
@@ -236,6 +243,9 @@ def _claimed_tasks(task_ids: list[int]) -> dict[int, Task]:
 def _prepare(task: Task) -> _Ready | str:
     """The claimed task with its admission decided: ready to submit, or what became of it."""
     project, queue_name, user = task.project.slug, task.queue.name, task.owner.get_username()
+    capped = _over_concurrency(task)
+    if capped is not None:
+        return capped
     decision = admission.admit_for_dispatch(task, project=project, queue=queue_name, user=user)
     if isinstance(decision, Hold):
         admission.hold(task, decision)
@@ -284,6 +294,35 @@ def _prepare(task: Task) -> _Ready | str:
         storage=storage,
     )
     return _Ready(task, number, key, request)
+
+
+def _over_concurrency(task: Task) -> str | None:
+    """The queue's max_concurrency before a backend sees the task: the local backend's own
+    scheduling pass holds what is over it, a cluster's scheduler (Slurm) does not, so a
+    task for another backend stays pending ("capped"; the pending sweep tries it again) while
+    the queue's dispatched and running tasks are at the cap. A live sandbox whose queue
+    refuses over the cap fails with the reason, on any backend (docs/sandboxes.md)."""
+    queue = site_view().queues.get(task.queue.name)
+    if queue is None or queue.max_concurrency is None:
+        return None
+    session = isinstance(task.spec, dict) and task.spec.get("session_idle_s") is not None
+    refuse = session and queue.over_concurrency == "refuse"
+    if host.is_local(task.backend) and not refuse:
+        return None
+    active = Task.objects.filter(queue_id=task.queue_id, state__in=ACTIVE_STATES).count()
+    verdict = concurrency(active, queue.max_concurrency, queue.over_concurrency, queue.name)
+    if verdict.verdict == "start":
+        return None
+    if refuse:
+        task_set_state(
+            task=task,
+            to=S.FAILED,
+            reason=f"refused: {verdict.reason}",
+            fields={"dispatch_lease_until": None},
+        )
+        return "refused"
+    _release(task.pk, reason=f"waiting: {verdict.reason}")
+    return "capped"
 
 
 def _found(backend, ready: _Ready) -> Job | None:

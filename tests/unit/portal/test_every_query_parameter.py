@@ -81,6 +81,10 @@ READS: dict[str, tuple[str, ...]] = {
     "api-files-area": (),
     "api-file": (),
     "api-images": ("type", "pool"),
+    "api-sandboxes": ("state", "project"),
+    "api-sandbox": (),
+    "api-sandbox-exec": ("stream",),
+    "api-sandbox-file": (),
     "api-leases": ("state", PAGE_),
     "api-lease": (),
     "api-lease-end": (),
@@ -259,6 +263,7 @@ def _kwargs(name: str, route: str, ids: dict) -> dict:
         "verdict": "approve",
         "area": "projects",
         "path": "materials",
+        "sid": "sbx-0",
     }
     return {k: v for k, v in values.items() if f":{k}>" in route}
 
