@@ -442,6 +442,9 @@ SWITCHYARD_DESCRIPTOR_MAX_BYTES = env_int("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 256
 SWITCHYARD_BATCH_MAX_TASKS = env_int("SWITCHYARD_BATCH_MAX_TASKS", 10_000)
 SWITCHYARD_BATCH_MAX_BYTES = env_int("SWITCHYARD_BATCH_MAX_BYTES", 16 * 1024 * 1024)
 # --- Live sandboxes (docs/sandboxes.md) -------------------------------------------------------
+# The portal's address as a batch task with `sandboxes: true` reaches it (SWITCHYARD_URL in its
+# environment): through the relay its sandbox has, else the portal's public address.
+SWITCHYARD_SANDBOX_API_URL = env_str("SWITCHYARD_SANDBOX_API_URL", "") or SWITCHYARD_PUBLIC_URL
 # How long a create waits for its sandbox to start where the backend shows starts (local).
 SWITCHYARD_SANDBOX_START_WAIT_SECONDS = env_int("SWITCHYARD_SANDBOX_START_WAIT_MS", 5000) / 1000
 # A file written or read through the API, an exec's stdin (within the body limit below).

@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import ClusterAccount
-from scheduling import hooks, host, sealed
+from scheduling import hooks, host, sealed, tokens
 from scheduling.backends import (
     BackendError,
     BackendUnavailable,
@@ -272,6 +272,8 @@ def _prepare(task: Task) -> _Ready | str:
             spec = dataclasses.replace(spec, secret_env=sealed.open_sealed(task.spec["secret_env"]))
         # Its storage folders, made here (root): docs/storage.md.
         storage = prepare_job(task, pool=queue.pool, areas=site.storage)
+        if spec.sandboxes:
+            spec = _with_sandbox_token(spec, task, queue.max_walltime_s)
     except (sealed.CannotOpen, StorageError) as exc:
         task_set_state(
             task=task, to=S.FAILED, reason=str(exc), fields={"dispatch_lease_until": None}
@@ -294,6 +296,22 @@ def _prepare(task: Task) -> _Ready | str:
         storage=storage,
     )
     return _Ready(task, number, key, request)
+
+
+def _with_sandbox_token(spec: TaskSpec, task: Task, longest: int | None) -> TaskSpec:
+    """A batch task that asked for live sandboxes (`sandboxes: true`) gets the sandbox API's
+    address and a token for its own project's sandboxes only, valid while it is queued or
+    running and at most its walltime (and 10 minutes for its start) from now. The token is
+    a secret value: in the spec handed to the backend, never stored (docs/sandboxes.md)."""
+    lifetime = (spec.walltime_s or longest or 24 * 3600) + 600
+    token = tokens.mint(task.pk, task.project.slug, lifetime_s=lifetime)
+    return dataclasses.replace(
+        spec,
+        env=tuple(
+            sorted({**spec.env_dict, "SWITCHYARD_URL": settings.SWITCHYARD_SANDBOX_API_URL}.items())
+        ),
+        secret_env=tuple(sorted({**dict(spec.secret_env), "SWITCHYARD_TOKEN": token}.items())),
+    )
 
 
 def _over_concurrency(task: Task) -> str | None:

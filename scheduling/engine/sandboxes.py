@@ -255,25 +255,21 @@ def end(task_id: int, *, who: str, reason: str) -> None:
             return
 
 
-def activity(sandboxes):
-    """The queryset with `last_exec_end`, `running_execs` (in flight, within their deadline)
-    and `execs_started` annotated: what idle time and the exec count are computed from."""
-    now = timezone.now()
+def activity(sandboxes, now: datetime | None = None):
+    """The queryset with `last_exec_end` and `busy` (an exec in flight, within its deadline)
+    annotated: what idle time is computed from."""
+    now = now or timezone.now()
     in_flight = SandboxExec.objects.filter(
         sandbox=OuterRef("pk"), ended_at__isnull=True, deadline__gt=now
     )
-    return sandboxes.annotate(
-        last_exec_end=Max("execs__ended_at"),
-        last_exec_start=Max("execs__started_at"),
-        busy=Exists(in_flight),
-    )
+    return sandboxes.annotate(last_exec_end=Max("execs__ended_at"), busy=Exists(in_flight))
 
 
-def last_active(sandbox: Sandbox) -> datetime:
+def last_active(sandbox: Sandbox, now: datetime | None = None) -> datetime:
     """When it was last used: its last exec's end (now while one runs), file transfer or
     start; `sandbox` from `activity`."""
     if getattr(sandbox, "busy", False):
-        return timezone.now()
+        return now or timezone.now()
     times = [sandbox.last_active_at, getattr(sandbox, "last_exec_end", None)]
     return max(t for t in times if t is not None)
 
@@ -284,13 +280,13 @@ def reclaim(now: datetime | None = None) -> int:
     timeout ends the sandbox through `after_ends`). Returns how many it ended."""
     now = now or timezone.now()
     ended = 0
-    live = activity(Sandbox.objects.filter(state__in=LIVE_SANDBOX_STATES)).only(
+    live = activity(Sandbox.objects.filter(state__in=LIVE_SANDBOX_STATES), now).only(
         "pk", "task_id", "idle_timeout_s", "last_active_at", "state"
     )
     for sandbox in live:
         if sandbox.state == SandboxState.QUEUED:
             continue  # not started: nothing is idle yet
-        if last_active(sandbox) + timedelta(seconds=sandbox.idle_timeout_s) < now:
+        if last_active(sandbox, now) + timedelta(seconds=sandbox.idle_timeout_s) < now:
             Sandbox.objects.filter(pk=sandbox.pk).update(end_reason="idle")
             end(
                 sandbox.task_id,
@@ -303,8 +299,14 @@ def reclaim(now: datetime | None = None) -> int:
 
 def after_ends(tasks: list[Task]) -> None:
     """The task-end hook: a sandbox ends with its task, its exec count and last activity
-    written as they finally are."""
+    written as they finally are; the sandboxes a batch task created end with it."""
     ids = [task.pk for task in tasks]
+    # A batch task's sandboxes end with it: its token no longer reaches them anyway.
+    for task_id in Sandbox.objects.filter(
+        created_by_task_id__in=ids, state__in=LIVE_SANDBOX_STATES
+    ).values_list("task_id", flat=True):
+        Sandbox.objects.filter(task_id=task_id, end_reason="").update(end_reason="its task ended")
+        end(task_id, who="the end of the task that created it", reason="its task ended")
     rows = list(
         activity(Sandbox.objects.filter(task_id__in=ids, state__in=LIVE_SANDBOX_STATES))
         .select_related("task")

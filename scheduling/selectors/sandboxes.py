@@ -66,4 +66,9 @@ def sandbox_execs(sandbox: Sandbox, *, limit: int = 200) -> list[SandboxExec]:
 
 def sandboxes_of_task(task: Task) -> list[Sandbox]:
     """The sandboxes a batch task created with its scoped token (its page lists them)."""
-    return list(task.sandboxes_created.order_by("id"))
+    return list(with_activity(task.sandboxes_created.all()).order_by("id"))
+
+
+def sandbox_of_task(task: Task) -> Sandbox | None:
+    """The sandbox a task of type `sandbox` is the session of, if any."""
+    return Sandbox.objects.filter(task=task).first() if task.type == "sandbox" else None
