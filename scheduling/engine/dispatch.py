@@ -37,6 +37,7 @@ from scheduling.engine.registry import get_backend
 from scheduling.engine.starts import watch_starts
 from scheduling.engine.storage import StorageError, prepare_job
 from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState, attempt_key
+from scheduling.models import Queue as QueueRow
 from scheduling.selectors import site_view
 from scheduling.spec import TaskSpec
 from scheduling.states import Move, task_set_state, tasks_set_state
@@ -177,9 +178,11 @@ def dispatch_claimed_many(task_ids: list[int]) -> dict[int, str]:
     back); or "unreachable" (its backend was: released, to be tried again later).
     """
     tasks = _claimed_tasks(task_ids)
-    outcomes: dict[int, str] = {}
+    outcomes: dict[int, str] = _over_concurrency([tasks[pk] for pk in task_ids])
     by_backend: dict[str, list[_Ready]] = {}
     for pk in task_ids:
+        if pk in outcomes:
+            continue
         ready = _prepare(tasks[pk])
         if isinstance(ready, str):
             outcomes[pk] = ready
@@ -243,9 +246,6 @@ def _claimed_tasks(task_ids: list[int]) -> dict[int, Task]:
 def _prepare(task: Task) -> _Ready | str:
     """The claimed task with its admission decided: ready to submit, or what became of it."""
     project, queue_name, user = task.project.slug, task.queue.name, task.owner.get_username()
-    capped = _over_concurrency(task)
-    if capped is not None:
-        return capped
     decision = admission.admit_for_dispatch(task, project=project, queue=queue_name, user=user)
     if isinstance(decision, Hold):
         admission.hold(task, decision)
@@ -314,33 +314,70 @@ def _with_sandbox_token(spec: TaskSpec, task: Task, longest: int | None) -> Task
     )
 
 
-def _over_concurrency(task: Task) -> str | None:
-    """The queue's max_concurrency before a backend sees the task: the local backend's own
+def _over_concurrency(tasks: list[Task]) -> dict[int, str]:
+    """The queues' max_concurrency before a backend sees the tasks: the local backend's own
     scheduling pass holds what is over it, a cluster's scheduler (Slurm) does not, so a
     task for another backend stays pending ("capped"; the pending sweep tries it again) while
     the queue's dispatched and running tasks are at the cap. A live sandbox whose queue
-    refuses over the cap fails with the reason, on any backend (docs/sandboxes.md)."""
-    queue = site_view().queues.get(task.queue.name)
-    if queue is None or queue.max_concurrency is None:
-        return None
+    refuses over the cap fails with the reason, on any backend (docs/sandboxes.md).
+
+    Strict under concurrent dispatchers: each queue's row is locked while its tasks are
+    counted, and the tasks let through are marked `admitted` at once (as admission marks
+    them), so the next dispatcher counts them before their jobs exist. A few queries per
+    queue, not per task. Returns the outcome of each task held back."""
+    site = site_view()
+    gated: dict[int, list[Task]] = {}
+    for task in tasks:
+        queue = site.queues.get(task.queue.name)
+        if queue is None or queue.max_concurrency is None:
+            continue
+        if host.is_local(task.backend) and not _refuses(task, queue.over_concurrency):
+            continue
+        gated.setdefault(task.queue_id, []).append(task)
+    outcomes: dict[int, str] = {}
+    for queue_id, group in gated.items():
+        queue = site.queues[group[0].queue.name]
+        cap = queue.max_concurrency or 0
+        with transaction.atomic():
+            list(QueueRow.objects.select_for_update().filter(pk=queue_id).values_list("pk"))
+            taken = queue_slots_taken(queue_id, but=[t.pk for t in group])
+            through, over = group[: max(0, cap - taken)], group[max(0, cap - taken) :]
+            Task.objects.filter(pk__in=[t.pk for t in through], state=S.PENDING).update(
+                admitted=True
+            )
+        for task in through:
+            task.admitted = True
+        for at, task in enumerate(over):
+            verdict = concurrency(
+                taken + len(through) + at, cap, queue.over_concurrency, queue.name
+            )
+            if _refuses(task, queue.over_concurrency):
+                task_set_state(
+                    task=task,
+                    to=S.FAILED,
+                    reason=f"refused: {verdict.reason}",
+                    fields={"dispatch_lease_until": None},
+                )
+                outcomes[task.pk] = "refused"
+            else:
+                _release(task.pk, reason=f"waiting: {verdict.reason}")
+                outcomes[task.pk] = "capped"
+    return outcomes
+
+
+def _refuses(task: Task, over: str) -> bool:
+    """A live sandbox in a queue that refuses over its cap (batch tasks always wait)."""
     session = isinstance(task.spec, dict) and task.spec.get("session_idle_s") is not None
-    refuse = session and queue.over_concurrency == "refuse"
-    if host.is_local(task.backend) and not refuse:
-        return None
-    active = Task.objects.filter(queue_id=task.queue_id, state__in=ACTIVE_STATES).count()
-    verdict = concurrency(active, queue.max_concurrency, queue.over_concurrency, queue.name)
-    if verdict.verdict == "start":
-        return None
-    if refuse:
-        task_set_state(
-            task=task,
-            to=S.FAILED,
-            reason=f"refused: {verdict.reason}",
-            fields={"dispatch_lease_until": None},
-        )
-        return "refused"
-    _release(task.pk, reason=f"waiting: {verdict.reason}")
-    return "capped"
+    return session and over == "refuse"
+
+
+def queue_slots_taken(queue_id: int, *, but: list[int] | None = None) -> int:
+    """What counts against a queue's max_concurrency: its dispatched and running tasks, and
+    the pending ones a dispatcher has let through (admitted) whose job is being made."""
+    rows = Task.objects.filter(
+        Q(state__in=ACTIVE_STATES) | Q(state=S.PENDING, admitted=True), queue_id=queue_id
+    )
+    return (rows.exclude(pk__in=but) if but else rows).count()
 
 
 def _found(backend, ready: _Ready) -> Job | None:

@@ -34,6 +34,7 @@ from scheduling.backends.base import (
 )
 from scheduling.decisions import lifecycle
 from scheduling.engine.dispatch import claim_many, dispatch_claimed_many
+from scheduling.engine.dispatch import queue_slots_taken as queue_slots_taken
 from scheduling.engine.follow import apply_jobs
 from scheduling.engine.jobs import CancelRetry, cancel_requested
 from scheduling.engine.registry import get_backend

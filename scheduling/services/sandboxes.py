@@ -168,10 +168,12 @@ def _check_egress(allow: list[str], queue: Queue, project: Project) -> None:
 
 
 def _concurrency(queue: Queue):
+    """The create's answer from max_concurrency before anything is stored (the dispatch
+    decides again, under the queue's lock: engine/dispatch.py)."""
     if queue.max_concurrency is None:
         return concurrency(0, None, queue.over_concurrency, queue.name)
-    active = Task.objects.filter(queue=queue, state__in=ACTIVE_STATES).count()
-    return concurrency(active, queue.max_concurrency, queue.over_concurrency, queue.name)
+    taken = door.queue_slots_taken(queue.pk)
+    return concurrency(taken, queue.max_concurrency, queue.over_concurrency, queue.name)
 
 
 def _synced(sandbox: Sandbox) -> Sandbox:

@@ -14,7 +14,7 @@ from scheduling.backends.base import JobState
 from scheduling.backends.fake import FakeBackend
 from scheduling.engine import backend_poll
 from scheduling.engine import sandboxes as door
-from scheduling.engine.dispatch import task_dispatch
+from scheduling.engine.dispatch import claim_many, dispatch_claimed_many, task_dispatch
 from scheduling.models import Queue, Sandbox, SandboxExec, Task
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import descriptor, submit
@@ -142,3 +142,13 @@ def test_the_queue_validates_its_sandbox_settings():
     with pytest.raises(ValidationError) as caught:
         queue.clean()
     assert set(caught.value.message_dict) == {"egress_allow", "warm_pool"}
+
+
+def test_a_task_let_through_counts_before_its_job_exists(api):
+    # Two dispatched together: the first is let through (admitted) before any job is made,
+    # so the second already counts it and stays pending.
+    _queue(max_concurrency=1)
+    ids = [submit(api, descriptor(name=f"b{i}", type="agent")).json()["id"] for i in range(2)]
+    outcomes = dispatch_claimed_many(claim_many(ids))
+    assert sorted(outcomes.values()) == ["capped", "submitted"]
+    assert len(FakeBackend.jobs_for("fake")) == 1
