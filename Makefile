@@ -24,6 +24,11 @@ system-deps:
 	@command -v bwrap >/dev/null || bash docker/install-packages.sh bubblewrap
 	@# A batch job's network: slirp4netns, and iproute2's ip for its routes (docs/security.md).
 	@command -v slirp4netns >/dev/null && test -x /usr/bin/ip -o -x /bin/ip || bash docker/install-packages.sh slirp4netns iproute2
+	@# A live sandbox's egress allow-list: Debian's tinyproxy, one per session started by the
+	@# backend as the job's account; the package's own service is never started, and is kept
+	@# stopped and disabled where it was (docs/sandbox-network.md).
+	@test -x /usr/bin/tinyproxy || bash docker/install-packages.sh tinyproxy
+	@bash docker/tinyproxy-service-off.sh
 	@# A task in an image: skopeo pulls it, umoci unpacks it, the static busybox sets its limits (docs/containers.md).
 	@dpkg -s busybox-static >/dev/null 2>&1 && command -v skopeo >/dev/null && command -v umoci >/dev/null || bash docker/install-packages.sh busybox-static skopeo umoci
 	@# slirp4netns runs as the job's account: /dev/net/tun as udev sets it (some containers have 0600).

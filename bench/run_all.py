@@ -30,6 +30,7 @@ from bench import (  # noqa: E402
     bench_latency,
     bench_policy,
     bench_poll,
+    bench_sandboxes,
     bench_simulator,
     bench_slurm,
 )
@@ -59,6 +60,7 @@ BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("latency", bench_latency.run, bench_latency.COMMAND),
     ("images", bench_images.run, bench_images.COMMAND),
     ("poll", bench_poll.run, bench_poll.COMMAND),
+    ("sandboxes", bench_sandboxes.run, bench_sandboxes.COMMAND),
     ("slurm", bench_slurm.run, bench_slurm.COMMAND),
     ("accounting", bench_accounting.run, bench_accounting.COMMAND),
     ("console", bench_console.run, bench_console.COMMAND),

@@ -82,6 +82,7 @@ def sandbox_argv(
     share_net: bool = False,
     system: Sequence[str] | None = None,
     runner: Sequence[str] | None = None,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """The argv prefix that runs a command in the sandbox (append the command's argv to it).
 
@@ -97,6 +98,9 @@ def sandbox_argv(
     private /dev (devices.py): its GPUs' and nothing else of the machine's.
     `system` replaces the host's read-only system (SYSTEM_BINDS) with an image's, and
     `runner` what sets the limits inside it (local/images.py).
+    `extra` are bubblewrap's arguments for more mounts, made after the job's own folders and
+    before the sandbox's root is made read-only (a live sandbox's home and agent:
+    session/box.py).
     """
     binds: list[str] = []
     for path in writable:
@@ -136,6 +140,7 @@ def sandbox_argv(
         "--tmpfs",
         hide,
         *binds,
+        *extra,
         # Last, once every mount point is made (a mount after these could not make its
         # own): the tmpfs under them read-only, not recursively (/tmp, /dev/shm, /dev/null
         # and the job's folders stay as they are).

@@ -32,7 +32,7 @@ from scheduling.backends.base import (
     SubmitRequest,
 )
 from scheduling.backends.local import images as local_images
-from scheduling.backends.local import launch, limits, pulls, starting
+from scheduling.backends.local import launch, limits, pulls, warm
 from scheduling.backends.local import usage as job_usage
 from scheduling.backends.local.folders import FolderTotals
 from scheduling.backends.local.jobstore import (
@@ -44,11 +44,12 @@ from scheduling.backends.local.jobstore import (
     touch,
 )
 from scheduling.backends.local.prepull import LocalImages
+from scheduling.backends.local.sessions import LocalSessions
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
-from scheduling.decisions.types import NodeAllocation, NodeView, Placement
+from scheduling.decisions.types import NodeAllocation, NodeView
 from scheduling.host import pid_max as host_pid_max
 
 # Seconds between SIGTERM and SIGKILL on timeout/cancel; a request may set
@@ -59,7 +60,7 @@ SUPERVISOR_DIED = "the local supervisor died"
 NodeSource = Callable[[str], "Sequence[NodeView] | Mapping[str, Sequence[NodeView]]"]
 
 
-class LocalBackend(LocalImages, Backend):
+class LocalBackend(LocalSessions, LocalImages, Backend):
     """Runs jobs as processes on this machine; see jobstore.py for the files."""
 
     # The engine hands this backend the portal's node inventory (engine/registry.py).
@@ -122,6 +123,10 @@ class LocalBackend(LocalImages, Backend):
         self._inventory_cache: tuple[float, dict[str, tuple[NodeView, ...]]] | None = None
         # Supervisors this process spawned: polled so that they do not linger as zombies.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        # Live sandboxes (sessions.py): each running one's socket, and the warm sandbox a
+        # claim in progress takes over (key -> warm key).
+        self._sockets: dict[str, str] = {}
+        self._claims: dict[str, str] = {}
 
     # -- protocol ----------------------------------------------------------------------
 
@@ -303,6 +308,7 @@ class LocalBackend(LocalImages, Backend):
         with self.store.locked():
             # Retires the jobs that ended since the last pass.
             self._live_allocations(find_dead=True)
+            warm.instances(self.store)  # clears warm sandboxes that ended
         removed = 0
         for key in self.store.expired(older_than=cutoff):
             if KEY_RE.match(key):
@@ -449,11 +455,6 @@ class LocalBackend(LocalImages, Backend):
         return inventory
 
     # -- starting a job ----------------------------------------------------------------
-
-    def _prepare_start(
-        self, key: str, request: SubmitRequest, placement: Placement, state: dict
-    ) -> dict | None:
-        return starting.prepare_start(self, key, request, placement, state)
 
     def _fail_unstarted(self, key: str, reason: str) -> None:
         state = self.store.read_state(key) or {}

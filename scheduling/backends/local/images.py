@@ -74,7 +74,9 @@ def prepare(
     except ImageError:
         return None, EVICTED
     config = pin.image.config
-    if spec.command is None and spec.script is None and not (config.entrypoint or config.cmd):
+    # A live sandbox runs its agent, not the image's command (sessionplan.py).
+    runs_own = spec.command is not None or spec.script is not None or spec.session_idle_s
+    if not runs_own and not (config.entrypoint or config.cmd):
         pin.release()
         return None, (
             f"image {spec.image} has neither Entrypoint nor Cmd in its config, and the task "

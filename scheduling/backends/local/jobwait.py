@@ -58,6 +58,12 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
             rc = os.waitstatus_to_exitcode(status)
             break
         now = time.monotonic()
+        if plan.get("warm") and take_claim(shim):
+            # A warm sandbox handed to a session: its walltime runs from the claim.
+            walltime = plan.get("walltime_s")
+            deadline = (
+                now + walltime - max(0.0, time.time() - shim.claimed_at) if walltime else None
+            )
         if why is None:
             if shim.cancelled():
                 why = "cancelled"
@@ -152,6 +158,30 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
         shim.finish("failed", f"killed by signal {name} ({signo})", exit_code=code)
     else:
         shim.finish("failed", f"exit code {rc}", exit_code=code)
+
+
+def take_claim(shim) -> bool:
+    """A warm sandbox (local/warm.py) handed to a session: the backend wrote the session's
+    state (running since the claim) and `claimed` in this folder, saying where the session's
+    folder is. From here on this supervisor writes that state, looks for the cancel marker
+    there, and ends the sandbox at the session's walltime."""
+    import marshal
+
+    try:
+        with open(os.path.join(shim.jobdir, "claimed"), "rb") as f:
+            claim = marshal.load(f)
+    except FileNotFoundError:
+        return False
+    shim.plan["warm"] = False
+    shim.plan["walltime_s"] = claim["walltime_s"]
+    shim.claimed_at = claim["claimed_at"]
+    shim.warm_state_path = shim.state_path  # told the end too, so that it is cleared then
+    shim.jobdir = claim["jobdir"]
+    shim.state_path = os.path.join(shim.jobdir, "state.json")
+    shim.marker_path = os.path.join(shim.jobdir, "cancel")
+    shim.state = dict(claim["state"])
+    shim.update_state()
+    return True
 
 
 def term_job(shim, pid: int, jobwatch, signo: int) -> None:

@@ -21,7 +21,6 @@ import re
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -31,6 +30,7 @@ from scheduling.backends import storage
 from scheduling.backends.base import BackendError, SubmitRequest
 from scheduling.backends.devices import bwrap_args, device_minor, missing_reason
 from scheduling.backends.images import CachedImage
+from scheduling.backends.local import sessionplan
 from scheduling.backends.local.images import (
     BUSYBOX,
     busybox_limits,
@@ -91,6 +91,8 @@ def validate(request: SubmitRequest) -> None:
     if spec.command is not None and spec.script is not None:
         raise BackendError("exactly one of command and script is required")
     if spec.command is None and spec.script is None and not spec.image_digest:
+        if spec.session_idle_s is not None:
+            return  # a live sandbox runs its agent (sessionplan.py)
         raise BackendError("a command or a script is required without an image")
     if spec.command is not None and (not spec.command or any("\0" in a for a in spec.command)):
         raise BackendError("command: must be a non-empty list of strings without NUL")
@@ -201,24 +203,39 @@ def launch_plan(
     # A multi-node job: one process per node it holds, all in the one sandbox (ranks.py).
     argv = rank_argv(argv, spec, placement, visible, grace_s=grace_s)
     chdir, system, runner = storage.workdir(request, work), None, None
-    if image is not None:
-        argv, env, image_dir = in_image(image, spec, env, script=script, work=work)
-        chdir = request.storage.workdir or image_dir
-        # BUSYBOX too: a link on its way would have bwrap make it outside the image.
-        needed = ["/dev", "/proc", *TMPFS, BUSYBOX, store.root]
-        needed += [m for m, _ in storage.mounts(request)]
-        busybox = host_busybox() or "/bin/busybox"  # checked before (images.prepare)
-        system = [*rootfs_binds(str(image.rootfs), needed), "--ro-bind", busybox, BUSYBOX]
-        runner = busybox_limits(limits.max_processes, limits.max_disk_bytes)
     # The memory it booked: its request on every node it holds (one process tree here).
     memory = sum(a.memory_mib for a in placement.allocations) or spec.resources.memory_mib
     memory_bytes = memory << 20
+    # A live sandbox: the agent in a home of its own, no job folders (sessionplan.py).
+    session = None
+    if spec.session_idle_s is not None:
+        session = sessionplan.parts(store, key, spec, env, memory_bytes=memory_bytes, image=image)
+        argv, env, chdir = session.argv, session.env, session.tmpfs[0]
+    mounts = storage.mounts(request) if session is None else []
+    if image is not None:
+        if session is None:
+            argv, env, image_dir = in_image(image, spec, env, script=script, work=work)
+            chdir = request.storage.workdir or image_dir
+        # BUSYBOX too: a link on its way would have bwrap make it outside the image.
+        needed = [
+            "/dev",
+            "/proc",
+            *TMPFS,
+            BUSYBOX,
+            store.root,
+            *(session.needed if session else ()),
+        ]
+        needed += [m for m, _ in mounts]
+        busybox = host_busybox() or "/bin/busybox"  # checked before (images.prepare)
+        system = [*rootfs_binds(str(image.rootfs), needed), "--ro-bind", busybox, BUSYBOX]
+        runner = busybox_limits(limits.max_processes, limits.max_disk_bytes)
+    own = [work, home] if session is None else []  # HOME must be writable too
     argv = [
         *sandbox_argv(
             bwrap,
-            writable=[work, home],  # HOME must be writable too
+            writable=own,
             readonly=[script] if spec.script is not None else [],
-            mounts=storage.mounts(request),  # the site's storage areas of its pool
+            mounts=mounts,  # the site's storage areas of its pool
             hide=store.root,
             chdir=chdir,
             tmp_bytes=memory_bytes,
@@ -227,6 +244,7 @@ def launch_plan(
             devices=bwrap_args(binds),
             system=system,
             runner=runner,
+            extra=session.mounts if session else (),
         ),
         *argv,
     ]
@@ -237,8 +255,10 @@ def launch_plan(
         # --setenv through a descriptor (shim.py), not on its command line.
         "env": dict(SITE_ENV),
         "job_env": env,
-        "cwd": work,
-        "mkdirs": [work, home],
+        "cwd": work if session is None else store.jobdir(key),
+        "mkdirs": own,
+        # The socket the supervisor binds for the agent (shim.py); None: not a session.
+        "session": None if session is None else session.plan,
         "readable": [script] if spec.script is not None else [],
         # Checked by the supervisor before the sandbox starts: a missing one fails the job.
         "devices": [[host, missing_reason(host, what)] for host, _, what in binds],
@@ -248,7 +268,7 @@ def launch_plan(
         "umask": storage.umask(request),
         # Made and linked by the job's account as it starts, following no link on the way
         # (nolinks.py); a missing input, a link, a name taken fails it with the reason.
-        "prepare": storage.prepare_plan(request, work),
+        "prepare": storage.prepare_plan(request, work) if session is None else None,
         "walltime_s": spec.walltime_s,
         "grace_s": grace_s,
         "bwrap": bwrap,
@@ -264,8 +284,8 @@ def launch_plan(
             "max_processes": limits.max_processes,
             "processes_note": limits.processes_note,
             "disk_bytes": limits.max_disk_bytes,
-            "disk_paths": [work, home],
-            "tmpfs": list(TMPFS),  # memory too: counted with the processes'
+            "disk_paths": own,
+            "tmpfs": [*TMPFS, *(session.tmpfs if session else ())],  # memory too
         },
     }
 
@@ -475,23 +495,3 @@ def signal_child(state: Mapping[str, Any], signo: int) -> None:
     if box_pid and box_start is not None and proc_start_time(box_pid) == box_start:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(box_pid, signal.SIGKILL)
-
-
-def unreachable_by_others(root: str) -> str | None:
-    """Why another account could not reach its job's folder under `root`, if it cannot.
-
-    The sandbox is set up by the job's own account, which must be able to pass through every
-    folder above its work folder (o+x).
-    """
-    path = root
-    while True:
-        if not os.stat(path).st_mode & stat.S_IXOTH:
-            return (
-                f"the local backend's folder {root} cannot be reached by the job's account: "
-                f"{path} is not passable by others (chmod o+x it, or move the root: "
-                "SWITCHYARD_LOCAL_ROOT)"
-            )
-        parent = os.path.dirname(path)
-        if parent == path:
-            return None
-        path = parent

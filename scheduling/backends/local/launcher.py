@@ -36,7 +36,15 @@ import time
 
 IDLE_S = 120.0
 CHECK_S = 2.0  # how often it looks whether its socket is still there
-CODE_FILES = ("launcher.py", "shim.py", "jobwait.py", "jobwatch.py", "../jobnet.py")
+CODE_FILES = (
+    "launcher.py",
+    "shim.py",
+    "jobwait.py",
+    "jobwatch.py",
+    "../jobnet.py",
+    "../session/box.py",
+    "../session/egress.py",
+)
 MAX_REQUEST_BYTES = 1 << 20
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -132,6 +140,7 @@ class Launcher:
 
         shim._jobwait()  # likewise
         shim._jobnet()  # likewise, for batch jobs
+        shim._box()  # likewise, for live sandboxes
 
         self.shim = shim
         # The backend waits for this process: it returns once the server (a child: the lock

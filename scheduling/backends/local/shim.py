@@ -116,6 +116,10 @@ class Shim:
         self.watch = None  # the watchdog (jobwatch.Limits) once the job runs
         self.net: tuple[int, int] | None = None  # a batch job's slirp4netns (jobnet.py)
         self.image_fd: int | None = None  # the pin on the job's image (pin_image)
+        self.listen_fd = -1  # a live sandbox's listening socket, until the sandbox has it
+        self.egress: tuple[int, ...] | None = None  # its proxy (session/egress.py), if any
+        self.claimed_at = 0.0  # when a warm sandbox was handed to a session (jobwait.py)
+        self.warm_state_path = ""  # then: the warm sandbox's own state, ended with the session
 
     def update_state(self, **fields: object) -> None:
         self.state.update(fields)
@@ -128,6 +132,15 @@ class Shim:
         # waited for, whichever is more.
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
         watched = self.watch
+        if self.egress is not None:
+            _egress().stop(self.egress)
+            self.egress = None
+        session = self.plan.get("session")
+        if session:  # the portal's next call finds no sandbox (SessionGone), not a hang
+            try:  # noqa: SIM105 (contextlib is an import this file avoids)
+                os.unlink(session["socket"])
+            except OSError:
+                pass
         if self.image_fd is not None:  # its image is no longer used: it may be evicted now
             os.close(self.image_fd)
             self.image_fd = None
@@ -141,6 +154,8 @@ class Shim:
                 watched.cpu_ms if watched is not None else 0,
             ),
         )
+        if self.warm_state_path:
+            write_state(self.warm_state_path, self.state)
 
     def cancelled(self) -> bool:
         return os.path.exists(self.marker_path)
@@ -199,8 +214,21 @@ class Shim:
             plan.get("output_cap"),
             kept_as=plan.get("output_kept_as"),
         )
+        argv = plan["argv"]
+        session = plan.get("session")
+        if session:
+            # A live sandbox: its agent accepts on a socket bound here, by the portal's
+            # account, at a path only it may connect to (session/box.py).
+            try:
+                self.listen_fd = _box().listen(session["socket"]).detach()
+            except OSError as exc:
+                self.finish("failed", f"the sandbox's socket could not be made: {exc}")
+                return
+            argv = [str(self.listen_fd) if a == "{listen-fd}" else a for a in argv]
+            if session.get("egress") and not self.start_egress(session, run_as):
+                return
         try:
-            pid, sandbox_pid, out_r = self.spawn(plan["argv"], plan["env"], plan["cwd"], run_as)
+            pid, sandbox_pid, out_r = self.spawn(argv, plan["env"], plan["cwd"], run_as)
         except InputError as exc:
             self.finish("failed", str(exc), exit_code=127)
             return
@@ -224,6 +252,24 @@ class Shim:
             sandbox_start=self.sandbox[1] if self.sandbox else None,
         )
         _jobwait().wait(self, pid, out_r, jobwatch)
+
+    def start_egress(self, session: dict, run_as: list[int] | None) -> bool:
+        """A live sandbox's proxy, before its sandbox (which binds the proxy's socket in);
+        False once the job has failed for want of it."""
+        folder = session["egress_folder"]
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        os.chmod(folder, 0o755)  # the proxy reads its configuration as the job's account
+        egress = _egress()
+        try:
+            self.egress = egress.start(
+                folder, session["egress"], socket_path=session["egress_socket"], run_as=run_as
+            )
+        except egress.EgressError as exc:
+            os.close(self.listen_fd)
+            self.listen_fd = -1
+            self.finish("failed", str(exc))
+            return False
+        return True
 
     def pin_image(self, lock: str, whole: str) -> bool:
         """Hold the job's image (a shared lock on its use file, docs/containers.md) until this
@@ -301,7 +347,7 @@ class Shim:
                     os._exit(127)
                 os.chdir(cwd)
                 os.set_inheritable(info_w, True)
-                for fd in (block_r, args_fd):
+                for fd in (block_r, args_fd, self.listen_fd):
                     if fd >= 0:
                         os.set_inheritable(fd, True)
                 # Every other descriptor is non-inheritable, so exec closes it.
@@ -310,9 +356,10 @@ class Shim:
                 os.write(err_w, str(exc.errno or 0).encode())
             finally:
                 os._exit(127)
-        for fd in (err_w, out_w, null_fd, info_w, block_r, args_fd):
+        for fd in (err_w, out_w, null_fd, info_w, block_r, args_fd, self.listen_fd):
             if fd >= 0:
                 os.close(fd)
+        self.listen_fd = -1
         data = _read_all(err_r)
         if data:  # the child failed before or at exec, and has exited with 127
             for fd in (info_r, out_r, block_w):
@@ -358,44 +405,43 @@ class Shim:
                 pass
 
 
-def _jobwatch():
-    """The watchdog module beside this file (imported by path: `-I` leaves it off sys.path)."""
-    here = os.path.dirname(os.path.abspath(__file__))
+def _beside(name: str, folder: str = ""):
+    """A module of the backends imported by path (`-I` leaves them off sys.path): from this
+    file's folder, or from `folder` ("..": the backends'; "../session": live sandboxes')."""
+    here = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), folder))
     if here not in sys.path:
         sys.path.insert(0, here)
-    import jobwatch
+    return __import__(name)
 
-    return jobwatch
+
+def _jobwatch():
+    """The watchdog (jobwatch.py)."""
+    return _beside("jobwatch")
 
 
 def _nolinks():
-    """The no-link walk beside this file (shared with the Slurm batch script)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import nolinks
-
-    return nolinks
+    """The no-link walk (nolinks.py, shared with the Slurm batch script)."""
+    return _beside("nolinks")
 
 
 def _jobwait():
-    """The wait loop's module beside this file, imported by path once the child runs."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import jobwait
+    """The wait loop (jobwait.py), imported once the child runs."""
+    return _beside("jobwait")
 
-    return jobwait
+
+def _box():
+    """A live sandbox's socket and mounts (session/box.py)."""
+    return _beside("box", "../session")
+
+
+def _egress():
+    """A live sandbox's proxy (session/egress.py)."""
+    return _beside("egress", "../session")
 
 
 def _jobnet():
-    """The job network module (jobnet.py, beside the backends), imported by path."""
-    backends = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if backends not in sys.path:
-        sys.path.insert(0, backends)
-    import jobnet
-
-    return jobnet
+    """The job network module (jobnet.py, beside the backends)."""
+    return _beside("jobnet", "..")
 
 
 class InputError(Exception):

@@ -4,7 +4,9 @@ marked starting and its supervisor's launch plan (launch.py)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import time
 from typing import Protocol
 
@@ -49,7 +51,7 @@ def prepare_start(
     except (launch.JobAccountError, BlockedNetworksError) as exc:
         backend._fail_unstarted(key, str(exc))
         return None
-    why = launch.unreachable_by_others(backend.root) if account else None
+    why = unreachable_by_others(backend.root) if account else None
     image, why = (None, why) if why else local_images.prepare(backend.root, request, placement)
     if why == local_images.EVICTED:
         pulls.again(state, time.time())
@@ -98,3 +100,23 @@ def prepare_start(
     plan["state"] = state  # the supervisor continues from this state
     backend.store.write_state(key, state)
     return plan
+
+
+def unreachable_by_others(root: str) -> str | None:
+    """Why another account could not reach its job's folder under `root`, if it cannot.
+
+    The sandbox is set up by the job's own account, which must be able to pass through every
+    folder above its work folder (o+x).
+    """
+    path = root
+    while True:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return (
+                f"the local backend's folder {root} cannot be reached by the job's account: "
+                f"{path} is not passable by others (chmod o+x it, or move the root: "
+                "SWITCHYARD_LOCAL_ROOT)"
+            )
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent

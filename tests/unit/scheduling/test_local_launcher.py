@@ -173,6 +173,7 @@ def test_a_launcher_of_older_code_makes_way_for_the_new(make, tmp_path):
     old_code = tmp_path / "old"
     old_code.mkdir()
     for name in launcher.CODE_FILES:
+        (old_code / name).parent.mkdir(exist_ok=True)
         shutil.copy(Path(launch.SHIM_DIR) / name, old_code / name)
     subprocess.run(
         [sys.executable, "-I", "-S", str(old_code / "launcher.py"), backend.root], check=True
