@@ -32,6 +32,7 @@ from scheduling.backends.base import (
     SessionGone,
     WarmSpec,
 )
+from scheduling.backends.session.network import egress_refusal
 from scheduling.decisions import lifecycle
 from scheduling.engine.dispatch import claim_many, dispatch_claimed_many
 from scheduling.engine.dispatch import queue_slots_taken as queue_slots_taken
@@ -56,6 +57,13 @@ DEFAULT_IDLE_S = 120
 PREVIEW_CHARS = 200
 
 
+def egress_problem(allow: list[str]) -> str | None:
+    """Why an allow-list may not be given to a sandbox although its queue or project lists
+    it: a name that leads, now, to the portal's own database, broker, cache or web port
+    (docs/sandbox-network.md). None when it may (or the list is empty)."""
+    return egress_refusal(allow) if allow else None
+
+
 def state_of(task: Task) -> str:
     """The sandbox state its task's state means."""
     if task.state == S.RUNNING:
@@ -64,8 +72,11 @@ def state_of(task: Task) -> str:
         return SandboxState.ENDED
     if task.state == S.FAILED:
         return SandboxState.FAILED
-    waits = task.state == S.WAITING or (task.reason or "").startswith("waiting: ")
-    return SandboxState.QUEUED if waits else SandboxState.STARTING
+    # Held by its quota, or by its queue's max_concurrency: before dispatch (a cluster's
+    # backend, engine/dispatch.py) or in the local backend's own scheduling pass
+    # (decisions/schedule.py), whose reasons both say so.
+    capped = "runs its maximum of" in (task.reason or "")
+    return SandboxState.QUEUED if task.state == S.WAITING or capped else SandboxState.STARTING
 
 
 def start(task_id: int, *, wait_s: float) -> Task:
@@ -184,7 +195,7 @@ def exec_ended(row_id: int, result: ExecResult | None, *, error: str = "") -> No
     """The exec's row completed as it ended (one update)."""
     values: dict = {"ended_at": timezone.now()}
     if result is None:
-        values["error"] = error[:255]
+        values["error"] = error.replace("\x00", "\ufffd")[:255]
     else:
         text = (result.stdout or result.stderr)[: PREVIEW_CHARS * 4]
         values.update(
@@ -193,7 +204,8 @@ def exec_ended(row_id: int, result: ExecResult | None, *, error: str = "") -> No
             stdout_bytes=len(result.stdout),
             stderr_bytes=len(result.stderr),
             timed_out=result.timed_out,
-            preview=text.decode("utf-8", "replace")[:PREVIEW_CHARS],
+            # Text as the page shows it: PostgreSQL's text holds no NUL.
+            preview=text.decode("utf-8", "replace").replace("\x00", "\ufffd")[:PREVIEW_CHARS],
         )
     SandboxExec.objects.filter(pk=row_id).update(**values)
 

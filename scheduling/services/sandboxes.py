@@ -91,6 +91,8 @@ def sandbox_create(*, user: User, data: dict[str, Any], scope: TaskScope | None 
         data, "max_lifetime_s", queue.default_walltime_s or longest or 3600, 1, longest
     )
     _check_egress(allow, queue, project)
+    if why := door.egress_problem(allow):
+        raise ApplicationError(why, field="network.allow", got=allow)
     verdict = _concurrency(queue)
     if verdict.verdict == "refuse":
         raise ApplicationError(f"refused: {verdict.reason}", field=None, status=409)

@@ -152,3 +152,12 @@ def test_a_task_let_through_counts_before_its_job_exists(api):
     outcomes = dispatch_claimed_many(claim_many(ids))
     assert sorted(outcomes.values()) == ["capped", "submitted"]
     assert len(FakeBackend.jobs_for("fake")) == 1
+
+
+def test_an_allowed_name_that_leads_to_the_portals_own_web_port_is_refused(api, settings):
+    settings.SWITCHYARD_PUBLIC_URL = "http://localhost:8000"
+    _queue(egress_allow=["localhost:8000"])
+    refused = create(api, network={"allow": ["localhost:8000"]})
+    assert refused.status_code == 400, refused.content
+    error = refused.json()["errors"][0]
+    assert error["field"] == "network.allow" and "localhost:8000" in error["message"]
