@@ -30,6 +30,7 @@ from scheduling.backends import (
 from scheduling.decisions.devices import NO_DEVICES
 from scheduling.decisions.quota import Hold, Reject
 from scheduling.decisions.sandboxes import concurrency
+from scheduling.decisions.storage import JobStorage
 from scheduling.engine import admission
 from scheduling.engine.capacity import lease_partitions
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_jobs
@@ -270,8 +271,13 @@ def _prepare(task: Task) -> _Ready | str:
         spec = TaskSpec.from_dict(task.spec)
         if spec.secret_env:
             spec = dataclasses.replace(spec, secret_env=sealed.open_sealed(task.spec["secret_env"]))
-        # Its storage folders, made here (root): docs/storage.md.
-        storage = prepare_job(task, pool=queue.pool, areas=site.storage)
+        # Its storage folders, made here (root): docs/storage.md. A live sandbox has none:
+        # its own tmpfs home only, as a warm one it may take over (docs/sandboxes.md).
+        storage = (
+            JobStorage()
+            if spec.session_idle_s is not None
+            else prepare_job(task, pool=queue.pool, areas=site.storage)
+        )
         if spec.sandboxes:
             spec = _with_sandbox_token(spec, task, queue.max_walltime_s)
     except (sealed.CannotOpen, StorageError) as exc:

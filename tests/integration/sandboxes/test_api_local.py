@@ -9,6 +9,7 @@ import time
 import pytest
 from rest_framework.test import APIClient
 
+from scheduling.backends.base import WarmSpec
 from scheduling.engine import sandboxes as door
 from scheduling.engine.registry import get_backend
 from scheduling.models import Queue, Sandbox, Task
@@ -94,3 +95,22 @@ def test_the_cap_refuses_or_queues_as_the_queue_says(api):
     wait_for(ready, timeout=20, what="the queued sandbox to start", step=0.2)
     assert run(api, second, ["echo", "ok"]).json()["stdout"] == "ok\n"
     api.delete(f"/api/v1/sandboxes/{second}/")
+
+
+def test_a_create_takes_a_warm_sandbox_and_is_billed_from_the_claim(api):
+    assert door.warm_pass()  # the default site keeps {"": 2} warm in inference-agent
+    backend = get_backend("local")
+
+    def warm_ready() -> bool:
+        return sum(v.ready for v in backend.keep_warm([WarmSpec("", 1, 1024, 2)])) >= 1
+
+    wait_for(warm_ready, timeout=20, what="a warm sandbox", step=0.1)
+    sid = create(api).json()["id"]
+    task = Task.objects.get(sandbox__public_id=sid)
+    state = backend.store.read_state(task.backend_id)
+    assert state.get("warm"), state  # it took a warm sandbox over
+    assert run(api, sid, ["echo", "warm"]).json()["stdout"] == "warm\n"
+    sandbox = Sandbox.objects.get(public_id=sid)
+    assert abs((sandbox.ready_at - sandbox.created_at).total_seconds()) < 1
+    api.delete(f"/api/v1/sandboxes/{sid}/")
+    backend.keep_warm([])
