@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
-from django.db.models import Count, Exists, Max, OuterRef
 from django.utils import timezone
 
 from scheduling.backends.base import (
@@ -49,6 +48,7 @@ from scheduling.models import (
     Task,
     TaskState,
 )
+from scheduling.selectors.sandboxes import with_activity
 from scheduling.states import task_set_state
 
 log = logging.getLogger(__name__)
@@ -269,13 +269,9 @@ def end(task_id: int, *, who: str, reason: str) -> None:
 
 
 def activity(sandboxes, now: datetime | None = None):
-    """The queryset with `last_exec_end` and `busy` (an exec in flight, within its deadline)
-    annotated: what idle time is computed from."""
-    now = now or timezone.now()
-    in_flight = SandboxExec.objects.filter(
-        sandbox=OuterRef("pk"), ended_at__isnull=True, deadline__gt=now
-    )
-    return sandboxes.annotate(last_exec_end=Max("execs__ended_at"), busy=Exists(in_flight))
+    """The queryset with `last_exec_end`, `busy` (an exec in flight within its deadline) and
+    `execs_run` annotated: what idle time and the exec count are computed from."""
+    return with_activity(sandboxes, now)
 
 
 def last_active(sandbox: Sandbox, now: datetime | None = None) -> datetime:
@@ -293,9 +289,9 @@ def reclaim(now: datetime | None = None) -> int:
     timeout ends the sandbox through `after_ends`). Returns how many it ended."""
     now = now or timezone.now()
     ended = 0
-    live = activity(Sandbox.objects.filter(state__in=LIVE_SANDBOX_STATES), now).only(
-        "pk", "task_id", "idle_timeout_s", "last_active_at", "state"
-    )
+    live = with_activity(
+        Sandbox.objects.filter(state__in=LIVE_SANDBOX_STATES), now, count=False
+    ).only("pk", "task_id", "idle_timeout_s", "last_active_at", "state")
     for sandbox in live:
         if sandbox.state == SandboxState.QUEUED:
             continue  # not started: nothing is idle yet
@@ -321,9 +317,9 @@ def after_ends(tasks: list[Task]) -> None:
         Sandbox.objects.filter(task_id=task_id, end_reason="").update(end_reason="its task ended")
         end(task_id, who="the end of the task that created it", reason="its task ended")
     rows = list(
-        activity(Sandbox.objects.filter(task_id__in=ids, state__in=LIVE_SANDBOX_STATES))
-        .select_related("task")
-        .annotate(n=Count("execs", distinct=True))
+        activity(
+            Sandbox.objects.filter(task_id__in=ids, state__in=LIVE_SANDBOX_STATES)
+        ).select_related("task")
     )
     for sandbox in rows:
         task = sandbox.task
@@ -331,7 +327,7 @@ def after_ends(tasks: list[Task]) -> None:
             state=state_of(task),
             ended_at=task.ended_at or timezone.now(),
             end_reason=sandbox.end_reason or _end_reason(task),
-            exec_count=sandbox.n,
+            exec_count=sandbox.execs_run,
             last_active_at=last_active(sandbox),
         )
 

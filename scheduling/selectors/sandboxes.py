@@ -3,8 +3,10 @@ and use; for anyone else it does not exist (404). A scoped task token sees its p
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib.auth.models import User
-from django.db.models import Count, Exists, Max, OuterRef, QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
 from django.http import Http404
 from django.utils import timezone
 
@@ -43,16 +45,21 @@ def sandbox_list_for_user(user: User, *, scope: TaskScope | None = None) -> Quer
     return with_activity(rows)
 
 
-def with_activity(rows: QuerySet[Sandbox]) -> QuerySet[Sandbox]:
-    now = timezone.now()
-    in_flight = SandboxExec.objects.filter(
-        sandbox=OuterRef("pk"), ended_at__isnull=True, deadline__gt=now
+def with_activity(
+    rows: QuerySet[Sandbox], now: datetime | None = None, *, count: bool = True
+) -> QuerySet[Sandbox]:
+    """The sandboxes with `last_exec_end` (its latest exec's end), `busy` (an exec in flight
+    within its deadline) and, with `count`, `execs_run` annotated: what idle time and the
+    exec count are read from. Each an index step per sandbox (models/sandboxes.py)."""
+    now = now or timezone.now()
+    execs = SandboxExec.objects.filter(sandbox=OuterRef("pk"))
+    rows = rows.annotate(
+        last_exec_end=Subquery(
+            execs.filter(ended_at__isnull=False).order_by("-ended_at").values("ended_at")[:1]
+        ),
+        busy=Exists(execs.filter(ended_at__isnull=True, deadline__gt=now)),
     )
-    return rows.annotate(
-        last_exec_end=Max("execs__ended_at"),
-        busy=Exists(in_flight),
-        execs_run=Count("execs"),
-    )
+    return rows.annotate(execs_run=Count("execs")) if count else rows
 
 
 def sandbox_get_for_user(
