@@ -29,10 +29,13 @@ from portal import hot
 from portal.errors import ApplicationError
 from portal.models import Project
 from portal.selectors import project_get_for_member
+from scheduling import decisions
 from scheduling.decisions.sandboxes import concurrency, outside_allowed
+from scheduling.decisions.types import QueuePolicy
 from scheduling.models import ACTIVE_STATES, Queue, Sandbox, SandboxState, Task
+from scheduling.selectors import site_view
 from scheduling.services.sandbox_input import ExecAsk, exec_ask, int_field, network
-from scheduling.services.tasks import task_decide, task_submit_spec
+from scheduling.services.tasks import task_submit_spec
 from scheduling.spec import Resources, TaskSpec
 from scheduling.tokens import PREFIX as TASK_TOKEN_PREFIX
 from scheduling.tokens import TaskScope, check
@@ -82,18 +85,23 @@ def sandbox_create(*, user: User, data: dict[str, Any], scope: TaskScope | None 
         resources=Resources(cpus=cpus, memory_mib=memory_mb),
         image=template or None,
     )
-    queue_name = task_decide(probe, user=user).queue
-    queue = Queue.objects.get(name=queue_name)
+    site = site_view()
+    routed = decisions.route(probe, "sandbox", site.rules, site.queues)
+    if isinstance(routed, decisions.Refused):
+        raise ApplicationError(routed.reason, field=routed.field)
+    queue_name = routed.queue  # named in the task's spec below: a canary does not move it
+    queue = site.queues[queue_name]
     queue_idle = queue.idle_scale_in_s or DEFAULT_IDLE_S
     idle = int_field(data, "idle_timeout_s", queue_idle, 1, queue_idle)
     longest = queue.max_walltime_s
     lifetime = int_field(
         data, "max_lifetime_s", queue.default_walltime_s or longest or 3600, 1, longest
     )
-    _check_egress(allow, queue, project)
-    if why := door.egress_problem(allow):
-        raise ApplicationError(why, field="network.allow", got=allow)
-    verdict = _concurrency(queue)
+    if allow:
+        _check_egress(allow, Queue.objects.get(name=queue_name), project)
+        if why := door.egress_problem(allow):
+            raise ApplicationError(why, field="network.allow", got=allow)
+    verdict = _concurrency(queue, site.queue_ids[queue_name])
     if verdict.verdict == "refuse":
         raise ApplicationError(f"refused: {verdict.reason}", field=None, status=409)
     spec = TaskSpec(
@@ -169,12 +177,12 @@ def _check_egress(allow: list[str], queue: Queue, project: Project) -> None:
         )
 
 
-def _concurrency(queue: Queue):
+def _concurrency(queue: QueuePolicy, queue_id: int):
     """The create's answer from max_concurrency before anything is stored (the dispatch
     decides again, under the queue's lock: engine/dispatch.py)."""
     if queue.max_concurrency is None:
         return concurrency(0, None, queue.over_concurrency, queue.name)
-    taken = door.queue_slots_taken(queue.pk)
+    taken = door.queue_slots_taken(queue_id)
     return concurrency(taken, queue.max_concurrency, queue.over_concurrency, queue.name)
 
 
