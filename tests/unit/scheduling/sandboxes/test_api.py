@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduling.backends.base import JobState
 from scheduling.backends.fake import FakeBackend
 from scheduling.models import Sandbox, SandboxExec, Task
 from tests.unit.scheduling.sandboxes.helpers import create, run
@@ -50,3 +51,29 @@ def test_another_project_gets_404_everywhere(api, outsider_api):
     assert outsider_api.get("/api/v1/sandboxes/").json()["results"] == []
     assert FakeBackend.jobs_for("fake")  # it is still there
     assert Sandbox.objects.get().state == "ready"
+
+
+def test_on_a_backend_that_starts_it_later_the_create_answers_starting_and_a_read_sees_it_ready(
+    api,
+):
+    # The fake backend shows no starts at once, as Slurm: the client polls.
+    FakeBackend(alias="fake").hold_sessions()
+    made = create(api)
+    assert made.status_code == 202 and made.json()["state"] == "starting", made.content
+    sid = made.json()["id"]
+    assert run(api, sid, ["true"]).status_code == 409
+    task = Task.objects.get(sandbox__public_id=sid)
+    FakeBackend(alias="fake").finish(task.backend_id, JobState.RUNNING)
+    shown = api.get(f"/api/v1/sandboxes/{sid}/").json()
+    assert shown["state"] == "ready" and shown["ready_at"] is not None
+    assert run(api, sid, ["echo", "up"]).json()["stdout"] == "up\n"
+
+
+def test_an_exec_in_a_sandbox_the_backend_ended_is_409_and_recorded(api):
+    sid = create(api).json()["id"]
+    task = Task.objects.get(sandbox__public_id=sid)
+    FakeBackend(alias="fake").cancel(task.backend_id)  # ended behind the portal's back
+    gone = run(api, sid, ["true"])
+    assert gone.status_code == 409 and "has ended" in gone.json()["errors"][0]["message"]
+    row = SandboxExec.objects.get()
+    assert row.ended_at is not None and "ended" in row.error
