@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.http import HttpResponse, StreamingHttpResponse
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -73,6 +74,22 @@ class TaskTokenAuthentication(BaseAuthentication):
         return "Token"
 
 
+class TaskTokenScheme(OpenApiAuthenticationExtension):
+    """The API schema names it: `Authorization: Token sytask.…`, a batch task's own."""
+
+    target_class = TaskTokenAuthentication
+    name = "taskToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "A batch task's scoped token, `Token sytask.…` (SWITCHYARD_TOKEN in "
+            "its environment): its own project's sandboxes only (docs/sandboxes.md).",
+        }
+
+
 class _Sandboxes(APIView):
     authentication_classes = [
         TaskTokenAuthentication,
@@ -115,6 +132,7 @@ class SandboxListCreate(_Sandboxes):
             OpenApiParameter("project", str, description="one project's"),
         ],
         responses={200: OpenApiTypes.OBJECT},
+        operation_id="sandboxes_list",
         description="The sandboxes of your projects, newest first (at most 200).",
     )
     def get(self, request: Request) -> Response:
