@@ -379,9 +379,11 @@ def _refuses(task: Task, over: str) -> bool:
 
 def queue_slots_taken(queue_id: int, *, but: list[int] | None = None) -> int:
     """What counts against a queue's max_concurrency: its dispatched and running tasks, and
-    the pending ones a dispatcher has let through (admitted) whose job is being made."""
+    the pending ones a dispatcher has let through whose job is being made — its admitted
+    tasks that have not ended (a task is admitted from then until it ends or goes back to
+    pending or waiting), read through the queue's quota index."""
     rows = Task.objects.filter(
-        Q(state__in=ACTIVE_STATES) | Q(state=S.PENDING, admitted=True), queue_id=queue_id
+        queue_id=queue_id, admitted=True, state__in=[S.PENDING, *ACTIVE_STATES]
     )
     return (rows.exclude(pk__in=but) if but else rows).count()
 
