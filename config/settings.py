@@ -339,11 +339,13 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
     # Requests per address to the token endpoint, on top of the failed-login lockout.
-    # Live sandboxes, per user (docs/sandboxes.md): execs and files, and creates.
+    # Live sandboxes, per user (docs/sandboxes.md): execs and files, and creates. Per second:
+    # DRF keeps every request's time within the window in the cache, read and written whole
+    # on each request, so 12000/min would move a list of up to 12,000 times per exec.
     "DEFAULT_THROTTLE_RATES": {
         "auth": env_str("SWITCHYARD_AUTH_RATE", "30/min"),
-        "sandbox": env_str("SWITCHYARD_SANDBOX_RATE", "12000/min"),
-        "sandbox-create": env_str("SWITCHYARD_SANDBOX_CREATE_RATE", "600/min"),
+        "sandbox": env_str("SWITCHYARD_SANDBOX_RATE", "200/s"),
+        "sandbox-create": env_str("SWITCHYARD_SANDBOX_CREATE_RATE", "10/s"),
     },
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
