@@ -198,7 +198,8 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
             # starting/running: the supervisor looks for the marker before it starts the
             # command and every quarter second after, then stops the job: SIGTERM to its
             # processes, SIGKILL to the whole sandbox after the grace period.
-            touch(self.store.path(backend_id, "cancel"))
+            # A warm sandbox handed to a session is that session's now (warm.py).
+            touch(self.store.path(state.get("claimed_by") or backend_id, "cancel"))
 
     def poll(self, backend_ids: list[str]) -> dict[str, Job]:
         # Freed capacity is reused here, and dead supervisors are found here.

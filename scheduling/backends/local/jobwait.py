@@ -176,11 +176,17 @@ def take_claim(shim) -> bool:
     shim.plan["walltime_s"] = claim["walltime_s"]
     shim.claimed_at = claim["claimed_at"]
     shim.warm_state_path = shim.state_path  # told the end too, so that it is cleared then
+    # A cancel of the warm sandbox's own key now ends the session it became (backend.py).
+    shim.update_state(claimed_by=os.path.basename(claim["jobdir"]))
     shim.jobdir = claim["jobdir"]
     shim.state_path = os.path.join(shim.jobdir, "state.json")
     shim.marker_path = os.path.join(shim.jobdir, "cancel")
     shim.state = dict(claim["state"])
     shim.update_state()
+    if os.path.exists(os.path.join(os.path.dirname(shim.warm_state_path), "cancel")):
+        # Cancelled by the warm sandbox's own key before this: the session it became ends.
+        with open(shim.marker_path, "a"):
+            pass
     return True
 
 

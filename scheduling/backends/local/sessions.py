@@ -140,15 +140,15 @@ class LocalSessions:
     def claim_warm(self, request: SubmitRequest) -> Job | None:
         """A warm sandbox of the request's shape, handed to `request.key` in a scheduling
         pass (so it books its capacity), started now; None when none is warm, the request
-        cannot use one (egress, GPUs, an account of its own, storage), or it is there
-        already."""
+        cannot use one (egress, GPUs, environment values, a researcher's own account: warm
+        sandboxes run as the service account), or it is there already. A session has no
+        storage areas either way (sessionplan.py)."""
         spec = request.spec
         if (
             spec.session_idle_s is None
             or spec.egress
             or spec.resources.gpus
             or request.extra.get("run_as")
-            or request.storage.mounts
             or spec.env
             or spec.secret_env
         ):
@@ -158,7 +158,7 @@ class LocalSessions:
             return None
         shape = warm.shape_of(spec)
         with self.store.locked():
-            found = warm.ready_one(self.store, shape)
+            found = warm.ready_one(self.store, shape, spec.image_digest or "")
             if found is None:
                 return None
             self.store.create(request)
@@ -168,17 +168,18 @@ class LocalSessions:
             finally:
                 self._claims.pop(request.key, None)
             state = self.store.read_state(request.key) or {}
-        threading.Thread(target=self._refill, name="warm-refill", daemon=True).start()
-        socket = state.get("session_socket")
-        if socket:
-            try:  # its agent's idle backstop becomes the session's
-                wire.ping(socket, idle_s=float(spec.session_idle_s))
-            except BackendError as exc:
-                log.warning("the claimed sandbox %s did not answer: %s", request.key, exc)
+        after = (state.get("session_socket"), float(spec.session_idle_s))
+        threading.Thread(target=self._refill, args=after, name="warm-refill", daemon=True).start()
         return job_from(request.key, state)
 
-    def _refill(self) -> None:
-        """Start the replacements of claimed warm sandboxes (in the background)."""
+    def _refill(self, socket: str | None, idle_s: float) -> None:
+        """After a claim, in the background: the claimed agent's idle backstop becomes its
+        session's, and the replacements of claimed warm sandboxes start."""
+        if socket:
+            try:
+                wire.ping(socket, idle_s=idle_s)
+            except BackendError as exc:
+                log.warning("the claimed sandbox at %s did not answer: %s", socket, exc)
         try:
             with self.store.locked():
                 warm.fill(self, warm.wanted(self.store))

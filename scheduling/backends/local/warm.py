@@ -60,16 +60,25 @@ Shape = tuple[str, int, int]  # (template, cpus, memory MiB)
 
 
 def shape_of(spec: TaskSpec) -> Shape:
-    return (template_of(spec), spec.resources.cpus, spec.resources.memory_mib)
+    """The warm pool a session's spec draws from: its template as the portal names it ("" for
+    the host's system, else the image reference the session was created with)."""
+    template = (spec.image or "") if spec.image_digest else ""
+    return (template, spec.resources.cpus, spec.resources.memory_mib)
 
 
-def template_of(spec: TaskSpec) -> str:
-    """The warm pool a session's spec draws from: "" for the host's system, else its image
-    by reference and digest (what WarmSpec.template names)."""
-    if not spec.image_digest:
-        return ""
-    reference = (spec.image or "").split("@", 1)[0]
-    return f"{reference}@{spec.image_digest}"
+def cached_digest(root: str, template: str) -> str | None:
+    """The digest a warm sandbox of `template` runs: the one it names (`ref@sha256:…`), else
+    the most recently used cached image pulled under that reference; None when the cache has
+    none (a warm pool never pulls: the first session of it does)."""
+    if "@" in template:
+        return template.rpartition("@")[2]
+    found = [
+        image
+        for image in local_images.image_cache(root).cached()
+        # Cached under the reference it was pulled by, with its digest: `ref@sha256:…`.
+        if (ref := image.reference.partition("@")[0]) == template or ref.endswith("/" + template)
+    ]
+    return max(found, key=lambda image: image.last_used).digest if found else None
 
 
 def registry(store: JobStore) -> str:
@@ -113,11 +122,13 @@ def free(store: JobStore, key: str, state: dict[str, Any]) -> bool:
     ) and state.get("state") in ("starting", "running")
 
 
-def ready_one(store: JobStore, shape: Shape) -> tuple[str, dict[str, Any]] | None:
-    """A running warm sandbox of this shape, free to claim (call under the lock)."""
+def ready_one(store: JobStore, shape: Shape, digest: str) -> tuple[str, dict[str, Any]] | None:
+    """A running warm sandbox of this shape and image digest ("" without an image), free to
+    claim (call under the lock): a tag that moved since it started does not match."""
     for key, state in instances(store):
         if (
             tuple(state.get("warm_shape") or ()) == shape
+            and state.get("warm_digest", "") == digest
             and state.get("state") == "running"
             and free(store, key, state)
         ):
@@ -131,8 +142,7 @@ def wanted(store: JobStore) -> dict[Shape, int]:
 
 
 def keep(backend: LocalBackend, specs: list[WarmSpec]) -> list[WarmView]:
-    """Keep exactly these pools (call under the lock): start what is missing, stop what is
-    over (the newest first); what each holds now."""
+    """Keep exactly these pools (call under the lock, `fill`); what each holds now."""
     store = backend.store
     pool = {(s.template, s.cpus, s.memory_mb): max(0, s.count) for s in specs}
     write_json(os.path.join(registry(store), "pool.json"), [[*k, n] for k, n in pool.items()])
@@ -140,33 +150,44 @@ def keep(backend: LocalBackend, specs: list[WarmSpec]) -> list[WarmView]:
 
 
 def fill(backend: LocalBackend, pool: dict[Shape, int]) -> list[WarmView]:
+    """Start what each pool misses and stop what is over its count, or runs an image its
+    template no longer names (the tag moved: no claim would take it); what each holds."""
     store = backend.store
     by_shape: dict[Shape, list[tuple[str, dict[str, Any]]]] = {}
     for key, state in instances(store):
         if free(store, key, state):
             by_shape.setdefault(tuple(state.get("warm_shape") or ()), []).append((key, state))
-    views = []
     plans: dict[str, dict[str, Any]] = {}
+    held: dict[Shape, list[dict[str, Any]]] = {}
     for shape in sorted(set(pool) | set(by_shape)):
-        have, count = by_shape.get(shape, []), pool.get(shape, 0)
-        for key, _ in have[count:]:
+        count = pool.get(shape, 0)
+        digest = (cached_digest(backend.root, shape[0]) if shape[0] else "") if count else None
+        have = [(k, s) for k, s in by_shape.get(shape, []) if s.get("warm_digest", "") == digest]
+        stop = [k for k, s in by_shape.get(shape, []) if (k, s) not in have] + [
+            k for k, _ in have[count:]
+        ]
+        for key in stop:
             with open(store.path(key, "cancel"), "w"):
                 pass  # its supervisor stops it within a quarter second
-        have = have[:count]
-        for _ in range(count - len(have)):
+        held[shape] = [s for _, s in have[:count]]
+        for _ in range(count - len(held[shape])):
             started = _plan(backend, shape)
             if started is not None:
                 plans[started[0]] = started[1]
-                have.append((started[0], started[1]["state"]))
-        if pool.get(shape):
-            ready = sum(1 for _, s in have if s.get("state") == "running")
-            views.append(WarmView(template=shape[0], ready=ready, starting=len(have) - ready))
     failed = launch.start_supervisors(
         store, plans, backend.python, launcher=backend.launcher, children=backend._children
     )
-    for key in failed:
-        remove_tree(store.jobdir(key))
-        unlink(os.path.join(registry(store), key))
+    for key, plan in plans.items():
+        if key in failed:
+            remove_tree(store.jobdir(key))
+            unlink(os.path.join(registry(store), key))
+        else:
+            held[tuple(plan["state"]["warm_shape"])].append(plan["state"])
+    views = []
+    for shape, states in held.items():
+        if pool.get(shape):
+            ready = sum(1 for s in states if s.get("state") == "running")
+            views.append(WarmView(template=shape[0], ready=ready, starting=len(states) - ready))
     return views
 
 
@@ -176,12 +197,14 @@ def _plan(backend: LocalBackend, shape: Shape) -> tuple[str, dict[str, Any]] | N
     template, cpus, memory = shape
     store = backend.store
     key = PREFIX + secrets.token_hex(8)
-    reference, _, digest = template.partition("@")
+    digest = cached_digest(backend.root, template) if template else ""
+    if digest is None:
+        return None
     spec = TaskSpec(
         name="warm",
         project="",
         resources=Resources(cpus=cpus, memory_mib=memory),
-        image=reference or None,
+        image=template or None,
         image_digest=digest or None,
         session_idle_s=IDLE_S,
     )
@@ -223,7 +246,12 @@ def _plan(backend: LocalBackend, shape: Shape) -> tuple[str, dict[str, Any]] | N
     except Exception:
         remove_tree(store.jobdir(key))
         raise
-    state = {"state": "starting", "reason": "warm", "warm_shape": list(shape)}
+    state = {
+        "state": "starting",
+        "reason": "warm",
+        "warm_shape": list(shape),
+        "warm_digest": digest,
+    }
     plan["state"] = state
     plan["warm"] = True
     store.write_state(key, state)

@@ -31,7 +31,6 @@ Standard library only: it runs under whatever python3 the sandbox's system or im
 
 from __future__ import annotations
 
-import argparse
 import base64
 import binascii
 import contextlib
@@ -405,22 +404,42 @@ def start_egress(socket_path: str) -> None:
         os.environ[name] = proxy
 
 
+USAGE = "usage: agent.py --listen-fd N --idle SECONDS [--egress-socket PATH]"
+
+
+def parse_args(argv: list[str]) -> tuple[int, float, str | None]:
+    """The command line, without argparse (its import is a sixth of the agent's start)."""
+    options: dict[str, str] = {}
+    at = 0
+    while at < len(argv):
+        name, sep, value = argv[at].partition("=")
+        if name not in ("--listen-fd", "--idle", "--egress-socket") or name in options:
+            raise SystemExit(f"agent: unexpected argument {argv[at]!r}\n{USAGE}")
+        if not sep:
+            at += 1
+            if at == len(argv):
+                raise SystemExit(f"agent: {name} needs a value\n{USAGE}")
+            value = argv[at]
+        options[name] = value
+        at += 1
+    try:
+        return int(options["--listen-fd"]), float(options["--idle"]), options.get("--egress-socket")
+    except (KeyError, ValueError):
+        raise SystemExit(USAGE) from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="agent.py")
-    parser.add_argument("--listen-fd", type=int, required=True)
-    parser.add_argument("--idle", type=float, required=True)
-    parser.add_argument("--egress-socket", default=None)
-    args = parser.parse_args(argv)
-    listener = socket.socket(fileno=args.listen_fd)
+    listen_fd, idle, egress_socket = parse_args(sys.argv[1:] if argv is None else argv)
+    listener = socket.socket(fileno=listen_fd)
     os.set_inheritable(listener.fileno(), False)
-    if args.egress_socket:
-        start_egress(args.egress_socket)
+    if egress_socket:
+        start_egress(egress_socket)
     os.environ.setdefault("HOME", HOME)
     with contextlib.suppress(OSError):
         os.chdir(HOME)
     activity = Activity()
-    activity.idle_s = args.idle
-    listener.settimeout(min(max(args.idle + IDLE_GRACE_S, 0.1), 5.0))
+    activity.idle_s = idle
+    listener.settimeout(min(max(idle + IDLE_GRACE_S, 0.1), 5.0))
     while True:
         try:
             conn, _ = listener.accept()

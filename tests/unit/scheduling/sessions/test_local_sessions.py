@@ -199,3 +199,32 @@ def test_an_exec_before_the_sandbox_runs_is_refused_not_lost(make):
         except BackendError as exc:
             assert "not started" in str(exc)
             assert time.monotonic() < end
+
+
+def test_the_home_is_a_tmpfs_of_the_memory_request_and_the_host_is_out_of_sight(make):
+    backend = make()
+    backend.submit(session("home", memory_mib=64))
+    running(backend, "home")
+    code, out, _ = run(backend, "home", "df", "-k", "/home/sandbox")
+    assert code == 0 and out.splitlines()[1].split()[1] == str(64 * 1024)  # 1K blocks
+    assert run(backend, "home", "ls", "-A", backend.root) == (0, "", "")  # jobs: hidden
+    code, out, _ = run(backend, "home", "sh", "-c", "touch /usr/x; touch /tmp/x && echo tmp ok")
+    assert out == "tmp ok\n"  # the system is read-only, its /tmp its own
+
+
+def test_output_streams_to_the_caller_as_it_comes(make):
+    backend = make()
+    backend.submit(session("stream"))
+    running(backend, "stream")
+    seen: list[tuple[str, bytes, float]] = []
+    result = backend.exec_in(
+        "stream",
+        ExecRequest(argv=("sh", "-c", "echo first; sleep 0.5; echo second >&2")),
+        on_output=lambda name, data: seen.append((name, data, time.monotonic())),
+    )
+    assert [(name, data) for name, data, _ in seen] == [
+        ("stdout", b"first\n"),
+        ("stderr", b"second\n"),
+    ]
+    assert seen[1][2] - seen[0][2] > 0.3  # the first came before the command ended
+    assert (result.stdout, result.stderr) == (b"first\n", b"second\n")

@@ -126,3 +126,28 @@ def test_a_pool_scaled_to_zero_leaves_no_warm_sandbox_running(make):
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
     backend.housekeep()
     assert warm.instances(backend.store) == []
+
+
+def test_cancelling_a_claimed_warm_sandbox_by_its_own_key_ends_its_session(make):
+    backend = make()
+    backend.keep_warm([SYSTEM])
+    wait_ready(backend, 2)
+    assert backend.claim_warm(session("taken", memory_mib=256)) is not None
+    warm_key = state_file(backend, "taken")["warm"]
+    end = time.monotonic() + 5  # its supervisor takes the claim within a quarter second
+    while state_file(backend, warm_key).get("claimed_by") != "taken":
+        assert time.monotonic() < end, "the warm sandbox's supervisor did not take the claim"
+        time.sleep(0.02)
+    backend.cancel(warm_key)
+    assert finished(backend, "taken").state is JobState.CANCELLED
+    assert finished(backend, warm_key).state is JobState.CANCELLED
+
+
+def test_cancelling_a_warm_sandbox_just_claimed_ends_its_session_too(make):
+    """Before its supervisor has taken the claim (within a quarter second)."""
+    backend = make()
+    backend.keep_warm([SYSTEM])
+    wait_ready(backend, 2)
+    assert backend.claim_warm(session("quick", memory_mib=256)) is not None
+    backend.cancel(state_file(backend, "quick")["warm"])
+    assert finished(backend, "quick").state is JobState.CANCELLED
