@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
@@ -33,6 +34,7 @@ from scheduling.backends.base import (
 )
 from scheduling.backends.session.network import egress_refusal
 from scheduling.decisions import lifecycle
+from scheduling.decisions.images import parse_image_ref
 from scheduling.engine.dispatch import claim_many, dispatch_claimed_many
 from scheduling.engine.dispatch import queue_slots_taken as queue_slots_taken
 from scheduling.engine.follow import apply_jobs
@@ -355,11 +357,16 @@ def warm_pass(now: datetime | None = None) -> dict[str, int]:
                 "template", flat=True
             )
         )
+        used = {_as_named(t) for t in used}
         pools = wanted.setdefault(queue.pool.backend, {})
         for template, count in (queue.warm_pool or {}).items():
-            since = _first_seen(queue.pk, template, now)
-            keep = count if template in used or now - since < idle else 0
-            shape = (template, 1, 1024)
+            named = _as_named(template)
+            if named is None:
+                log.warning("warm pool of %s: %r is not an image reference", queue.name, template)
+                continue
+            since = _first_seen(queue.pk, named, now)
+            keep = count if named in used or now - since < idle else 0
+            shape = (named, 1, 1024)
             pools[shape] = pools.get(shape, 0) + keep
     out = {}
     for alias, pools in wanted.items():
@@ -374,6 +381,19 @@ def warm_pass(now: datetime | None = None) -> dict[str, int]:
             continue
         out[alias] = sum(v.ready for v in views)
     return out
+
+
+def _as_named(template: str) -> str | None:
+    """A template as a sandbox's task names it ("" the system; an image reference in full, as
+    the submission writes `spec.image`), so that a pool and a claim agree; None when it is
+    no reference."""
+    if not template:
+        return ""
+    try:
+        ref = parse_image_ref(template, default_registry=settings.SWITCHYARD_IMAGE_REGISTRY)
+    except ValueError:  # ImageRefError, or no default registry for a short name
+        return None
+    return str(ref)
 
 
 def _first_seen(queue_id: int, template: str, now: datetime) -> datetime:

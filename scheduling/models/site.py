@@ -238,6 +238,13 @@ class Queue(models.Model):
             errors["egress_allow"] = f"expected {bad[0]}; got {bad[1]!r}"
         if bad := warm_pool_problem(self.warm_pool):
             errors["warm_pool"] = f"expected {bad[0]}; got {bad[1]!r}"
+        elif why := warm_images_problem(
+            [t for t in self.warm_pool if t],
+            default_registry=default_registry(
+                settings.SWITCHYARD_IMAGE_REGISTRY, settings.SWITCHYARD_IMAGE_REGISTRIES
+            ),
+        ):
+            errors["warm_pool"] = f"templates: {why}"
         if errors:
             raise ValidationError(errors)
 

@@ -45,6 +45,7 @@ def test_the_sandbox_settings_are_set_and_checked(admin_api):
     for changes, field in (
         ({"egress_allow": ["10.1.1.1:80"]}, "egress_allow"),
         ({"warm_pool": {"": 99}}, "warm_pool"),
+        ({"warm_pool": {"no such/IMAGE!": 1}}, "warm_pool"),
         ({"over_concurrency": "drop"}, "over_concurrency"),
     ):
         refused = _patch(admin_api, changes)

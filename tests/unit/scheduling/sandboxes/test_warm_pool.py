@@ -48,3 +48,16 @@ def test_a_queue_without_a_warm_pool_asks_for_nothing(site):
     Queue.objects.update(warm_pool={})
     assert door.warm_pass() == {}
     assert _calls("keep_warm") == []
+
+
+def test_an_image_template_is_kept_warm_under_the_name_its_sandboxes_run(site, settings):
+    # A submission names an image in full (`spec.image`); the pool must use that name, or no
+    # claim would ever match it.
+    settings.SWITCHYARD_IMAGE_REGISTRY = "registry.example.org"
+    Queue.objects.filter(name="inference-agent").update(
+        warm_pool={"demo/python:3": 1, "not a reference": 1}
+    )
+    door.warm_pass()
+    assert _calls("keep_warm")[-1] == (
+        (WarmSpec("registry.example.org/demo/python:3", 1, 1024, 1),),
+    )
