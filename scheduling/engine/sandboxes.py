@@ -352,12 +352,12 @@ def warm_pass(now: datetime | None = None) -> dict[str, int]:
     wanted: dict[str, dict[tuple[str, int, int], int]] = {}
     for queue in Queue.objects.select_related("pool").exclude(warm_pool={}):
         idle = timedelta(seconds=queue.idle_scale_in_s or DEFAULT_IDLE_S)
-        used = set(
-            Sandbox.objects.filter(task__queue=queue, created_at__gte=now - idle).values_list(
-                "template", flat=True
-            )
-        )
-        used = {_as_named(t) for t in used}
+        used = {
+            _as_named(t)
+            for t in Sandbox.objects.filter(
+                task__queue=queue, created_at__gte=now - idle
+            ).values_list("template", flat=True)
+        }
         pools = wanted.setdefault(queue.pool.backend, {})
         for template, count in (queue.warm_pool or {}).items():
             named = _as_named(template)
