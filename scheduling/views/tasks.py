@@ -36,6 +36,7 @@ from scheduling.selectors import (
     task_list_for_user,
 )
 from scheduling.selectors.logs import task_log
+from scheduling.selectors.sandboxes import sandbox_of_task, sandboxes_of_task
 from scheduling.selectors.waiting import explain
 
 LOG_LIMIT = 256 * 1024
@@ -78,6 +79,9 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
         "efficiency": task_efficiency(task) if task.is_terminal else None,
         "workdir": task_workdir_link(request.user, task),
+        # The live sandboxes it created with its scoped token, or the one it is.
+        "sandboxes": sandboxes_of_task(task),
+        "own_sandbox": sandbox_of_task(task),
     }
     # While the task lives, htmx re-fetches the status block (state, timeline, log) every 2 s.
     template = "scheduling/task_status.html" if request.htmx else "scheduling/task_detail.html"

@@ -258,7 +258,7 @@ def launch_plan(
         "cwd": work if session is None else store.jobdir(key),
         "mkdirs": own,
         # The socket the supervisor binds for the agent (shim.py); None: not a session.
-        "session": None if session is None else {"socket": session.socket},
+        "session": None if session is None else session.plan,
         "readable": [script] if spec.script is not None else [],
         # Checked by the supervisor before the sandbox starts: a missing one fails the job.
         "devices": [[host, missing_reason(host, what)] for host, _, what in binds],

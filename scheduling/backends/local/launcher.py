@@ -43,6 +43,7 @@ CODE_FILES = (
     "jobwatch.py",
     "../jobnet.py",
     "../session/box.py",
+    "../session/egress.py",
 )
 MAX_REQUEST_BYTES = 1 << 20
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")

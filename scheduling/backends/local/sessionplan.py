@@ -5,8 +5,9 @@ Its command is the agent (session/agent.py, read-only at box.AGENT), listening o
 the supervisor binds at `<jobdir>/session.sock` (0600: only the portal's account connects)
 and hands into the sandbox as a descriptor. Its working folder and HOME is a tmpfs of its
 own at box.HOME, sized by the memory request like its /tmp; it has no job folders on the host
-and no storage areas, and the usual network namespace with nothing in it. Its image, if any,
-must have python3 for the agent.
+and no storage areas, and the usual network namespace with nothing in it; with an egress
+allow-list, its one way out is a proxy of its own that the supervisor starts before the
+sandbox (session/egress.py, docs/sandbox-network.md). Its image, if any, must have python3.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from scheduling.backends.imagebox import CannotRun
 from scheduling.backends.images import CachedImage
 from scheduling.backends.local.jobstore import JobStore
-from scheduling.backends.session import box
+from scheduling.backends.session import box, egress
 from scheduling.decisions.images import container_env
 from scheduling.spec import TaskSpec
 
@@ -44,24 +46,30 @@ def image_python(rootfs: str) -> str | None:
     return None
 
 
-def agent_file(root: str) -> str:
-    """The agent, copied where the job's account can read it: `<root>/session/<hash>/`
-    (bubblewrap binds it as that account, which cannot pass into the portal's code). A new
-    version goes beside the old, so a running sandbox keeps the file it was started with."""
-    with open(os.path.join(SESSION_DIR, "agent.py"), "rb") as f:
-        data = f.read()
-    folder = os.path.join(root, "session", hashlib.sha256(data).hexdigest()[:16])
-    path = os.path.join(folder, "agent.py")
-    if not os.path.exists(path):
+def agent_files(root: str) -> tuple[str, str]:
+    """The agent and its egress forwarder, copied where the job's account can read them:
+    `<root>/session/<hash>/` (bubblewrap binds them as that account, which cannot pass into
+    the portal's code). A new version goes beside the old, so that a running sandbox keeps
+    the files it was started with."""
+    names = ("agent.py", "forward.py")
+    data = {}
+    for name in names:
+        with open(os.path.join(SESSION_DIR, name), "rb") as f:
+            data[name] = f.read()
+    digest = hashlib.sha256(b"\0".join(data[name] for name in names)).hexdigest()[:16]
+    folder = os.path.join(root, "session", digest)
+    paths = tuple(os.path.join(folder, name) for name in names)
+    if not all(os.path.exists(path) for path in paths):
         os.makedirs(folder, exist_ok=True)
         for at in (os.path.dirname(folder), folder):
             os.chmod(at, 0o755)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    return path
+        for name, path in zip(names, paths, strict=True):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data[name])
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+    return paths[0], paths[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +78,9 @@ class SessionParts:
     env: dict[str, str]
     mounts: list[str]  # bubblewrap's, after the job's own (sandbox_argv's `extra`)
     needed: list[str]  # what an image's system must leave room for (rootfs_binds)
-    socket: str
+    # The plan's "session": the agent's socket and, with egress, the proxy's allow-list,
+    # folder and socket (the supervisor starts the proxy: session/egress.py).
+    plan: dict[str, Any]
     tmpfs: list[str]  # its home, memory like /tmp: counted by the watchdog (jobwatch.py)
 
 
@@ -84,12 +94,7 @@ def parts(
     image: CachedImage | None,
 ) -> SessionParts:
     """The agent's command, its environment and its mounts; CannotRun for an image without
-    python3 or a session that asks for egress (not served by the local backend yet)."""
-    if spec.egress:
-        raise CannotRun(
-            "network egress for a live sandbox is not available on the local backend yet: "
-            "create it without an egress list"
-        )
+    python3 or an allow-list that is not one."""
     if spec.session_idle_s is None:
         raise ValueError("not a session")
     env = {**env, "HOME": box.HOME, "PWD": box.HOME}
@@ -102,11 +107,31 @@ def parts(
         task = tuple((k, v) for k, v in env.items() if k not in base)
         env = {**base, **dict(container_env(image.config.env, task))}
         env.update(HOME=box.HOME, PWD=box.HOME, TMPDIR="/tmp")
+    agent, forward = agent_files(store.root)
+    plan: dict[str, Any] = {"socket": store.path(key, box.SOCKET_NAME)}
+    mounts = box.mounts(agent, home_bytes=memory_bytes)
+    if spec.egress:
+        try:
+            egress.parse_allow(spec.egress)
+        except egress.EgressError as exc:
+            raise CannotRun(str(exc)) from None
+        folder = store.path(key, "egress")  # the proxy's: its configuration and audit log
+        plan.update(
+            egress=list(spec.egress),
+            egress_folder=folder,
+            egress_socket=os.path.join(folder, "egress.sock"),
+        )
+        mounts = box.mounts(
+            agent,
+            home_bytes=memory_bytes,
+            forward_file=forward,
+            egress_socket=plan["egress_socket"],
+        )
     return SessionParts(
-        argv=box.agent_argv(spec.session_idle_s, listen_fd=LISTEN_SLOT),
+        argv=box.agent_argv(spec.session_idle_s, egress=bool(spec.egress), listen_fd=LISTEN_SLOT),
         env=env,
-        mounts=box.mounts(agent_file(store.root), home_bytes=memory_bytes),
+        mounts=mounts,
         needed=[box.HOME, os.path.dirname(box.AGENT)],
-        socket=store.path(key, box.SOCKET_NAME),
+        plan=plan,
         tmpfs=[box.HOME],
     )

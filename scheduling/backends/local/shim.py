@@ -117,6 +117,7 @@ class Shim:
         self.net: tuple[int, int] | None = None  # a batch job's slirp4netns (jobnet.py)
         self.image_fd: int | None = None  # the pin on the job's image (pin_image)
         self.listen_fd = -1  # a live sandbox's listening socket, until the sandbox has it
+        self.egress: tuple[int, ...] | None = None  # its proxy (session/egress.py), if any
         self.claimed_at = 0.0  # when a warm sandbox was handed to a session (jobwait.py)
         self.warm_state_path = ""  # then: the warm sandbox's own state, ended with the session
 
@@ -131,6 +132,9 @@ class Shim:
         # waited for, whichever is more.
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
         watched = self.watch
+        if self.egress is not None:
+            _egress().stop(self.egress)
+            self.egress = None
         session = self.plan.get("session")
         if session:  # the portal's next call finds no sandbox (SessionGone), not a hang
             try:  # noqa: SIM105 (contextlib is an import this file avoids)
@@ -221,6 +225,8 @@ class Shim:
                 self.finish("failed", f"the sandbox's socket could not be made: {exc}")
                 return
             argv = [str(self.listen_fd) if a == "{listen-fd}" else a for a in argv]
+            if session.get("egress") and not self.start_egress(session, run_as):
+                return
         try:
             pid, sandbox_pid, out_r = self.spawn(argv, plan["env"], plan["cwd"], run_as)
         except InputError as exc:
@@ -246,6 +252,24 @@ class Shim:
             sandbox_start=self.sandbox[1] if self.sandbox else None,
         )
         _jobwait().wait(self, pid, out_r, jobwatch)
+
+    def start_egress(self, session: dict, run_as: list[int] | None) -> bool:
+        """A live sandbox's proxy, before its sandbox (which binds the proxy's socket in);
+        False once the job has failed for want of it."""
+        folder = session["egress_folder"]
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        os.chmod(folder, 0o755)  # the proxy reads its configuration as the job's account
+        egress = _egress()
+        try:
+            self.egress = egress.start(
+                folder, session["egress"], socket_path=session["egress_socket"], run_as=run_as
+            )
+        except egress.EgressError as exc:
+            os.close(self.listen_fd)
+            self.listen_fd = -1
+            self.finish("failed", str(exc))
+            return False
+        return True
 
     def pin_image(self, lock: str, whole: str) -> bool:
         """Hold the job's image (a shared lock on its use file, docs/containers.md) until this
@@ -381,54 +405,43 @@ class Shim:
                 pass
 
 
-def _jobwatch():
-    """The watchdog module beside this file (imported by path: `-I` leaves it off sys.path)."""
-    here = os.path.dirname(os.path.abspath(__file__))
+def _beside(name: str, folder: str = ""):
+    """A module of the backends imported by path (`-I` leaves them off sys.path): from this
+    file's folder, or from `folder` ("..": the backends'; "../session": live sandboxes')."""
+    here = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), folder))
     if here not in sys.path:
         sys.path.insert(0, here)
-    import jobwatch
+    return __import__(name)
 
-    return jobwatch
+
+def _jobwatch():
+    """The watchdog (jobwatch.py)."""
+    return _beside("jobwatch")
 
 
 def _nolinks():
-    """The no-link walk beside this file (shared with the Slurm batch script)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import nolinks
-
-    return nolinks
+    """The no-link walk (nolinks.py, shared with the Slurm batch script)."""
+    return _beside("nolinks")
 
 
 def _jobwait():
-    """The wait loop's module beside this file, imported by path once the child runs."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import jobwait
-
-    return jobwait
+    """The wait loop (jobwait.py), imported once the child runs."""
+    return _beside("jobwait")
 
 
 def _box():
-    """A live sandbox's socket and mounts (session/box.py, beside the backends), by path."""
-    session = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "session")
-    if session not in sys.path:
-        sys.path.insert(0, session)
-    import box
+    """A live sandbox's socket and mounts (session/box.py)."""
+    return _beside("box", "../session")
 
-    return box
+
+def _egress():
+    """A live sandbox's proxy (session/egress.py)."""
+    return _beside("egress", "../session")
 
 
 def _jobnet():
-    """The job network module (jobnet.py, beside the backends), imported by path."""
-    backends = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if backends not in sys.path:
-        sys.path.insert(0, backends)
-    import jobnet
-
-    return jobnet
+    """The job network module (jobnet.py, beside the backends)."""
+    return _beside("jobnet", "..")
 
 
 class InputError(Exception):

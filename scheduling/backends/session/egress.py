@@ -360,7 +360,9 @@ def _proxy_keeper(listener, log, ready_w, exit_r, argv, port, reader) -> None:
 
         return socket.create_connection(("127.0.0.1", port), timeout=10)
 
-    ended: list[bool] = []  # tinyproxy's status once reaped: its pid is not to be signalled after that
+    ended: list[
+        bool
+    ] = []  # tinyproxy's status once reaped: its pid is not to be signalled after that
 
     def gone() -> bool:
         if not ended and os.waitpid(proxy, os.WNOHANG)[0]:
