@@ -447,6 +447,14 @@ SWITCHYARD_BATCH_MAX_BYTES = env_int("SWITCHYARD_BATCH_MAX_BYTES", 16 * 1024 * 1
 # The portal's address as a batch task with `sandboxes: true` reaches it (SWITCHYARD_URL in its
 # environment): through the relay its sandbox has, else the portal's public address.
 SWITCHYARD_SANDBOX_API_URL = env_str("SWITCHYARD_SANDBOX_API_URL", "") or SWITCHYARD_PUBLIC_URL
+# The portal's web server as this machine reaches it (host:port, plain HTTP): where the local
+# backend's relay takes a batch task's sandbox-API requests (docs/sandbox-network.md).
+# `manage.py up` sets it for its worker from its own --addr.
+SWITCHYARD_WEB_ADDR = env_str("SWITCHYARD_WEB_ADDR", "") or "127.0.0.1:8000"
+if not SWITCHYARD_WEB_ADDR.rpartition(":")[2].isdigit() or ":" not in SWITCHYARD_WEB_ADDR:
+    raise ImproperlyConfigured(
+        f"SWITCHYARD_WEB_ADDR: expected host:port, e.g. 127.0.0.1:8000, got {SWITCHYARD_WEB_ADDR!r}"
+    )
 # How long a create waits for its sandbox to start where the backend shows starts (local).
 SWITCHYARD_SANDBOX_START_WAIT_SECONDS = env_int("SWITCHYARD_SANDBOX_START_WAIT_MS", 5000) / 1000
 # A file written or read through the API, an exec's stdin (within the body limit below).

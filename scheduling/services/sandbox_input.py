@@ -13,6 +13,7 @@ from django.conf import settings
 
 from portal.errors import ApplicationError
 from scheduling.decisions.sandboxes import host_port_problem
+from scheduling.spec import TaskSpec
 
 MAX_ARGS, MAX_ARGV_BYTES, MAX_ENV = 1024, 128 * 1024, 256
 MAX_EXEC_TIMEOUT_S = 3600
@@ -132,3 +133,22 @@ def _stdin(data: dict) -> bytes:
     if len(raw) > limit:
         raise ApplicationError(f"at most {limit} bytes", field="stdin", got=len(raw))
     return raw
+
+
+# The backends whose batch tasks have no way to the sandbox API yet (no relay in their job):
+# a task with `sandboxes: true` routed to one is refused at submission, by name.
+NO_SANDBOX_API = {"scheduling.backends.slurm.SlurmBackend": "the Slurm backend"}
+
+
+def batch_sandboxes_check(spec: TaskSpec, *, queue: str, backend: str, field: str) -> None:
+    """A batch task that asks for live sandboxes (`sandboxes: true`) must run where a relay
+    gives it the sandbox API (the local backend, docs/sandbox-network.md); else a 400 naming
+    the backend."""
+    name = NO_SANDBOX_API.get((settings.COMPUTE_BACKENDS.get(backend) or {}).get("BACKEND", ""))
+    if spec.sandboxes and name:
+        raise ApplicationError(
+            f"queue {queue} runs on {name} ({backend}), whose jobs have no way to the sandbox "
+            "API yet: submit a task with `sandboxes: true` to a queue on the local backend",
+            field=field,
+            got=True,
+        )

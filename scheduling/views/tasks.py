@@ -28,7 +28,7 @@ from scheduling.presenters.files import (
     task_workdir_link,
     with_input,
 )
-from scheduling.presenters.starters import STARTERS, starter_initial
+from scheduling.presenters.starters import EXAMPLE_PROJECT, STARTERS, example, starter_initial
 from scheduling.presenters.states import TASK_STATE_CHOICES
 from scheduling.selectors import (
     can_change_task,
@@ -135,6 +135,7 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
         "more_open": any(form[name].errors or form[name].value() for name in MORE_FIELDS),
         "starters": [(kind, starter["label"]) for kind, starter in STARTERS.items()],
         "starter": request.GET.get("template", ""),
+        "agent_example": example("agent-tool-calls.yaml", (projects or [EXAMPLE_PROJECT])[0]),
     }
     return render(
         request,
@@ -184,7 +185,8 @@ def _initial(request: SignedInRequest, projects: list[str]) -> dict[str, Any]:
                 "Its secret_env values are never shown (••••): enter them again before submitting.",
             )
         return {**initial, "descriptor": task.descriptor}
-    return {**initial, **(starter_initial(request.GET.get("template", "")) or {})}
+    project = initial.get("project", EXAMPLE_PROJECT)
+    return {**initial, **(starter_initial(request.GET.get("template", ""), project) or {})}
 
 
 def _attach(form: TaskSubmitForm, exc: ApplicationError) -> list[ErrorItem]:
