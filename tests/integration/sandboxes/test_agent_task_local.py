@@ -73,16 +73,19 @@ def test_the_example_agent_task_runs_its_tool_calls_in_a_sandbox_it_makes(
     example = html.unescape(page.split('<pre id="example-agent">', 1)[1].split("</pre>")[0])
     made = api.post("/api/v1/tasks/", data=example, content_type="application/yaml")
     assert made.status_code == 201, made.content
-    probe = descriptor(
-        name="probe",
-        project="climate",
-        type="agent",
-        sandboxes=True,
-        command=["python3", "-c", PROBE],
-        env={"WEB": web},
-    )
-    probed = api.post("/api/v1/tasks/", data=json.dumps(probe), content_type="application/json")
-    assert probed.status_code == 201, probed.content
+    probes = []
+    for kind in ("agent", "hpc-simulation"):  # no network, and a batch job's own (slirp4netns)
+        probe = descriptor(
+            name=f"probe-{kind}",
+            project="climate",
+            type=kind,
+            sandboxes=True,
+            command=["python3", "-c", PROBE],
+            env={"WEB": web},
+        )
+        sent = api.post("/api/v1/tasks/", data=json.dumps(probe), content_type="application/json")
+        assert sent.status_code == 201, sent.content
+        probes.append(sent.json()["id"])
 
     task = wait_for(lambda: _ended(made.json()["id"]), timeout=60, what="the agent task")
     log = api.get(f"/api/v1/tasks/{task.pk}/log/").json()["log"]
@@ -101,8 +104,9 @@ def test_the_example_agent_task_runs_its_tool_calls_in_a_sandbox_it_makes(
     history = html.unescape(browser.get(f"/sandboxes/{sandbox.public_id}/").content.decode())
     assert "python3 fib.py 30" in history and "832040" in history
 
-    other = wait_for(lambda: _ended(probed.json()["id"]), timeout=30, what="the probe task")
-    said = api.get(f"/api/v1/tasks/{other.pk}/log/").json()["log"]
-    assert other.state == "succeeded", (other.reason, said)
-    assert "tasks: 403 switchyard sandbox-api relay: only the sandbox API" in said
-    assert "web: not reached: ConnectionRefusedError" in said
+    for pk in probes:
+        other = wait_for(lambda pk=pk: _ended(pk), timeout=30, what="a probe task")
+        said = api.get(f"/api/v1/tasks/{other.pk}/log/").json()["log"]
+        assert other.state == "succeeded", (other.name, other.reason, said)
+        assert "tasks: 403 switchyard sandbox-api relay: only the sandbox API" in said, said
+        assert "web: not reached: ConnectionRefusedError" in said, said

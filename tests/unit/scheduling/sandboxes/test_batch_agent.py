@@ -9,6 +9,7 @@ import html
 import pytest
 import yaml
 
+from config.runtime.management.commands.up import reachable
 from scheduling.backends.imagebox import CannotRun
 from scheduling.backends.local.jobstore import JobStore
 from scheduling.backends.local.sessionplan import api_relay
@@ -73,3 +74,11 @@ def test_the_local_plan_wraps_the_command_in_the_forwarder_and_binds_the_relay(t
     assert api_relay(store, "k2", plain, {}, "127.0.0.1:8000", None) is None
     with pytest.raises(CannotRun, match="SWITCHYARD_WEB_ADDR"):
         api_relay(store, "k3", spec, {}, "", None)
+
+
+def test_manage_up_tells_its_worker_where_the_relay_reaches_the_web_server():
+    assert reachable("127.0.0.1:9000") == "127.0.0.1:9000"
+    assert reachable("0.0.0.0:8000") == "127.0.0.1:8000"  # every address: this machine's
+    assert reachable("[::]:8000") == "127.0.0.1:8000"
+    assert reachable("8001") == "127.0.0.1:8001"  # runserver's port alone
+    assert reachable("portal.internal:8000") == "portal.internal:8000"
