@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import html
 import json
+import socket
 from urllib.parse import urlsplit
 
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from scheduling.engine.registry import get_backend
 from scheduling.models import Sandbox, Task
 from tests.conftest import descriptor
 from tests.integration.conftest import wait_for, worker_log
@@ -94,6 +96,9 @@ def test_the_example_agent_task_runs_its_tool_calls_in_a_sandbox_it_makes(
     assert "tool call 2: python3 fib.py 30 -> exit 0: 832040" in log
     assert "-> exit 0: 20 bytes" in log  # tool call 3: its answer written to a file
     assert "tool call 4: read result.txt -> 2880067194370816120" in log
+    relay = get_backend("local").store.path(task.backend_id, "api.sock")
+    with pytest.raises(ConnectionRefusedError), socket.socket(socket.AF_UNIX) as s:
+        s.connect(relay)  # the relay ended with its task
     [sandbox] = Sandbox.objects.filter(created_by_task=task)
     assert f"deleted sandbox {sandbox.public_id}: ended" in log
     assert (sandbox.state, sandbox.end_reason) == ("ended", "deleted")
