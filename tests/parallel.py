@@ -48,13 +48,18 @@ def worker_redis_url(url: str, number: int) -> str:
 
 
 def worker_var_dir(base: Path, name: str) -> Path:
-    """`base/<worker>`, with the base's secret key (the settings read it from there)."""
+    """`base/<worker>`, empty, with the base's secret key (the settings read it from there).
+
+    Emptied as a fresh checkout has it: what an earlier run left there would be in the way
+    of this one (a task's folder in the demo storage areas is named by the task's id, and a
+    fresh test database hands the same ids out again)."""
     base.mkdir(parents=True, exist_ok=True)
     base.chmod(0o711)  # the jobs' accounts pass through it to their folders
     var = base / name
+    shutil.rmtree(var, ignore_errors=True)
     var.mkdir(mode=0o711, exist_ok=True)
     key = base / "secret-key"
-    if key.is_file() and not (var / "secret-key").exists():
+    if key.is_file():
         shutil.copyfile(key, var / "secret-key")
         (var / "secret-key").chmod(0o600)
     return var
