@@ -2,8 +2,9 @@
 
 Most of the Slurm tests' time is waiting on the cluster (a walltime to pass, a daemon to come
 back), so they run on one worker, one after another (the cluster is shared: each test expects
-every node), while the other workers run the rest. A worker that is done with them takes
-tests of the rest.
+every node), while the other workers run the rest. The tests marked `heavy` (hundreds of
+tasks through real workers) run in the same line, so that none loads the machine beside a
+Slurm test. A worker that is done with them takes tests of the rest.
 
 pytest-django already gives each worker a test database of its own (`test_<name>_gw0`, …).
 This gives each worker the two other things the tests assume are theirs alone:
@@ -83,5 +84,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
-        if item.get_closest_marker("slurm"):
+        # A heavy test beside a Slurm test would stretch the Slurm test's timings (how soon
+        # a cancelled job's room is given again, say): it runs in their line instead.
+        if item.get_closest_marker("slurm") or item.get_closest_marker("heavy"):
             item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))
