@@ -186,14 +186,25 @@ class SandboxExec(_Sandboxes):
             raise ApplicationError("expected 0 or 1", field="stream", got=stream[:80])
         sandbox = self.sandbox(sid, activity=False)
         if stream == "1":
-            events = sandbox_exec_stream(sandbox=sandbox, ask=ask)
+            events = sandbox_exec_stream(user=self.user(), sandbox=sandbox, ask=ask)
             return StreamingHttpResponse(_ndjson(events), content_type="application/x-ndjson")
-        return Response(sandbox_exec(sandbox=sandbox, ask=ask))
+        return Response(sandbox_exec(user=self.user(), sandbox=sandbox, ask=ask))
 
 
-def _ndjson(events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
-    for event in events:
-        yield json.dumps(event).encode() + b"\n"
+class _ndjson:
+    """The events as lines; closing it (Django does, once the answer is done or the client
+    has gone) closes them, so the exec's call slot goes back even if no line was sent."""
+
+    def __init__(self, events: Iterator[dict[str, Any]]) -> None:
+        self._events = events
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (json.dumps(event).encode() + b"\n" for event in self._events)
+
+    def close(self) -> None:
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
 
 
 class _Body(BaseParser):
@@ -210,7 +221,8 @@ class SandboxFile(_Sandboxes):
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request: Request, sid: str, path: str) -> HttpResponse:
-        data = sandbox_get_file(sandbox=self.sandbox(sid, activity=False), path=path)
+        sandbox = self.sandbox(sid, activity=False)
+        data = sandbox_get_file(user=self.user(), sandbox=sandbox, path=path)
         return HttpResponse(data, content_type="application/octet-stream")
 
     @extend_schema(
@@ -220,5 +232,6 @@ class SandboxFile(_Sandboxes):
     )
     def put(self, request: Request, sid: str, path: str) -> Response:
         data = request._request.body
-        written = sandbox_put_file(sandbox=self.sandbox(sid, activity=False), path=path, data=data)
+        sandbox = self.sandbox(sid, activity=False)
+        written = sandbox_put_file(user=self.user(), sandbox=sandbox, path=path, data=data)
         return Response({"path": path, "bytes": written}, status=status.HTTP_200_OK)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import json
 import queue as queues
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from scheduling.decisions.sandboxes import concurrency, outside_allowed
 from scheduling.decisions.types import QueuePolicy
 from scheduling.models import ACTIVE_STATES, Queue, Sandbox, SandboxState, Task
 from scheduling.selectors import site_view
+from scheduling.services import sandbox_calls as calls
 from scheduling.services.sandbox_input import ExecAsk, exec_ask, int_field, network
 from scheduling.services.tasks import task_submit_spec
 from scheduling.spec import Resources, TaskSpec
@@ -234,13 +236,24 @@ def _output(data: bytes, binary: bool, name: str) -> dict[str, str]:
     return {name: data.decode("utf-8", "replace")}
 
 
-def sandbox_exec(*, sandbox: Sandbox, ask: ExecAsk) -> dict[str, Any]:
+@contextlib.contextmanager
+def _call_slot(user: User) -> Iterator[None]:
+    """One of the user's calls in flight in this web process (sandbox_calls.py), or a 429."""
+    calls.take(user.pk)
+    try:
+        yield
+    finally:
+        calls.give(user.pk)
+
+
+def sandbox_exec(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> dict[str, Any]:
     """Run one command; the answer {"stdout", "stderr", "exit_code", "duration_ms",
     "timed_out", "truncated"} (with `binary`: "stdout_b64", "stderr_b64")."""
     sandbox = _ready(sandbox)
     request = _request(ask)
     try:
-        result = door.exec_in(sandbox, request)
+        with _call_slot(user):
+            result = door.exec_in(sandbox, request)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
     except door.SandboxError as exc:
@@ -266,16 +279,23 @@ def _request(ask: ExecAsk):
     )
 
 
-def sandbox_exec_stream(*, sandbox: Sandbox, ask: ExecAsk) -> Iterator[dict[str, Any]]:
+def sandbox_exec_stream(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> Iterator[dict[str, Any]]:
     """The same exec, as it runs: {"stream": "stdout"|"stderr", "data": text} chunks (with
     `binary`: "data_b64"), then the final answer without its output (`sandbox_exec`'s
-    less stdout and stderr). Checked before the first chunk; the backend call runs in a
-    thread, the database is written from the caller's."""
+    less stdout and stderr). Checked before the first chunk (the user's call slot
+    included: it is held until the backend call ends); the backend call runs in a thread,
+    the database is written from the caller's."""
     sandbox = _ready(sandbox)
     request = _request(ask)
     chunks: queues.Queue = queues.Queue()
     outcome: dict[str, Any] = {}
     task = sandbox.task
+    calls.take(user.pk)
+    slot = threading.Lock()  # given back once: by the call's end, or a stream never run
+
+    def give() -> None:
+        if slot.acquire(blocking=False):
+            calls.give(user.pk)
 
     def run() -> None:
         try:
@@ -285,15 +305,24 @@ def sandbox_exec_stream(*, sandbox: Sandbox, ask: ExecAsk) -> Iterator[dict[str,
         except (door.SandboxGone, door.SandboxError) as exc:
             outcome["error"] = exc
         finally:
+            give()
             chunks.put(None)
 
-    def events() -> Iterator[dict[str, Any]]:
-        row = door.exec_started(sandbox, request)
+    def events() -> Generator[dict[str, Any]]:
+        try:
+            row = door.exec_started(sandbox, request)
+        except BaseException:
+            give()
+            raise
         decoders = {
             n: codecs.getincrementaldecoder("utf-8")("replace") for n in ("stdout", "stderr")
         }
         worker = threading.Thread(target=run, name=f"exec-{sandbox.public_id}", daemon=True)
-        worker.start()
+        try:
+            worker.start()
+        except BaseException:
+            give()
+            raise
         while (item := chunks.get()) is not None:
             name, data = item
             if ask.binary:
@@ -313,7 +342,29 @@ def sandbox_exec_stream(*, sandbox: Sandbox, ask: ExecAsk) -> Iterator[dict[str,
             "truncated": result.truncated,
         }
 
-    return events()
+    return _Events(events(), on_close=give)
+
+
+class _Events:
+    """The stream's events; closed before its first (the client gone before the answer
+    began), the call slot goes back at once."""
+
+    def __init__(self, events: Generator[dict[str, Any]], *, on_close: Callable[[], None]):
+        self._events = events
+        self._started = False
+        self._on_close = on_close
+
+    def __iter__(self) -> _Events:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        self._started = True
+        return next(self._events)
+
+    def close(self) -> None:
+        self._events.close()
+        if not self._started:
+            self._on_close()
 
 
 def _path(path: Any) -> str:
@@ -322,7 +373,7 @@ def _path(path: Any) -> str:
     return path
 
 
-def sandbox_put_file(*, sandbox: Sandbox, path: str, data: bytes) -> int:
+def sandbox_put_file(*, user: User, sandbox: Sandbox, path: str, data: bytes) -> int:
     """Write `data` to `path` inside the sandbox (relative: in its working folder)."""
     path = _path(path)
     limit = settings.SWITCHYARD_SANDBOX_FILE_MAX_BYTES
@@ -330,7 +381,8 @@ def sandbox_put_file(*, sandbox: Sandbox, path: str, data: bytes) -> int:
         raise ApplicationError(f"at most {limit} bytes", field="body", got=len(data), status=413)
     sandbox = _ready(sandbox)
     try:
-        door.put_file(sandbox, path, data, mode=0o644)
+        with _call_slot(user):
+            door.put_file(sandbox, path, data, mode=0o644)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
     except door.SandboxError as exc:
@@ -338,11 +390,12 @@ def sandbox_put_file(*, sandbox: Sandbox, path: str, data: bytes) -> int:
     return len(data)
 
 
-def sandbox_get_file(*, sandbox: Sandbox, path: str) -> bytes:
+def sandbox_get_file(*, user: User, sandbox: Sandbox, path: str) -> bytes:
     path = _path(path)
     sandbox = _ready(sandbox)
     try:
-        return door.get_file(sandbox, path, limit=settings.SWITCHYARD_SANDBOX_FILE_MAX_BYTES)
+        with _call_slot(user):
+            return door.get_file(sandbox, path, limit=settings.SWITCHYARD_SANDBOX_FILE_MAX_BYTES)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
     except door.SandboxError as exc:
