@@ -106,7 +106,9 @@ def read_frame(sock: socket.socket, deadline: float, max_frame: int) -> dict[str
         raise BackendError(f"the sandbox's answer is {size} bytes; at most {max_frame} expected")
     try:
         message = json.loads(_recv_exact(sock, size, deadline))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: arrays nested deeper than the parser goes (`[[[[…`), well within a
+        # frame's cap; a crash of the caller otherwise.
         raise BackendError("the sandbox's answer is not JSON") from None
     if not isinstance(message, dict):
         raise BackendError("the sandbox's answer is not a JSON object")

@@ -66,3 +66,16 @@ def test_output_streamed_to_an_exec_that_did_not_ask_for_it_is_refused(tmp_path)
     with pytest.raises(BackendError, match="not asked for"):
         wire.exec_in(path, ExecRequest(argv=("true",), timeout_s=5))
     server.close()
+
+
+def test_json_nested_past_the_parsers_depth_is_a_backend_error_not_a_crash(tmp_path):
+    deep = b"[" * 200_000
+
+    def nested(conn: socket.socket) -> None:
+        conn.sendall(struct.pack(">I", len(deep)) + deep)
+
+    path = str(tmp_path / "deep.sock")
+    server = serve_once(path, nested)
+    with pytest.raises(BackendError, match="not JSON"):
+        wire.exec_in(path, ExecRequest(argv=("true",), timeout_s=5))
+    server.close()
