@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from django.test import Client
 
 from scheduling.backends.base import JobState
 from scheduling.backends.fake import FakeBackend
@@ -39,15 +42,28 @@ def test_a_sandbox_is_created_ready_and_runs_commands_that_build_on_its_files(ap
     assert run(api, sid, ["true"]).status_code == 409
 
 
-def test_another_project_gets_404_everywhere(api, outsider_api):
+def test_another_project_gets_404_everywhere(api, outsider_api, outsider):
     sid = create(api).json()["id"]
+    api.put(f"/api/v1/sandboxes/{sid}/files/x", data=b"secret", content_type="text/plain")
+    browser = Client()
+    browser.force_login(outsider)
     for response in (
         outsider_api.get(f"/api/v1/sandboxes/{sid}/"),
         run(outsider_api, sid, ["true"]),
+        outsider_api.post(
+            f"/api/v1/sandboxes/{sid}/exec/?stream=1",
+            data=json.dumps({"command": ["cat", "x"]}),
+            content_type="application/json",
+        ),
         outsider_api.get(f"/api/v1/sandboxes/{sid}/files/x"),
+        outsider_api.put(f"/api/v1/sandboxes/{sid}/files/x", data=b"", content_type="text/plain"),
         outsider_api.delete(f"/api/v1/sandboxes/{sid}/"),
+        browser.get(f"/sandboxes/{sid}/"),
+        browser.post(f"/sandboxes/{sid}/end/"),
     ):
         assert response.status_code == 404, response.content
+    assert sid not in browser.get("/sandboxes/").content.decode()
+    assert run(api, sid, ["cat", "x"]).json()["stdout"] == "secret"
     assert outsider_api.get("/api/v1/sandboxes/").json()["results"] == []
     assert FakeBackend.jobs_for("fake")  # it is still there
     assert Sandbox.objects.get().state == "ready"
