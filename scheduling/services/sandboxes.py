@@ -415,13 +415,19 @@ def sandbox_delete(*, user: User, sandbox: Sandbox) -> Sandbox:
 
 def task_token_scope(token: str) -> tuple[User, TaskScope] | None:
     """Who a scoped task token acts for and what it may reach, while its task runs; None
-    when it is not valid (never signed here, expired, or its task has ended)."""
+    when it is not valid (never signed here, expired, its task has ended, or its owner's
+    account is switched off: the token is the owner's, as a personal token is)."""
     scope = check(token)
     if scope is None:
         return None
     task = (
         Task.objects.select_related("owner", "project")
-        .filter(pk=scope.task_id, state__in=ACTIVE_STATES, project__slug=scope.project)
+        .filter(
+            pk=scope.task_id,
+            state__in=ACTIVE_STATES,
+            project__slug=scope.project,
+            owner__is_active=True,
+        )
         .first()
     )
     if task is None:
