@@ -53,7 +53,13 @@ class Created:
 
 def sandbox_create(*, user: User, data: dict[str, Any], scope: TaskScope | None = None) -> Created:
     """Store and start a sandbox as `data` (the API's body) asks; a 409 names the reason
-    when its queue refuses over max_concurrency."""
+    when its queue refuses over max_concurrency. A call of the user's (sandbox_calls.py):
+    it may wait for the start, so it takes a slot before anything is stored."""
+    with _call_slot(user):
+        return _create(user=user, data=data, scope=scope)
+
+
+def _create(*, user: User, data: dict[str, Any], scope: TaskScope | None) -> Created:
     if not isinstance(data, dict):
         raise ApplicationError("expected a JSON object", field=None, got=type(data).__name__)
     unknown = sorted(set(data) - _CREATE_FIELDS)

@@ -10,6 +10,7 @@ import pytest
 from django.core.signals import request_finished
 from django.db import close_old_connections
 
+from scheduling.models import Sandbox
 from scheduling.services import sandbox_calls
 from tests.unit.scheduling.sandboxes.helpers import create, run
 
@@ -52,6 +53,9 @@ def test_past_its_calls_in_flight_a_users_next_call_is_a_429_until_one_answers(a
     assert "at most 3 at once" in refused.json()["errors"][0]["message"]
     put = api.put(f"/api/v1/sandboxes/{sid}/files/a.txt", data=b"x", content_type="text/plain")
     assert put.status_code == 429
+    # A create may wait for its start: refused before anything is stored.
+    assert create(api).status_code == 429
+    assert Sandbox.objects.count() == 1
     # A stream read to its end gives its slot back; one closed unread (its client gone)
     # gives it back too.
     lines = b"".join(held[0].streaming_content).splitlines()
