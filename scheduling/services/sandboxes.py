@@ -152,7 +152,7 @@ def _create(*, user: User, data: dict[str, Any], scope: TaskScope | None) -> Cre
     )
     wait = 0.0 if verdict.verdict == "queue" else settings.SWITCHYARD_SANDBOX_START_WAIT_SECONDS
     sandbox.task = door.start(task.pk, wait_s=wait)
-    sandbox = _synced(sandbox)
+    sandbox = _synced(sandbox, limited=False)
     if sandbox.state == SandboxState.FAILED:
         raise ApplicationError(sandbox.task.reason or "the sandbox failed to start", status=409)
     return Created(sandbox, 201 if sandbox.state == SandboxState.READY else 202)
@@ -194,10 +194,14 @@ def _concurrency(queue: QueuePolicy, queue_id: int):
     return concurrency(taken, queue.max_concurrency, queue.over_concurrency, queue.name)
 
 
-def _synced(sandbox: Sandbox) -> Sandbox:
-    """The row in line with its task (started: ready, with the start as its ready time)."""
+def _synced(sandbox: Sandbox, *, limited: bool = True) -> Sandbox:
+    """The row in line with its task (started: ready, with the start as its ready time). A
+    sandbox still starting is asked of its backend, `limited` to once a second (a client
+    polling it, or execs sent to it, do not each run the cluster's squeue)."""
     task = sandbox.task
-    if sandbox.state in (SandboxState.STARTING, SandboxState.QUEUED):
+    if sandbox.state in (SandboxState.STARTING, SandboxState.QUEUED) and (
+        not limited or door.may_ask_backend(sandbox.public_id)
+    ):
         task = door.refresh(task)
         sandbox.task = task
     state = door.state_of(task)
