@@ -115,9 +115,20 @@ class _Sandboxes(APIView):
         if not isinstance(raw, bytes) or not raw:
             raise ApplicationError("expected a JSON object", field=None, got="")
         try:
-            return json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ApplicationError(f"not JSON: {exc}", field=None) from None
+        # JSON may escape half of a surrogate pair alone ("\ud800"): text no command, file
+        # name or database column can hold. Only a body with such an escape is looked at.
+        if b"\\ud" in raw.lower():
+            try:
+                json.dumps(data, ensure_ascii=False).encode()
+            except UnicodeEncodeError:
+                raise ApplicationError(
+                    "not valid Unicode: an unpaired surrogate (\\ud800-\\udfff alone)",
+                    field=None,
+                ) from None
+        return data
 
 
 class SandboxListCreate(_Sandboxes):

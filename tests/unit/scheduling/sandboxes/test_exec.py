@@ -82,3 +82,27 @@ def test_a_malformed_exec_names_its_field(api, sid, body, field):
 
 def test_a_file_missing_in_the_sandbox_is_a_404(api, sid):
     assert api.get(f"/api/v1/sandboxes/{sid}/files/nothing").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"command": ["echo", "\\ud800"]}',
+        '{"command": ["echo"], "env": {"A": "x\\uDFFFy"}}',
+        '{"command": ["echo"], "cwd": "\\ud83d"}',
+        '{"command": ["cat"], "stdin": "\\udc00"}',
+        "[" * 100_000,  # deeper than the parser goes
+    ],
+    ids=["argv", "env", "cwd", "stdin", "nested"],
+)
+def test_a_body_that_is_not_valid_unicode_or_json_is_a_400_not_a_crash(api, sid, body):
+    answer = api.post(f"/api/v1/sandboxes/{sid}/exec/", data=body, content_type="application/json")
+    assert answer.status_code == 400, answer.content
+    made = api.post("/api/v1/sandboxes/", data=body, content_type="application/json")
+    assert made.status_code == 400, made.content
+
+
+def test_a_surrogate_pair_escaped_whole_is_text_like_any(api, sid):
+    body = '{"command": ["echo", "\\ud83d\\ude00"]}'
+    answer = api.post(f"/api/v1/sandboxes/{sid}/exec/", data=body, content_type="application/json")
+    assert answer.json()["stdout"] == "\U0001f600\n"
