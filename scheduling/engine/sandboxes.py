@@ -189,10 +189,31 @@ def exec_started(sandbox: Sandbox, request: ExecRequest) -> int:
     now = timezone.now()
     return SandboxExec.objects.create(
         sandbox=sandbox,
-        argv=list(request.argv),
+        argv=stored_argv(request.argv),
         started_at=now,
         deadline=now + timedelta(seconds=request.timeout_s + 5),
     ).pk
+
+
+# What an exec's history keeps of its command: the page shows it, and a command may be
+# 128 KiB (a script given inline) sent many times a second.
+ARGV_KEPT_CHARS = 4096
+
+
+def stored_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """The command as its history keeps it: whole up to ARGV_KEPT_CHARS characters, then cut,
+    the cut argument ending with how much was left out."""
+    kept: list[str] = []
+    room = ARGV_KEPT_CHARS
+    for at, arg in enumerate(argv):
+        if len(arg) <= room:
+            kept.append(arg)
+            room -= len(arg)
+            continue
+        left = len(arg) - room + sum(len(a) for a in argv[at + 1 :])
+        kept.append(f"{arg[:room]}… ({left} more characters)")
+        break
+    return kept
 
 
 def exec_run(

@@ -106,3 +106,11 @@ def test_a_surrogate_pair_escaped_whole_is_text_like_any(api, sid):
     body = '{"command": ["echo", "\\ud83d\\ude00"]}'
     answer = api.post(f"/api/v1/sandboxes/{sid}/exec/", data=body, content_type="application/json")
     assert answer.json()["stdout"] == "\U0001f600\n"
+
+
+def test_the_history_keeps_the_start_of_a_long_command_not_all_of_it(api, sid):
+    script = "x" * 100_000
+    assert run(api, sid, ["echo", script, "tail"]).json()["stdout"] == f"{script} tail\n"
+    kept = SandboxExec.objects.get().argv
+    assert kept[0] == "echo" and sum(map(len, kept)) < 4200
+    assert kept[1].endswith("… (95912 more characters)")  # 100,000 - 4,092 + "tail"
