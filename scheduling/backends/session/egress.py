@@ -208,7 +208,7 @@ def start(
             port = _free_port()
             conf = os.path.join(folder, CONF_NAME)
             _write(conf, proxy_config(port, filter_path, pairs))
-            argv = confined(bwrap, [tinyproxy, "-d", "-c", conf])
+            argv = confined(bwrap, [tinyproxy, "-d", "-c", conf], folder)
             keeper = (argv, port, reader)
             handle, why = spawn_keeper(listener, log, run_as, _proxy_keeper, keeper, (log, reader))
             if handle is not None:
@@ -252,13 +252,14 @@ def stop(handle: tuple[int, ...]) -> None:
         pass
 
 
-def confined(bwrap: str, argv: list[str]) -> list[str]:
+def confined(bwrap: str, argv: list[str], folder: str) -> list[str]:
     """`argv` (tinyproxy) in namespaces of its own but for the host's network. It parses
     whatever the sandbox sends, and runs as the job's account, which every sandbox of the
     site's service account shares: on the host it could read any process of that account
     (another sandbox's files through /proc/<pid>/root, its memory) and reach the account's
     sockets under /tmp (a Slurm session's agent). Here it sees a /proc of its own, an empty
-    /tmp, the host's files read-only, and ends with its keeper."""
+    /tmp, the host's files read-only (its session's `folder`, with its configuration, even
+    where that is under /tmp), and ends with its keeper."""
     return [
         bwrap,
         "--unshare-all",
@@ -275,6 +276,9 @@ def confined(bwrap: str, argv: list[str]) -> list[str]:
         "/tmp",
         "--tmpfs",
         "/var/tmp",
+        "--ro-bind",
+        folder,
+        folder,
         "--",
         *argv,
     ]
