@@ -198,7 +198,11 @@ class SandboxExec(_Sandboxes):
         sandbox = self.sandbox(sid, activity=False)
         if stream == "1":
             events = sandbox_exec_stream(user=self.user(), sandbox=sandbox, ask=ask)
-            return StreamingHttpResponse(_ndjson(events), content_type="application/x-ndjson")
+            answer = StreamingHttpResponse(_ndjson(events), content_type="application/x-ndjson")
+            # The front (docker/nginx/) passes each chunk on as it comes, not once it has a
+            # buffer's worth: the point of a stream.
+            answer["X-Accel-Buffering"] = "no"
+            return answer
         return Response(sandbox_exec(user=self.user(), sandbox=sandbox, ask=ask))
 
 

@@ -43,6 +43,7 @@ def test_the_streaming_variant_sends_chunks_then_the_result(api, sid):
     )
     assert response.status_code == 200
     assert response["Content-Type"] == "application/x-ndjson"
+    assert response["X-Accel-Buffering"] == "no"  # the front passes chunks on as they come
     lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
     assert lines[0] == {"stream": "stdout", "data": "a b\n"}
     assert lines[-1]["exit_code"] == 0 and "duration_ms" in lines[-1]
