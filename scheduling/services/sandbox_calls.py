@@ -12,7 +12,10 @@ thread a moment, a wait for a slot would hold it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
 
 from django.conf import settings
 
@@ -51,3 +54,36 @@ def give(user_id: int) -> None:
 def held(user_id: int) -> int:
     with _lock:
         return _held.get(user_id, 0)
+
+
+@contextlib.contextmanager
+def slot(user_id: int) -> Iterator[None]:
+    """One of the user's calls in flight for the block's length, or a 429."""
+    take(user_id)
+    try:
+        yield
+    finally:
+        give(user_id)
+
+
+class Stream:
+    """A streamed call's events: closed before its first (the client gone before the answer
+    began), `on_close` gives its slot back at once; once begun, the call gives it back when
+    it ends."""
+
+    def __init__(self, events: Generator[dict[str, Any]], *, on_close: Callable[[], None]):
+        self._events = events
+        self._started = False
+        self._on_close = on_close
+
+    def __iter__(self) -> Stream:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        self._started = True
+        return next(self._events)
+
+    def close(self) -> None:
+        self._events.close()
+        if not self._started:
+            self._on_close()

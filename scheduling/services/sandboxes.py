@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import base64
 import codecs
-import contextlib
 import json
 import queue as queues
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django import db
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Q
@@ -55,7 +55,7 @@ def sandbox_create(*, user: User, data: dict[str, Any], scope: TaskScope | None 
     """Store and start a sandbox as `data` (the API's body) asks; a 409 names the reason
     when its queue refuses over max_concurrency. A call of the user's (sandbox_calls.py):
     it may wait for the start, so it takes a slot before anything is stored."""
-    with _call_slot(user):
+    with calls.slot(user.pk):
         return _create(user=user, data=data, scope=scope)
 
 
@@ -246,23 +246,13 @@ def _output(data: bytes, binary: bool, name: str) -> dict[str, str]:
     return {name: data.decode("utf-8", "replace")}
 
 
-@contextlib.contextmanager
-def _call_slot(user: User) -> Iterator[None]:
-    """One of the user's calls in flight in this web process (sandbox_calls.py), or a 429."""
-    calls.take(user.pk)
-    try:
-        yield
-    finally:
-        calls.give(user.pk)
-
-
 def sandbox_exec(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> dict[str, Any]:
     """Run one command; the answer {"stdout", "stderr", "exit_code", "duration_ms",
     "timed_out", "truncated"} (with `binary`: "stdout_b64", "stderr_b64")."""
     sandbox = _ready(sandbox)
     request = _request(ask)
     try:
-        with _call_slot(user):
+        with calls.slot(user.pk):
             result = door.exec_in(sandbox, request)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
@@ -302,10 +292,17 @@ def sandbox_exec_stream(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> Iterat
     task = sandbox.task
     calls.take(user.pk)
     slot = threading.Lock()  # given back once: by the call's end, or a stream never run
+    # Who records the exec's end: the request, or, when its client went away before the
+    # end, the backend call's thread (on a database connection of its own, closed after).
+    handoff = threading.Lock()
+    ends: dict[str, Any] = {"row": None, "done": False, "abandoned": False}
 
     def give() -> None:
         if slot.acquire(blocking=False):
             calls.give(user.pk)
+
+    def record() -> None:
+        door.exec_ended(ends["row"], outcome.get("result"), error=str(outcome.get("error", "")))
 
     def run() -> None:
         try:
@@ -316,11 +313,19 @@ def sandbox_exec_stream(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> Iterat
             outcome["error"] = exc
         finally:
             give()
+            with handoff:
+                ends["done"] = True
+                late = ends["abandoned"]
+            if late:
+                try:
+                    record()
+                finally:
+                    db.connection.close()
             chunks.put(None)
 
     def events() -> Generator[dict[str, Any]]:
         try:
-            row = door.exec_started(sandbox, request)
+            ends["row"] = door.exec_started(sandbox, request)
         except BaseException:
             give()
             raise
@@ -333,15 +338,25 @@ def sandbox_exec_stream(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> Iterat
         except BaseException:
             give()
             raise
-        while (item := chunks.get()) is not None:
-            name, data = item
-            if ask.binary:
-                yield {"stream": name, "data_b64": base64.b64encode(data).decode()}
-            elif text := decoders[name].decode(data):
-                yield {"stream": name, "data": text}
-        worker.join()
+        recorded = False
+        try:
+            while (item := chunks.get()) is not None:
+                name, data = item
+                if ask.binary:
+                    yield {"stream": name, "data_b64": base64.b64encode(data).decode()}
+                elif text := decoders[name].decode(data):
+                    yield {"stream": name, "data": text}
+            worker.join()
+            record()
+            recorded = True
+        finally:
+            if not recorded:  # the client went away: the end is recorded when it comes
+                with handoff:
+                    ends["abandoned"] = not ends["done"]
+                    now = ends["done"]
+                if now:
+                    record()
         result = outcome.get("result")
-        door.exec_ended(row, result, error=str(outcome.get("error", "")))
         if result is None:
             yield {"error": f"the sandbox could not run it: {outcome.get('error')}"}
             return
@@ -352,29 +367,7 @@ def sandbox_exec_stream(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> Iterat
             "truncated": result.truncated,
         }
 
-    return _Events(events(), on_close=give)
-
-
-class _Events:
-    """The stream's events; closed before its first (the client gone before the answer
-    began), the call slot goes back at once."""
-
-    def __init__(self, events: Generator[dict[str, Any]], *, on_close: Callable[[], None]):
-        self._events = events
-        self._started = False
-        self._on_close = on_close
-
-    def __iter__(self) -> _Events:
-        return self
-
-    def __next__(self) -> dict[str, Any]:
-        self._started = True
-        return next(self._events)
-
-    def close(self) -> None:
-        self._events.close()
-        if not self._started:
-            self._on_close()
+    return calls.Stream(events(), on_close=give)
 
 
 def _path(path: Any) -> str:
@@ -391,7 +384,7 @@ def sandbox_put_file(*, user: User, sandbox: Sandbox, path: str, data: bytes) ->
         raise ApplicationError(f"at most {limit} bytes", field="body", got=len(data), status=413)
     sandbox = _ready(sandbox)
     try:
-        with _call_slot(user):
+        with calls.slot(user.pk):
             door.put_file(sandbox, path, data, mode=0o644)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
@@ -404,7 +397,7 @@ def sandbox_get_file(*, user: User, sandbox: Sandbox, path: str) -> bytes:
     path = _path(path)
     sandbox = _ready(sandbox)
     try:
-        with _call_slot(user):
+        with calls.slot(user.pk):
             return door.get_file(sandbox, path, limit=settings.SWITCHYARD_SANDBOX_FILE_MAX_BYTES)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
