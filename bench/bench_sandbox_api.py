@@ -188,7 +188,14 @@ def _stack(database_url: str | None = None, redis_url: str = "") -> dict[str, An
     var_dir = c.fresh_var_dir("sandbox-api")
     os.chmod(var_dir, 0o711)  # the job account passes through to its sandbox's files
     marker = str(var_dir / "local-backend")
-    env = c.django_env(var_dir, database_url=database_url, SWITCHYARD_WARM_POOL_SECONDS="2")
+    # One token plays the many clients of 20 sandboxes: its calls in flight per web process
+    # are not bounded to one user's share (docs/sandboxes.md, "Throttling").
+    env = c.django_env(
+        var_dir,
+        database_url=database_url,
+        SWITCHYARD_WARM_POOL_SECONDS="2",
+        SWITCHYARD_SANDBOX_CALLS_PER_USER=str(EXEC_THREADS),
+    )
     if redis_url:
         env["REDIS_URL"] = redis_url
     procs = []

@@ -461,6 +461,10 @@ SWITCHYARD_SANDBOX_START_WAIT_SECONDS = env_int("SWITCHYARD_SANDBOX_START_WAIT_M
 SWITCHYARD_SANDBOX_FILE_MAX_BYTES = env_int("SWITCHYARD_SANDBOX_FILE_MAX_BYTES", 1000 * 1000)
 # An exec's stdout and stderr, each; past it the output is cut (`truncated`).
 SWITCHYARD_SANDBOX_OUTPUT_MAX_BYTES = env_int("SWITCHYARD_SANDBOX_OUTPUT_MAX_BYTES", 1 << 20)
+# Sandbox calls (exec, files) one user may have in flight in one web process; past it a 429.
+# A call holds its web thread until the sandbox answers: below the threads of a process
+# (4, config/runtime/serve.py), so one user's slow execs leave the others a thread.
+SWITCHYARD_SANDBOX_CALLS_PER_USER = env_int("SWITCHYARD_SANDBOX_CALLS_PER_USER", 3)
 # Request bodies (config/middleware.py; the front has the same limits: docker/nginx/): without
 # a session or token every path takes at most the first; signed in, the second, or a path's
 # own larger limit (a batch, a descriptor, a simulation trace).

@@ -87,12 +87,18 @@ class Api:
         request.add_header("Accept", "application/json")
         if body is not None:
             request.add_header("Content-Type", kind or "application/json")
-        try:
-            return urllib.request.urlopen(request, timeout=timeout)
-        except urllib.error.HTTPError as exc:
-            raise http_error(exc) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise CliError(f"cannot reach {self.url}: {exc}", UNREACHABLE) from None
+        for attempt in range(BUSY_TRIES):
+            try:
+                return urllib.request.urlopen(request, timeout=timeout)
+            except urllib.error.HTTPError as exc:
+                # Too many at once (the portal did nothing with it): again, after the wait
+                # it asks for.
+                if exc.code != 429 or attempt == BUSY_TRIES - 1:
+                    raise http_error(exc) from None
+                time.sleep(_retry_after(exc.headers.get("Retry-After")))
+            except (urllib.error.URLError, OSError) as exc:
+                raise CliError(f"cannot reach {self.url}: {exc}", UNREACHABLE) from None
+        raise AssertionError("unreachable")
 
     def json(self, method: str, path: str, data: Any = None, **kwargs: Any) -> Any:
         body = json.dumps(data).encode() if data is not None else None
@@ -262,6 +268,19 @@ def _exec_body(argv, stdin, env, cwd, timeout) -> dict[str, Any]:
     if cwd is not None:
         body["cwd"] = cwd
     return body
+
+
+BUSY_TRIES = 5
+BUSY_WAIT_MAX_S = 5.0
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait as a 429's Retry-After says (1 when it says nothing of use), at most
+    BUSY_WAIT_MAX_S."""
+    try:
+        return min(max(float(value or 1), 0.0), BUSY_WAIT_MAX_S)
+    except ValueError:
+        return 1.0
 
 
 def _quote(part: str) -> str:

@@ -115,9 +115,20 @@ class _Sandboxes(APIView):
         if not isinstance(raw, bytes) or not raw:
             raise ApplicationError("expected a JSON object", field=None, got="")
         try:
-            return json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ApplicationError(f"not JSON: {exc}", field=None) from None
+        # JSON may escape half of a surrogate pair alone ("\ud800"): text no command, file
+        # name or database column can hold. Only a body with such an escape is looked at.
+        if b"\\ud" in raw.lower():
+            try:
+                json.dumps(data, ensure_ascii=False).encode()
+            except UnicodeEncodeError:
+                raise ApplicationError(
+                    "not valid Unicode: an unpaired surrogate (\\ud800-\\udfff alone)",
+                    field=None,
+                ) from None
+        return data
 
 
 class SandboxListCreate(_Sandboxes):
@@ -186,14 +197,29 @@ class SandboxExec(_Sandboxes):
             raise ApplicationError("expected 0 or 1", field="stream", got=stream[:80])
         sandbox = self.sandbox(sid, activity=False)
         if stream == "1":
-            events = sandbox_exec_stream(sandbox=sandbox, ask=ask)
-            return StreamingHttpResponse(_ndjson(events), content_type="application/x-ndjson")
-        return Response(sandbox_exec(sandbox=sandbox, ask=ask))
+            events = sandbox_exec_stream(user=self.user(), sandbox=sandbox, ask=ask)
+            answer = StreamingHttpResponse(_ndjson(events), content_type="application/x-ndjson")
+            # The front (docker/nginx/) passes each chunk on as it comes, not once it has a
+            # buffer's worth: the point of a stream.
+            answer["X-Accel-Buffering"] = "no"
+            return answer
+        return Response(sandbox_exec(user=self.user(), sandbox=sandbox, ask=ask))
 
 
-def _ndjson(events: Iterator[dict[str, Any]]) -> Iterator[bytes]:
-    for event in events:
-        yield json.dumps(event).encode() + b"\n"
+class _ndjson:
+    """The events as lines; closing it (Django does, once the answer is done or the client
+    has gone) closes them, so the exec's call slot goes back even if no line was sent."""
+
+    def __init__(self, events: Iterator[dict[str, Any]]) -> None:
+        self._events = events
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (json.dumps(event).encode() + b"\n" for event in self._events)
+
+    def close(self) -> None:
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
 
 
 class _Body(BaseParser):
@@ -210,7 +236,8 @@ class SandboxFile(_Sandboxes):
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
     def get(self, request: Request, sid: str, path: str) -> HttpResponse:
-        data = sandbox_get_file(sandbox=self.sandbox(sid, activity=False), path=path)
+        sandbox = self.sandbox(sid, activity=False)
+        data = sandbox_get_file(user=self.user(), sandbox=sandbox, path=path)
         return HttpResponse(data, content_type="application/octet-stream")
 
     @extend_schema(
@@ -220,5 +247,6 @@ class SandboxFile(_Sandboxes):
     )
     def put(self, request: Request, sid: str, path: str) -> Response:
         data = request._request.body
-        written = sandbox_put_file(sandbox=self.sandbox(sid, activity=False), path=path, data=data)
+        sandbox = self.sandbox(sid, activity=False)
+        written = sandbox_put_file(user=self.user(), sandbox=sandbox, path=path, data=data)
         return Response({"path": path, "bytes": written}, status=status.HTTP_200_OK)

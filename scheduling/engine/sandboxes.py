@@ -107,6 +107,23 @@ def start(task_id: int, *, wait_s: float) -> Task:
             time.sleep(min(left, 0.01))  # another dispatcher holds it
 
 
+# A starting sandbox's backend is asked at most this often on its readers' behalf.
+ASK_BACKEND_EVERY_S = 0.25
+
+
+def may_ask_backend(sandbox_id: str) -> bool:
+    """Whether a read of a starting sandbox may ask its backend now: about once per
+    ASK_BACKEND_EVERY_S per sandbox across the web processes (the shared cache), not once
+    per request (two readers at the same moment may both ask: a bound, not a lock)."""
+    key = f"switchyard:sandbox-ask:{sandbox_id}"
+    now = time.time()
+    last = cache.get(key)
+    if isinstance(last, float) and 0 <= now - last < ASK_BACKEND_EVERY_S:
+        return False
+    cache.set(key, now, timeout=60)
+    return True
+
+
 def refresh(task: Task) -> Task:
     """A task still starting on a backend that shows no starts at once: asked now, so that
     a client polling a `starting` sandbox sees it `ready` without waiting for the poll."""
@@ -172,10 +189,31 @@ def exec_started(sandbox: Sandbox, request: ExecRequest) -> int:
     now = timezone.now()
     return SandboxExec.objects.create(
         sandbox=sandbox,
-        argv=list(request.argv),
+        argv=stored_argv(request.argv),
         started_at=now,
         deadline=now + timedelta(seconds=request.timeout_s + 5),
     ).pk
+
+
+# What an exec's history keeps of its command: the page shows it, and a command may be
+# 128 KiB (a script given inline) sent many times a second.
+ARGV_KEPT_CHARS = 4096
+
+
+def stored_argv(argv: tuple[str, ...] | list[str]) -> list[str]:
+    """The command as its history keeps it: whole up to ARGV_KEPT_CHARS characters, then cut,
+    the cut argument ending with how much was left out."""
+    kept: list[str] = []
+    room = ARGV_KEPT_CHARS
+    for at, arg in enumerate(argv):
+        if len(arg) <= room:
+            kept.append(arg)
+            room -= len(arg)
+            continue
+        left = len(arg) - room + sum(len(a) for a in argv[at + 1 :])
+        kept.append(f"{arg[:room]}… ({left} more characters)")
+        break
+    return kept
 
 
 def exec_run(

@@ -15,10 +15,11 @@ import codecs
 import json
 import queue as queues
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django import db
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Q
@@ -34,6 +35,7 @@ from scheduling.decisions.sandboxes import concurrency, outside_allowed
 from scheduling.decisions.types import QueuePolicy
 from scheduling.models import ACTIVE_STATES, Queue, Sandbox, SandboxState, Task
 from scheduling.selectors import site_view
+from scheduling.services import sandbox_calls as calls
 from scheduling.services.sandbox_input import ExecAsk, exec_ask, int_field, network
 from scheduling.services.tasks import task_submit_spec
 from scheduling.spec import Resources, TaskSpec
@@ -51,7 +53,13 @@ class Created:
 
 def sandbox_create(*, user: User, data: dict[str, Any], scope: TaskScope | None = None) -> Created:
     """Store and start a sandbox as `data` (the API's body) asks; a 409 names the reason
-    when its queue refuses over max_concurrency."""
+    when its queue refuses over max_concurrency. A call of the user's (sandbox_calls.py):
+    it may wait for the start, so it takes a slot before anything is stored."""
+    with calls.slot(user.pk):
+        return _create(user=user, data=data, scope=scope)
+
+
+def _create(*, user: User, data: dict[str, Any], scope: TaskScope | None) -> Created:
     if not isinstance(data, dict):
         raise ApplicationError("expected a JSON object", field=None, got=type(data).__name__)
     unknown = sorted(set(data) - _CREATE_FIELDS)
@@ -144,7 +152,7 @@ def sandbox_create(*, user: User, data: dict[str, Any], scope: TaskScope | None 
     )
     wait = 0.0 if verdict.verdict == "queue" else settings.SWITCHYARD_SANDBOX_START_WAIT_SECONDS
     sandbox.task = door.start(task.pk, wait_s=wait)
-    sandbox = _synced(sandbox)
+    sandbox = _synced(sandbox, limited=False)
     if sandbox.state == SandboxState.FAILED:
         raise ApplicationError(sandbox.task.reason or "the sandbox failed to start", status=409)
     return Created(sandbox, 201 if sandbox.state == SandboxState.READY else 202)
@@ -186,10 +194,14 @@ def _concurrency(queue: QueuePolicy, queue_id: int):
     return concurrency(taken, queue.max_concurrency, queue.over_concurrency, queue.name)
 
 
-def _synced(sandbox: Sandbox) -> Sandbox:
-    """The row in line with its task (started: ready, with the start as its ready time)."""
+def _synced(sandbox: Sandbox, *, limited: bool = True) -> Sandbox:
+    """The row in line with its task (started: ready, with the start as its ready time). A
+    sandbox still starting is asked of its backend, `limited` to once a second (a client
+    polling it, or execs sent to it, do not each run the cluster's squeue)."""
     task = sandbox.task
-    if sandbox.state in (SandboxState.STARTING, SandboxState.QUEUED):
+    if sandbox.state in (SandboxState.STARTING, SandboxState.QUEUED) and (
+        not limited or door.may_ask_backend(sandbox.public_id)
+    ):
         task = door.refresh(task)
         sandbox.task = task
     state = door.state_of(task)
@@ -234,13 +246,14 @@ def _output(data: bytes, binary: bool, name: str) -> dict[str, str]:
     return {name: data.decode("utf-8", "replace")}
 
 
-def sandbox_exec(*, sandbox: Sandbox, ask: ExecAsk) -> dict[str, Any]:
+def sandbox_exec(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> dict[str, Any]:
     """Run one command; the answer {"stdout", "stderr", "exit_code", "duration_ms",
     "timed_out", "truncated"} (with `binary`: "stdout_b64", "stderr_b64")."""
     sandbox = _ready(sandbox)
     request = _request(ask)
     try:
-        result = door.exec_in(sandbox, request)
+        with calls.slot(user.pk):
+            result = door.exec_in(sandbox, request)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
     except door.SandboxError as exc:
@@ -266,16 +279,30 @@ def _request(ask: ExecAsk):
     )
 
 
-def sandbox_exec_stream(*, sandbox: Sandbox, ask: ExecAsk) -> Iterator[dict[str, Any]]:
+def sandbox_exec_stream(*, user: User, sandbox: Sandbox, ask: ExecAsk) -> Iterator[dict[str, Any]]:
     """The same exec, as it runs: {"stream": "stdout"|"stderr", "data": text} chunks (with
     `binary`: "data_b64"), then the final answer without its output (`sandbox_exec`'s
-    less stdout and stderr). Checked before the first chunk; the backend call runs in a
-    thread, the database is written from the caller's."""
+    less stdout and stderr). Checked before the first chunk (the user's call slot
+    included: it is held until the backend call ends); the backend call runs in a thread,
+    the database is written from the caller's."""
     sandbox = _ready(sandbox)
     request = _request(ask)
     chunks: queues.Queue = queues.Queue()
     outcome: dict[str, Any] = {}
     task = sandbox.task
+    calls.take(user.pk)
+    slot = threading.Lock()  # given back once: by the call's end, or a stream never run
+    # Who records the exec's end: the request, or, when its client went away before the
+    # end, the backend call's thread (on a database connection of its own, closed after).
+    handoff = threading.Lock()
+    ends: dict[str, Any] = {"row": None, "done": False, "abandoned": False}
+
+    def give() -> None:
+        if slot.acquire(blocking=False):
+            calls.give(user.pk)
+
+    def record() -> None:
+        door.exec_ended(ends["row"], outcome.get("result"), error=str(outcome.get("error", "")))
 
     def run() -> None:
         try:
@@ -285,24 +312,51 @@ def sandbox_exec_stream(*, sandbox: Sandbox, ask: ExecAsk) -> Iterator[dict[str,
         except (door.SandboxGone, door.SandboxError) as exc:
             outcome["error"] = exc
         finally:
+            give()
+            with handoff:
+                ends["done"] = True
+                late = ends["abandoned"]
+            if late:
+                try:
+                    record()
+                finally:
+                    db.connection.close()
             chunks.put(None)
 
-    def events() -> Iterator[dict[str, Any]]:
-        row = door.exec_started(sandbox, request)
+    def events() -> Generator[dict[str, Any]]:
+        try:
+            ends["row"] = door.exec_started(sandbox, request)
+        except BaseException:
+            give()
+            raise
         decoders = {
             n: codecs.getincrementaldecoder("utf-8")("replace") for n in ("stdout", "stderr")
         }
         worker = threading.Thread(target=run, name=f"exec-{sandbox.public_id}", daemon=True)
-        worker.start()
-        while (item := chunks.get()) is not None:
-            name, data = item
-            if ask.binary:
-                yield {"stream": name, "data_b64": base64.b64encode(data).decode()}
-            elif text := decoders[name].decode(data):
-                yield {"stream": name, "data": text}
-        worker.join()
+        try:
+            worker.start()
+        except BaseException:
+            give()
+            raise
+        recorded = False
+        try:
+            while (item := chunks.get()) is not None:
+                name, data = item
+                if ask.binary:
+                    yield {"stream": name, "data_b64": base64.b64encode(data).decode()}
+                elif text := decoders[name].decode(data):
+                    yield {"stream": name, "data": text}
+            worker.join()
+            record()
+            recorded = True
+        finally:
+            if not recorded:  # the client went away: the end is recorded when it comes
+                with handoff:
+                    ends["abandoned"] = not ends["done"]
+                    now = ends["done"]
+                if now:
+                    record()
         result = outcome.get("result")
-        door.exec_ended(row, result, error=str(outcome.get("error", "")))
         if result is None:
             yield {"error": f"the sandbox could not run it: {outcome.get('error')}"}
             return
@@ -313,7 +367,7 @@ def sandbox_exec_stream(*, sandbox: Sandbox, ask: ExecAsk) -> Iterator[dict[str,
             "truncated": result.truncated,
         }
 
-    return events()
+    return calls.Stream(events(), on_close=give)
 
 
 def _path(path: Any) -> str:
@@ -322,7 +376,7 @@ def _path(path: Any) -> str:
     return path
 
 
-def sandbox_put_file(*, sandbox: Sandbox, path: str, data: bytes) -> int:
+def sandbox_put_file(*, user: User, sandbox: Sandbox, path: str, data: bytes) -> int:
     """Write `data` to `path` inside the sandbox (relative: in its working folder)."""
     path = _path(path)
     limit = settings.SWITCHYARD_SANDBOX_FILE_MAX_BYTES
@@ -330,7 +384,8 @@ def sandbox_put_file(*, sandbox: Sandbox, path: str, data: bytes) -> int:
         raise ApplicationError(f"at most {limit} bytes", field="body", got=len(data), status=413)
     sandbox = _ready(sandbox)
     try:
-        door.put_file(sandbox, path, data, mode=0o644)
+        with calls.slot(user.pk):
+            door.put_file(sandbox, path, data, mode=0o644)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
     except door.SandboxError as exc:
@@ -338,11 +393,12 @@ def sandbox_put_file(*, sandbox: Sandbox, path: str, data: bytes) -> int:
     return len(data)
 
 
-def sandbox_get_file(*, sandbox: Sandbox, path: str) -> bytes:
+def sandbox_get_file(*, user: User, sandbox: Sandbox, path: str) -> bytes:
     path = _path(path)
     sandbox = _ready(sandbox)
     try:
-        return door.get_file(sandbox, path, limit=settings.SWITCHYARD_SANDBOX_FILE_MAX_BYTES)
+        with calls.slot(user.pk):
+            return door.get_file(sandbox, path, limit=settings.SWITCHYARD_SANDBOX_FILE_MAX_BYTES)
     except door.SandboxGone as exc:
         raise _gone(sandbox, exc) from None
     except door.SandboxError as exc:
@@ -362,13 +418,19 @@ def sandbox_delete(*, user: User, sandbox: Sandbox) -> Sandbox:
 
 def task_token_scope(token: str) -> tuple[User, TaskScope] | None:
     """Who a scoped task token acts for and what it may reach, while its task runs; None
-    when it is not valid (never signed here, expired, or its task has ended)."""
+    when it is not valid (never signed here, expired, its task has ended, or its owner's
+    account is switched off: the token is the owner's, as a personal token is)."""
     scope = check(token)
     if scope is None:
         return None
     task = (
         Task.objects.select_related("owner", "project")
-        .filter(pk=scope.task_id, state__in=ACTIVE_STATES, project__slug=scope.project)
+        .filter(
+            pk=scope.task_id,
+            state__in=ACTIVE_STATES,
+            project__slug=scope.project,
+            owner__is_active=True,
+        )
         .first()
     )
     if task is None:

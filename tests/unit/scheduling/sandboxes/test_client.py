@@ -4,6 +4,8 @@ sessions behind it): create → files → exec → delete, and the exit codes.""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,6 +15,7 @@ from switchyard_cli.sandbox import Sandbox
 
 from portal.auth import issue_token
 from scheduling.models import Sandbox as SandboxRow
+from scheduling.services import sandbox_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,3 +58,20 @@ def test_the_command_line(portal, capsys):
     assert sid in capsys.readouterr().out
     assert cli.main(["sandbox", "rm", sid]) == 0
     assert cli.main(["sandbox", "show", "sbx-0"]) == NOT_FOUND
+
+
+def test_the_client_waits_and_tries_again_while_the_portal_answers_busy(portal, settings):
+    settings.SWITCHYARD_SANDBOX_CALLS_PER_USER = 3
+    alice = User.objects.get(username="alice")
+    box = Sandbox.create("materials")
+    for _ in range(3):  # three calls of alice's in flight in the portal's process
+        sandbox_calls.take(alice.pk)
+    release = threading.Timer(1.5, lambda: [sandbox_calls.give(alice.pk) for _ in range(3)])
+    release.start()
+    started = time.monotonic()
+    try:
+        assert box.exec(["echo", "hi"]).text == "hi\n"
+    finally:
+        release.join()
+    assert time.monotonic() - started >= 1.5  # 429s (Retry-After: 1) until they ended
+    box.delete()

@@ -43,6 +43,7 @@ def test_the_streaming_variant_sends_chunks_then_the_result(api, sid):
     )
     assert response.status_code == 200
     assert response["Content-Type"] == "application/x-ndjson"
+    assert response["X-Accel-Buffering"] == "no"  # the front passes chunks on as they come
     lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
     assert lines[0] == {"stream": "stdout", "data": "a b\n"}
     assert lines[-1]["exit_code"] == 0 and "duration_ms" in lines[-1]
@@ -82,3 +83,35 @@ def test_a_malformed_exec_names_its_field(api, sid, body, field):
 
 def test_a_file_missing_in_the_sandbox_is_a_404(api, sid):
     assert api.get(f"/api/v1/sandboxes/{sid}/files/nothing").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"command": ["echo", "\\ud800"]}',
+        '{"command": ["echo"], "env": {"A": "x\\uDFFFy"}}',
+        '{"command": ["echo"], "cwd": "\\ud83d"}',
+        '{"command": ["cat"], "stdin": "\\udc00"}',
+        "[" * 100_000,  # deeper than the parser goes
+    ],
+    ids=["argv", "env", "cwd", "stdin", "nested"],
+)
+def test_a_body_that_is_not_valid_unicode_or_json_is_a_400_not_a_crash(api, sid, body):
+    answer = api.post(f"/api/v1/sandboxes/{sid}/exec/", data=body, content_type="application/json")
+    assert answer.status_code == 400, answer.content
+    made = api.post("/api/v1/sandboxes/", data=body, content_type="application/json")
+    assert made.status_code == 400, made.content
+
+
+def test_a_surrogate_pair_escaped_whole_is_text_like_any(api, sid):
+    body = '{"command": ["echo", "\\ud83d\\ude00"]}'
+    answer = api.post(f"/api/v1/sandboxes/{sid}/exec/", data=body, content_type="application/json")
+    assert answer.json()["stdout"] == "\U0001f600\n"
+
+
+def test_the_history_keeps_the_start_of_a_long_command_not_all_of_it(api, sid):
+    script = "x" * 100_000
+    assert run(api, sid, ["echo", script, "tail"]).json()["stdout"] == f"{script} tail\n"
+    kept = SandboxExec.objects.get().argv
+    assert kept[0] == "echo" and sum(map(len, kept)) < 4200
+    assert kept[1].endswith("… (95912 more characters)")  # 100,000 - 4,092 + "tail"

@@ -92,6 +92,15 @@ def test_the_token_dies_with_its_task_and_takes_its_sandboxes_along(agent_task):
     assert (sandbox.state, sandbox.end_reason) == ("ended", "its task ended")
 
 
+def test_the_token_dies_with_its_owners_account(agent_task, researcher):
+    client = _client(_token_of(agent_task))
+    sid = create(client).json()["id"]
+    researcher.is_active = False
+    researcher.save(update_fields=["is_active"])
+    assert client.get(f"/api/v1/sandboxes/{sid}/").status_code == 401
+    assert create(client).status_code == 401
+
+
 def test_an_expired_or_forged_token_is_refused(agent_task):
     expired = tokens.mint(agent_task.pk, "materials", lifetime_s=-1)
     assert create(_client(expired)).status_code == 401
