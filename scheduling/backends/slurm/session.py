@@ -55,98 +55,15 @@ from scheduling.backends.base import (
     WarmView,
 )
 from scheduling.backends.devices import SHELL_DEVICES, slurm_lines
-from scheduling.backends.sandbox import sandbox_argv
+from scheduling.backends.imagebox import BUSYBOX, busybox_limits
+from scheduling.backends.sandbox import TMPFS, sandbox_argv
 from scheduling.backends.session import agent, box, egress, forward, network, proxylog, wire
-from scheduling.backends.slurm import secret_env
+from scheduling.backends.slurm import imagejob, secret_env
 from scheduling.backends.slurm.jobfolder import prepare_job_folder
+from scheduling.backends.slurm.sessionwatch import EGRESS_SOCKET_NAME, NO_PYTHON, SESSION_WATCHER
 from scheduling.backends.slurm.steps import STEP_PATH
-from scheduling.backends.slurm.watch import watched, watcher_program
+from scheduling.backends.slurm.watch import watched
 
-# The watcher's hooks for a session: box.py's source (its own `from __future__` line goes:
-# jobnet.py's, first in the program, stands for the whole), then prepare and finish. With an
-# egress allow-list, prepare loads session/egress.py from its source (an argument, as the
-# agent's is) and starts the session's proxy; finish stops it.
-EGRESS_SOCKET_NAME = "egress.sock"
-_BOX = (
-    Path(box.__file__)
-    .read_text(encoding="utf-8")
-    .replace("from __future__ import annotations\n", "")
-)
-_HOOKS = r"""
-import json, stat, types
-egress = egress_handle = None
-def private(path, text):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-def prepare(cmd):
-    global folder, egress, egress_handle
-    folder, source, allow, log, forward, egress_source = cmd[:6]
-    cmd = cmd[6:]
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass  # a requeued job's, on the same node: its own account's, checked next
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        print("switchyard: the session's folder %s is not this job's own" % folder,
-              file=sys.stderr)
-        sys.exit(1)
-    os.chmod(folder, 0o700)
-    private(folder + "/agent.py", source)
-    allow = json.loads(allow)
-    if allow:
-        # The session's proxy, before its sandbox (which binds the proxy's socket in): the
-        # very module the local supervisor runs (session/egress.py), from its source.
-        private(folder + "/forward.py", forward)
-        egress = types.ModuleType("egress")
-        exec(compile(egress_source, "egress.py", "exec"), egress.__dict__)
-        try:
-            egress_handle = egress.start(
-                folder, allow, socket_path=folder + "/" + EGRESS_NAME, log_path=log
-            )
-        except egress.EgressError as exc:
-            print("switchyard: %s" % exc, file=sys.stderr)
-            finish()
-            sys.exit(1)
-    sock = listen(folder + "/" + SOCKET_NAME)
-    if sock.fileno() != LISTEN_FD:
-        os.dup2(sock.fileno(), LISTEN_FD)
-        sock.close()
-    else:
-        sock.detach()
-    return cmd, (LISTEN_FD,)
-def finish():
-    if egress_handle is not None:
-        egress.stop(egress_handle)
-    for name in SESSION_FILES:
-        try:
-            os.unlink(folder + "/" + name)
-        except OSError:
-            pass
-    try:
-        os.rmdir(folder)
-    except OSError:
-        pass
-""".replace("EGRESS_NAME", repr(EGRESS_SOCKET_NAME)).replace(
-    "SESSION_FILES",
-    repr(
-        (
-            box.SOCKET_NAME,
-            "agent.py",
-            "forward.py",
-            EGRESS_SOCKET_NAME,
-            egress.CONF_NAME,
-            egress.FILTER_NAME,
-        )
-    ),
-)
-SESSION_WATCHER = watcher_program(_BOX + _HOOKS)
-NO_PYTHON = "python3 is not installed on this node: a live sandbox's agent cannot run"
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 # What an exec's step runs on the node, as the job's account (`python3 -I -S -c RELAY folder
@@ -264,7 +181,7 @@ def session_mounts(request: SubmitRequest, *, session_dir: str) -> list[str]:
 
 
 def refuse_unsupported(request: SubmitRequest) -> None:
-    """What a live sandbox on Slurm does not do, refused by name at submit; an allow-list
+    """What a live sandbox on Slurm does not do (several nodes), refused by name at submit; an allow-list
     that is not one, or whose names lead to the portal's own services (network.py)."""
     if request.spec.egress:
         refusal = network.egress_refusal(request.spec.egress)
@@ -273,11 +190,6 @@ def refuse_unsupported(request: SubmitRequest) -> None:
     nodes = request.spec.resources.nodes
     if nodes and nodes > 1:
         raise BackendError(f"nodes: a live sandbox runs on one node; expected 1, got {nodes}")
-    if request.spec.image_digest is not None:
-        raise BackendError(
-            "image: a live sandbox on Slurm runs on the node's own system; expected the "
-            f"system template, got an image ({request.spec.image or request.spec.image_digest})"
-        )
 
 
 class SlurmSessions:
@@ -318,16 +230,24 @@ class SlurmSessions:
             "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
             "this node: tasks never run unsandboxed' >&2; exit 127; }",
         ]
+        image = spec.image_digest is not None
+        if image:
+            # Over the image's root file system, as a batch job in an image (imagejob.py):
+            # the node's Prolog pulls it (and refuses an image without python3, naming it);
+            # its Env, PATH included, is set inside, so `python3` is the image's own.
+            lines += imagejob.script_lines(self.workdir, request.key)
         prefix = sandbox_argv(
             "bwrap",
             writable=[],
             hide=str(self.workdir),
-            chdir=box.HOME,
+            chdir=imagejob.SHELL_CHDIR if image else box.HOME,
             tmp_bytes=spec.resources.memory_mib << 20,
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
             devices=[SHELL_DEVICES] if devices else [],
             extra=session_mounts(request, session_dir=self.session_dir),
+            system=[imagejob.SHELL_SYSTEM] if image else None,
+            runner=busybox_limits(self.max_processes, self.max_file_bytes) if image else None,
         )
         before, command = session_argv(
             prefix, request, session_dir=self.session_dir, workdir=self.workdir
@@ -342,6 +262,18 @@ class SlurmSessions:
         )
         entry = pwd.getpwnam(account)
         prepare_job_folder(self.workdir, request, entry, self.usage_path)
+        if image:
+            # What the sandbox mounts over the image: its home and the agent's folder too.
+            needed = ["/dev", "/proc", *TMPFS, BUSYBOX, str(self.workdir), box.HOME]
+            imagejob.write_image_file(
+                self.workdir,
+                request,
+                entry.pw_uid,
+                needed=[*needed, os.path.dirname(box.AGENT)],
+                work=str(self.workdir / request.key),
+                chdir=box.HOME,
+                script=None,
+            )
         return "\n".join(lines) + "\n"
 
     def claim_warm(self, request: SubmitRequest) -> Job | None:

@@ -6,6 +6,7 @@ there, the relay an exec step runs reaches it, and the end of the script leaves 
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import signal
@@ -19,7 +20,7 @@ import pytest
 from scheduling.backends import SubmitRequest
 from scheduling.backends.base import BackendError, ExecRequest
 from scheduling.backends.session import box, egress, wire
-from scheduling.backends.slurm import SlurmBackend
+from scheduling.backends.slurm import SlurmBackend, imagejob
 from scheduling.backends.slurm.session import GONE_EXIT, RELAY, session_folder
 from scheduling.decisions.types import QueuePolicy
 from scheduling.spec import Resources, TaskSpec
@@ -130,15 +131,11 @@ def test_a_relay_refuses_a_folder_that_is_not_its_accounts_own(backend):
         assert done.returncode == 4 and b"not this job's own" in done.stderr
 
 
-def test_sessions_with_a_bad_allow_list_an_image_or_several_nodes_are_refused_by_name(backend):
+def test_sessions_with_a_bad_allow_list_or_several_nodes_are_refused_by_name(backend):
     with pytest.raises(BackendError, match="^egress: expected entries of the form host:port"):
         backend.sbatch_command(session_request(egress=("127.0.0.1:8080",)))
     with pytest.raises(BackendError, match="^nodes: .*expected 1, got 2"):
         backend.sbatch_command(session_request(resources=Resources(cpus=2, nodes=2)))
-    with pytest.raises(BackendError, match="^image: "):
-        backend.sbatch_command(
-            session_request(image="python:3.12", image_digest="sha256:" + "0" * 64)
-        )
 
 
 def test_slurm_keeps_no_warm_pool(backend):
@@ -165,3 +162,12 @@ def test_a_session_with_egress_binds_its_proxys_socket_in_and_keeps_its_audit_in
     log.unlink()
     log.symlink_to("/etc/passwd")
     assert backend.egress_audit("12:sy-7-1") == []
+
+
+def test_a_session_in_an_image_has_the_nodes_prolog_pull_it_and_check_its_python(backend):
+    request = session_request(image="r.example/python:3", image_digest="sha256:" + "0" * 64)
+    _, script = backend.sbatch_command(request)
+    assert "switchyard_system" in script and imagejob.SHELL_SYSTEM in script
+    data = json.loads(imagejob.image_path(backend.workdir, "sy-7-1").read_text())
+    assert data["session"] is True and data["chdir"] == box.HOME
+    assert {box.HOME, os.path.dirname(box.AGENT)} <= set(data["needed"])
