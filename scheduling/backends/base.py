@@ -336,6 +336,12 @@ class Backend(Protocol):
         """Read a file inside the session; more than `limit` bytes is a BackendError."""
         raise SessionGone(f"backend {self.alias} runs no live sandboxes")
 
+    def egress_audit(self, backend_id: str, *, limit_bytes: int = 4 << 20) -> list[dict]:
+        """A session's egress audit (session/proxylog.py's records: time, method, target,
+        decision, reason), from at most the last `limit_bytes` of its proxy's log; [] for a
+        session without egress or a backend without sessions."""
+        return []
+
     def keep_warm(self, specs: list[WarmSpec]) -> list[WarmView]:
         """Keep exactly these warm pools (a template not listed, or with count 0, goes to
         zero); what each holds now. A backend without a warm pool returns []."""

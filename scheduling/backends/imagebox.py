@@ -36,10 +36,28 @@ _OURS = ("HOME", "TMPDIR")
 # more at its top level and on the way to the sandbox's mount points is refused, so that its
 # launch plan stays small (the launcher takes at most 1 MiB a request).
 MAX_SYSTEM_ENTRIES = 512
+# Where an image's python3 may be, for a live sandbox's agent (a link is fine: it resolves
+# inside the image).
+IMAGE_PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3", "/bin/python3")
 
 
 class CannotRun(Exception):
     """The job cannot run in its image; the message says why (it fails only that job)."""
+
+
+def no_python(reference: str) -> str:
+    return (
+        f"image {reference} has no python3 (looked for {', '.join(IMAGE_PYTHONS)}): a live "
+        "sandbox runs its agent with the image's own python3; pick an image that has one"
+    )
+
+
+def image_python(rootfs: str) -> str | None:
+    """The image's python3, or None: a live sandbox in this image cannot run its agent."""
+    for path in IMAGE_PYTHONS:
+        if os.path.lexists(os.path.join(rootfs, path.lstrip("/"))):
+            return path
+    return None
 
 
 def host_busybox() -> str | None:

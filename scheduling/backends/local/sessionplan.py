@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from scheduling.backends.imagebox import CannotRun
+from scheduling.backends.imagebox import CannotRun, image_python, no_python
 from scheduling.backends.images import CachedImage
 from scheduling.backends.local.jobstore import JobStore
 from scheduling.backends.session import box, egress
@@ -27,23 +27,6 @@ from scheduling.spec import TaskSpec
 SESSION_DIR = os.path.dirname(box.__file__)
 # Replaced in the argv by the supervisor with the descriptor it binds (shim.py).
 LISTEN_SLOT = "{listen-fd}"
-# Where an image's python3 may be (a link is fine: it resolves inside the image).
-IMAGE_PYTHONS = ("/usr/local/bin/python3", "/usr/bin/python3", "/bin/python3")
-
-
-def no_python(reference: str) -> str:
-    return (
-        f"image {reference} has no python3 (looked for {', '.join(IMAGE_PYTHONS)}): a live "
-        "sandbox runs its agent with the image's own python3; pick an image that has one"
-    )
-
-
-def image_python(rootfs: str) -> str | None:
-    """The image's python3, or None: a live sandbox in this image cannot run its agent."""
-    for path in IMAGE_PYTHONS:
-        if os.path.lexists(os.path.join(rootfs, path.lstrip("/"))):
-            return path
-    return None
 
 
 def agent_files(root: str) -> tuple[str, str]:

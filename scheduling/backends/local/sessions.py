@@ -31,7 +31,7 @@ from scheduling.backends.base import (
 )
 from scheduling.backends.local import launch, limits, starting, warm
 from scheduling.backends.local.jobstore import FINAL, KEY_RE, JobStore, job_from, now_iso
-from scheduling.backends.session import box, wire
+from scheduling.backends.session import box, egress, proxylog, wire
 from scheduling.decisions.types import NodeView, Placement
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,13 @@ class LocalSessions:
 
     def get_file(self, backend_id: str, path: str, *, limit: int) -> bytes:
         return self._session_call(backend_id, lambda at: wire.get_file(at, path, limit=limit))
+
+    def egress_audit(self, backend_id: str, *, limit_bytes: int = 4 << 20) -> list[dict]:
+        """The session's egress audit: its proxy's log in its job folder (sessionplan.py)."""
+        if not KEY_RE.match(backend_id):
+            raise SessionGone(f"{backend_id!r} is not a session of this backend")
+        log = self.store.path(backend_id, f"egress/{egress.LOG_NAME}")
+        return proxylog.read_tail(log, limit=limit_bytes)
 
     # -- the warm pool -------------------------------------------------------------------
 

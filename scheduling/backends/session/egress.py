@@ -178,10 +178,13 @@ def start(
     socket_path: str,
     run_as: list[int] | tuple[int, int] | None = None,
     tinyproxy: str | None = None,
+    log_path: str | None = None,
 ) -> tuple[int, int, int]:
     """Start the session's proxy and its relay (see above); `folder` is the session's own (the
-    configuration and the log go there; `run_as` must be able to read it). `run_as` is the
-    (uid, gid) they run as; None runs them as this process, which then must not be root.
+    configuration and the log go there; `run_as` must be able to read it), `log_path` the
+    log's place when it is to be elsewhere (a Slurm session keeps it in its job's folder,
+    which outlives the node's). `run_as` is the (uid, gid) they run as; None runs them as this
+    process, which then must not be root.
     Returns the handle `stop()` takes: (keeper pid, write end of its exit pipe, proxy port)."""
     pairs = parse_allow(allow)
     if not pairs:
@@ -198,8 +201,10 @@ def start(
         raise EgressError(BWRAP_MISSING)
     filter_path = os.path.join(folder, FILTER_NAME)
     _write(filter_path, filter_rules(pairs))
-    log = os.open(os.path.join(folder, LOG_NAME), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-    reader = os.open(os.path.join(folder, LOG_NAME), os.O_RDONLY)
+    log_path = log_path or os.path.join(folder, LOG_NAME)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    log = os.open(log_path, flags, 0o640)
+    reader = os.open(log_path, os.O_RDONLY | os.O_NOFOLLOW)
     os.lseek(reader, 0, os.SEEK_END)  # the keeper reads what tinyproxy says from here
     listener = listen_unix(socket_path, run_as)
     why = "it did not start"

@@ -16,7 +16,9 @@ Standard library only (the Slurm side may read logs where the portal's code is n
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from datetime import UTC, datetime, timedelta
 
 ALLOWED = "allowed"
@@ -58,6 +60,27 @@ def read(path: str, *, now: datetime | None = None) -> list[dict]:
     except FileNotFoundError:
         return []
     return parse(text, now=now)
+
+
+def read_tail(path: str, *, limit: int, now: datetime | None = None) -> list[dict]:
+    """read()'s records of at most the log's last `limit` bytes (a partial first line
+    dropped), for a log in a folder its session's account may write (a Slurm job's): opened
+    without following a link, a regular file only, else no records."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return []
+        cut = st.st_size > limit
+        if cut:
+            f.seek(st.st_size - limit)
+        data = f.read(limit)
+    if cut:
+        data = data.partition(b"\n")[2]
+    return parse(data.decode("utf-8", "replace"), now=now)
 
 
 def parse(text: str, *, now: datetime | None = None) -> list[dict]:

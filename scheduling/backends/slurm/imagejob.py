@@ -101,6 +101,8 @@ def write_image_file(
         "needed": needed,
         "work": work,
         "chdir": chdir,
+        # A live sandbox's agent runs with the image's python3: the pull fails without one.
+        "session": spec.session_idle_s is not None,
     }
     write_image_data(workdir, request.key, data)
 

@@ -11,6 +11,13 @@ usual one (sandbox.py) with no job folder, no storage and no network, plus the s
 (a tmpfs) and the agent, read-only (box.mounts); its one command is the agent. The sandbox sees
 neither the folder nor the socket; once the sandbox ends the watcher removes them.
 
+With an egress allow-list the watcher also starts the session's proxy before the sandbox, as
+the local supervisor does: session/egress.py (its source travels as the agent's does) with its
+configuration and socket in the session's folder and its log (the audit) in the job's folder;
+the socket and forward.py are bound in (box.mounts) and the agent gets `--egress-socket`
+(docs/sandbox-network.md). The portal refuses, at submit, a list whose names lead to its own
+services (network.py).
+
 An exec. The portal runs `srun --jobid=<id> --overlap -N1 -n1` as the job's account (the owner
 of the job's folder, which the portal made and chowned at submit), a step beside the batch
 step on the job's node, running `RELAY` under the node's python3: it reads one request frame
@@ -24,6 +31,7 @@ session/wire.py reads the replies as it reads a local agent's, hostile and bound
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import re
@@ -47,63 +55,15 @@ from scheduling.backends.base import (
     WarmView,
 )
 from scheduling.backends.devices import SHELL_DEVICES, slurm_lines
-from scheduling.backends.sandbox import sandbox_argv
-from scheduling.backends.session import agent, box, wire
-from scheduling.backends.slurm import secret_env
+from scheduling.backends.imagebox import BUSYBOX, busybox_limits
+from scheduling.backends.sandbox import TMPFS, sandbox_argv
+from scheduling.backends.session import agent, box, egress, forward, network, proxylog, wire
+from scheduling.backends.slurm import imagejob, secret_env
 from scheduling.backends.slurm.jobfolder import prepare_job_folder
+from scheduling.backends.slurm.sessionwatch import EGRESS_SOCKET_NAME, NO_PYTHON, SESSION_WATCHER
 from scheduling.backends.slurm.steps import STEP_PATH
-from scheduling.backends.slurm.watch import watched, watcher_program
+from scheduling.backends.slurm.watch import watched
 
-# The watcher's hooks for a session: box.py's source (its own `from __future__` line goes:
-# jobnet.py's, first in the program, stands for the whole), then prepare and finish.
-_BOX = (
-    Path(box.__file__)
-    .read_text(encoding="utf-8")
-    .replace("from __future__ import annotations\n", "")
-)
-_HOOKS = r"""
-import stat
-def prepare(cmd):
-    global folder
-    folder, source, cmd = cmd[0], cmd[1], cmd[2:]
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass  # a requeued job's, on the same node: its own account's, checked next
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        print("switchyard: the session's folder %s is not this job's own" % folder,
-              file=sys.stderr)
-        sys.exit(1)
-    os.chmod(folder, 0o700)
-    path = folder + "/agent.py"
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(source)
-    sock = listen(folder + "/" + SOCKET_NAME)
-    if sock.fileno() != LISTEN_FD:
-        os.dup2(sock.fileno(), LISTEN_FD)
-        sock.close()
-    else:
-        sock.detach()
-    return cmd, (LISTEN_FD,)
-def finish():
-    for name in (SOCKET_NAME, "agent.py"):
-        try:
-            os.unlink(folder + "/" + name)
-        except OSError:
-            pass
-    try:
-        os.rmdir(folder)
-    except OSError:
-        pass
-"""
-SESSION_WATCHER = watcher_program(_BOX + _HOOKS)
-NO_PYTHON = "python3 is not installed on this node: a live sandbox's agent cannot run"
 _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 # What an exec's step runs on the node, as the job's account (`python3 -I -S -c RELAY folder
@@ -174,6 +134,8 @@ _PENDING = "pending execution"
 _BACKEND_ID_RE = re.compile(r"^([0-9]{1,18}):([a-z0-9][a-z0-9-]{0,62})$")
 # How long a relay waits for the watcher to bind the socket of a job that has just started.
 READY_WAIT_S = 10.0
+# How much of a session's egress log is read for its audit (its last part).
+AUDIT_LIMIT = 4 << 20
 # How long a finished exec's srun may take to end before it is killed (it has answered).
 _REAP_S = 30.0
 
@@ -184,38 +146,50 @@ def session_folder(session_dir: str, key: str) -> str:
 
 
 def session_argv(
-    prefix: list[str], request: SubmitRequest, *, session_dir: str
+    prefix: list[str], request: SubmitRequest, *, session_dir: str, workdir: Path
 ) -> tuple[list[str], list[str]]:
-    """The watcher's arguments before the sandbox (the folder, the agent's source) and the
-    sandbox's command (the agent)."""
-    idle = request.spec.session_idle_s
-    assert idle is not None
+    """The watcher's arguments before the sandbox and the sandbox's command (the agent): the
+    session's folder, the agent's source and, with egress, the allow-list, where its audit
+    log goes (the job's folder: egress_audit), and forward.py's and egress.py's sources."""
+    spec = request.spec
+    assert spec.session_idle_s is not None
     source = Path(agent.__file__).read_text(encoding="utf-8")
     folder = session_folder(session_dir, request.key)
-    return [folder, source], [*prefix, *box.agent_argv(idle)]
+    before = [folder, source, json.dumps(list(spec.egress)), "", "", ""]
+    if spec.egress:
+        before[3:] = [
+            str(workdir / request.key / egress.LOG_NAME),
+            Path(forward.__file__).read_text(encoding="utf-8"),
+            Path(egress.__file__).read_text(encoding="utf-8"),
+        ]
+    return before, [*prefix, *box.agent_argv(spec.session_idle_s, egress=bool(spec.egress))]
 
 
 def session_mounts(request: SubmitRequest, *, session_dir: str) -> list[str]:
-    """bubblewrap's arguments for the session's home (memory-sized) and its agent."""
+    """bubblewrap's arguments for the session's home (memory-sized), its agent and, with
+    egress, the forwarder and the proxy's socket (box.mounts, as on the local backend)."""
     folder = session_folder(session_dir, request.key)
-    return box.mounts(f"{folder}/agent.py", home_bytes=request.spec.resources.memory_mib << 20)
+    home = request.spec.resources.memory_mib << 20
+    if not request.spec.egress:
+        return box.mounts(f"{folder}/agent.py", home_bytes=home)
+    return box.mounts(
+        f"{folder}/agent.py",
+        home_bytes=home,
+        forward_file=f"{folder}/forward.py",
+        egress_socket=f"{folder}/{EGRESS_SOCKET_NAME}",
+    )
 
 
 def refuse_unsupported(request: SubmitRequest) -> None:
-    """What a live sandbox on Slurm does not do yet, refused by name at submit."""
+    """What a live sandbox on Slurm does not do (several nodes), refused by name at submit; an allow-list
+    that is not one, or whose names lead to the portal's own services (network.py)."""
     if request.spec.egress:
-        raise BackendError(
-            "egress: a live sandbox on Slurm has no network yet; expected [] (no egress), "
-            f"got {list(request.spec.egress)}"
-        )
+        refusal = network.egress_refusal(request.spec.egress)
+        if refusal is not None:
+            raise BackendError(refusal)
     nodes = request.spec.resources.nodes
     if nodes and nodes > 1:
         raise BackendError(f"nodes: a live sandbox runs on one node; expected 1, got {nodes}")
-    if request.spec.image_digest is not None:
-        raise BackendError(
-            "image: a live sandbox on Slurm runs on the node's own system; expected the "
-            f"system template, got an image ({request.spec.image or request.spec.image_digest})"
-        )
 
 
 class SlurmSessions:
@@ -256,28 +230,50 @@ class SlurmSessions:
             "command -v bwrap >/dev/null || { echo 'bubblewrap (bwrap) is not installed on "
             "this node: tasks never run unsandboxed' >&2; exit 127; }",
         ]
+        image = spec.image_digest is not None
+        if image:
+            # Over the image's root file system, as a batch job in an image (imagejob.py):
+            # the node's Prolog pulls it (and refuses an image without python3, naming it);
+            # its Env, PATH included, is set inside, so `python3` is the image's own.
+            lines += imagejob.script_lines(self.workdir, request.key)
         prefix = sandbox_argv(
             "bwrap",
             writable=[],
             hide=str(self.workdir),
-            chdir=box.HOME,
+            chdir=imagejob.SHELL_CHDIR if image else box.HOME,
             tmp_bytes=spec.resources.memory_mib << 20,
             max_processes=self.max_processes,
             max_file_bytes=self.max_file_bytes,
             devices=[SHELL_DEVICES] if devices else [],
             extra=session_mounts(request, session_dir=self.session_dir),
+            system=[imagejob.SHELL_SYSTEM] if image else None,
+            runner=busybox_limits(self.max_processes, self.max_file_bytes) if image else None,
         )
-        before, command = session_argv(prefix, request, session_dir=self.session_dir)
+        before, command = session_argv(
+            prefix, request, session_dir=self.session_dir, workdir=self.workdir
+        )
         lines += watched(
             command,
             str(self.usage_path(request.key)),
-            None,  # no network (egress is refused above)
+            None,  # no network of its own: egress goes through the session's proxy
             program=SESSION_WATCHER,
             args=before,
             without_python=NO_PYTHON,
         )
         entry = pwd.getpwnam(account)
         prepare_job_folder(self.workdir, request, entry, self.usage_path)
+        if image:
+            # What the sandbox mounts over the image: its home and the agent's folder too.
+            needed = ["/dev", "/proc", *TMPFS, BUSYBOX, str(self.workdir), box.HOME]
+            imagejob.write_image_file(
+                self.workdir,
+                request,
+                entry.pw_uid,
+                needed=[*needed, os.path.dirname(box.AGENT)],
+                work=str(self.workdir / request.key),
+                chdir=box.HOME,
+                script=None,
+            )
         return "\n".join(lines) + "\n"
 
     def claim_warm(self, request: SubmitRequest) -> Job | None:
@@ -367,6 +363,18 @@ class SlurmSessions:
             ours.close()
             if proc.returncode is None:
                 threading.Thread(target=_reap, args=(proc, kill_after), daemon=True).start()
+
+    def egress_audit(self, backend_id: str, *, limit_bytes: int = AUDIT_LIMIT) -> list[dict]:
+        """The session's egress audit (proxylog.py's records): its proxy's log, which the
+        watcher keeps in the job's folder (shared with the node, outliving the session's
+        node-local folder), read here during the session and after it, at most its last
+        `limit_bytes`. The file is the job's account's: it says what the proxy logged unless
+        that account wrote it itself, as the watcher's CPU figure (docs/sandbox-slurm.md)."""
+        match = _BACKEND_ID_RE.match(backend_id)
+        if match is None:
+            raise SessionGone(f"{backend_id!r} is not a Slurm session's id")
+        path = self.workdir / match.group(2) / egress.LOG_NAME
+        return proxylog.read_tail(str(path), limit=limit_bytes)
 
     def _session_account(self, key: str) -> tuple[int, int]:
         """The account the session's job runs as: its folder's owner (made by the portal at

@@ -171,7 +171,7 @@ def pull(args: argparse.Namespace, data: dict[str, Any], out: PullFile) -> int:
     """Pull the job's image as the cache's account; write the pull file as it goes."""
     started = time.monotonic()
     out.write(state="pulling", done=0, total=None, seconds=0.0)
-    request = {k: data.get(k) for k in ("image", "digest", "command", "script", "given")}
+    request = {k: data.get(k) for k in ("image", "digest", "command", "script", "given", "session")}
     request.update(needed=data.get("needed"), work=data.get("work"), job_id=out.job_id)
     cache = Path(args.cache)
     puller = [args.python, "-I", "-c", _RUN_PULLER, args.code, "--cache", str(cache)]

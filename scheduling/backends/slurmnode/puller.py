@@ -16,7 +16,15 @@ import json
 import sys
 from typing import Any
 
-from scheduling.backends.imagebox import BUSYBOX, CannotRun, host_busybox, image_run, rootfs_binds
+from scheduling.backends.imagebox import (
+    BUSYBOX,
+    CannotRun,
+    host_busybox,
+    image_python,
+    image_run,
+    no_python,
+    rootfs_binds,
+)
 from scheduling.backends.images import ImageCache, ImageError, Skopeo
 from scheduling.backends.images.cache import CachedImage
 from scheduling.backends.images.reservations import reserve
@@ -73,6 +81,8 @@ def ready(args: argparse.Namespace, request: dict[str, Any]) -> dict[str, Any]:
         _say({"state": "progress", "done": done, "total": all_bytes or None})
 
     image = _reserved(cache, ref, str(request["job_id"]), progress)
+    if request.get("session") and image_python(str(image.rootfs)) is None:
+        raise CannotRun(no_python(str(request["image"])))
     busybox = host_busybox()
     if busybox is None:
         raise CannotRun(BUSYBOX_MISSING)

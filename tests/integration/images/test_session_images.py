@@ -4,12 +4,18 @@ a warm pool of an image hands out sandboxes of that image."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import re
 import time
 
 import pytest
 
 from scheduling.backends.base import ExecRequest, JobState, WarmSpec
+from scheduling.backends.imagebox import CannotRun
+from scheduling.backends.images import Skopeo
+from scheduling.backends.slurmnode import puller
+from scheduling.decisions.images import parse_image_ref
 from tests.unit.scheduling.local_backend.helpers import finished, running
 
 
@@ -61,3 +67,29 @@ def test_a_warm_pool_of_an_image_hands_out_sandboxes_of_that_image(make, in_imag
     assert claimed is not None and claimed.state is JobState.RUNNING
     os_release = backend.get_file("claimed", "/etc/os-release", limit=4096).decode()
     assert "ID=switchyard-python" in os_release
+
+
+def test_a_slurm_nodes_pull_for_a_session_refuses_an_image_without_python3(job_root, registry):
+    """The node's puller (slurmnode/puller.py, run by the Prolog) for a Slurm session: an
+    image without python3 fails the pull, naming the image; one with it is ready."""
+    cache = job_root / "node-cache"
+    args = argparse.Namespace(cache=str(cache), timeout=120.0, cap_mb=None, max_unpacked_mb=None)
+    for name, ok in (("switchyard/base:1", False), ("switchyard/python:3", True)):
+        ref = f"{registry}/{name}"
+        digest = Skopeo(timeout_s=60).digest(parse_image_ref(ref, default_registry=registry))
+        request = {
+            "image": ref,
+            "digest": digest,
+            "command": ["true"],
+            "script": None,
+            "given": [],
+            "session": True,
+            "needed": ["/dev", "/proc", "/tmp", "/home/sandbox", "/run/switchyard"],
+            "work": str(job_root / "work"),
+            "job_id": "7",
+        }
+        if ok:
+            assert puller.ready(args, request)["state"] == "ready"
+        else:
+            with pytest.raises(CannotRun, match=f"image {re.escape(ref)} has no python3"):
+                puller.ready(args, request)

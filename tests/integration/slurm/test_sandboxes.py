@@ -13,6 +13,7 @@ import pwd
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -29,8 +30,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 AGENTS = QueuePolicy(name="inference-agent", pool="inference-agent", task_types=("sandbox",))
 
 
-def start_session(slurm, project: str = "sandboxes") -> str:
-    """Submit a session and wait until its agent answers; its backend id."""
+def session_request(project: str = "sandboxes", **spec: Any) -> SubmitRequest:
+    """A session's submit request; `spec` sets more of its TaskSpec (egress, image…)."""
     key = f"sbx-{uuid.uuid4().hex[:12]}"
     spec = TaskSpec(
         name=key,
@@ -39,10 +40,17 @@ def start_session(slurm, project: str = "sandboxes") -> str:
         walltime_s=600,
         resources=Resources(cpus=1, memory_mib=256),
         session_idle_s=120,
+        **spec,
     )
-    request = SubmitRequest(
+    return SubmitRequest(
         key=key, spec=spec, type="sandbox", queue=AGENTS, project=project, user="alice"
     )
+
+
+def start_session(slurm, project: str = "sandboxes", **spec: Any) -> str:
+    """Submit a session and wait until its agent answers; its backend id."""
+    request = session_request(project, **spec)
+    key = request.key
     backend_id = slurm.submit(request).backend_id
 
     def ready() -> bool:

@@ -6,6 +6,7 @@ there, the relay an exec step runs reaches it, and the end of the script leaves 
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import signal
@@ -18,8 +19,8 @@ import pytest
 
 from scheduling.backends import SubmitRequest
 from scheduling.backends.base import BackendError, ExecRequest
-from scheduling.backends.session import box, wire
-from scheduling.backends.slurm import SlurmBackend
+from scheduling.backends.session import box, egress, wire
+from scheduling.backends.slurm import SlurmBackend, imagejob
 from scheduling.backends.slurm.session import GONE_EXIT, RELAY, session_folder
 from scheduling.decisions.types import QueuePolicy
 from scheduling.spec import Resources, TaskSpec
@@ -130,18 +131,43 @@ def test_a_relay_refuses_a_folder_that_is_not_its_accounts_own(backend):
         assert done.returncode == 4 and b"not this job's own" in done.stderr
 
 
-def test_sessions_with_egress_an_image_or_several_nodes_are_refused_by_name(backend):
-    with pytest.raises(BackendError, match="^egress: .*expected \\[\\]"):
-        backend.sbatch_command(session_request(egress=("pypi.org:443",)))
+def test_sessions_with_a_bad_allow_list_or_several_nodes_are_refused_by_name(backend):
+    with pytest.raises(BackendError, match="^egress: expected entries of the form host:port"):
+        backend.sbatch_command(session_request(egress=("127.0.0.1:8080",)))
     with pytest.raises(BackendError, match="^nodes: .*expected 1, got 2"):
         backend.sbatch_command(session_request(resources=Resources(cpus=2, nodes=2)))
-    with pytest.raises(BackendError, match="^image: "):
-        backend.sbatch_command(
-            session_request(image="python:3.12", image_digest="sha256:" + "0" * 64)
-        )
 
 
 def test_slurm_keeps_no_warm_pool(backend):
     assert backend.sessions is True
     assert backend.claim_warm(session_request()) is None
     assert backend.keep_warm([]) == []
+
+
+def test_a_session_with_egress_binds_its_proxys_socket_in_and_keeps_its_audit_in_the_job_folder(
+    backend,
+):
+    _, script = backend.sbatch_command(session_request(egress=("pypi.org:443",)))
+    folder = session_folder(backend.session_dir, "sy-7-1")
+    assert f"--ro-bind {folder}/egress.sock {box.EGRESS_SOCKET}" in script
+    assert f"--ro-bind {folder}/forward.py {box.FORWARD}" in script
+    assert f"--egress-socket {box.EGRESS_SOCKET}" in script
+    log = backend.workdir / "sy-7-1" / egress.LOG_NAME
+    assert f" '[\"pypi.org:443\"]' {log} " in script
+    # The portal reads the log's last part only, never through a link.
+    line = "INFO      Dec 05 10:20:16.475 [7]: Request (file descriptor 9): GET http://a.org/ x"
+    log.write_text("x" * 5000 + "\n" + line + "\n")
+    records = backend.egress_audit("12:sy-7-1", limit_bytes=len(line) + 10)
+    assert [(r["target"], r["decision"]) for r in records] == [("a.org:80", "refused")]
+    log.unlink()
+    log.symlink_to("/etc/passwd")
+    assert backend.egress_audit("12:sy-7-1") == []
+
+
+def test_a_session_in_an_image_has_the_nodes_prolog_pull_it_and_check_its_python(backend):
+    request = session_request(image="r.example/python:3", image_digest="sha256:" + "0" * 64)
+    _, script = backend.sbatch_command(request)
+    assert "switchyard_system" in script and imagejob.SHELL_SYSTEM in script
+    data = json.loads(imagejob.image_path(backend.workdir, "sy-7-1").read_text())
+    assert data["session"] is True and data["chdir"] == box.HOME
+    assert {box.HOME, os.path.dirname(box.AGENT)} <= set(data["needed"])

@@ -54,8 +54,7 @@ def test_a_session_reaches_its_listed_host_through_its_own_proxy_only(make):
     lines = result.stdout.decode().splitlines()
     assert lines[0].startswith(f"http://localhost:{allowed}/ {GREETING}")
     assert lines[1:] == [f"http://localhost:{other}/ 403"]
-    audit = backend.store.path("out", "egress/" + egress.LOG_NAME)
-    decisions = [(r["target"], r["decision"]) for r in proxylog.read(audit)]
+    decisions = [(r["target"], r["decision"]) for r in backend.egress_audit("out")]
     assert decisions == [
         (f"localhost:{allowed}", proxylog.ALLOWED),
         (f"localhost:{other}", proxylog.REFUSED),
