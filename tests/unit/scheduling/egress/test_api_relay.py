@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -12,7 +13,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from scheduling.backends.imagebox import CannotRun
+from scheduling.backends.images.cache import CachedImage
+from scheduling.backends.images.layout import ImageConfig
+from scheduling.backends.local import sessionplan
+from scheduling.backends.local.jobstore import JobStore
 from scheduling.backends.session import apirelay, egress
+from scheduling.spec import TaskSpec
 from tests.conftest import in_ci
 from tests.unit.scheduling.egress.helpers import in_sandbox, run_as, session_folder
 
@@ -163,3 +170,17 @@ def test_from_inside_a_sandbox_only_the_sandbox_api_answers(relay, live_server):
     direct = ask((portal.hostname, portal.port), get("/api/v1/sandboxes/", "none", portal.netloc))
     assert got["/api/v1/sandboxes/"][0] == status(direct)
     assert got["/api/v1/tasks/"][0] == 403 and MARK.decode() in got["/api/v1/tasks/"][1]
+
+
+def test_a_task_with_sandboxes_in_an_image_without_python3_is_refused_naming_it(tmp_path):
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "usr" / "bin").mkdir(parents=True)
+    image = CachedImage(
+        "sha256:" + "0" * 64, "registry.example/base:1", rootfs, ImageConfig(), 0, 0, 0, 0.0, 0.0
+    )
+    spec = dataclasses.replace(TaskSpec.from_dict({"name": "t", "project": "p", "command": ["true"]}), sandboxes=True)
+    with pytest.raises(CannotRun) as refused:
+        sessionplan.api_relay(JobStore(str(tmp_path)), "k", spec, {}, "127.0.0.1:8000", image)
+    assert "registry.example/base:1 has no python3 (looked for /usr/local/bin/python3" in str(
+        refused.value
+    )
