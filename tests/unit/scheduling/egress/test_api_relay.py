@@ -178,7 +178,9 @@ def test_a_task_with_sandboxes_in_an_image_without_python3_is_refused_naming_it(
     image = CachedImage(
         "sha256:" + "0" * 64, "registry.example/base:1", rootfs, ImageConfig(), 0, 0, 0, 0.0, 0.0
     )
-    spec = dataclasses.replace(TaskSpec.from_dict({"name": "t", "project": "p", "command": ["true"]}), sandboxes=True)
+    spec = dataclasses.replace(
+        TaskSpec.from_dict({"name": "t", "project": "p", "command": ["true"]}), sandboxes=True
+    )
     with pytest.raises(CannotRun) as refused:
         sessionplan.api_relay(JobStore(str(tmp_path)), "k", spec, {}, "127.0.0.1:8000", image)
     assert "registry.example/base:1 has no python3 (looked for /usr/local/bin/python3" in str(
