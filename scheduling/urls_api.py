@@ -33,6 +33,11 @@ urlpatterns = [
     path("sandboxes/<str:sid>/", api_sandboxes.SandboxDetail.as_view(), name="api-sandbox"),
     path("sandboxes/<str:sid>/exec/", api_sandboxes.SandboxExec.as_view(), name="api-sandbox-exec"),
     path(
+        "sandboxes/<str:sid>/egress/",
+        api_sandboxes.SandboxEgressList.as_view(),
+        name="api-sandbox-egress",
+    ),
+    path(
         "sandboxes/<str:sid>/files/<path:path>",
         api_sandboxes.SandboxFile.as_view(),
         name="api-sandbox-file",

@@ -4,7 +4,8 @@ sandbox service, answer.
 `POST /api/v1/sandboxes/` creates one (201 ready; 202 starting or queued; 409 refused),
 `GET` lists those of the user's projects; `GET/DELETE /api/v1/sandboxes/<id>/`;
 `POST .../exec/` runs a command (`?stream=1`: newline-delimited JSON as it runs);
-`PUT/GET .../files/<path>` writes and reads a file inside it. A sandbox outside the user's
+`PUT/GET .../files/<path>` writes and reads a file inside it; `GET .../egress/` its egress
+audit. A sandbox outside the user's
 projects is a 404. A batch task's scoped token (`Token sytask.…`) reaches these URLs only,
 for its own project's sandboxes.
 """
@@ -42,6 +43,7 @@ from scheduling.services.sandboxes import (
     exec_ask,
     sandbox_create,
     sandbox_delete,
+    sandbox_egress,
     sandbox_exec,
     sandbox_exec_stream,
     sandbox_get_file,
@@ -52,6 +54,7 @@ from scheduling.services.sandboxes import (
 )
 
 LIST_LIMIT = 200
+EGRESS_LIMIT = 1000
 
 
 class TaskTokenAuthentication(BaseAuthentication):
@@ -179,6 +182,18 @@ class SandboxDetail(_Sandboxes):
     def delete(self, request: Request, sid: str) -> Response:
         sandbox = sandbox_delete(user=self.user(), sandbox=self.sandbox(sid))
         return Response(sandbox_summary(sandbox))
+
+
+class SandboxEgressList(_Sandboxes):
+    @extend_schema(
+        responses={200: OpenApiTypes.OBJECT},
+        description='Its egress audit, newest first (at most 1000): {"results": [{"time", '
+        '"method", "target" (host:port), "allowed", "reason"}]}; live from its proxy, kept '
+        "once it has ended.",
+    )
+    def get(self, request: Request, sid: str) -> Response:
+        sandbox = self.sandbox(sid, activity=False)
+        return Response({"results": sandbox_egress(sandbox=sandbox, limit=EGRESS_LIMIT)})
 
 
 class SandboxExec(_Sandboxes):

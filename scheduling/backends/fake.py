@@ -59,6 +59,7 @@ class _Cluster:
     warm_specs: list[WarmSpec] = dataclasses.field(default_factory=list)
     warm: dict[tuple[str, int, int], int] = dataclasses.field(default_factory=dict)
     hold_sessions: bool = False  # a session submitted stays pending (a test starts it)
+    egress: dict[str, list[dict]] = dataclasses.field(default_factory=dict)  # its audit
 
 
 def _test_scope() -> str:
@@ -355,6 +356,15 @@ class FakeBackend(Backend):
         if len(data) > limit:
             raise BackendError(f"the file is larger than {limit} bytes")
         return data
+
+    def set_egress_audit(self, backend_id: str, records: list[dict]) -> None:
+        """What `egress_audit` answers for this session from now on (proxylog's records)."""
+        with self._lock:
+            self._cluster(self.alias).egress[backend_id] = list(records)
+
+    def egress_audit(self, backend_id: str, *, limit_bytes: int = 4 << 20) -> list[dict]:
+        with self._lock:
+            return list(self._record("egress_audit", backend_id).egress.get(backend_id, []))
 
     def _session(self, backend_id: str, method: str, *args: Any) -> dict[str, bytes]:
         with self._lock:

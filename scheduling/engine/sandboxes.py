@@ -10,7 +10,8 @@ is the only caller outside the engine; the layout test allows exactly that edge.
   an exec is recorded with one insert when it starts and one update when it ends.
 - `end`: cancel the task (its job first), now.
 - `reclaim`: the timers pass's idle and lifetime ends; `warm_pass`: the warm pools.
-- `after_ends`: the task-end hook that ends the sandbox row with its task.
+- `after_ends`: the task-end hook that ends the sandbox row with its task (its egress
+  audit kept first); `egress_requests`: that audit, live from the backend or as kept.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from scheduling.engine.dispatch import queue_slots_taken as queue_slots_taken
 from scheduling.engine.follow import apply_jobs
 from scheduling.engine.jobs import CancelRetry, cancel_requested
 from scheduling.engine.registry import get_backend
+from scheduling.engine.sandbox_egress import egress_requests as egress_requests
+from scheduling.engine.sandbox_egress import keep as keep_egress
 from scheduling.models import (
     ACTIVE_STATES,
     LIVE_SANDBOX_STATES,
@@ -356,6 +359,8 @@ def after_ends(tasks: list[Task]) -> None:
     ).values_list("task_id", flat=True):
         Sandbox.objects.filter(task_id=task_id, end_reason="").update(end_reason="its task ended")
         end(task_id, who="the end of the task that created it", reason="its task ended")
+    # Kept before the row says ended: the page of an ended sandbox reads the kept audit.
+    keep_egress(ids)
     rows = list(
         activity(
             Sandbox.objects.filter(task_id__in=ids, state__in=LIVE_SANDBOX_STATES)

@@ -17,6 +17,7 @@ from scheduling.models.quotas import Quota
 from scheduling.models.sandboxes import (
     LIVE_SANDBOX_STATES,
     Sandbox,
+    SandboxEgress,
     SandboxExec,
     SandboxState,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "ACTIVE_STATES",
     "LIVE_SANDBOX_STATES",
     "Sandbox",
+    "SandboxEgress",
     "SandboxExec",
     "SandboxState",
     "Alert",

@@ -124,3 +124,23 @@ class SandboxExec(models.Model):
 
     def __str__(self) -> str:
         return f"{self.sandbox_id}: {' '.join(map(str, self.argv))[:60]}"
+
+
+class SandboxEgress(models.Model):
+    """One request its egress proxy was asked for (docs/sandbox-network.md), kept when the
+    sandbox ends: the proxy's log lives in the job's folder, which retention removes."""
+
+    sandbox = models.ForeignKey(Sandbox, on_delete=models.CASCADE, related_name="egress_requests")
+    at = models.DateTimeField()
+    method = models.CharField(max_length=16)
+    target = models.CharField(max_length=255, help_text='"host:port" as the proxy read it.')
+    allowed = models.BooleanField()
+    reason = models.CharField(max_length=255, blank=True, help_text="Why it was refused.")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["sandbox", "-id"], name="sandbox_egress_recent")]
+
+    def __str__(self) -> str:
+        verdict = "allowed" if self.allowed else "refused"
+        return f"{self.sandbox_id}: {self.method} {self.target} {verdict}"

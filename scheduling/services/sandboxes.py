@@ -416,6 +416,12 @@ def sandbox_delete(*, user: User, sandbox: Sandbox) -> Sandbox:
     return _synced(sandbox)
 
 
+def sandbox_egress(*, sandbox: Sandbox, limit: int) -> list[dict[str, Any]]:
+    """Its egress audit, newest first (docs/sandbox-network.md): while it is live, read from
+    its backend; once ended, as kept when it ended."""
+    return door.egress_requests(sandbox, limit=limit)
+
+
 def task_token_scope(token: str) -> tuple[User, TaskScope] | None:
     """Who a scoped task token acts for and what it may reach, while its task runs; None
     when it is not valid (never signed here, expired, its task has ended, or its owner's
@@ -478,6 +484,7 @@ __all__ = [
     "exec_ask",
     "sandbox_create",
     "sandbox_delete",
+    "sandbox_egress",
     "sandbox_exec",
     "sandbox_exec_stream",
     "sandbox_get_file",

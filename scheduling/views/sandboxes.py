@@ -1,5 +1,6 @@
 """Pages of live sandboxes (docs/sandboxes.md): the live sandboxes of the user's projects
-(state, idle time, instance-minutes), and one sandbox's terminal-like exec history."""
+(state, idle time, instance-minutes), and one sandbox's terminal-like exec history beside
+the requests its egress proxy allowed and refused."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ from scheduling.selectors.sandboxes import (
     sandbox_get_for_user,
     sandbox_list_for_user,
 )
-from scheduling.services.sandboxes import sandbox_delete, sandbox_refresh, sandbox_summary
+from scheduling.services.sandboxes import (
+    sandbox_delete,
+    sandbox_egress,
+    sandbox_refresh,
+    sandbox_summary,
+)
 
 LIMIT = 200
 
@@ -47,6 +53,11 @@ def sandbox_detail(request: SignedInRequest, sid: str) -> HttpResponse:
         "sandbox": sandbox,
         "summary": sandbox_summary(sandbox),
         "execs": sandbox_execs(sandbox, limit=LIMIT),
+        # Oldest first, as the terminal beside it reads.
+        "egress": list(reversed(sandbox_egress(sandbox=sandbox, limit=LIMIT)))
+        if sandbox.egress
+        else [],
+        "egress_limit": LIMIT,
     }
     return render(request, "scheduling/sandbox_detail.html", context)
 

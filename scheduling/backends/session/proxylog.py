@@ -104,10 +104,14 @@ def parse(text: str, *, now: datetime | None = None) -> list[dict]:
             continue
         when, message = found.group(2), found.group(3)
         if request := REQUEST.match(message):
+            try:
+                at = _time(when, now)
+            except ValueError:  # "Feb 31": not a time the proxy wrote
+                continue
             words = request.group(2).split(" ")
             method, url = words[0], words[1] if len(words) > 1 else ""
             target = target_of(method, url)
-            entry: dict = {"time": _time(when, now), "method": method, "url": url, "target": target}
+            entry: dict = {"time": at, "method": method, "url": url, "target": target}
             # What the decision lines name it by (dropped once it is decided).
             entry |= {"fd": request.group(1), "filtered_as": url}
             if method == "CONNECT":

@@ -84,6 +84,7 @@ READS: dict[str, tuple[str, ...]] = {
     "api-sandboxes": ("state", "project"),
     "api-sandbox": (),
     "api-sandbox-exec": ("stream",),
+    "api-sandbox-egress": (),
     "api-sandbox-file": (),
     "api-leases": ("state", PAGE_),
     "api-lease": (),

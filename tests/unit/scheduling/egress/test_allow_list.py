@@ -105,3 +105,10 @@ def test_a_list_whose_names_lead_to_the_portals_own_services_is_refused(settings
         assert refusal is not None and entry in refusal and "portal's own services" in refusal
     assert network.egress_refusal(["localhost:18081"]) is None  # another port of this host
     assert "host:port" in (network.egress_refusal(["127.0.0.1:8080"]) or "")
+
+
+def test_a_log_line_with_no_real_date_is_skipped_not_the_whole_audit():
+    # On a cluster the log is in a folder the session's account may write.
+    forged = "CONNECT   Feb 31 10:00:00.000 [7]: Request (file descriptor 9): GET http://x.org/ HTTP/1.1\n"
+    records = proxylog.parse(forged + LOG, now=datetime(2027, 1, 1, 0, 1, tzinfo=UTC))
+    assert [r["target"] for r in records] == ["a.org:81", "b.org:443", "c.org:80", "d.org:81"]
