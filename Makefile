@@ -59,9 +59,12 @@ run: install system-deps
 	$(PY) manage.py up
 
 # Tests keep their own var/ (broker folder, local-backend root) apart from a running `make run`.
+# On TEST_WORKERS pytest-xdist workers (0: in one process): the Slurm tests, which mostly wait
+# on the cluster, one after another on one of them, the rest on the others (tests/parallel.py).
+TEST_WORKERS ?= 2
 test: install system-deps browser-deps front-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob
-	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest $(PYTEST_ARGS)
+	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The fast tests alone: tests/unit, without anything marked integration, browser or slurm
 # (they need no worker, browser, front or cluster).

@@ -17,6 +17,7 @@ from bench import (  # noqa: E402
     bench_images,
     bench_latency,
     bench_poll,
+    bench_sandbox_api,
     bench_sandboxes,
     bench_sandboxes_slurm,
     bench_simulator,
@@ -109,6 +110,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
         rows += bench_poll.summary_rows(results["poll"])
     if results.get("sandboxes"):
         rows += bench_sandboxes.summary_rows(results["sandboxes"])
+    if results.get("sandbox_api"):
+        rows += bench_sandbox_api.summary_rows(results["sandbox_api"])
     if results.get("slurm"):
         rows += bench_slurm.summary_rows(results["slurm"])
     if results.get("sandboxes_slurm"):
@@ -399,6 +402,8 @@ def write_doc(
         out += [*bench_poll.section(results["poll"]), ""]
     if results.get("sandboxes"):
         out += [*bench_sandboxes.section(results["sandboxes"]), ""]
+    if results.get("sandbox_api"):
+        out += [*bench_sandbox_api.section(results["sandbox_api"]), ""]
     if results.get("slurm"):
         out += [*bench_slurm.section(results["slurm"]), ""]
     if results.get("sandboxes_slurm"):

@@ -85,6 +85,7 @@ from config.settings_engine import (  # noqa: F401 - settings, each read by name
     SWITCHYARD_SWEEP_SECONDS,
     SWITCHYARD_TRIGGER_ROOTS,
     SWITCHYARD_TRIGGER_SECONDS,
+    SWITCHYARD_WARM_POOL_SECONDS,
 )
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
@@ -338,7 +339,14 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
     # Requests per address to the token endpoint, on top of the failed-login lockout.
-    "DEFAULT_THROTTLE_RATES": {"auth": env_str("SWITCHYARD_AUTH_RATE", "30/min")},
+    # Live sandboxes, per user (docs/sandboxes.md): execs and files, and creates. Per second:
+    # DRF keeps every request's time within the window in the cache, read and written whole
+    # on each request, so 12000/min would move a list of up to 12,000 times per exec.
+    "DEFAULT_THROTTLE_RATES": {
+        "auth": env_str("SWITCHYARD_AUTH_RATE", "30/min"),
+        "sandbox": env_str("SWITCHYARD_SANDBOX_RATE", "200/s"),
+        "sandbox-create": env_str("SWITCHYARD_SANDBOX_CREATE_RATE", "10/s"),
+    },
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 SPECTACULAR_SETTINGS = {
@@ -435,6 +443,28 @@ SWITCHYARD_DESCRIPTOR_MAX_BYTES = env_int("SWITCHYARD_DESCRIPTOR_MAX_BYTES", 256
 # POST /api/v1/tasks/batch/: many independent tasks (a parameter sweep) in one request.
 SWITCHYARD_BATCH_MAX_TASKS = env_int("SWITCHYARD_BATCH_MAX_TASKS", 10_000)
 SWITCHYARD_BATCH_MAX_BYTES = env_int("SWITCHYARD_BATCH_MAX_BYTES", 16 * 1024 * 1024)
+# --- Live sandboxes (docs/sandboxes.md) -------------------------------------------------------
+# The portal's address as a batch task with `sandboxes: true` reaches it (SWITCHYARD_URL in its
+# environment): through the relay its sandbox has, else the portal's public address.
+SWITCHYARD_SANDBOX_API_URL = env_str("SWITCHYARD_SANDBOX_API_URL", "") or SWITCHYARD_PUBLIC_URL
+# The portal's web server as this machine reaches it (host:port, plain HTTP): where the local
+# backend's relay takes a batch task's sandbox-API requests (docs/sandbox-network.md).
+# `manage.py up` sets it for its worker from its own --addr.
+SWITCHYARD_WEB_ADDR = env_str("SWITCHYARD_WEB_ADDR", "") or "127.0.0.1:8000"
+if not SWITCHYARD_WEB_ADDR.rpartition(":")[2].isdigit() or ":" not in SWITCHYARD_WEB_ADDR:
+    raise ImproperlyConfigured(
+        f"SWITCHYARD_WEB_ADDR: expected host:port, e.g. 127.0.0.1:8000, got {SWITCHYARD_WEB_ADDR!r}"
+    )
+# How long a create waits for its sandbox to start where the backend shows starts (local).
+SWITCHYARD_SANDBOX_START_WAIT_SECONDS = env_int("SWITCHYARD_SANDBOX_START_WAIT_MS", 5000) / 1000
+# A file written or read through the API, an exec's stdin (within the body limit below).
+SWITCHYARD_SANDBOX_FILE_MAX_BYTES = env_int("SWITCHYARD_SANDBOX_FILE_MAX_BYTES", 1000 * 1000)
+# An exec's stdout and stderr, each; past it the output is cut (`truncated`).
+SWITCHYARD_SANDBOX_OUTPUT_MAX_BYTES = env_int("SWITCHYARD_SANDBOX_OUTPUT_MAX_BYTES", 1 << 20)
+# Sandbox calls (exec, files) one user may have in flight in one web process; past it a 429.
+# A call holds its web thread until the sandbox answers: below the threads of a process
+# (4, config/runtime/serve.py), so one user's slow execs leave the others a thread.
+SWITCHYARD_SANDBOX_CALLS_PER_USER = env_int("SWITCHYARD_SANDBOX_CALLS_PER_USER", 3)
 # Request bodies (config/middleware.py; the front has the same limits: docker/nginx/): without
 # a session or token every path takes at most the first; signed in, the second, or a path's
 # own larger limit (a batch, a descriptor, a simulation trace).

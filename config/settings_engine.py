@@ -29,6 +29,8 @@ SWITCHYARD_DISPATCH_LEASE_SECONDS = env_int("SWITCHYARD_DISPATCH_LEASE_SECONDS",
 SWITCHYARD_RETRY_BACKOFF_SECONDS = float(env_int("SWITCHYARD_RETRY_BACKOFF_MS", 1000)) / 1000
 SWITCHYARD_RETRY_BACKOFF_MAX_SECONDS = 60.0
 SWITCHYARD_TRIGGER_SECONDS = float(env_int("SWITCHYARD_TRIGGER_MS", 2000)) / 1000
+# How often the live-sandbox warm pools are brought to what the queues say (docs/sandboxes.md).
+SWITCHYARD_WARM_POOL_SECONDS = env_int("SWITCHYARD_WARM_POOL_SECONDS", 10)
 # Trigger files must lie under one of these folders (users cannot probe the filesystem).
 SWITCHYARD_TRIGGER_ROOTS = env_list("SWITCHYARD_TRIGGER_ROOTS", [str(VAR_DIR / "triggers")])
 
@@ -117,6 +119,7 @@ CELERY_BEAT_SCHEDULE = {
         ("simulations", "simulation.run_queued", SWITCHYARD_SIMULATION_SWEEP_SECONDS, None),
         ("housekeeping", "scheduling.housekeeping", 600.0, None),
         ("prepull", "scheduling.prepull_pass", SWITCHYARD_PREPULL_SECONDS, None),
+        ("warm-pools", "scheduling.warm_pools", SWITCHYARD_WARM_POOL_SECONDS, None),
         (
             "storage-housekeeping",
             "scheduling.storage_housekeeping",

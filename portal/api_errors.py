@@ -17,7 +17,9 @@ from portal.errors import ApplicationError
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
-        return Response(exc.as_payload(), status=exc.status)
+        # Too many at once: the client may try again in a moment.
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        return Response(exc.as_payload(), status=exc.status, headers=headers)
     if outage.is_database_outage(exc):
         # A restart of the database, not a fault of the request: try again (config/outage.py).
         set_rollback()

@@ -6,6 +6,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import TextChoices
 
+from scheduling.decisions.sandboxes import egress_list_problem
 from scheduling.decisions.storage import project_slug_problem
 from scheduling.descriptor.limits import slug_problem
 
@@ -30,6 +31,12 @@ class Project(models.Model):
         "share recently go first (docs/policy.md).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    sandbox_egress = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Hosts its live sandboxes may reach besides their queue's, e.g. "
+        '["api.example.org:443"] (docs/sandboxes.md).',
+    )
 
     class Meta:
         ordering = ["slug"]
@@ -41,6 +48,8 @@ class Project(models.Model):
         problem = project_slug_problem(self.slug or "")
         if problem is not None:
             raise ValidationError({"slug": f"{problem}; got {self.slug}"})
+        if bad := egress_list_problem(self.sandbox_egress):
+            raise ValidationError({"sandbox_egress": f"expected {bad[0]}; got {bad[1]!r}"})
 
 
 class Membership(models.Model):

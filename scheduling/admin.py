@@ -81,9 +81,6 @@ class QueueAdmin(admin.ModelAdmin):
         "max_concurrency",
     ]
     filter_horizontal = ["admins"]
-    # Not applied by anything yet (elastic scale-in comes with lending): not offered, so an
-    # admin cannot set what would be stored and ignored.
-    exclude = ["idle_scale_in_s"]
 
 
 @admin.register(LevelRule)

@@ -13,12 +13,13 @@ class SchedulingConfig(AppConfig):
         from scheduling import checks as _checks  # noqa: F401 - registers them
         from scheduling import hooks, notifications
         from scheduling import tasks as _celery_tasks  # noqa: F401 - registers them
-        from scheduling.engine import admission, registry, settle, usage
+        from scheduling.engine import admission, registry, sandboxes, settle, usage
         from scheduling.selectors import site_view_invalidate
 
         hooks.on_task_end(settle.after_ends)
         hooks.on_task_end(admission.after_ends)  # what it held is free: held tasks may start
         hooks.on_task_end(notifications.on_tasks_end)
+        hooks.on_task_end(sandboxes.after_ends)  # a live sandbox ends with its task
         hooks.provide_accounting(usage.READER)  # accounting reads the backends' through it
         hooks.provide_backends_close(registry.close_backends)  # `manage.py up` at its end
         history.config_changed.connect(

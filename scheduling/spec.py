@@ -68,6 +68,9 @@ class TaskSpec:
     # or deleted). `egress`: the "host:port" pairs its proxy lets through; () is no network.
     session_idle_s: int | None = None
     egress: tuple[str, ...] = ()
+    # A batch task that asked (`sandboxes: true`) gets a token for its project's live-sandbox
+    # API in its environment, valid until its walltime ends (docs/sandboxes.md).
+    sandboxes: bool = False
 
     @property
     def env_dict(self) -> dict[str, str]:

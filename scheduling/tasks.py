@@ -21,6 +21,7 @@ from scheduling.engine import (
     images,
     levels,
     samples,
+    sandboxes,
     settle,
     storage,
 )
@@ -111,9 +112,20 @@ def sweep_pending() -> int:
 
 @shared_task(name="scheduling.timers", acks_late=True)
 def timers() -> int:
-    """Wait timeouts and trigger files, the engine's only clock-driven releases, and the
-    dependants a lost end message left waiting."""
-    return settle.expire_waiting() + settle.check_triggers() + settle.settle_stranded()
+    """Wait timeouts and trigger files, the engine's only clock-driven releases, the
+    dependants a lost end message left waiting, and idle live sandboxes ended."""
+    return (
+        settle.expire_waiting()
+        + settle.check_triggers()
+        + settle.settle_stranded()
+        + sandboxes.reclaim()  # live sandboxes idle past their timeout (docs/sandboxes.md)
+    )
+
+
+@shared_task(name="scheduling.warm_pools", acks_late=True)
+def warm_pools() -> dict[str, int]:
+    """The backends' live-sandbox warm pools, as the queues configure them."""
+    return sandboxes.warm_pass()
 
 
 @shared_task(name=outbox.SETTLE, acks_late=True)

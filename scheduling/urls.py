@@ -6,6 +6,7 @@ from scheduling.views import files as views_files
 from scheduling.views import policy as views_policy
 from scheduling.views import queues as views_queues
 from scheduling.views import quotas as views_quotas
+from scheduling.views import sandboxes as views_sandboxes
 from scheduling.views import tasks as views
 from scheduling.views import workflows as views_workflows
 
@@ -39,6 +40,9 @@ urlpatterns = [
         name="canary-decide",
     ),
     path("projects/<slug:slug>/quotas/", views_quotas.project_quota, name="project-quota"),
+    path("sandboxes/", views_sandboxes.sandbox_list, name="sandbox-list"),
+    path("sandboxes/<str:sid>/", views_sandboxes.sandbox_detail, name="sandbox-detail"),
+    path("sandboxes/<str:sid>/end/", views_sandboxes.sandbox_end, name="sandbox-end"),
     path("files/", views_files.files_home, name="files"),
     path("files/<slug:area>/", views_files.files_browse, name="files-area"),
     path("files/<slug:area>/<path:path>", views_files.files_browse, name="files-path"),

@@ -7,6 +7,7 @@ from scheduling.api import images as api_images
 from scheduling.api import policy as api_policy
 from scheduling.api import queues as api_queues
 from scheduling.api import quotas as api_quotas
+from scheduling.api import sandboxes as api_sandboxes
 from scheduling.api import tasks as api
 from scheduling.api import workflows as api_workflows
 
@@ -28,6 +29,14 @@ urlpatterns = [
     path("files/<slug:area>/", api_files.FileArea.as_view(), name="api-files-area"),
     path("files/<slug:area>/<path:path>", api_files.FileDetail.as_view(), name="api-file"),
     path("images/", api_images.ImageList.as_view(), name="api-images"),
+    path("sandboxes/", api_sandboxes.SandboxListCreate.as_view(), name="api-sandboxes"),
+    path("sandboxes/<str:sid>/", api_sandboxes.SandboxDetail.as_view(), name="api-sandbox"),
+    path("sandboxes/<str:sid>/exec/", api_sandboxes.SandboxExec.as_view(), name="api-sandbox-exec"),
+    path(
+        "sandboxes/<str:sid>/files/<path:path>",
+        api_sandboxes.SandboxFile.as_view(),
+        name="api-sandbox-file",
+    ),
     path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
     path("leases/<int:pk>/", api_capacity.LeaseDetail.as_view(), name="api-lease"),
     path("leases/<int:pk>/end/", api_capacity.LeaseEnd.as_view(), name="api-lease-end"),

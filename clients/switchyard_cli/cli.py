@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from switchyard_cli import files
+from switchyard_cli import files, sandbox_cli
 from switchyard_cli.client import (
     AUTH,
     BAD_INPUT,
@@ -279,6 +279,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_usage)
 
     files.add_parser(sub)
+    sandbox_cli.add_parser(sub)
     return top
 
 

@@ -24,6 +24,8 @@ from scheduling.backends.base import (
     Backend,
     BackendError,
     CachedImageView,
+    ExecRequest,
+    ExecResult,
     ImageCacheView,
     Job,
     JobState,
@@ -31,7 +33,10 @@ from scheduling.backends.base import (
     NodeHealth,
     Prepulled,
     Run,
+    SessionGone,
     SubmitRequest,
+    WarmSpec,
+    WarmView,
 )
 from scheduling.decisions.types import NodeView
 
@@ -49,6 +54,11 @@ class _Cluster:
     # Pre-pulling: each node's images (reference -> bytes); references whose pull fails.
     cached: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     unpullable: set[str] = dataclasses.field(default_factory=set)
+    # Live sandboxes: each session's files, the warm pools asked for and what they hold.
+    files: dict[str, dict[str, bytes]] = dataclasses.field(default_factory=dict)
+    warm_specs: list[WarmSpec] = dataclasses.field(default_factory=list)
+    warm: dict[tuple[str, int, int], int] = dataclasses.field(default_factory=dict)
+    hold_sessions: bool = False  # a session submitted stays pending (a test starts it)
 
 
 def _test_scope() -> str:
@@ -290,6 +300,70 @@ class FakeBackend(Backend):
             return ""
         return f"fake log of {backend_id}\n"[offset : offset + limit]
 
+    # -- live sandboxes (in memory: a session is a dict of files) ------------------------
+
+    sessions = True
+
+    def hold_sessions(self, hold: bool = True) -> None:
+        """Sessions submitted from now on stay pending until the test starts them."""
+        with self._lock:
+            self._cluster(self.alias).hold_sessions = hold
+
+    def claim_warm(self, request: SubmitRequest) -> Job | None:
+        with self._lock:
+            cluster = self._record("claim_warm", request.key)
+            if request.key in cluster.jobs:
+                return cluster.jobs[request.key]
+            shape = _shape(request)
+            if cluster.warm.get(shape, 0) <= 0:
+                return None
+            cluster.warm[shape] -= 1
+            job = Job(request.key, JobState.RUNNING, started_at=datetime.now(UTC))
+            cluster.jobs[request.key] = job
+            cluster.requests[request.key] = request
+            cluster.files[request.key] = {}
+            return job
+
+    def keep_warm(self, specs: list[WarmSpec]) -> list[WarmView]:
+        """Every pool asked for is full at once (the fake starts nothing)."""
+        with self._lock:
+            cluster = self._record("keep_warm", tuple(specs))
+            cluster.warm_specs = list(specs)
+            cluster.warm = {(s.template, s.cpus, s.memory_mb): s.count for s in specs if s.count}
+            return [WarmView(s.template, s.count, 0) for s in specs if s.count]
+
+    def exec_in(self, backend_id, request: ExecRequest, *, on_output=None) -> ExecResult:
+        """A few commands, run on the session's files: `echo ARGS`, `cat PATH`, `true`,
+        `false`, `exit N`; anything else exits 127. Output goes to `on_output` too."""
+        files = self._session(backend_id, "exec_in", request.argv)
+        out, err, code = _run(request, files)
+        out, err = out[: request.max_output], err[: request.max_output]
+        if on_output is not None:
+            for stream, data in (("stdout", out), ("stderr", err)):
+                if data:
+                    on_output(stream, data)
+        return ExecResult(out, err, code, 0.1)
+
+    def put_file(self, backend_id: str, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        self._session(backend_id, "put_file", path)[_home(path)] = bytes(data)
+
+    def get_file(self, backend_id: str, path: str, *, limit: int) -> bytes:
+        files = self._session(backend_id, "get_file", path)
+        if _home(path) not in files:
+            raise BackendError(f"no such file: {path}")
+        data = files[_home(path)]
+        if len(data) > limit:
+            raise BackendError(f"the file is larger than {limit} bytes")
+        return data
+
+    def _session(self, backend_id: str, method: str, *args: Any) -> dict[str, bytes]:
+        with self._lock:
+            cluster = self._record(method, backend_id, *args)
+            job = cluster.jobs.get(backend_id)
+            if job is None or job.state is not JobState.RUNNING:
+                raise SessionGone(f"sandbox {backend_id} has ended")
+            return cluster.files.setdefault(backend_id, {})
+
     # -- internals ---------------------------------------------------------------------
 
     def _submit_locked(self, cluster: _Cluster, request: SubmitRequest) -> Job:
@@ -297,10 +371,12 @@ class FakeBackend(Backend):
         if request.key in cluster.jobs:  # idempotent by key, like the real backends
             return cluster.jobs[request.key]
         now = datetime.now(UTC)
+        session = request.spec.session_idle_s is not None and not cluster.hold_sessions
+        start = self.start_immediately or session
         job = Job(
             backend_id=request.key,
-            state=JobState.RUNNING if self.start_immediately else JobState.PENDING,
-            started_at=now if self.start_immediately else None,
+            state=JobState.RUNNING if start else JobState.PENDING,
+            started_at=now if start else None,
         )
         cluster.jobs[request.key] = job
         cluster.requests[request.key] = request
@@ -316,3 +392,31 @@ class FakeBackend(Backend):
             return cluster.jobs[backend_id]
         except KeyError:
             raise BackendError(f"fake backend {self.alias!r} has no job {backend_id!r}") from None
+
+
+def _shape(request: SubmitRequest) -> tuple[str, int, int]:
+    res = request.spec.resources
+    return (request.spec.image or "", res.cpus, res.memory_mib)
+
+
+def _home(path: str) -> str:
+    """A path inside the session: relative ones resolve in its working folder."""
+    return path if path.startswith("/") else "/home/sandbox/" + path
+
+
+def _run(request: ExecRequest, files: dict[str, bytes]) -> tuple[bytes, bytes, int]:
+    name, *args = request.argv
+    if name == "echo":
+        return (" ".join(args) + "\n").encode(), b"", 0
+    if name == "cat" and not args:
+        return request.stdin, b"", 0
+    if name == "cat":
+        missing = [a for a in args if _home(a) not in files]
+        if missing:
+            return b"", f"cat: {missing[0]}: No such file or directory\n".encode(), 1
+        return b"".join(files[_home(a)] for a in args), b"", 0
+    if name in ("true", "false"):
+        return b"", b"", int(name == "false")
+    if name == "exit" and args and args[0].isdigit():
+        return b"", b"", int(args[0])
+    return b"", f"{name}: command not found\n".encode(), 127

@@ -25,6 +25,10 @@ class QueuePolicy:
     cpu_oversubscription: int = 1  # 4 means 1:4
     max_concurrency: int | None = None
     policy: str = "fairshare"  # "fairshare" | "priority-quota" | "elastic"
+    # Live sandboxes (docs/sandboxes.md): over max_concurrency a new one waits ("queue") or
+    # is refused ("refuse"); one without an exec for `idle_scale_in_s` (None: 120) ends.
+    over_concurrency: str = "queue"
+    idle_scale_in_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,6 +205,7 @@ _TOP_FIELDS = (
     "inputs",
     "priority",
     "notify",
+    "sandboxes",
 )
 # What pages, the API and a stored descriptor show in place of a secret_env value.
 SECRET_MASK = "••••"

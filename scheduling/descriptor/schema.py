@@ -253,6 +253,14 @@ _TASK_BODY_PROPERTIES: dict[str, Any] = {
             "absent: the owner's setting",
         }
     ),
+    "sandboxes": _nullable(
+        {
+            "type": "boolean",
+            "default": False,
+            "description": "true: the task gets SWITCHYARD_URL and SWITCHYARD_TOKEN, a token "
+            "that may use only the live-sandbox API of its project until its walltime ends",
+        }
+    ),
 }
 # Exactly one of command / script, counting null as absent; or neither with an image (its
 # own Entrypoint and Cmd run).

@@ -124,6 +124,9 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
     inputs = _inputs(get("inputs"), errors)
     priority = _optional_choice(get("priority"), "priority", PRIORITIES, "normal", errors)
     notify = _optional_choice(get("notify"), "notify", NOTIFY, None, errors)
+    sandboxes = get("sandboxes")
+    if sandboxes is not None and not isinstance(sandboxes, bool):
+        _add(errors, "sandboxes", "must be true or false", sandboxes)
     return {
         **values,
         "resources": resources,
@@ -146,6 +149,7 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
         "inputs": inputs,
         "priority": priority,
         "notify": notify,
+        "sandboxes": sandboxes is True,
     }
 
 

@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.models import ClusterAccount
-from scheduling import hooks, sealed
+from scheduling import hooks, host, sealed, tokens
 from scheduling.backends import (
     BackendError,
     BackendUnavailable,
@@ -29,13 +29,16 @@ from scheduling.backends import (
 )
 from scheduling.decisions.devices import NO_DEVICES
 from scheduling.decisions.quota import Hold, Reject
+from scheduling.decisions.sandboxes import concurrency
+from scheduling.decisions.storage import JobStorage
 from scheduling.engine import admission
 from scheduling.engine.capacity import lease_partitions
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.engine.starts import watch_starts
 from scheduling.engine.storage import StorageError, prepare_job
-from scheduling.models import Attempt, Task, TaskState, attempt_key
+from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState, attempt_key
+from scheduling.models import Queue as QueueRow
 from scheduling.selectors import site_view
 from scheduling.spec import TaskSpec
 from scheduling.states import Move, task_set_state, tasks_set_state
@@ -171,14 +174,16 @@ def dispatch_claimed_many(task_ids: list[int]) -> dict[int, str]:
     """Submit the next attempt of each task whose dispatch lease this dispatcher holds: one
     `submit_many` per backend (the local backend places them all in one scheduling pass).
 
-    Returns each task's outcome, in the order given: "submitted"; "held" or "refused" by
-    admission; "refused" by the backend; "lost-race" (moved meanwhile: its job is taken
+    Returns each task's outcome, in the order given: "submitted"; "capped" (left pending:
+    its queue runs its max_concurrency); "held" or "refused" by admission; "refused" by the backend; "lost-race" (moved meanwhile: its job is taken
     back); or "unreachable" (its backend was: released, to be tried again later).
     """
     tasks = _claimed_tasks(task_ids)
-    outcomes: dict[int, str] = {}
+    outcomes: dict[int, str] = _over_concurrency([tasks[pk] for pk in task_ids])
     by_backend: dict[str, list[_Ready]] = {}
     for pk in task_ids:
+        if pk in outcomes:
+            continue
         ready = _prepare(tasks[pk])
         if isinstance(ready, str):
             outcomes[pk] = ready
@@ -201,6 +206,12 @@ def _submit(backend, group: list[_Ready]) -> dict[int, str]:
             job = _found(backend, r)
         except BackendError as exc:
             job = exc
+        if job is None and r.request.spec.session_idle_s is not None and backend.sessions:
+            try:
+                # A live sandbox takes a warm one when there is one (docs/sandboxes.md).
+                job = backend.claim_warm(r.request)
+            except BackendError as exc:
+                job = exc
         if job is None:
             fresh.append(r)
         else:
@@ -260,8 +271,15 @@ def _prepare(task: Task) -> _Ready | str:
         spec = TaskSpec.from_dict(task.spec)
         if spec.secret_env:
             spec = dataclasses.replace(spec, secret_env=sealed.open_sealed(task.spec["secret_env"]))
-        # Its storage folders, made here (root): docs/storage.md.
-        storage = prepare_job(task, pool=queue.pool, areas=site.storage)
+        # Its storage folders, made here (root): docs/storage.md. A live sandbox has none:
+        # its own tmpfs home only, as a warm one it may take over (docs/sandboxes.md).
+        storage = (
+            JobStorage()
+            if spec.session_idle_s is not None
+            else prepare_job(task, pool=queue.pool, areas=site.storage)
+        )
+        if spec.sandboxes:
+            spec = _with_sandbox_token(spec, task, queue.max_walltime_s)
     except (sealed.CannotOpen, StorageError) as exc:
         task_set_state(
             task=task, to=S.FAILED, reason=str(exc), fields={"dispatch_lease_until": None}
@@ -284,6 +302,90 @@ def _prepare(task: Task) -> _Ready | str:
         storage=storage,
     )
     return _Ready(task, number, key, request)
+
+
+def _with_sandbox_token(spec: TaskSpec, task: Task, longest: int | None) -> TaskSpec:
+    """A batch task that asked for live sandboxes (`sandboxes: true`) gets the sandbox API's
+    address and a token for its own project's sandboxes only, valid while it is queued or
+    running and at most its walltime (and 10 minutes for its start) from now. The token is
+    a secret value: in the spec handed to the backend, never stored (docs/sandboxes.md)."""
+    lifetime = (spec.walltime_s or longest or 24 * 3600) + 600
+    token = tokens.mint(task.pk, task.project.slug, lifetime_s=lifetime)
+    return dataclasses.replace(
+        spec,
+        env=tuple(
+            sorted({**spec.env_dict, "SWITCHYARD_URL": settings.SWITCHYARD_SANDBOX_API_URL}.items())
+        ),
+        secret_env=tuple(sorted({**dict(spec.secret_env), "SWITCHYARD_TOKEN": token}.items())),
+    )
+
+
+def _over_concurrency(tasks: list[Task]) -> dict[int, str]:
+    """The queues' max_concurrency before a backend sees the tasks: the local backend's own
+    scheduling pass holds what is over it, a cluster's scheduler (Slurm) does not, so a
+    task for another backend stays pending ("capped"; the pending sweep tries it again) while
+    the queue's dispatched and running tasks are at the cap. A live sandbox whose queue
+    refuses over the cap fails with the reason, on any backend (docs/sandboxes.md).
+
+    Strict under concurrent dispatchers: each queue's row is locked while its tasks are
+    counted, and the tasks let through are marked `admitted` at once (as admission marks
+    them), so the next dispatcher counts them before their jobs exist. A few queries per
+    queue, not per task. Returns the outcome of each task held back."""
+    site = site_view()
+    gated: dict[int, list[Task]] = {}
+    for task in tasks:
+        queue = site.queues.get(task.queue.name)
+        if queue is None or queue.max_concurrency is None:
+            continue
+        if host.is_local(task.backend) and not _refuses(task, queue.over_concurrency):
+            continue
+        gated.setdefault(task.queue_id, []).append(task)
+    outcomes: dict[int, str] = {}
+    for queue_id, group in gated.items():
+        queue = site.queues[group[0].queue.name]
+        cap = queue.max_concurrency or 0
+        with transaction.atomic():
+            list(QueueRow.objects.select_for_update().filter(pk=queue_id).values_list("pk"))
+            taken = queue_slots_taken(queue_id, but=[t.pk for t in group])
+            through, over = group[: max(0, cap - taken)], group[max(0, cap - taken) :]
+            Task.objects.filter(pk__in=[t.pk for t in through], state=S.PENDING).update(
+                admitted=True
+            )
+        for task in through:
+            task.admitted = True
+        for at, task in enumerate(over):
+            verdict = concurrency(
+                taken + len(through) + at, cap, queue.over_concurrency, queue.name
+            )
+            if _refuses(task, queue.over_concurrency):
+                task_set_state(
+                    task=task,
+                    to=S.FAILED,
+                    reason=f"refused: {verdict.reason}",
+                    fields={"dispatch_lease_until": None},
+                )
+                outcomes[task.pk] = "refused"
+            else:
+                _release(task.pk, reason=f"waiting: {verdict.reason}")
+                outcomes[task.pk] = "capped"
+    return outcomes
+
+
+def _refuses(task: Task, over: str) -> bool:
+    """A live sandbox in a queue that refuses over its cap (batch tasks always wait)."""
+    session = isinstance(task.spec, dict) and task.spec.get("session_idle_s") is not None
+    return session and over == "refuse"
+
+
+def queue_slots_taken(queue_id: int, *, but: list[int] | None = None) -> int:
+    """What counts against a queue's max_concurrency: its dispatched and running tasks, and
+    the pending ones a dispatcher has let through whose job is being made — its admitted
+    tasks that have not ended (a task is admitted from then until it ends or goes back to
+    pending or waiting), read through the queue's quota index."""
+    rows = Task.objects.filter(
+        queue_id=queue_id, admitted=True, state__in=[S.PENDING, *ACTIVE_STATES]
+    )
+    return (rows.exclude(pk__in=but) if but else rows).count()
 
 
 def _found(backend, ready: _Ready) -> Job | None:

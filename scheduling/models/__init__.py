@@ -1,5 +1,5 @@
 """The scheduling app's tables: the site (`site`), work (`tasks`), capacity (`capacity`),
-storage areas (`storage`), the image catalogue (`images`), and what projects may use of a
+storage areas (`storage`), the image catalogue (`images`), live sandboxes (`sandboxes`), and what projects may use of a
 queue (`quotas`, `priority`)."""
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ from scheduling.models.capacity import (
 from scheduling.models.images import CatalogueImage, ImageRegistry
 from scheduling.models.priority import PriorityRequest
 from scheduling.models.quotas import Quota
+from scheduling.models.sandboxes import (
+    LIVE_SANDBOX_STATES,
+    Sandbox,
+    SandboxExec,
+    SandboxState,
+)
 from scheduling.models.site import (
     Canary,
     ClassifierSettings,
@@ -42,6 +48,10 @@ from scheduling.models.tasks import (
 
 __all__ = [
     "ACTIVE_STATES",
+    "LIVE_SANDBOX_STATES",
+    "Sandbox",
+    "SandboxExec",
+    "SandboxState",
     "Alert",
     "LeaseSchedule",
     "LoadSample",

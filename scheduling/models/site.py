@@ -20,6 +20,7 @@ from scheduling.decisions.devices import (
 )
 from scheduling.decisions.order import ScheduleError, parse_weight_schedule
 from scheduling.decisions.processes import concurrency_error
+from scheduling.decisions.sandboxes import egress_list_problem, warm_pool_problem
 from scheduling.decisions.types import RoutingRuleView
 from scheduling.decisions.warm import default_registry, warm_images_problem
 from scheduling.spec import TASK_TYPES
@@ -168,7 +169,33 @@ class Queue(models.Model):
     )
     cpu_oversubscription = models.PositiveSmallIntegerField(default=1)
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
-    idle_scale_in_s = models.PositiveIntegerField(null=True, blank=True)
+    # Live sandboxes (docs/sandboxes.md).
+    over_concurrency = models.CharField(
+        max_length=8,
+        choices=[("queue", "queue"), ("refuse", "refuse")],
+        default="queue",
+        help_text="A live sandbox created while max_concurrency jobs run: it waits (queue) "
+        "or is refused with the reason (refuse).",
+    )
+    idle_scale_in_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="A live sandbox without an exec for this many seconds ends (its default "
+        "idle timeout, and the longest one may ask); a warm pool's template not used for "
+        "this long scales to zero. Empty: 120 s.",
+    )
+    egress_allow = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Hosts its live sandboxes may reach through their proxy, e.g. "
+        '["pypi.example.org:443"]. Empty: no network.',
+    )
+    warm_pool = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Live sandboxes kept started ahead, by template: {"": 2} two of the '
+        "host's system (docs/sandboxes.md).",
+    )
     startup_timeout_s = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -206,6 +233,20 @@ class Queue(models.Model):
         local = bool(self.pool_id) and host.is_local(self.pool.backend)
         if local and (why := concurrency_error(self.max_concurrency, host.pid_max())):
             raise ValidationError({"max_concurrency": why})
+        errors = {}
+        if bad := egress_list_problem(self.egress_allow):
+            errors["egress_allow"] = f"expected {bad[0]}; got {bad[1]!r}"
+        if bad := warm_pool_problem(self.warm_pool):
+            errors["warm_pool"] = f"expected {bad[0]}; got {bad[1]!r}"
+        elif why := warm_images_problem(
+            [t for t in self.warm_pool if t],
+            default_registry=default_registry(
+                settings.SWITCHYARD_IMAGE_REGISTRY, settings.SWITCHYARD_IMAGE_REGISTRIES
+            ),
+        ):
+            errors["warm_pool"] = f"templates: {why}"
+        if errors:
+            raise ValidationError(errors)
 
 
 class LevelRule(models.Model):

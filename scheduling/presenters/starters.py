@@ -1,7 +1,15 @@
 """Starting points for the Submit page: one per workload type, with what such work usually
-asks for on the default site (docs/descriptor.md has every field)."""
+asks for on the default site (docs/descriptor.md has every field), and the shipped examples
+whole descriptors are (examples/)."""
 
 from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+# What an example names its project; the page puts the researcher's first project there.
+EXAMPLE_PROJECT = "my-project"
 
 # type → the form's fields. Commands are placeholders a researcher replaces.
 STARTERS: dict[str, dict[str, str]] = {
@@ -60,12 +68,27 @@ STARTERS: dict[str, dict[str, str]] = {
         "walltime": "10m",
         "command": "python3 -c 'print(2 + 2)'",
     },
+    # A whole descriptor, in the descriptor box (docs/sandboxes.md, "From a batch task").
+    "agent-tools": {"label": "Agent with tool calls", "example": "agent-tool-calls.yaml"},
 }
 
 
-def starter_initial(kind: str) -> dict[str, str] | None:
-    """The form's initial values for a type, or None for an unknown type."""
+@cache
+def _example_text(name: str) -> str:
+    return (EXAMPLES / name).read_text(encoding="utf-8")
+
+
+def example(name: str, project: str) -> str:
+    """A shipped example descriptor (examples/<name>) for `project`."""
+    return _example_text(name).replace(EXAMPLE_PROJECT, project)
+
+
+def starter_initial(kind: str, project: str = EXAMPLE_PROJECT) -> dict[str, str] | None:
+    """The form's initial values for a type (or an example's descriptor), or None for an
+    unknown one."""
     found = STARTERS.get(kind)
     if found is None:
         return None
+    if "example" in found:
+        return {"descriptor": example(found["example"], project)}
     return {"type": kind, **{k: v for k, v in found.items() if k != "label"}}

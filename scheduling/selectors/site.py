@@ -50,6 +50,8 @@ def queue_policy(queue: Queue) -> QueuePolicy:
         cpu_oversubscription=queue.cpu_oversubscription,
         max_concurrency=queue.max_concurrency,
         policy=queue.policy,
+        over_concurrency=queue.over_concurrency,
+        idle_scale_in_s=queue.idle_scale_in_s,
     )
 
 

@@ -33,8 +33,13 @@ EDITABLE = (
     "startup_timeout_s",
     "startup_resubmit",
     "weight_schedule",
+    # Live sandboxes (docs/sandboxes.md).
+    "over_concurrency",
+    "idle_scale_in_s",
+    "egress_allow",
+    "warm_pool",
 )
-_JSON = ("task_types", "weight_schedule")
+_JSON = ("task_types", "weight_schedule", "egress_allow", "warm_pool")
 
 
 class QueueForm(forms.ModelForm):

@@ -34,10 +34,8 @@ from scheduling.selectors.policy import site_minute, task_level, task_value
 from scheduling.selectors.quota import queue_usage, with_budgets
 from scheduling.services.image_lookups import SubmissionDeadline, image_lookups
 from scheduling.services.images import task_image, warning_events
-from scheduling.services.priority import (
-    priority_request_from_descriptor,
-    priority_requests_room,
-)
+from scheduling.services.priority import priority_request_from_descriptor, priority_requests_room
+from scheduling.services.sandbox_input import batch_sandboxes_check
 from scheduling.services.task_paths import task_paths
 from scheduling.services.task_storage import check_task_inputs
 from scheduling.spec import TaskSpec
@@ -97,14 +95,16 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
         raise ApplicationError(
             routed.reason, field=prefixed(field_prefix, routed.field), got=spec.queue
         )
-    queue = site.queues[routed.queue]
+    queue, backend = site.queues[routed.queue], site.queue_backends[routed.queue]
     refused = decisions.check(spec, queue, site.capacity(queue.pool))
     if refused is not None:
         raise ApplicationError(refused.reason, field=prefixed(field_prefix, refused.field))
+    field = prefixed(field_prefix, "sandboxes") or "sandboxes"
+    batch_sandboxes_check(spec, queue=routed.queue, backend=backend, field=field)
     spec, warnings = task_image(
         spec,
         pool=queue.pool,
-        backend=site.queue_backends[routed.queue],
+        backend=backend,
         task_type=classified.type,
         catalogue=site.images,
         field=prefixed(field_prefix, "image") or "image",

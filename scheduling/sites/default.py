@@ -96,6 +96,7 @@ def default_site() -> Site:
             cpu_oversubscription=4,
             max_concurrency=500,
             policy="elastic",
+            idle_scale_in_s=120,
         ),
         QueuePolicy(
             name="hpc",
@@ -139,6 +140,8 @@ def default_site() -> Site:
     }
     # Agents that do not start within 5 minutes of their dispatch are resubmitted.
     startup_timeouts = {"inference-agent": 5 * 60}
+    # Two live sandboxes of the host's system kept started ahead (docs/sandboxes.md).
+    warm_pools = {"inference-agent": {"": 2}}
     # Idle inference GPUs lent to training at night for 4 hours, then taken back (docs/capacity.md).
     lease_schedules = (LeaseTemplate("inference-agent", "training", 4, "22:00", 4 * HOUR),)
     # Prices (docs/accounting.md): HPC is charged strictly per core, training and inference
@@ -192,6 +195,7 @@ def default_site() -> Site:
         project_quotas=project_quotas,
         weight_schedules=weight_schedules,
         startup_timeouts=startup_timeouts,
+        warm_pools=warm_pools,
         lease_schedules=lease_schedules,
         rates=rates,
         storage_areas=storage_areas,

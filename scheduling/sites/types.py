@@ -77,6 +77,8 @@ class Site:
     weight_schedules: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # Queues' start-up timeouts in seconds (docs/capacity.md).
     startup_timeouts: dict[str, int] = field(default_factory=dict)
+    # Queues' live-sandbox warm pools, {template: count} (docs/sandboxes.md).
+    warm_pools: dict[str, dict[str, int]] = field(default_factory=dict)
     lease_schedules: tuple[LeaseTemplate, ...] = ()
     rates: tuple[RateTemplate, ...] = ()
     # Storage areas; their paths lie below the site's storage folder (seed_demo: the var

@@ -28,7 +28,7 @@ from scheduling.presenters.files import (
     task_workdir_link,
     with_input,
 )
-from scheduling.presenters.starters import STARTERS, starter_initial
+from scheduling.presenters.starters import EXAMPLE_PROJECT, STARTERS, example, starter_initial
 from scheduling.presenters.states import TASK_STATE_CHOICES
 from scheduling.selectors import (
     can_change_task,
@@ -36,6 +36,7 @@ from scheduling.selectors import (
     task_list_for_user,
 )
 from scheduling.selectors.logs import task_log
+from scheduling.selectors.sandboxes import sandbox_of_task, sandboxes_of_task
 from scheduling.selectors.waiting import explain
 
 LOG_LIMIT = 256 * 1024
@@ -78,6 +79,9 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
         "efficiency": task_efficiency(task) if task.is_terminal else None,
         "workdir": task_workdir_link(request.user, task),
+        # The live sandboxes it created with its scoped token, or the one it is.
+        "sandboxes": sandboxes_of_task(task),
+        "own_sandbox": sandbox_of_task(task),
     }
     # While the task lives, htmx re-fetches the status block (state, timeline, log) every 2 s.
     template = "scheduling/task_status.html" if request.htmx else "scheduling/task_detail.html"
@@ -131,6 +135,7 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
         "more_open": any(form[name].errors or form[name].value() for name in MORE_FIELDS),
         "starters": [(kind, starter["label"]) for kind, starter in STARTERS.items()],
         "starter": request.GET.get("template", ""),
+        "agent_example": example("agent-tool-calls.yaml", (projects or [EXAMPLE_PROJECT])[0]),
     }
     return render(
         request,
@@ -180,7 +185,8 @@ def _initial(request: SignedInRequest, projects: list[str]) -> dict[str, Any]:
                 "Its secret_env values are never shown (••••): enter them again before submitting.",
             )
         return {**initial, "descriptor": task.descriptor}
-    return {**initial, **(starter_initial(request.GET.get("template", "")) or {})}
+    project = initial.get("project", EXAMPLE_PROJECT)
+    return {**initial, **(starter_initial(request.GET.get("template", ""), project) or {})}
 
 
 def _attach(form: TaskSubmitForm, exc: ApplicationError) -> list[ErrorItem]:

@@ -153,20 +153,27 @@ def start_worker(local_root, tmp_path, purge_broker) -> Iterator[Callable[..., s
         return proc
 
     yield start
+    stop_workers(procs)
+
+
+def stop_workers(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to each main process alone: it stops its pool in ~2 s (signalling the whole
+    group kills the pool children under it and its shutdown then takes ~15 s). All are told
+    at once, so that they stop side by side."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        os.kill(proc.pid, signal.SIGTERM)
+    for proc in running:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=15)
     for proc in procs:
-        stop_worker(proc)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # anything left in its session
+        proc.wait()
 
 
 def stop_worker(proc: subprocess.Popen) -> None:
-    """SIGTERM to the main process alone: it stops its pool in ~3 s (signalling the whole
-    group kills the pool children under it and its shutdown then takes ~15 s)."""
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=15)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # anything left in its session
-    proc.wait()
+    stop_workers([proc])
 
 
 def worker_log(proc: subprocess.Popen) -> str:

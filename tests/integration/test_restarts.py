@@ -167,6 +167,7 @@ def rows(url: str, sql: str) -> list[tuple]:
         return conn.execute(sql).fetchall()
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(420)  # ~2.5 min on two busy cores; one run per CI
 def test_restarts_of_worker_redis_postgresql_and_beat_lose_nothing_and_repeat_nothing():
     started = time.monotonic()

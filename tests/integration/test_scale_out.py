@@ -13,7 +13,7 @@ from scheduling.models import Attempt, Task
 from tests.conftest import descriptor
 from tests.integration.conftest import wait_for, worker_log
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.integration, pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
 
 TASKS = 1000
 

@@ -155,20 +155,20 @@ def launch_plan(
     slirp4netns: str = "slirp4netns",
     image: CachedImage | None = None,
     pin: list[str] | None = None,
+    api_web: str = "",
 ) -> dict[str, Any]:
     """What the supervisor runs: the command in the sandbox, as `account`, within `limits`;
     over `image`'s root file system when the task has one (images.py).
 
     `blocked` (sandbox.job_network()) gives the job a network kept from those networks,
     connected through `slirp4netns` (batch types); None leaves it none (agent and sandbox
-    tasks)."""
+    tasks). `api_web`: the portal's web address, for a batch task with `sandboxes: true`."""
     spec = request.spec
     jobdir = store.jobdir(key)
     work, home = os.path.join(jobdir, "work"), os.path.join(jobdir, "home")
     script = os.path.join(jobdir, "script.sh")
     argv = list(spec.command) if spec.command is not None else ["/bin/bash", script]
-    # Built from nothing: the portal's own environment (and its secrets) never reaches
-    # the job.
+    # Built from nothing: the portal's environment (and its secrets) never reaches the job.
     env = {
         "PATH": SAFE_PATH,
         "HOME": home,
@@ -212,6 +212,8 @@ def launch_plan(
         session = sessionplan.parts(store, key, spec, env, memory_bytes=memory_bytes, image=image)
         argv, env, chdir = session.argv, session.env, session.tmpfs[0]
     mounts = storage.mounts(request) if session is None else []
+    relay = None if session else sessionplan.api_relay(store, key, spec, env, api_web, image)
+    added = session or relay  # relay: `sandboxes: true`, their API only (sessionplan.py)
     if image is not None:
         if session is None:
             argv, env, image_dir = in_image(image, spec, env, script=script, work=work)
@@ -223,7 +225,7 @@ def launch_plan(
             *TMPFS,
             BUSYBOX,
             store.root,
-            *(session.needed if session else ()),
+            *(added.needed if added else ()),
         ]
         needed += [m for m, _ in mounts]
         busybox = host_busybox() or "/bin/busybox"  # checked before (images.prepare)
@@ -244,21 +246,22 @@ def launch_plan(
             devices=bwrap_args(binds),
             system=system,
             runner=runner,
-            extra=session.mounts if session else (),
+            extra=added.mounts if added else (),
         ),
+        *(relay.prefix if relay else ()),  # forward.py, after an image's runner
         *argv,
     ]
     return {
         "argv": argv,
-        # bwrap runs on the host with the site's environment only; the job's (its image's
-        # Env, the task's env) is set inside the sandbox, passed to bwrap as --clearenv and
-        # --setenv through a descriptor (shim.py), not on its command line.
+        # bwrap runs with the site's environment only; the job's (its image's Env, the task's)
+        # is set inside the sandbox, by --clearenv and --setenv from a descriptor (shim.py).
         "env": dict(SITE_ENV),
         "job_env": env,
         "cwd": work if session is None else store.jobdir(key),
         "mkdirs": own,
         # The socket the supervisor binds for the agent (shim.py); None: not a session.
         "session": None if session is None else session.plan,
+        "api_relay": relay.plan if relay else None,  # started by the supervisor (shim.py)
         "readable": [script] if spec.script is not None else [],
         # Checked by the supervisor before the sandbox starts: a missing one fails the job.
         "devices": [[host, missing_reason(host, what)] for host, _, what in binds],

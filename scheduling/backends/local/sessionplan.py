@@ -118,3 +118,51 @@ def parts(
         plan=plan,
         tmpfs=[box.HOME],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RelayParts:
+    prefix: list[str]  # before the job's command (after an image's runner)
+    mounts: list[str]
+    needed: list[str]
+    plan: dict[str, str]  # the plan's "api_relay": apirelay.start()'s arguments (shim.py)
+
+
+def api_relay(
+    store: JobStore,
+    key: str,
+    spec: TaskSpec,
+    env: dict[str, str],
+    web: str,
+    image: CachedImage | None,
+) -> RelayParts | None:
+    """A batch task that uses live sandboxes (`sandboxes: true`) reaches their API, and nothing
+    else of the portal, through a relay the supervisor starts before the sandbox
+    (session/apirelay.py) to the portal's web address `web`: its socket bound in read-only,
+    the command run under forward.py, which serves it at 127.0.0.1:API_PORT inside
+    (docs/sandbox-network.md); `env` gets SWITCHYARD_URL. None for any other task; CannotRun
+    for an image without python3 or no address."""
+    if not spec.sandboxes:
+        return None
+    if not web:
+        raise CannotRun(
+            "sandboxes: the portal's web address for the sandbox API's relay is not set "
+            "(SWITCHYARD_WEB_ADDR)"
+        )
+    python: str | None = "python3"
+    if image is not None and (python := image_python(str(image.rootfs))) is None:
+        raise CannotRun(
+            f"image {image.reference} has no python3 (looked for {', '.join(IMAGE_PYTHONS)}): "
+            "a task with `sandboxes: true` reaches the sandbox API through a forwarder run "
+            "with the image's own python3"
+        )
+    _, forward = agent_files(store.root)
+    socket = store.path(key, "api.sock")
+    to = f"{box.API_PORT}={box.API_SOCKET}"
+    env["SWITCHYARD_URL"] = f"http://127.0.0.1:{box.API_PORT}"
+    return RelayParts(
+        prefix=[str(python), "-I", "-S", box.FORWARD, "--to", to, "--"],
+        mounts=["--ro-bind", forward, box.FORWARD, "--ro-bind", socket, box.API_SOCKET],
+        needed=[os.path.dirname(box.FORWARD)],
+        plan={"socket_path": socket, "web": web},
+    )

@@ -227,6 +227,14 @@ class Shim:
             argv = [str(self.listen_fd) if a == "{listen-fd}" else a for a in argv]
             if session.get("egress") and not self.start_egress(session, run_as):
                 return
+        if plan.get("api_relay"):  # `sandboxes: true`: their API only (session/apirelay.py)
+            try:  # self.egress: stopped as a proxy's is
+                self.egress = _beside("apirelay", "../session").start(
+                    **plan["api_relay"], run_as=run_as
+                )
+            except Exception as exc:  # noqa: BLE001 (its EgressError, whichever path imported it)
+                self.finish("failed", f"the sandbox API's relay did not start: {exc}")
+                return
         try:
             pid, sandbox_pid, out_r = self.spawn(argv, plan["env"], plan["cwd"], run_as)
         except InputError as exc:

@@ -10,6 +10,8 @@ import stat
 import time
 from typing import Protocol
 
+from django.conf import settings
+
 from scheduling.backends.base import SubmitRequest
 from scheduling.backends.local import images as local_images
 from scheduling.backends.local import launch, limits, pulls
@@ -96,6 +98,7 @@ def prepare_start(
         slirp4netns=backend.slirp4netns,
         image=image,
         pin=local_images.pin_of(backend.root, image),  # held by the supervisor while it runs
+        api_web=settings.SWITCHYARD_WEB_ADDR,  # a batch task's relay to the sandbox API
     )
     plan["state"] = state  # the supervisor continues from this state
     backend.store.write_state(key, state)

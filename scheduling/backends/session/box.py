@@ -18,6 +18,10 @@ AGENT = "/run/switchyard/agent.py"
 FORWARD = "/run/switchyard/forward.py"
 HOME = "/home/sandbox"
 EGRESS_SOCKET = "/run/switchyard/egress.sock"
+# A batch task that uses live sandboxes (`sandboxes: true`): the socket of its relay to the
+# sandbox API (session/apirelay.py), and where forward.py serves it inside (SWITCHYARD_URL).
+API_SOCKET = "/run/switchyard/api.sock"
+API_PORT = 7080
 # The descriptor the agent finds its listening socket on (the supervisor dup2()s it there).
 LISTEN_FD = 3
 SOCKET_NAME = "session.sock"

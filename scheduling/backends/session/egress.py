@@ -37,6 +37,10 @@ TINYPROXY_MISSING = (
     "out without it (make system-deps)"
 )
 NEVER_ROOT = "the egress proxy never runs as root: give it the job's account (docs/security.md)"
+BWRAP_MISSING = (
+    "bubblewrap is not installed on this node: the egress proxy runs confined by it, and a "
+    "sandbox with an egress allow-list has no way out without it (make system-deps)"
+)
 SOCKET_IN_SANDBOX = "/run/switchyard/egress.sock"
 TOOL_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin")
 LOG_NAME = "egress.log"
@@ -192,6 +196,9 @@ def start(
     tinyproxy = tinyproxy or find("tinyproxy")
     if tinyproxy is None or not os.access(tinyproxy, os.X_OK):
         raise EgressError(TINYPROXY_MISSING)
+    bwrap = find("bwrap")
+    if bwrap is None:
+        raise EgressError(BWRAP_MISSING)
     filter_path = os.path.join(folder, FILTER_NAME)
     _write(filter_path, filter_rules(pairs))
     log_path = log_path or os.path.join(folder, LOG_NAME)
@@ -206,7 +213,7 @@ def start(
             port = _free_port()
             conf = os.path.join(folder, CONF_NAME)
             _write(conf, proxy_config(port, filter_path, pairs))
-            argv = [tinyproxy, "-d", "-c", conf]
+            argv = confined(bwrap, [tinyproxy, "-d", "-c", conf], folder)
             keeper = (argv, port, reader)
             handle, why = spawn_keeper(listener, log, run_as, _proxy_keeper, keeper, (log, reader))
             if handle is not None:
@@ -248,6 +255,38 @@ def stop(handle: tuple[int, ...]) -> None:
         os.waitpid(pid, 0)
     except ChildProcessError:
         pass
+
+
+def confined(bwrap: str, argv: list[str], folder: str) -> list[str]:
+    """`argv` (tinyproxy) in namespaces of its own but for the host's network. It parses
+    whatever the sandbox sends, and runs as the job's account, which every sandbox of the
+    site's service account shares: on the host it could read any process of that account
+    (another sandbox's files through /proc/<pid>/root, its memory) and reach the account's
+    sockets under /tmp (a Slurm session's agent). Here it sees a /proc of its own, an empty
+    /tmp, the host's files read-only (its session's `folder`, with its configuration, even
+    where that is under /tmp), and ends with its keeper."""
+    return [
+        bwrap,
+        "--unshare-all",
+        "--share-net",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/var/tmp",
+        "--ro-bind",
+        folder,
+        folder,
+        "--",
+        *argv,
+    ]
 
 
 def _write(path: str, text: str) -> None:

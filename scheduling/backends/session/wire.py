@@ -106,7 +106,9 @@ def read_frame(sock: socket.socket, deadline: float, max_frame: int) -> dict[str
         raise BackendError(f"the sandbox's answer is {size} bytes; at most {max_frame} expected")
     try:
         message = json.loads(_recv_exact(sock, size, deadline))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: arrays nested deeper than the parser goes (`[[[[…`), well within a
+        # frame's cap; a crash of the caller otherwise.
         raise BackendError("the sandbox's answer is not JSON") from None
     if not isinstance(message, dict):
         raise BackendError("the sandbox's answer is not a JSON object")
@@ -178,15 +180,23 @@ def exec_in(
 ) -> ExecResult:
     """Run one command through the agent at `path`; streamed when `on_output` is given."""
     cap = request.max_output
+    # What each stream has sent so far: an agent sends each at most up to the cap, so a
+    # hostile one cannot stream without end into the caller (a web worker's memory).
+    sent = {"stdout": 0, "stderr": 0}
 
     def streamed(frame: dict[str, Any]) -> bool:
         if "out" not in frame:
             return False
         name = frame["out"]
+        if on_output is None:
+            raise BackendError("the sandbox streamed output that was not asked for")
         if name not in ("stdout", "stderr"):
             raise BackendError("the sandbox streamed output that is neither stdout nor stderr")
-        if on_output is not None:
-            on_output(name, _bytes(frame, "data", cap))
+        data = _bytes(frame, "data", cap)
+        sent[name] += len(data)
+        if sent[name] > cap:
+            raise BackendError(f"the sandbox's {name} is over its cap of {cap} bytes")
+        on_output(name, data)
         return True
 
     reply = call(

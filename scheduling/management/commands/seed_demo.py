@@ -99,6 +99,9 @@ class Command(BaseCommand):
                     max_concurrency=q.max_concurrency,
                     weight_schedule=site.weight_schedules.get(q.name, []),
                     startup_timeout_s=site.startup_timeouts.get(q.name),
+                    warm_pool=site.warm_pools.get(q.name, {}),
+                    idle_scale_in_s=q.idle_scale_in_s,
+                    over_concurrency=q.over_concurrency,
                 ),
             )
         LeaseSchedule.objects.all().delete()

@@ -72,7 +72,8 @@ def test_an_evicted_image_is_pulled_again_without_holding_the_backends_calls(
 ):
     backend = make()
     proxy.rate = FAST
-    backend.submit(request("blocker", ["sleep", "3"], cpus=16))
+    # Holds the node until cancelled: a fixed sleep could end before a pull under load does.
+    backend.submit(request("blocker", ["sleep", "300"], cpus=16))
     req = through(in_image("switchyard/python:3", "evicted", ["true"]), registry, proxy)
     backend.submit(req)
     # Pulled while the blocker holds the node: it waits, its image here.
@@ -80,7 +81,8 @@ def test_an_evicted_image_is_pulled_again_without_holding_the_backends_calls(
     assert backend.find("evicted").state is JobState.PENDING
     assert image_cache(backend.root).evict(0)  # nothing pins it: other pulls pushed it out
     proxy.rate = SLOW
-    assert finished(backend, "blocker", timeout=20).state is JobState.SUCCEEDED
+    backend.cancel("blocker")
+    assert finished(backend, "blocker", timeout=20).state is JobState.CANCELLED
     # The pass that would start it finds its image gone: it waits for a new pull, and
     # neither that pass nor another job's submit waits for the registry.
     t0 = time.monotonic()

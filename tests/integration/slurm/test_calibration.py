@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from scheduling import engine
 from scheduling.models import Attempt
 from scheduling.spec import TaskSpec
@@ -20,6 +22,10 @@ from simulation.replay import portal_site
 from simulation.simulator.engine import simulate
 from simulation.simulator.model import SimJob
 from tests.integration.slurm.conftest import drive, submit_task
+
+# It needs the localhost cluster like its neighbours: marked so, it runs with them (one at a
+# time on the shared cluster, `-m slurm` takes it, `-m "not slurm"` leaves it out).
+pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
 # Slurm starts a job 1-3 s after it is submitted on an idle cluster (its scheduling loop and
 # the node's launch), records times in whole seconds, and the portal polls every 0.5 s here.

@@ -81,6 +81,10 @@ READS: dict[str, tuple[str, ...]] = {
     "api-files-area": (),
     "api-file": (),
     "api-images": ("type", "pool"),
+    "api-sandboxes": ("state", "project"),
+    "api-sandbox": (),
+    "api-sandbox-exec": ("stream",),
+    "api-sandbox-file": (),
     "api-leases": ("state", PAGE_),
     "api-lease": (),
     "api-lease-end": (),
@@ -139,6 +143,9 @@ READS: dict[str, tuple[str, ...]] = {
     "project-detail": (),
     "project-members": (),
     "project-quota": (),
+    "sandbox-list": ("project",),
+    "sandbox-detail": (),
+    "sandbox-end": (),
     "files": (),
     "files-area": (),
     "files-path": ("view",),
@@ -259,6 +266,7 @@ def _kwargs(name: str, route: str, ids: dict) -> dict:
         "verdict": "approve",
         "area": "projects",
         "path": "materials",
+        "sid": "sbx-0",
     }
     return {k: v for k, v in values.items() if f":{k}>" in route}
 

@@ -85,6 +85,7 @@ def test_default_site_queues_and_rules_are_the_seeds():
         cpu_oversubscription=4,
         max_concurrency=500,
         policy="elastic",
+        idle_scale_in_s=120,  # a live sandbox's idle timeout (docs/sandboxes.md)
     )
     assert queues["hpc"] == QueuePolicy(
         name="hpc",

@@ -76,10 +76,13 @@ class Command(BaseCommand):
                 workers=options["web_workers"],
                 control_socket=str(settings.VAR_DIR / "gunicorn.ctl"),
             )
+        # Where the worker's local backend relays batch tasks' sandbox-API requests: here.
+        worker_env = {"SWITCHYARD_WEB_ADDR": reachable(addr), **os.environ}
         procs = {
             "worker": subprocess.Popen(
                 worker_argv(beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),
                 cwd=settings.BASE_DIR,
+                env=worker_env,
             ),
             "web": subprocess.Popen(web, cwd=settings.BASE_DIR, env=web_env),
         }
@@ -111,3 +114,10 @@ class Command(BaseCommand):
             # The local backends' launchers would leave after two idle minutes; they go now.
             # Jobs still running keep their supervisors (they outlive the worker).
             close_backends()
+
+
+def reachable(addr: str) -> str:
+    """The web server's address as a process of this machine connects to it: a bind to every
+    address (0.0.0.0, [::] or none) is reached at 127.0.0.1."""
+    host, _, port = addr.rpartition(":")
+    return f"{'127.0.0.1' if host in ('', '0.0.0.0', '[::]', '*') else host}:{port}"

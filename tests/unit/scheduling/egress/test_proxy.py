@@ -13,8 +13,10 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -289,3 +291,18 @@ def test_a_proxy_that_dies_ends_its_relay_and_a_long_socket_path_works(job_root,
     finally:
         egress.stop(handle)
     assert not alive(handle[0])
+
+
+def test_a_session_folder_under_tmp_reaches_the_confined_proxy(servers):
+    """tinyproxy runs with a /tmp of its own (docs/sandbox-network.md): its session's folder,
+    with its configuration, is bound in wherever it is, /tmp included."""
+    need("tinyproxy", egress.find("tinyproxy"))
+    root = Path(tempfile.mkdtemp(prefix="sy-egress-", dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        folder = session_folder(root)
+        allow = [f"localhost:{servers[0]}"]
+        handle = egress.start(str(folder), allow, socket_path=str(folder / "s"), run_as=run_as())
+        egress.stop(handle)
+    finally:
+        shutil.rmtree(root)

@@ -88,3 +88,36 @@ def _cmdline(pid: int) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+def test_the_proxy_sees_no_other_sandbox_of_its_account(make):
+    """tinyproxy parses what the sandbox sends and runs as the job's account, which the
+    service account's sandboxes share: confined, it sees no process of the host (so no
+    other sandbox's files through /proc/<pid>/root) and none of the account's /tmp."""
+    need("tinyproxy", egress.find("tinyproxy"))
+    backend = make()
+    backend.submit(session("other"))
+    running(backend, "other")
+    secret = backend.exec_in(
+        "other", ExecRequest(argv=("sh", "-c", "echo secret > s.txt; sleep 300 &"))
+    )
+    assert secret.exit_code == 0
+    other = state_file(backend, "other")["sandbox_pid"]
+    assert os.path.exists(f"/proc/{other}/root/home/sandbox/s.txt")  # from the host: yes
+    backend.submit(with_egress("out", ["localhost:9"]))
+    running(backend, "out")
+    folder = backend.store.path("out", "egress").encode()
+    tinyproxy = [
+        pid
+        for pid in _pids()
+        if folder in _cmdline(pid) and _cmdline(pid).split(b"\0")[0].endswith(b"/tinyproxy")
+    ]
+    assert tinyproxy, "the session's proxy runs"
+    assert os.readlink(f"/proc/{tinyproxy[0]}/ns/pid") != os.readlink("/proc/self/ns/pid")
+    its_proc = f"/proc/{tinyproxy[0]}/root/proc"
+    visible = [p for p in os.listdir(its_proc) if p.isdigit()]
+    assert len(visible) < 5, visible  # its own namespace's: its init and itself
+    assert str(other) not in visible
+    assert os.listdir(f"/proc/{tinyproxy[0]}/root/tmp") == []
+    backend.cancel("out")
+    backend.cancel("other")

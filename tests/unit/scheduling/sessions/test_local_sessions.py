@@ -79,7 +79,11 @@ def test_two_sandboxes_see_neither_the_others_files_nor_processes(make):
     running(backend, "right")
     run(backend, "left", "sh", "-c", "echo private > mine; sleep 600 &")
     assert run(backend, "right", "cat", "/home/sandbox/mine")[0] != 0
-    assert "sleep" in run(backend, "left", "ps", "-eo", "comm")[1]
+    # The background child execs `sleep` a moment after the exec answered: look until it has.
+    deadline = time.monotonic() + 10
+    while "sleep" not in run(backend, "left", "ps", "-eo", "comm")[1]:
+        assert time.monotonic() < deadline, "the left sandbox's sleep never showed"
+        time.sleep(0.05)
     assert "sleep" not in run(backend, "right", "ps", "-eo", "comm")[1]
     assert pid_namespace(backend, "left") != pid_namespace(backend, "right")
 
