@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from scheduling.backends.imagebox import CannotRun, image_python, no_python
+from scheduling.backends.imagebox import IMAGE_PYTHONS, CannotRun, image_python, no_python
 from scheduling.backends.images import CachedImage
 from scheduling.backends.local.jobstore import JobStore
 from scheduling.backends.session import box, egress
