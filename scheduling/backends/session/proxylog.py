@@ -62,17 +62,20 @@ def read(path: str, *, now: datetime | None = None) -> list[dict]:
     return parse(text, now=now)
 
 
-def read_tail(path: str, *, limit: int, now: datetime | None = None) -> list[dict]:
+def read_tail(
+    path: str, *, limit: int, owner: int | None = None, now: datetime | None = None
+) -> list[dict]:
     """read()'s records of at most the log's last `limit` bytes (a partial first line
     dropped), for a log in a folder its session's account may write (a Slurm job's): opened
-    without following a link, a regular file only, else no records."""
+    without following a link, a regular file only and, given `owner`, that uid's (not a
+    hard link to another account's file), else no records."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
             return []
         cut = st.st_size > limit
         if cut:

@@ -373,8 +373,13 @@ class SlurmSessions:
         match = _BACKEND_ID_RE.match(backend_id)
         if match is None:
             raise SessionGone(f"{backend_id!r} is not a Slurm session's id")
-        path = self.workdir / match.group(2) / egress.LOG_NAME
-        return proxylog.read_tail(str(path), limit=limit_bytes)
+        key = match.group(2)
+        try:
+            owner = os.stat(self.workdir / key).st_uid  # the job's account (_session_account)
+        except FileNotFoundError:
+            return []
+        path = self.workdir / key / egress.LOG_NAME
+        return proxylog.read_tail(str(path), limit=limit_bytes, owner=owner)
 
     def _session_account(self, key: str) -> tuple[int, int]:
         """The account the session's job runs as: its folder's owner (made by the portal at

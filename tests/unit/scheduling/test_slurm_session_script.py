@@ -154,11 +154,15 @@ def test_a_session_with_egress_binds_its_proxys_socket_in_and_keeps_its_audit_in
     assert f"--egress-socket {box.EGRESS_SOCKET}" in script
     log = backend.workdir / "sy-7-1" / egress.LOG_NAME
     assert f" '[\"pypi.org:443\"]' {log} " in script
-    # The portal reads the log's last part only, never through a link.
+    # The portal reads the log's last part only, the job account's own file, never a link.
     line = "INFO      Dec 05 10:20:16.475 [7]: Request (file descriptor 9): GET http://a.org/ x"
     log.write_text("x" * 5000 + "\n" + line + "\n")
+    account = pwd.getpwnam(JOB_ACCOUNT)
+    os.chown(log, account.pw_uid, account.pw_gid)  # the watcher writes it as the job's account
     records = backend.egress_audit("12:sy-7-1", limit_bytes=len(line) + 10)
     assert [(r["target"], r["decision"]) for r in records] == [("a.org:80", "refused")]
+    os.chown(log, 0, 0)
+    assert backend.egress_audit("12:sy-7-1") == []  # root's file, not the job account's
     log.unlink()
     log.symlink_to("/etc/passwd")
     assert backend.egress_audit("12:sy-7-1") == []
