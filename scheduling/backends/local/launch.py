@@ -39,7 +39,7 @@ from scheduling.backends.local.images import (
     rootfs_binds,
 )
 from scheduling.backends.local.jobstore import KEY_RE, JobStore
-from scheduling.backends.local.launcher import MAX_REQUEST_BYTES
+from scheduling.backends.local.launcher import MAX_REQUEST_BYTES, at_path
 from scheduling.backends.local.launcher import pid_path as launcher_pid_path
 from scheduling.backends.local.launcher import request_bytes as launcher_request
 from scheduling.backends.local.launcher import socket_path as launcher_socket_path
@@ -395,7 +395,7 @@ def _ask_launcher(root: str, plans: dict[str, dict[str, Any]], python: str) -> l
         try:
             conn.settimeout(LAUNCHER_TIMEOUT_S)
             try:
-                conn.connect(path)
+                at_path(conn.connect, path)
             except (FileNotFoundError, ConnectionRefusedError):
                 # None serves the root (or a dead one's socket is left): start one. Another
                 # worker may be starting one too: the root's lock lets one of them serve.

@@ -61,6 +61,18 @@ def pid_path(root: str) -> str:
     return os.path.join(root, "run", "launcher.pid")
 
 
+def at_path(op, path: str):  # noqa: ANN001, ANN201 - a socket's bind or connect
+    """`op(address)` on the Unix socket at `path`; a path longer than a socket address holds
+    (108 bytes: a deep var folder) is reached through its folder's descriptor."""
+    if len(os.fsencode(path)) < 108:
+        return op(path)
+    folder = os.open(os.path.dirname(path), os.O_PATH | os.O_CLOEXEC)
+    try:
+        return op(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
+    finally:
+        os.close(folder)
+
+
 def valid_key(key: str) -> bool:
     """The job store's key syntax (jobstore.KEY_RE), without importing `re`."""
     return 0 < len(key) <= 200 and key[0] != "-" and _KEY_CHARS.issuperset(key)
@@ -130,7 +142,7 @@ class Launcher:
         if os.path.lexists(self.sock_path):
             os.unlink(self.sock_path)  # a dead launcher's (we hold the lock)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(self.sock_path)
+        at_path(listener.bind, self.sock_path)
         os.chmod(self.sock_path, 0o600)
         listener.listen(128)
         if self.here not in sys.path:

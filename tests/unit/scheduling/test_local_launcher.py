@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from scheduling.backends.base import JobState
-from scheduling.backends.local import SUPERVISOR_DIED, launch, launcher
+from scheduling.backends.local import SUPERVISOR_DIED, LocalBackend, launch, launcher
 from scheduling.backends.local.shim import proc_start_time
 from scheduling.engine.registry import close_backends, get_backend
 from tests.conftest import in_ci
 from tests.unit.scheduling.local_backend.helpers import (
+    SMALL,
     alive,
     finished,
     request,
@@ -315,3 +316,20 @@ def test_two_launchers_started_at_once_leave_one_serving(job_root):
     pid = launcher_pid(root)
     assert mentioning(root) == [pid]
     launch.stop_launcher(root)
+
+
+def test_a_root_deeper_than_a_socket_address_holds_still_starts_through_its_launcher(job_root):
+    # A Unix socket's address holds 108 bytes; a deep var folder (a test's tmp path under a
+    # parallel runner) makes the launcher's socket path longer than that.
+    root = job_root / ("deep-folder-" * 9) / "root"
+    root.parent.mkdir()
+    root.parent.chmod(0o711)  # passable by the job's account, as the root must be
+    assert len(launcher.socket_path(str(root))) > 108
+    backend = LocalBackend("local-test", root=str(root), node_source=lambda alias: [SMALL])
+    try:
+        backend.submit(request("deep-1", ["true"]))
+        assert finished(backend, "deep-1").state is JobState.SUCCEEDED
+        assert not backend._children  # forked by the launcher, not spawned directly
+        assert launcher_pid(str(root)) > 0
+    finally:
+        backend.close()
