@@ -58,18 +58,24 @@ class ExecAsk:
     binary: bool  # the answer's output in base64 (`stdout_b64`) rather than text
 
 
-def exec_ask(data: Any) -> ExecAsk:
-    """The API's exec body checked: {"command": [argv], "stdin" | "stdin_b64", "env", "cwd",
-    "timeout", "binary"}; every error names its field."""
+def known_object(data: Any, fields: frozenset[str]) -> None:
+    """A request body must be a JSON object of these fields only; the error names the first
+    field that is not one."""
     if not isinstance(data, dict):
         raise ApplicationError("expected a JSON object", field=None, got=type(data).__name__)
-    unknown = sorted(set(data) - _EXEC_FIELDS)
+    unknown = sorted(set(data) - fields)
     if unknown:
         raise ApplicationError(
-            f"unknown field; expected one of {', '.join(sorted(_EXEC_FIELDS))}",
+            f"unknown field; expected one of {', '.join(sorted(fields))}",
             field=unknown[0],
             got=unknown[0],
         )
+
+
+def exec_ask(data: Any) -> ExecAsk:
+    """The API's exec body checked: {"command": [argv], "stdin" | "stdin_b64", "env", "cwd",
+    "timeout", "binary"}; every error names its field."""
+    known_object(data, _EXEC_FIELDS)
     argv = data.get("command")
     if (
         not isinstance(argv, list)

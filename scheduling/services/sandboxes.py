@@ -36,7 +36,13 @@ from scheduling.decisions.types import QueuePolicy
 from scheduling.models import ACTIVE_STATES, Queue, Sandbox, SandboxState, Task
 from scheduling.selectors import site_view
 from scheduling.services import sandbox_calls as calls
-from scheduling.services.sandbox_input import ExecAsk, exec_ask, int_field, network
+from scheduling.services.sandbox_input import (
+    ExecAsk,
+    exec_ask,
+    int_field,
+    known_object,
+    network,
+)
 from scheduling.services.tasks import task_submit_spec
 from scheduling.spec import Resources, TaskSpec
 from scheduling.tokens import PREFIX as TASK_TOKEN_PREFIX
@@ -60,15 +66,7 @@ def sandbox_create(*, user: User, data: dict[str, Any], scope: TaskScope | None 
 
 
 def _create(*, user: User, data: dict[str, Any], scope: TaskScope | None) -> Created:
-    if not isinstance(data, dict):
-        raise ApplicationError("expected a JSON object", field=None, got=type(data).__name__)
-    unknown = sorted(set(data) - _CREATE_FIELDS)
-    if unknown:
-        raise ApplicationError(
-            f"unknown field; expected one of {', '.join(sorted(_CREATE_FIELDS))}",
-            field=unknown[0],
-            got=unknown[0],
-        )
+    known_object(data, _CREATE_FIELDS)
     slug = data.get("project")
     if not isinstance(slug, str) or not slug:
         raise ApplicationError("expected a project slug", field="project", got=slug)

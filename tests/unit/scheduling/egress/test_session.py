@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from scheduling.backends.base import BackendError, ExecRequest
+from scheduling.backends.base import ExecRequest
 from scheduling.backends.jobnet import host_addresses
 from scheduling.backends.sandbox import sandbox_argv
 from scheduling.backends.session import box, egress, proxylog, wire
 from tests.conftest import in_ci
 from tests.servers import need
 from tests.unit.scheduling.egress.helpers import GREETING, http_server, run_as, session_folder
+from tests.unit.scheduling.sessions.helpers import wait_answers
 
 if os.geteuid() != 0 and not in_ci():
     pytestmark = pytest.mark.skip("the proxy and the sandbox run as switchyard-job: needs root")
@@ -80,7 +80,7 @@ def start_session(job_root) -> Iterator[Callable[..., tuple[str, Path]]]:
         )
         listener.close()
         started.append(process)
-        _wait_answers(path, process)
+        wait_answers(path, process)
         return path, folder
 
     yield _start
@@ -89,19 +89,6 @@ def start_session(job_root) -> Iterator[Callable[..., tuple[str, Path]]]:
         process.wait()
     for handle in proxies:
         egress.stop(handle)
-
-
-def _wait_answers(path: str, process: subprocess.Popen[bytes]) -> None:
-    end = time.monotonic() + 10
-    while True:
-        try:
-            wire.ping(path)
-            return
-        except BackendError:
-            if process.poll() is not None or time.monotonic() > end:
-                err = process.stderr.read().decode() if process.stderr else ""
-                pytest.fail(f"the agent did not answer (exit {process.poll()}): {err}")
-            time.sleep(0.01)
 
 
 def fetch(path: str, *urls: str) -> list[str]:

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import time
 
-from scheduling.backends.base import ExecRequest, SubmitRequest
+import pytest
+
+from scheduling.backends.base import BackendError, ExecRequest, SubmitRequest
 from scheduling.backends.local import LocalBackend
+from scheduling.backends.session import wire
 from tests.unit.scheduling.local_backend.helpers import request, state_file
 
 
@@ -44,3 +49,17 @@ def in_namespace(namespace: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def wait_answers(path: str, process: subprocess.Popen[bytes]) -> None:
+    """Until the agent started as `process` answers a ping at `path` (10 s at most)."""
+    end = time.monotonic() + 10
+    while True:
+        try:
+            wire.ping(path)
+            return
+        except BackendError:
+            if process.poll() is not None or time.monotonic() > end:
+                err = process.stderr.read().decode() if process.stderr else ""
+                pytest.fail(f"the agent did not answer (exit {process.poll()}): {err}")
+            time.sleep(0.01)

@@ -19,6 +19,7 @@ from scheduling.backends.base import BackendError, ExecRequest, SessionGone
 from scheduling.backends.sandbox import sandbox_argv
 from scheduling.backends.session import box, wire
 from tests.unit.scheduling.local_backend.helpers import JOB_UID
+from tests.unit.scheduling.sessions.helpers import wait_answers
 
 AGENT = str(Path(box.__file__).with_name("agent.py"))
 
@@ -58,19 +59,6 @@ def start_agent(tmp_path: Path) -> Iterator[Callable[..., str]]:
     for process in started:
         process.kill()
         process.wait()
-
-
-def wait_answers(path: str, process: subprocess.Popen[bytes]) -> None:
-    end = time.monotonic() + 10
-    while True:
-        try:
-            wire.ping(path)
-            return
-        except BackendError:
-            if process.poll() is not None or time.monotonic() > end:
-                err = process.stderr.read().decode() if process.stderr else ""
-                pytest.fail(f"the agent did not answer (exit {process.poll()}): {err}")
-            time.sleep(0.01)
 
 
 def run(path: str, *argv: str, **options) -> tuple[int | None, str, str]:
