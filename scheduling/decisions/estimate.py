@@ -12,16 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduling.decisions.place import free_view, place
-from scheduling.decisions.types import NodeAllocation, NodeView, QueuePolicy
+from scheduling.decisions.reserve import Busy
+from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.spec import TaskSpec
 
 _MAX_STEPS = 2_000
-
-
-@dataclass(frozen=True, slots=True)
-class Busy:
-    allocation: NodeAllocation
-    ends_at: float | None  # epoch seconds; None: no walltime, so unknown
+__all__ = ["Ahead", "Busy", "estimate_start"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 The local backend runs this pass under its lock whenever capacity may have changed; the
 simulator runs it at every event. Jobs are taken in priority then submit order; a job that
-does not fit does not block the smaller ones behind it (backfill). Placement itself is
+does not fit does not block the smaller ones behind it (backfill), but where running work's
+planned ends are known the first ones get a reservation that those behind must leave intact
+(`reserve.Plan`). Placement itself is
 `place()`, which applies the queue's policy (whole-node, pack, CPU oversubscription).
 
 The pass decides only; the caller carries the decisions out. It assumes every `Start` it
@@ -12,12 +14,14 @@ returns succeeds: a start that fails leaves its capacity idle until the next pas
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from scheduling.decisions.place import cpu_ratio, free_view, place, usable_cpus
+from scheduling.decisions.reserve import Busy, Plan, Reservation
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
 
@@ -30,6 +34,13 @@ class WaitingJob:
     priority: int = 0  # higher starts first
     seq: int = 0  # submit order among equal priorities
     sandboxed: bool = False  # needs the sandbox to run at all
+    ready_at: float | None = None  # when it became ready to start (for `starve_after_s`)
+    runtime_s: float | None = None  # its planned runtime (a prediction); None: its walltime
+
+    @property
+    def planned_s(self) -> float | None:
+        """How long it is planned to run: its prediction, else its walltime (None: unknown)."""
+        return self.runtime_s if self.runtime_s is not None else self.spec.walltime_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,7 @@ class Start:
 class Wait:
     key: str
     reason: str
+    reserved: Reservation | None = None  # room held for it from a later time
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +77,10 @@ def schedule_pass(
     sandbox_missing: str | None = None,
     now: float | None = None,
     rooms: Mapping[str, PoolRoom] | None = None,
+    busy: Iterable[Busy] | Callable[[], Iterable[Busy]] | None = None,
+    reserve: int = 1,
+    starve_after_s: float | None = None,
+    plans: Mapping[str, Plan] | None = None,
 ) -> list[Decision]:
     """Decide every waiting job, in the order they are considered.
 
@@ -75,6 +91,14 @@ def schedule_pass(
     `now` the time, for nodes lent until a time (docs/capacity.md); `rooms`, when the caller
     keeps a pool's free views current (the simulator): its `PoolRoom`, which the pass then
     places on and updates as it starts jobs.
+
+    With `busy` (the running work with its planned ends; `now` then required), the first
+    `reserve` jobs of each pool that cannot start get a reservation at the earliest planned
+    end that frees room for them, and a job behind them starts only where it leaves every
+    reservation intact (docs/policy.md, "Reservations"); a job ready for longer than
+    `starve_after_s` gets one whatever `reserve` says, so it is never passed again. `plans`,
+    when the caller keeps a pool's reservations across calls (the simulator's batches): its
+    `Plan`. Without either the pass backfills with no reservation.
     """
     booked: dict[str, list[NodeAllocation]] = {}  # nodes this pass placed on: all they hold
     per_queue = Counter(running)
@@ -86,6 +110,8 @@ def schedule_pass(
     base: dict[str, dict[str, NodeView]] = {}
     room: dict[str, PoolRoom] = {}
     reasons: dict[tuple, str] = {}
+    plan_of: dict[str, Plan] = {}
+    failed_at: dict[tuple, tuple[float, float]] = {}  # request → (end, walltime) that failed
     for job in sorted(waiting, key=lambda j: (-j.priority, j.seq)):
         queue = job.queue
         if job.sandboxed and sandbox_missing:
@@ -130,14 +156,74 @@ def schedule_pass(
                 }
                 room[pool] = PoolRoom(views)
         free = room[pool]
+        plan = plan_of.get(pool)
+        if plan is None and (plans is not None and pool in plans or busy is not None):
+            plan = plan_of[pool] = (plans or {}).get(pool) or Plan(
+                nodes, busy or (), now=now or 0.0, reserve=reserve, drained=drained
+            )
+        planned = job.planned_s
+        ends = None if planned is None or now is None else now + planned
         placement = None
-        if free.may_fit(job.spec, cpu_ratio(queue)):
-            placement = place(job.spec, queue, list(free.views.values()), now=now)
+        mine = plan.held_for(job.key) if plan is not None and plan.reservations else None
+        if plan is not None and mine is not None:
+            # Reserved by an earlier pass: it starts now, or keeps its reservation.
+            own = plan.constrain(free.listed(), ends, own=job.key)
+            placement = place(job.spec, queue, own, now=now)
+            if placement is None:
+                plan.blocked.add(job.key)
+                decisions.append(Wait(job.key, f"{mine.describe()} ({asked(job)})", mine))
+                continue
+            plan.release(job.key)
+        # A job of this request that ends no later (and whose walltime is no longer: lent
+        # nodes) found no room already: room only shrinks in a pass, and a later end meets
+        # more reservations.
+        end_key = (math.inf if ends is None else ends, job.spec.walltime_s or math.inf)
+        before = failed_at.get(shape)
+        late = (
+            placement is None
+            and before is not None
+            and end_key[0] >= before[0]
+            and end_key[1] >= before[1]
+        )
+        if late:
+            if before[0] > -math.inf and plan is not None:  # type: ignore[index]
+                plan.passed.add(job.key)
+        elif placement is None and free.may_fit(job.spec, cpu_ratio(queue)):
+            listed = held = free.listed()
+            if plan is not None:
+                held, cpus, gpus = plan.room(listed, ends, cpu_ratio(queue))
+            r = job.spec.resources
+            if held is listed or (r.cpus <= cpus and r.gpus <= gpus):
+                placement = place(job.spec, queue, held, now=now)
+            if placement is None and plan is not None and held is not listed:
+                plan.passed.add(job.key)  # room enough now, but not beside the reservations
         if placement is None:
+            if not late:
+                passed = plan is not None and job.key in plan.passed
+                failed_at[shape] = (end_key[0] if passed else -math.inf, end_key[1])
+            starving = (
+                starve_after_s is not None
+                and job.ready_at is not None
+                and now is not None
+                and now - job.ready_at > starve_after_s
+            )
+            if plan is not None and plan.full and not starving:
+                # A reservation an earlier pass made for a job behind this one moves to it.
+                plan.yield_to(job.key)
+            if plan is not None:
+                plan.blocked.add(job.key)
+            if plan is not None and (not plan.full or starving):
+                reservation = plan.make(job.key, job.spec, queue, planned, free.views)
+                if reservation is not None:
+                    reason = f"{reservation.describe()} ({asked(job)})"
+                    decisions.append(Wait(job.key, reason, reservation))
+                    continue
             if shape not in reasons:  # the same words for the same request
                 reasons[shape] = waiting_reason(job, drained, nodes)
             decisions.append(Wait(job.key, reasons[shape]))
             continue
+        if plan is not None:
+            plan.start(placement, ends)
         decisions.append(Start(job.key, placement))
         for a in placement.allocations:
             if a.node not in booked:
@@ -190,6 +276,7 @@ class PoolRoom:
         self._cpus: dict[int, dict[str, int]] = {}
         self._cpu_total: dict[int, int] = {}
         self.gpus = sum(len(v.free_gpus or ()) for v in views.values() if v.available)
+        self._listed: list[NodeView] | None = None
 
     def cpus(self, ratio: int) -> int:
         """Free CPUs in all, for a queue with oversubscription `ratio`."""
@@ -198,12 +285,19 @@ class PoolRoom:
             self._cpus[ratio], self._cpu_total[ratio] = per, sum(per.values())
         return self._cpu_total[ratio]
 
+    def listed(self) -> list[NodeView]:
+        """The views as a list, the same list until one changes."""
+        if self._listed is None:
+            self._listed = list(self.views.values())
+        return self._listed
+
     def may_fit(self, spec: TaskSpec, ratio: int) -> bool:
         return spec.resources.gpus <= self.gpus and spec.resources.cpus <= self.cpus(ratio)
 
     def update(self, view: NodeView) -> None:
         old = self.views[view.name]
         self.views[view.name] = view
+        self._listed = None
         # An unavailable node counts for nothing, before or after.
         self.gpus += (len(view.free_gpus or ()) if view.available else 0) - (
             len(old.free_gpus or ()) if old.available else 0

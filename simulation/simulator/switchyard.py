@@ -11,9 +11,11 @@ back at the lease's end). docs/simulation.md says what is simplified.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import itertools
+import math
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -30,6 +32,7 @@ from scheduling.decisions.order import (
 from scheduling.decisions.place import cpu_ratio, free_view, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
+from scheduling.decisions.reserve import Busy, Plan
 from scheduling.decisions.schedule import (
     Fail,
     PoolRoom,
@@ -90,6 +93,13 @@ class SitePolicy(Leases):
         self.spent: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
         self.going: dict[str, dict[str, UsageRun]] = defaultdict(dict)
         self._ever: dict[str, tuple] = {}  # pool → (its nodes, emptied, shape → never fits)
+        # Each pool's reservations, kept from pass to pass until room is freed there, and the
+        # jobs started since the plan was made (it counts them already).
+        self.plans: dict[str, Plan] = {}
+        self.replan: set[str] = set()  # pools whose plan no longer holds
+        # Each group's planned runtimes, sorted: whether any of it may end before a time.
+        self.shortest: dict[tuple, list[float]] = defaultdict(list)
+        self.since: dict[str, set[str]] = {}
         for i, lease in enumerate(site.leases):
             hour, minute = (int(x) for x in lease.start.split(":"))
             offset = ((hour * 60 + minute - site.start_minute) % (24 * 60)) * 60
@@ -116,6 +126,8 @@ class SitePolicy(Leases):
         self._ready(job, now)
 
     def ended(self, job: SimJob, now: float) -> None:
+        if now < self.sim.run.outcomes[job.key].planned_end:  # before its plan said
+            self.replan.add(self.pool_of_queue[job.queue])
         self._stopped(job, now)
         self._release(job, now)
 
@@ -130,6 +142,7 @@ class SitePolicy(Leases):
             self._release_held(job, now)
 
     def requeued(self, job: SimJob, now: float, why: str) -> None:
+        self.replan.update(self.pools)  # preempted, or its node failed: plan anew
         self._stopped(job, now)
         self._ready(job, now)
 
@@ -147,8 +160,10 @@ class SitePolicy(Leases):
                     self.sim.dirty.add(pool)
         elif kind == LEASE_OPEN:
             self._open_lease(int(key), now)
+            self.replan.update(self.pools)
         elif kind == LEASE_END:
             self._end_lease(key, now)
+            self.replan.update(self.pools)
 
     def schedule(self, now: float) -> None:
         sim = self.sim
@@ -200,10 +215,13 @@ class SitePolicy(Leases):
 
         nodes = sim.pool_nodes(pool)
         never = self._never(pool, nodes)  # shape → True if it fits not even the emptied pool
+        plan = self._plan(pool, nodes, now, fresh=pool not in sim.freed)
 
         def hopeless(shape: tuple) -> bool:  # too big for the room now, yet it could fit some day
             if shape[2] <= room.gpus and shape[1] <= room.cpus(ratios[shape[0]]):
                 return False
+            if plan.whole_pass and len(plan.blocked) < plan.reserve:
+                return False  # it may be the one that gets the pool's reservation
             return not never(shape, site.queues[shape[0]])  # else schedule_pass must fail it
 
         heads: list = []  # (-value, seq, tie, stream): the next job of each stream
@@ -211,8 +229,8 @@ class SitePolicy(Leases):
         if pool in sim.freed:
             sim.freed.discard(pool)
             for shape, ranks in groups.items():
-                if hopeless(shape):
-                    continue  # nothing this pass frees room, so none of them would start
+                if plan.full and hopeless(shape) and not plan.reservations:
+                    continue  # nothing this pass frees room, so none of them would start  # nothing this pass frees room, so none of them would start
                 for rank, members in ranks.items():
                     self._sort(pool, shape, rank)
                     stream = (shape, rank, value(shape[0], rank), iter(members.values()))
@@ -223,6 +241,7 @@ class SitePolicy(Leases):
                     shape, rank = self.where[job.key][1:]
                     _push(heads, (shape, rank, value(shape[0], rank), iter((job,))), tie, self.seq)
         size, done, stuck = 8, [], set()
+        cut: dict[tuple, float] = {}  # group → the end from which its jobs cannot start
         # On a lent node only work that ends before the lease does may start: there one job
         # of a shape may wait while a shorter one starts.
         lent = any(n.available_until is not None for n in nodes)
@@ -236,8 +255,24 @@ class SitePolicy(Leases):
                 if hopeless(shape):
                     stuck.add((shape, rank))
                     continue
+                limit = cut.get((shape, rank))
+                if limit is not None:  # only what ends before `limit` may start
+                    if now + self.shortest[(pool, shape, rank)][0] >= limit:
+                        stuck.add((shape, rank))
+                        continue
+                    if now + self._planned(job) >= limit:
+                        _push(heads, stream, tie, self.seq)
+                        continue
                 batch.append(
-                    WaitingJob(job.key, job.spec, site.queues[shape[0]], prio, self.seq[job.key])
+                    WaitingJob(
+                        job.key,
+                        job.spec,
+                        site.queues[shape[0]],
+                        prio,
+                        self.seq[job.key],
+                        ready_at=sim.ready[job.key],
+                        runtime_s=self._planned(job),
+                    )
                 )
                 _push(heads, stream, tie, self.seq)
             size *= 2
@@ -251,20 +286,59 @@ class SitePolicy(Leases):
                 drained=sim.down,
                 now=now,
                 rooms={pool: room},  # the pass updates it as it starts jobs
+                plans={pool: plan},  # … and its reservations
             )
             for d in decisions:
                 job = sim.waiting[d.key]
                 if isinstance(d, Start):
                     self._start(job, d.placement, now)
+                    self.since[pool].add(job.key)
                     done.append(job)
                 elif isinstance(d, Fail):
                     done.append(job)
                     sim.refuse(d.key, d.reason)
                     self._release(job, now)
-                elif not lent:  # the rest of its group would wait too
+                elif d.key in plan.passed:  # what ends later than it cannot start either
+                    group = self.where[d.key][1:]
+                    cut[group] = min(cut.get(group, math.inf), now + self._planned(job))
+                elif not lent and plan.full:
+                    # It found no room at all: the rest of its group would wait too.
                     stuck.add(self.where[d.key][1:])
         for job in done:
             self._unbucket(job)
+
+    def _planned(self, job: SimJob) -> float:
+        """How long the job is planned to run: its walltime (the trace's runtime if none)."""
+        return job.spec.walltime_s or job.runtime
+
+    def _plan(self, pool: str, nodes: tuple, now: float, *, fresh: bool) -> Plan:
+        """The pool's reservations: last pass's while work ended only when its plan said
+        (the reservations still hold, and the jobs started since are in them); made anew
+        from the running work's planned ends when work ended early, was preempted or lost,
+        or the pool's nodes changed."""
+        plan = self.plans.get(pool)
+        if plan is None or not fresh and pool in self.replan:
+            self.replan.discard(pool)
+            since: set[str] = set()
+            names = {n.name for n in nodes}
+            running = self.sim.running
+
+            def busy() -> list[Busy]:
+                return [
+                    Busy(a, o.planned_end)
+                    for key, o in running.items()
+                    if key not in since
+                    for a in o.allocations
+                    if a.node in names
+                ]
+
+            plan = self.plans[pool] = Plan(nodes, busy, now=now, drained=self.sim.down)
+            self.since[pool] = since
+        plan.now = now
+        plan.passed.clear()
+        plan.blocked.clear()
+        plan.whole_pass = not fresh  # else only new arrivals are offered
+        return plan
 
     def _never(self, pool: str, nodes: tuple):
         """Whether a request can never fit the pool as it is now (a lease may shrink it): as
@@ -371,9 +445,14 @@ class SitePolicy(Leases):
             self.unsorted.add((pool, shape, rank))  # moved here by a level change
         members[job.key] = job
         self.where[job.key] = (pool, shape, rank)
+        bisect.insort(self.shortest[(pool, shape, rank)], self._planned(job))
 
     def _unbucket(self, job: SimJob) -> None:
         pool, shape, rank = self.where.pop(job.key)
+        planned = self.shortest[(pool, shape, rank)]
+        del planned[bisect.bisect_left(planned, self._planned(job))]
+        if not planned:
+            del self.shortest[(pool, shape, rank)]
         ranks = self.groups[pool][shape]
         del ranks[rank][job.key]
         if not ranks[rank]:
