@@ -137,7 +137,8 @@ class TaskDetailSerializer(TaskSerializer):
 
     wait = serializers.SerializerMethodField(
         help_text="Why it waits: kind, message, level, position in its queue, a pending "
-        "priority request, estimated start (null once it runs)."
+        "priority request, estimated start and what it waits for (waits_for: a quota's "
+        "holders and their walltimes' ends) (null once it runs)."
     )
     spec = serializers.SerializerMethodField(
         help_text="The validated descriptor; secret_env values are shown as ••••, to everyone."

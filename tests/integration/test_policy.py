@@ -113,3 +113,39 @@ def test_a_quota_held_task_starts_when_a_running_one_ends(site, api, start_worke
     messages = list(done.events.values_list("message", flat=True))
     assert any(m.startswith("held: project materials uses 1/1 running tasks") for m in messages)
     assert "released: its quota has room" in messages
+
+
+def test_a_quota_held_tasks_estimate_is_its_real_start(site, api, start_worker):
+    """The holder outlives its walltime (it would sleep 10 min): the local backend ends it
+    at its walltime, which frees the quota; the held task's estimate, read while it waits,
+    is its real start within the larger of 10 % of its wait and 60 s."""
+    from datetime import datetime
+
+    quota_set(project="materials", queue="inference-agent", resource="tasks", limit=1)
+    site_view_invalidate()
+    proc = start_worker()
+    holder_doc = descriptor(name="holder", type="agent", walltime="80s", command=["sleep", "600"])
+    holder = submit(api, holder_doc).json()["id"]
+    wait_for(
+        lambda: Task.objects.get(pk=holder).state == "running", timeout=30, what="holder running"
+    )
+    held = submit(api, _agent("held", ["true"])).json()["id"]
+    wait_for(lambda: Task.objects.get(pk=held).hold == "quota", timeout=30, what="the second held")
+    asked = time.time()
+    wait = api.get(f"/api/v1/tasks/{held}/").json()["wait"]
+    assert wait["kind"] == "quota"
+    assert wait["waits_for"].startswith(f"held by quota until task #{holder} (walltime ends ")
+    estimate = datetime.fromisoformat(wait["estimated_start"]).timestamp()
+    try:
+        started = wait_for(
+            lambda: Task.objects.get(pk=held).started_at, timeout=120, what="the held one to start"
+        )
+    except AssertionError:
+        raise AssertionError(worker_log(proc)) from None
+    start = started.timestamp()
+    waited = start - asked
+    bound = max(0.1 * waited, 60.0)
+    print(f"estimate - real start: {estimate - start:+.1f} s; waited {waited:.1f} s")
+    assert waited > bound  # "it could start now" would be off by more than the bound
+    assert abs(estimate - start) <= bound, (estimate - start, waited)
+    assert Task.objects.get(pk=holder).reason == "walltime of 80 s exceeded: stopped"

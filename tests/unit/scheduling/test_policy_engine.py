@@ -6,7 +6,7 @@ The clock is passed to the policy pass (`now=`) instead of slept through.
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -285,7 +285,7 @@ def test_the_inbox_page_lets_a_queue_admin_decide(site, api, client, worker):
 # -- why waiting, classification, queues page ---------------------------------------------
 
 
-def test_why_waiting_names_the_quota_the_position_and_an_estimate(api):
+def test_why_waiting_names_the_quota_the_position_and_an_estimate(api, browser):
     tasks = [_submit(api, name=f"t{i}", **TRAINING) for i in range(3)]
     for task in tasks:
         engine.task_dispatch(task.pk)
@@ -296,6 +296,31 @@ def test_why_waiting_names_the_quota_the_position_and_an_estimate(api):
     assert wait["message"].startswith("project materials uses 32/32 GPUs")
     assert (wait["position"], wait["waiting_in_queue"]) == (2, 2)
     assert wait["level"] == "medium"
+    # The running one frees its 16 GPUs at its walltime (2h), before the admitted one that
+    # has not started yet; the pool has room then, so that is the estimate.
+    first = Task.objects.get(pk=tasks[0].pk)
+    frees = first.started_at + timedelta(hours=2)
+    estimated = datetime.fromisoformat(wait["estimated_start"])
+    assert abs(estimated - frees) < timedelta(seconds=1)
+    assert wait["waits_for"].startswith(f"held by quota until task #{first.pk} (walltime ends ")
+    assert wait["waits_for"].endswith(f"{frees:%H:%M} UTC) ends")
+    page = browser.get(f"/tasks/{tasks[2].pk}/").content.decode()
+    assert f'<span id="task-waits-for">held by quota until task #{first.pk}' in page
+
+
+def test_a_reserved_task_is_estimated_to_start_at_its_reservation(api):
+    task = _dispatch(_submit(api, name="big", **TRAINING))
+    assert task.state == "queued"
+    reason = "reserved from 2026-01-05 14:20 UTC on gpu007-gpu010 (4 nodes free by then)"
+    Task.objects.filter(pk=task.pk).update(reason=reason)
+    wait = api.get(f"/api/v1/tasks/{task.pk}/").json()["wait"]
+    assert (wait["kind"], wait["message"]) == ("backend", reason)
+    assert wait["estimated_start"] == "2026-01-05T14:20:00+00:00"
+    # A reason in other words is not read: the pool replay answers (the pool is free: now).
+    Task.objects.filter(pk=task.pk).update(reason="reserved from whenever")
+    wait = api.get(f"/api/v1/tasks/{task.pk}/").json()["wait"]
+    estimated = datetime.fromisoformat(wait["estimated_start"])
+    assert abs(estimated - timezone.now()) < timedelta(minutes=1)
 
 
 def test_the_classifier_thresholds_are_data(api):
