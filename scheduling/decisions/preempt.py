@@ -5,7 +5,12 @@ it does not fit now; the running work is in a preemptible queue and is not train
 (never preempted, whatever the queue says); it is at a strictly lower level; and freeing it
 really lets the waiting task start. Victims are taken lowest level first, and among equals
 the most recently started (the least work lost); then any victim the placement turns out
-not to need is spared. Pure: the engine and the simulator pass what runs where.
+not to need is spared.
+
+Borrowed room is reclaimed the same way: a task of a project within its nominal quota
+(`reclaim`) may also preempt, at any level, work that runs on room its project borrowed
+from the cohort (`Running.borrowed`), borrowed work first; only where that work's queue is
+preemptible. Pure: the engine and the simulator pass what runs where.
 """
 
 from __future__ import annotations
@@ -30,10 +35,16 @@ class Running:
     preemptible: bool  # its queue's flag
     allocations: tuple[NodeAllocation, ...]
     started_at: float = 0.0
+    borrowed: bool = False  # admitted on other projects' unused quota
 
     @property
     def may_be_preempted(self) -> bool:
         return self.preemptible and self.task_type not in NEVER_PREEMPTED
+
+    def yields_to(self, level: int, *, reclaim: bool) -> bool:
+        """Whether a task at `level` may take its room: a lower level's, or (`reclaim`: the
+        task's project is within its nominal quota) any borrowed work."""
+        return self.may_be_preempted and (self.level < level or (reclaim and self.borrowed))
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +62,11 @@ def whom_to_preempt(
     running: Sequence[Running],
     *,
     now: float | None = None,
+    reclaim: bool = False,
 ) -> Preemption | None:
     """The running work to stop so that `spec` (at `level`) starts now; None when it already
-    fits, or when no allowed set of victims would make room."""
+    fits, or when no allowed set of victims would make room. `reclaim`: the task's project
+    is within its nominal quota, so borrowed work yields to it whatever its level."""
     room = _Room(nodes, running)
     if place(spec, queue, room.views(), now=now) is not None:
         return None
@@ -62,11 +75,9 @@ def whom_to_preempt(
         (
             r
             for r in running
-            if r.may_be_preempted
-            and r.level < level
-            and any(a.node in useful for a in r.allocations)
+            if r.yields_to(level, reclaim=reclaim) and any(a.node in useful for a in r.allocations)
         ),
-        key=lambda r: (r.level, -r.started_at, r.key),
+        key=lambda r: (not (reclaim and r.borrowed), r.level, -r.started_at, r.key),
     )
     chosen: list[Running] = []
     placement = None
@@ -88,11 +99,17 @@ def whom_to_preempt(
             chosen.remove(victim)
             placement = spared
     names = ", ".join(c.key for c in chosen)
-    lowest = LEVELS[min(c.level for c in chosen)]
-    reason = (
-        f"preempted {len(chosen)} {lowest}-level preemptible task(s) ({names}) to start a "
-        f"{LEVELS[level]}-level task"
-    )
+    if all(reclaim and c.borrowed for c in chosen):
+        reason = (
+            f"preempted {len(chosen)} task(s) on borrowed quota ({names}) to give a lender "
+            f"its own quota back"
+        )
+    else:
+        lowest = LEVELS[min(c.level for c in chosen)]
+        reason = (
+            f"preempted {len(chosen)} {lowest}-level preemptible task(s) ({names}) to start a "
+            f"{LEVELS[level]}-level task"
+        )
     return Preemption(tuple(c.key for c in chosen), placement, reason)
 
 
