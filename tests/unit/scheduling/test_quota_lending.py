@@ -153,7 +153,7 @@ INFERENCE = QueuePolicy(
 NODE = NodeView(name="inf001", cpus=32, memory_mib=256 * 1024, gpus=4)
 
 
-def running(key: str, gpu: int, *, level: int = LOW, borrowed: bool = False, queue_preempts=True):
+def running(key: str, gpu: int, *, level: int = LOW, borrowed: str = "", queue_preempts=True):
     alloc = NodeAllocation(node="inf001", cpus=1, memory_mib=1024, gpu_indices=(gpu,))
     return Running(key, "ai-inference", level, queue_preempts, (alloc,), 0.0, borrowed=borrowed)
 
@@ -165,11 +165,13 @@ def one_gpu() -> TaskSpec:
 def test_a_lender_reclaims_borrowed_work_whatever_its_level_and_before_lower_levels():
     full = [
         running("low", 0, level=LOW),
-        running("borrowed-high", 1, level=HIGH, borrowed=True),
+        running("borrowed-high", 1, level=HIGH, borrowed="inference-agent"),
         running("mine-2", 2, level=HIGH),
         running("mine-3", 3, level=HIGH),
     ]
-    decision = whom_to_preempt(one_gpu(), INFERENCE, MEDIUM, [NODE], full, reclaim=True)
+    decision = whom_to_preempt(
+        one_gpu(), INFERENCE, MEDIUM, [NODE], full, reclaim="inference-agent"
+    )
     assert decision is not None and decision.victims == ("borrowed-high",)
     assert "on borrowed quota" in decision.reason
     # Not within its nominal quota: only the lower level yields.
@@ -178,10 +180,26 @@ def test_a_lender_reclaims_borrowed_work_whatever_its_level_and_before_lower_lev
 
 
 def test_borrowed_work_in_a_queue_that_does_not_preempt_is_never_reclaimed():
-    full = [running(f"b{i}", i, level=LOW, borrowed=True, queue_preempts=False) for i in range(4)]
-    assert whom_to_preempt(one_gpu(), INFERENCE, HIGH, [NODE], full, reclaim=True) is None
+    full = [
+        running(f"b{i}", i, level=LOW, borrowed="inference-agent", queue_preempts=False)
+        for i in range(4)
+    ]
+    assert (
+        whom_to_preempt(one_gpu(), INFERENCE, HIGH, [NODE], full, reclaim="inference-agent") is None
+    )
     training = [
-        Running(f"t{i}", "ai-training", LOW, True, r.allocations, borrowed=True)
+        Running(f"t{i}", "ai-training", LOW, True, r.allocations, borrowed="inference-agent")
         for i, r in enumerate(running(f"x{i}", i) for i in range(4))
     ]
-    assert whom_to_preempt(one_gpu(), INFERENCE, HIGH, [NODE], training, reclaim=True) is None
+    assert (
+        whom_to_preempt(one_gpu(), INFERENCE, HIGH, [NODE], training, reclaim="inference-agent")
+        is None
+    )
+
+
+def test_only_work_borrowed_in_the_lenders_queue_yields_to_it():
+    full = [running(f"b{i}", i, level=HIGH, borrowed="other-queue") for i in range(4)]
+    assert (
+        whom_to_preempt(one_gpu(), INFERENCE, MEDIUM, [NODE], full, reclaim="inference-agent")
+        is None
+    )
