@@ -121,6 +121,13 @@ class Admit:
     resource: str | None = None
 
     @property
+    def what(self) -> str:
+        """`16 GPUs` of others' quota, or "" when nothing is borrowed."""
+        if not self.borrowed or self.resource is None:
+            return ""
+        return f"{self.borrowed} {_unit(self.resource, self.borrowed)}"
+
+    @property
     def text(self) -> str:
         """`runs on 16 borrowed GPUs`, or "" when nothing is borrowed."""
         if not self.borrowed or self.resource is None:
@@ -281,6 +288,24 @@ def quota_text(rule: QuotaRule, used: float) -> str:
         )
     unit = {"gpus": "GPUs", "cpus": "CPUs", "tasks": "running tasks"}[rule.resource]
     return f"{rule.who()} uses {used}/{rule.limit} {unit} in queue {rule.queue}"
+
+
+def lending_text(rule: QuotaRule, used: float) -> str:
+    """What a lending quota adds to `quota_text`: `16 of it borrowed; may borrow up to 64
+    GPUs over its quota, lends at most 16 of what it does not use`; "" for one that neither
+    lends nor borrows."""
+    if not rule.lends or (not rule.borrowing_limit and rule.lending_limit is None):
+        return ""
+    unit = _UNITS[rule.resource]
+    parts = []
+    if rule.borrowing_limit:
+        taken = borrowing(rule, used)
+        if taken:
+            parts.append(f"{taken:g} of it borrowed from other projects' unused quota")
+        parts.append(f"may borrow up to {rule.borrowing_limit} {unit} over its quota")
+    lends = "all" if rule.lending_limit is None else f"at most {rule.lending_limit}"
+    parts.append(f"lends {lends} of what it does not use")
+    return "; ".join(parts)
 
 
 def _rule_order(rule: QuotaRule) -> tuple:
