@@ -50,6 +50,10 @@ def admit_for_dispatch(task: Task, *, project: str, queue: str, user: str) -> Ad
         locked = [r.id for r in (*rules, *cohort) if r.id is not None]
         list(Quota.objects.select_for_update().filter(pk__in=locked).order_by("pk"))
         scopes = queue_usage(task.queue_id, project_id=None if cohort else task.project_id)
+        if task.admitted:  # let through a queue's concurrency cap: not its own rival
+            for scope in ((project, queue, None), (project, queue, user)):
+                held = scopes.get(scope, Usage())
+                scopes[scope] = Usage(held.gpus - ask.gpus, held.cpus - ask.cpus, held.tasks - 1)
         usage = with_budgets(scopes, rules)
         decision = admit(ask, rules, usage, cohort=cohort)
         if isinstance(decision, Admit):

@@ -9,16 +9,20 @@ borrow 2 × 16 = 32 while the others are idle.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
+from django.utils import timezone
 
 from portal.errors import ApplicationError
 from portal.models import ConfigVersion
 from scheduling import engine
 from scheduling.backends import JobState
 from scheduling.engine import get_backend
-from scheduling.models import Quota, Task
+from scheduling.engine.capacity import capacity_pass
+from scheduling.models import Node, Quota, Task
 from scheduling.selectors import site_view_invalidate
 from scheduling.services.quotas import quota_set
 from tests.conftest import descriptor, submit
@@ -153,3 +157,39 @@ def test_manage_quota_sets_the_limits_keeps_them_and_versions_them(site, capsys)
     assert "may borrow up to 8 GPUs over its quota; lends all of what it does not use" in (
         capsys.readouterr().out
     )
+
+
+def test_a_lender_within_its_quota_takes_borrowed_room_back_where_the_queue_preempts(api, settings):
+    # The inference pool shrunk to inf001 (4 GPUs); each project: 2 GPUs, may borrow 2.
+    settings.SWITCHYARD_PREEMPT_AFTER_S = 0
+    Node.objects.filter(pool__name="inference-agent").exclude(name="inf001").update(
+        state=Node.State.DRAINED
+    )
+    for project in ("materials", "climate"):
+        quota_set(
+            project=project, queue="inference-agent", resource="gpus", limit=2, borrowing_limit=2
+        )
+    site_view_invalidate()
+    inference = {"type": "ai-inference", "walltime": "10m", "resources": {"gpus": 1, "cpus": 1}}
+    mine = []
+    for i in range(4):  # the last two on climate's unused quota
+        task = Task.objects.get(pk=submit(api, descriptor(name=f"m{i}", **inference)).json()["id"])
+        engine.task_dispatch(task.pk)
+        task.refresh_from_db()
+        assert task.state == "queued", task.reason
+        get_backend("fake").finish(
+            Task.objects.get(pk=task.pk).backend_id, JobState.RUNNING, nodes=("inf001",)
+        )
+        engine.backend_poll("fake")
+        mine.append(Task.objects.get(pk=task.pk))
+    assert [t.borrowed for t in mine] == ["", "", "1 GPU", "1 GPU"]
+    lender = Task.objects.get(
+        pk=submit(api, descriptor(name="c0", project="climate", **inference)).json()["id"]
+    )
+    engine.task_dispatch(lender.pk)
+    # Same level as all four: only its claim on its own quota lets it preempt, and only the
+    # borrowed work.
+    assert capacity_pass(timezone.now() + timedelta(seconds=1))["preempted"] == 1
+    [victim] = Task.objects.filter(pk__in=[t.pk for t in mine], state="pending")
+    assert victim.pk in (mine[2].pk, mine[3].pk)
+    assert lender.events.filter(message__contains="on borrowed quota").exists()
