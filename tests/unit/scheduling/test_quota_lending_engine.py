@@ -73,6 +73,7 @@ def test_over_its_quota_a_training_borrows_and_every_page_says_so(api, browser):
     engine.backend_poll("fake")
     page = browser.get(f"/tasks/{third.pk}/").content.decode()
     assert "Runs on borrowed room: 16 GPUs" in page
+    assert api.get(f"/api/v1/tasks/{third.pk}/").json()["borrowed"] == "16 GPUs"
     [row] = api.get("/api/v1/projects/materials/quotas/").json()
     assert (row["used"], row["borrowed"]) == (48, 16)
     assert row["on_borrowed_room"] == {"running": 1, "waiting": 0}
