@@ -195,9 +195,19 @@ class ProjectAdmin(OrganisationProjectAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(admin.ModelAdmin):
-    list_display = ["project", "queue", "user", "resource", "limit", "over_quota", "updated_at"]
+    list_display = [
+        "project",
+        "queue",
+        "user",
+        "resource",
+        "limit",
+        "borrowing_limit",
+        "lending_limit",
+        "over_quota",
+        "updated_at",
+    ]
     list_filter = ["queue", "resource", "over_quota"]
-    list_editable = ["limit", "over_quota"]
+    list_editable = ["limit", "borrowing_limit", "lending_limit", "over_quota"]
     search_fields = ["project__slug", "user__username"]
 
 

@@ -130,10 +130,17 @@ class TaskDetailSerializer(TaskSerializer):
             "descriptor_format",
             "spec",
             "level_reason",
+            "borrowed",
             "wait",
             "events",
             "attempt_list",
         ]
+        extra_kwargs = {
+            "borrowed": {
+                "help_text": "What of other projects' unused quota it was admitted on "
+                '("16 GPUs"); empty: none (docs/policy.md, quotas that lend).'
+            }
+        }
 
     wait = serializers.SerializerMethodField(
         help_text="Why it waits: kind, message, level, position in its queue, a pending "

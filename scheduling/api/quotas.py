@@ -16,7 +16,7 @@ from portal.http import SignedInApiRequest
 from portal.parsing import json_object, text
 from portal.selectors import project_get_visible
 from scheduling.selectors.quota import project_quotas
-from scheduling.services.quotas import quota_delete, quota_set
+from scheduling.services.quotas import UNCHANGED, quota_delete, quota_set
 
 _QUOTAS = inline_serializer(
     "QuotaUse",
@@ -29,6 +29,17 @@ _QUOTAS = inline_serializer(
         "used": serializers.FloatField(help_text="hours for a budget"),
         "over_quota": serializers.ChoiceField(["queue", "reject"]),
         "period": serializers.CharField(allow_null=True, help_text="a budget's period"),
+        "borrowing_limit": serializers.IntegerField(
+            help_text="how far over its limit it may go on other projects' unused quota"
+        ),
+        "lending_limit": serializers.IntegerField(
+            allow_null=True, help_text="how much of its unused quota it lends; null: all"
+        ),
+        "borrowed": serializers.FloatField(help_text="what it holds over its limit now"),
+        "on_borrowed_room": inline_serializer(
+            "OnBorrowedRoom",
+            fields={"running": serializers.IntegerField(), "waiting": serializers.IntegerField()},
+        ),
         "text": serializers.CharField(),
     },
 )
@@ -59,6 +70,8 @@ class ProjectQuotas(APIView):
                 "user": serializers.CharField(required=False),
                 "over_quota": serializers.CharField(required=False),
                 "period": serializers.CharField(required=False),
+                "borrowing_limit": serializers.IntegerField(required=False),
+                "lending_limit": serializers.IntegerField(required=False, allow_null=True),
                 "reason": serializers.CharField(required=False),
             },
         ),
@@ -75,10 +88,19 @@ class ProjectQuotas(APIView):
             user=data.get("user") or None,
             over_quota=data.get("over_quota") or "queue",
             period=data.get("period") or "month",
+            borrowing_limit=data.get("borrowing_limit", UNCHANGED),
+            lending_limit=data.get("lending_limit", UNCHANGED),
             by=request.user,
             reason=text(data, "reason", required=False),
         )
-        return Response({"quota": str(quota), "limit": quota.limit})
+        return Response(
+            {
+                "quota": str(quota),
+                "limit": quota.limit,
+                "borrowing_limit": quota.borrowing_limit,
+                "lending_limit": quota.lending_limit,
+            }
+        )
 
     @extend_schema(responses={204: None})
     def delete(self, request: SignedInApiRequest, slug: str) -> Response:

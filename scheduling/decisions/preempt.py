@@ -5,7 +5,12 @@ it does not fit now; the running work is in a preemptible queue and is not train
 (never preempted, whatever the queue says); it is at a strictly lower level; and freeing it
 really lets the waiting task start. Victims are taken lowest level first, and among equals
 the most recently started (the least work lost); then any victim the placement turns out
-not to need is spared. Pure: the engine and the simulator pass what runs where.
+not to need is spared.
+
+Borrowed room is reclaimed the same way: a task of a project within its nominal quota
+(`reclaim`: that queue) may also preempt, at any level, work that runs on room its project
+borrowed there (`Running.borrowed`), borrowed work first; only where that work's queue is
+preemptible. Pure: the engine and the simulator pass what runs where.
 """
 
 from __future__ import annotations
@@ -30,10 +35,19 @@ class Running:
     preemptible: bool  # its queue's flag
     allocations: tuple[NodeAllocation, ...]
     started_at: float = 0.0
+    borrowed: str = ""  # the queue in which it runs on other projects' unused quota
 
     @property
     def may_be_preempted(self) -> bool:
         return self.preemptible and self.task_type not in NEVER_PREEMPTED
+
+    def yields_to(self, level: int, *, reclaim: str | None) -> bool:
+        """Whether a task at `level` may take its room: a lower level's, or work borrowed in
+        `reclaim`, the queue where the task's project is within its nominal quota."""
+        return self.may_be_preempted and (self.level < level or self._reclaimed(reclaim))
+
+    def _reclaimed(self, queue: str | None) -> bool:
+        return bool(self.borrowed) and self.borrowed == queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +65,12 @@ def whom_to_preempt(
     running: Sequence[Running],
     *,
     now: float | None = None,
+    reclaim: str | None = None,
 ) -> Preemption | None:
     """The running work to stop so that `spec` (at `level`) starts now; None when it already
-    fits, or when no allowed set of victims would make room."""
+    fits, or when no allowed set of victims would make room. `reclaim`: the queue where the
+    task's project is within its nominal quota; work borrowed there yields to it whatever
+    its level."""
     room = _Room(nodes, running)
     if place(spec, queue, room.views(), now=now) is not None:
         return None
@@ -62,11 +79,9 @@ def whom_to_preempt(
         (
             r
             for r in running
-            if r.may_be_preempted
-            and r.level < level
-            and any(a.node in useful for a in r.allocations)
+            if r.yields_to(level, reclaim=reclaim) and any(a.node in useful for a in r.allocations)
         ),
-        key=lambda r: (r.level, -r.started_at, r.key),
+        key=lambda r: (not r._reclaimed(reclaim), r.level, -r.started_at, r.key),
     )
     chosen: list[Running] = []
     placement = None
@@ -88,11 +103,17 @@ def whom_to_preempt(
             chosen.remove(victim)
             placement = spared
     names = ", ".join(c.key for c in chosen)
-    lowest = LEVELS[min(c.level for c in chosen)]
-    reason = (
-        f"preempted {len(chosen)} {lowest}-level preemptible task(s) ({names}) to start a "
-        f"{LEVELS[level]}-level task"
-    )
+    if all(c._reclaimed(reclaim) for c in chosen):
+        reason = (
+            f"preempted {len(chosen)} task(s) on borrowed quota ({names}) to give a lender "
+            f"its own quota back"
+        )
+    else:
+        lowest = LEVELS[min(c.level for c in chosen)]
+        reason = (
+            f"preempted {len(chosen)} {lowest}-level preemptible task(s) ({names}) to start a "
+            f"{LEVELS[level]}-level task"
+        )
     return Preemption(tuple(c.key for c in chosen), placement, reason)
 
 

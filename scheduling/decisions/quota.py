@@ -4,6 +4,13 @@ A quota limits what one project (or one user within a project) holds at once in 
 GPUs, CPUs or running tasks. What a task "holds" is what was admitted and has not ended
 (docs/policy.md). Over a quota, a task waits (`over_quota: queue`) or is refused
 (`over_quota: reject`); a task that asks more than a quota allows at all is always refused.
+
+Quotas lend (Kueue's cohorts): a project quota's `limit` is its nominal amount; with a
+`borrowing_limit` the project may go that far over it on the unused nominal quota of the
+other projects in the same queue (the cohort), each of which lends at most its
+`lending_limit` (None: all it does not use). Borrowed room is never a lender's loss: a
+lender within its nominal quota is admitted whatever others borrow, and gets the room back
+as borrowed work ends (or, in a preemptible queue, by preempting it).
 Pure: the engine passes the rules and the current use, read under a lock.
 """
 
@@ -22,6 +29,9 @@ PERIODS = ("day", "week", "month")
 _UNIT = {"gpus": "GPU", "cpus": "CPU", "tasks": "running task"}
 _BUDGET_UNIT = {"gpu_hours": "GPU-hours", "core_hours": "core-hours"}
 _PERIOD_TEXT = {"day": "today", "week": "this week", "month": "this month"}
+# What may be lent and borrowed: what a scope holds at once, not a budget.
+LENDABLE = ("gpus", "cpus", "tasks")
+_UNITS = {"gpus": "GPUs", "cpus": "CPUs", "tasks": "running tasks"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +44,21 @@ class QuotaRule:
     user: str | None = None  # None: the whole project
     id: int | None = None
     period: str = "month"  # budgets only
+    # Lending (project scope, LENDABLE resources): how far over `limit` the project may go
+    # on others' unused quota (0: not at all), and how much of its own unused quota others
+    # may borrow (None: all of it).
+    borrowing_limit: int = 0
+    lending_limit: int | None = None
+
+    @property
+    def lends(self) -> bool:
+        return self.user is None and self.resource in LENDABLE
+
+    def lendable(self, used: float) -> float:
+        """What this scope lends now, using `used`: its unused nominal quota, at most its
+        lending limit."""
+        unused = max(0.0, self.limit - used)
+        return unused if self.lending_limit is None else min(unused, self.lending_limit)
 
     @property
     def scope(self) -> tuple[str, str, str | None]:
@@ -90,7 +115,24 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Admit:
-    pass
+    """Admitted; `borrowed` > 0: that much of `resource` is other projects' unused quota."""
+
+    borrowed: int = 0
+    resource: str | None = None
+
+    @property
+    def what(self) -> str:
+        """`16 GPUs` of others' quota, or "" when nothing is borrowed."""
+        if not self.borrowed or self.resource is None:
+            return ""
+        return f"{self.borrowed} {_unit(self.resource, self.borrowed)}"
+
+    @property
+    def text(self) -> str:
+        """`runs on 16 borrowed GPUs`, or "" when nothing is borrowed."""
+        if not self.borrowed or self.resource is None:
+            return ""
+        return f"runs on {self.borrowed} borrowed {_unit(self.resource, self.borrowed)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,14 +167,19 @@ def admit(
     ask: Ask,
     rules: Iterable[QuotaRule],
     usage: Mapping[tuple[str, str, str | None], Usage],
+    *,
+    cohort: Iterable[QuotaRule] = (),
 ) -> Admit | Hold | Reject:
     """Whether `ask` may be admitted now, given what each quota's scope holds (`usage`).
 
     Rules are checked in a fixed order (project rules before user rules, then by resource),
     so the reason given is stable. A task asking more than a limit is refused whatever the
-    over-quota action, since waiting would never help.
+    over-quota action, since waiting would never help. `cohort`: the same queue's quotas of
+    the other projects, which lend to a rule with a borrowing limit (their use in `usage`).
     """
     held: Hold | None = None
+    lenders = [r for r in cohort if r.lends and r.project != ask.project]
+    borrowed, borrowed_resource = 0, None
     for rule in sorted(applicable(rules, ask), key=_rule_order):
         need = ask.amount(rule.resource)
         if need == 0:
@@ -157,23 +204,78 @@ def admit(
                     f"{text}; it waits for the next period or a larger budget", quota=rule.id
                 )
             continue
-        if need > rule.limit:
+        used = usage.get(rule.scope, Usage()).amount(rule.resource)
+        may_borrow = rule.lends and rule.borrowing_limit > 0
+        peers = [r for r in lenders if r.resource == rule.resource and r.queue == rule.queue]
+        ceiling = rule.limit + (
+            min(rule.borrowing_limit, sum(_lends_at_most(r) for r in peers)) if may_borrow else 0
+        )
+        if need > ceiling:
             return Reject(
                 f"asks {count(need, _UNIT[rule.resource])}, but {rule.who()} may hold at most "
-                f"{count(rule.limit, _UNIT[rule.resource])} in queue {rule.queue}",
+                f"{count(ceiling, _UNIT[rule.resource])} in queue {rule.queue}"
+                + (" with what it may borrow" if ceiling > rule.limit else ""),
                 field=field,
                 quota=rule.id,
                 never=True,
             )
-        used = usage.get(rule.scope, Usage()).amount(rule.resource)
         if used + need <= rule.limit:
             continue
         text = quota_text(rule, used)
+        if may_borrow:
+            already = borrowing(rule, used)
+            left = free_to_borrow(rule, peers, usage) - already  # what this task may borrow
+            over = used + need - rule.limit  # what it would borrow in all, with this task
+            if over <= rule.borrowing_limit and over - already <= left:
+                if not borrowed:
+                    borrowed = int(over - already)
+                    borrowed_resource = rule.resource
+                continue
+            unit = _unit(rule.resource, 2)
+            if over > rule.borrowing_limit:
+                text += (
+                    f"; it borrows {already:g} of at most {rule.borrowing_limit} {unit}, "
+                    f"it asks {need}"
+                )
+            else:
+                text += f"; the cohort has {max(0.0, left):g} {unit} to lend, it asks {need}"
         if rule.over_quota == "reject":
             return Reject(f"{text}; this quota refuses what is over it", field=field, quota=rule.id)
         if held is None:
             held = Hold(f"{text}; it waits for room", quota=rule.id)
-    return held or ADMIT
+    if held is not None:
+        return held
+    return Admit(borrowed, borrowed_resource) if borrowed else ADMIT
+
+
+def free_to_borrow(
+    rule: QuotaRule,
+    cohort: Iterable[QuotaRule],
+    usage: Mapping[tuple[str, str, str | None], Usage],
+) -> float:
+    """What `rule`'s project may borrow now: the cohort's lenders' unused nominal quota (each
+    at most its lending limit), less what the other projects of the cohort already borrow."""
+    lent, taken = 0.0, 0.0
+    for peer in cohort:
+        if peer.project == rule.project or peer.resource != rule.resource or not peer.lends:
+            continue
+        used = usage.get(peer.scope, Usage()).amount(peer.resource)
+        lent += peer.lendable(used)
+        taken += max(0.0, used - peer.limit)
+    return max(0.0, lent - taken)
+
+
+def borrowing(rule: QuotaRule, used: float) -> float:
+    """How much of `used` is over the rule's nominal quota: borrowed."""
+    return max(0.0, used - rule.limit) if rule.lends else 0.0
+
+
+def _lends_at_most(rule: QuotaRule) -> int:
+    return rule.limit if rule.lending_limit is None else min(rule.limit, rule.lending_limit)
+
+
+def _unit(resource: str, amount: float) -> str:
+    return _UNITS[resource] if amount != 1 else _UNIT[resource]
 
 
 def quota_text(rule: QuotaRule, used: float) -> str:
@@ -186,6 +288,24 @@ def quota_text(rule: QuotaRule, used: float) -> str:
         )
     unit = {"gpus": "GPUs", "cpus": "CPUs", "tasks": "running tasks"}[rule.resource]
     return f"{rule.who()} uses {used}/{rule.limit} {unit} in queue {rule.queue}"
+
+
+def lending_text(rule: QuotaRule, used: float) -> str:
+    """What a lending quota adds to `quota_text`: `16 of it borrowed; may borrow up to 64
+    GPUs over its quota, lends at most 16 of what it does not use`; "" for one that neither
+    lends nor borrows."""
+    if not rule.lends or (not rule.borrowing_limit and rule.lending_limit is None):
+        return ""
+    unit = _UNITS[rule.resource]
+    parts = []
+    if rule.borrowing_limit:
+        taken = borrowing(rule, used)
+        if taken:
+            parts.append(f"{taken:g} of it borrowed from other projects' unused quota")
+        parts.append(f"may borrow up to {rule.borrowing_limit} {unit} over its quota")
+    lends = "all" if rule.lending_limit is None else f"at most {rule.lending_limit}"
+    parts.append(f"lends {lends} of what it does not use")
+    return "; ".join(parts)
 
 
 def _rule_order(rule: QuotaRule) -> tuple:

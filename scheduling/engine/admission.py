@@ -8,6 +8,10 @@ it), hold (the task waits, `hold = quota`, with the quota and its numbers as its
 reject. Held tasks are reconsidered, in the queue's order, whenever an admitted task of
 their queue ends and by the periodic policy pass (so a raised limit takes effect without a
 resubmission). docs/policy.md.
+
+Where a project's quota may borrow, the other projects' quotas of the queue (its cohort) are
+locked too and their use read, and a task admitted on borrowed room says so (`borrowed`).
+A lender locks its own rows only, which a borrower locks as well: the two never race.
 """
 
 from __future__ import annotations
@@ -38,16 +42,25 @@ def admit_for_dispatch(task: Task, *, project: str, queue: str, user: str) -> Ad
     rules = site.quota_rules(project, queue)
     if not rules:
         return Admit()  # marked admitted with its move to queued: nothing counts it sooner
+    cohort = site.quota_cohort(project, queue)
     ask = ask_of(task, project, queue, user)
     with transaction.atomic():
         # The lock is what makes admission race-free: whoever holds it sees every earlier
         # admission committed.
-        list(Quota.objects.select_for_update().filter(pk__in=[r.id for r in rules]).order_by("pk"))
-        usage = with_budgets(queue_usage(task.queue_id, project_id=task.project_id), rules)
-        decision = admit(ask, rules, usage)
+        locked = [r.id for r in (*rules, *cohort) if r.id is not None]
+        list(Quota.objects.select_for_update().filter(pk__in=locked).order_by("pk"))
+        scopes = queue_usage(task.queue_id, project_id=None if cohort else task.project_id)
+        if task.admitted:  # let through a queue's concurrency cap: not its own rival
+            for scope in ((project, queue, None), (project, queue, user)):
+                held = scopes.get(scope, Usage())
+                scopes[scope] = Usage(held.gpus - ask.gpus, held.cpus - ask.cpus, held.tasks - 1)
+        usage = with_budgets(scopes, rules)
+        decision = admit(ask, rules, usage, cohort=cohort)
         if isinstance(decision, Admit):
-            Task.objects.filter(pk=task.pk, state=S.PENDING).update(admitted=True)
-            task.admitted = True
+            Task.objects.filter(pk=task.pk, state=S.PENDING).update(
+                admitted=True, borrowed=decision.what
+            )
+            task.admitted, task.borrowed = True, decision.what
     return decision
 
 
@@ -58,7 +71,12 @@ def hold(task: Task, decision: Hold) -> bool:
         to=S.WAITING,
         reason=decision.reason,
         message=f"held: {decision.reason}",
-        fields={"hold": HoldKind.QUOTA, "dispatch_lease_until": None, "admitted": False},
+        fields={
+            "hold": HoldKind.QUOTA,
+            "dispatch_lease_until": None,
+            "admitted": False,
+            "borrowed": "",
+        },
     )
 
 
@@ -87,13 +105,14 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
         for task in ordered(site, tasks, queue=queue, shares=shares, minute=minute):
             project, user = task.project.slug, task.owner.get_username()
             ask = ask_of(task, project, queue, user)
-            decision = admit(ask, site.quota_rules(project, queue), usage)
+            cohort = site.quota_cohort(project, queue)
+            decision = admit(ask, site.quota_rules(project, queue), usage, cohort=cohort)
             if isinstance(decision, Admit):
                 if task_set_state(
                     task=task,
                     to=S.PENDING,
                     reason="waiting for the dispatcher",
-                    message="released: its quota has room",
+                    message=f"released: {_room(decision)}",
                     fields={"hold": ""},
                 ):
                     outbox.dispatch(task.pk)
@@ -107,6 +126,12 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
                     reason=decision.reason, updated_at=timezone.now()
                 )
     return released
+
+
+def _room(decision: Admit) -> str:
+    if decision.borrowed:
+        return f"the cohort lends it {decision.what} of unused quota"
+    return "its quota has room"
 
 
 def after_ends(tasks: list[Task]) -> None:

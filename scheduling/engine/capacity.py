@@ -82,6 +82,7 @@ def requeue(task: Task, *, reason: str, event: str | None = None) -> bool:
         fields={
             "backend_id": "",
             "admitted": False,
+            "borrowed": "",
             "preemptions": task.preemptions + 1,
             "dispatch_lease_until": None,
             "not_before": None,
@@ -101,6 +102,15 @@ def requeue(task: Task, *, reason: str, event: str | None = None) -> bool:
 
 
 # -- preemption ---------------------------------------------------------------------------
+
+
+def _reclaims(site, task: Task) -> str | None:
+    """The queue where `task`, admitted within its project's nominal quota, may take back
+    room its project lends (borrowed work there yields to it); None if it borrows itself."""
+    if task.borrowed:
+        return None
+    rules = site.quota_rules(task.project.slug, task.queue.name)
+    return task.queue.name if any(r.lends for r in rules) else None
 
 
 def preempt(now: datetime) -> int:
@@ -131,6 +141,7 @@ def preempt(now: datetime) -> int:
                 preemptible=site.queues[o.task.queue.name].preemptible,
                 allocations=o.allocations,
                 started_at=o.started_at,
+                borrowed=o.task.queue.name if o.task.borrowed else "",
             )
             for o in running_on({n.name for n in nodes})
             if o.task.queue.name in site.queues
@@ -154,6 +165,7 @@ def preempt(now: datetime) -> int:
                 nodes,
                 running,
                 now=now.timestamp(),
+                reclaim=_reclaims(site, task),
             )
             if decision is None:
                 continue
@@ -183,6 +195,7 @@ def preempt(now: datetime) -> int:
                     queue.preemptible,
                     decision.placement.allocations,
                     now.timestamp(),
+                    task.queue.name if task.borrowed else "",
                 )
             )
     return preempted

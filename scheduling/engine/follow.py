@@ -218,6 +218,7 @@ def _retry(task: Task, job: Job, outcome: lifecycle.Retry, now) -> bool:
             "not_before": now + timedelta(seconds=outcome.backoff_s),
             # The next attempt is admitted again: what this one held is free meanwhile.
             "admitted": False,
+            "borrowed": "",
         },
     )
     if moved:

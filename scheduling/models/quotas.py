@@ -50,6 +50,18 @@ class Quota(models.Model):
         help_text="For GPU-hours and core-hours: the budget's period (site time zone).",
     )
     over_quota = models.CharField(max_length=8, choices=OverQuota.choices, default=OverQuota.QUEUE)
+    # Lending between the projects of one queue (its cohort): `limit` is the nominal quota.
+    borrowing_limit = models.PositiveIntegerField(
+        default=0,
+        help_text="How far over its limit the project may go on other projects' unused "
+        "quota in this queue; 0: never. GPUs, CPUs or running tasks, whole project only.",
+    )
+    lending_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="How much of its unused quota other projects may borrow; empty: all of it. "
+        "The rest is kept for the project's own next task.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -73,6 +85,11 @@ class Quota(models.Model):
         return f"{who}: {self.limit} {self.resource} in {self.queue}"
 
     def clean(self) -> None:
+        problem = lending_problem(
+            self.resource, self.user_id is not None, self.borrowing_limit, self.lending_limit
+        )
+        if problem is not None:
+            raise ValidationError({problem[0]: problem[1]})
         if (
             self.user_id
             and self.project_id
@@ -81,3 +98,21 @@ class Quota(models.Model):
             ).exists()
         ):
             raise ValidationError({"user": "must be a member of the project"})
+
+
+LENDABLE = ("gpus", "cpus", "tasks")
+
+
+def lending_problem(
+    resource: str, for_member: bool, borrowing_limit: int, lending_limit: int | None
+) -> tuple[str, str] | None:
+    """(field, what is wrong) when a quota's lending limits do not fit it; None when they do.
+    Only a whole project's quota of GPUs, CPUs or running tasks lends and borrows."""
+    if not borrowing_limit and lending_limit is None:
+        return None
+    field = "borrowing_limit" if borrowing_limit else "lending_limit"
+    if for_member:
+        return field, "only a whole project's quota lends or borrows, not a member's"
+    if resource not in LENDABLE:
+        return field, f"only a quota of {', '.join(LENDABLE)} lends or borrows, not {resource}"
+    return None

@@ -120,6 +120,9 @@ class Task(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     # Counted against its quotas from admission until it ends.
     admitted = models.BooleanField(default=False)
+    # What of other projects' unused quota it was admitted on ("16 GPUs"); empty: none.
+    # Borrowed work yields to a lender by preemption only where its queue preempts.
+    borrowed = models.CharField(max_length=32, blank=True, default="")
     # What holds a waiting task: its dependencies, a trigger file, or a quota.
     hold = models.CharField(max_length=16, choices=Hold.choices, blank=True)
     # Attempts ended by preemption, lease reclaim or a start-up resubmit: not failures, so

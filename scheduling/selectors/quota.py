@@ -17,8 +17,15 @@ from django.utils import timezone
 
 from portal.models import Project
 from scheduling import hooks
-from scheduling.decisions.quota import BUDGETS, QuotaRule, Usage, quota_text
-from scheduling.models import TERMINAL_STATES, Quota, Task
+from scheduling.decisions.quota import (
+    BUDGETS,
+    QuotaRule,
+    Usage,
+    borrowing,
+    lending_text,
+    quota_text,
+)
+from scheduling.models import TERMINAL_STATES, Quota, Task, TaskState
 from scheduling.selectors.site import quota_rule
 
 Scope = tuple[str, str, str | None]
@@ -70,10 +77,13 @@ def project_quotas(project: Project) -> list[dict[str, Any]]:
     for queue_id in {q.queue_id for q in quotas}:
         usage.update(queue_usage(queue_id, project_id=project.pk))
     usage = with_budgets(usage, [quota_rule(q) for q in quotas])
+    on_loan = _on_borrowed_room(project)
     report = []
     for quota in quotas:
         rule = quota_rule(quota)
         used = usage.get(rule.scope, Usage()).amount(rule.resource)
+        lending = lending_text(rule, used)
+        running, waiting = on_loan.get(rule.queue, (0, 0)) if rule.borrowing_limit else (0, 0)
         report.append(
             {
                 "queue": rule.queue,
@@ -83,7 +93,28 @@ def project_quotas(project: Project) -> list[dict[str, Any]]:
                 "used": used,
                 "over_quota": rule.over_quota,
                 "period": rule.period if rule.resource in BUDGETS else None,
-                "text": quota_text(rule, used),
+                "borrowing_limit": rule.borrowing_limit,
+                "lending_limit": rule.lending_limit,
+                "borrowed": borrowing(rule, used),
+                "on_borrowed_room": {"running": running, "waiting": waiting},
+                "text": quota_text(rule, used) + (f"; {lending}" if lending else ""),
             }
         )
     return report
+
+
+def _on_borrowed_room(project: Project) -> dict[str, tuple[int, int]]:
+    """Per queue: how many of the project's tasks admitted on borrowed room run, and how
+    many wait to start."""
+    rows = (
+        Task.objects.filter(project=project, admitted=True)
+        .exclude(borrowed="")
+        .exclude(state__in=TERMINAL_STATES)
+        .order_by()
+        .values("queue__name", "state")
+        .annotate(n=Count("id"))
+    )
+    found: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for row in rows:
+        found[row["queue__name"]][0 if row["state"] == TaskState.RUNNING else 1] += row["n"]
+    return {queue: (r, w) for queue, (r, w) in found.items()}

@@ -154,6 +154,19 @@ class SiteView:
     def quota_rules(self, project: str, queue: str) -> tuple[QuotaRule, ...]:
         return self.quotas.get((project, queue), ())
 
+    def quota_cohort(self, project: str, queue: str) -> tuple[QuotaRule, ...]:
+        """What the other projects' quotas in `queue` lend to `project` (its cohort); empty
+        when none of `project`'s quotas there may borrow, so nothing else need be read."""
+        if not any(r.lends and r.borrowing_limit for r in self.quota_rules(project, queue)):
+            return ()
+        return tuple(
+            r
+            for (other, name), rules in self.quotas.items()
+            if name == queue and other != project
+            for r in rules
+            if r.lends
+        )
+
 
 _site_cache: dict[str, tuple[float, SiteView]] = {}
 _site_lock = threading.Lock()
@@ -272,6 +285,8 @@ def quota_rule(quota: Quota) -> QuotaRule:
         user=quota.user.get_username() if quota.user is not None else None,
         id=quota.pk,
         period=quota.period,
+        borrowing_limit=quota.borrowing_limit,
+        lending_limit=quota.lending_limit,
     )
 
 

@@ -8,6 +8,8 @@ quota rows are versioned like the rest of the configuration (docs/console.md).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import User
 from django.db import transaction
 
@@ -15,7 +17,11 @@ from portal import audit, roles
 from portal.errors import ApplicationError
 from portal.models import Membership, Project
 from scheduling.models import Queue, Quota
+from scheduling.models.quotas import lending_problem
 from scheduling.selectors import site_view_invalidate
+
+# A lending limit left as the quota has it (None means "lends all").
+UNCHANGED: Any = object()
 
 
 def _check_grant(
@@ -86,11 +92,17 @@ def quota_set(
     over_quota: str = "queue",
     user: str | None = None,
     period: str = "month",
+    borrowing_limit: object = UNCHANGED,
+    lending_limit: object = UNCHANGED,
     by: User | None = None,
     reason: str = "",
 ) -> Quota:
     """Create or change a quota; waiting tasks see it at the next policy pass. `period`
-    is a budget's (gpu_hours, core_hours): day, week or month."""
+    is a budget's (gpu_hours, core_hours): day, week or month. `borrowing_limit` and
+    `lending_limit` (a whole project's GPUs, CPUs or tasks): how far over `limit` it may go
+    on other projects' unused quota in the queue, and how much of its own it lends (None:
+    all it does not use); set by a platform admin. Left `UNCHANGED`, a quota keeps its own
+    (a new one: 0 and None)."""
     if resource not in Quota.Resource.values:
         raise ApplicationError(
             f"must be one of {', '.join(Quota.Resource.values)}", field="resource", got=resource
@@ -101,6 +113,27 @@ def quota_set(
         raise ApplicationError("must be a whole number, 0 or more", field="limit", got=limit)
     if period not in Quota.Period.values:
         raise ApplicationError("must be day, week or month", field="period", got=period)
+    existing = _existing(project, queue, resource, user)
+    if borrowing_limit is UNCHANGED:
+        borrowing_limit = existing.borrowing_limit if existing else 0
+    if lending_limit is UNCHANGED:
+        lending_limit = existing.lending_limit if existing else None
+    if not _whole(borrowing_limit):
+        raise ApplicationError(
+            "must be a whole number, 0 or more", field="borrowing_limit", got=borrowing_limit
+        )
+    if lending_limit is not None and not _whole(lending_limit):
+        raise ApplicationError(
+            "must be a whole number, 0 or more, or empty for all of it",
+            field="lending_limit",
+            got=lending_limit,
+        )
+    assert isinstance(borrowing_limit, int)  # for the type checker: _whole said so
+    lends = lending_limit if isinstance(lending_limit, int) else None
+    problem = lending_problem(resource, bool(user), borrowing_limit, lends)
+    if problem is not None:
+        got = borrowing_limit if problem[0] == "borrowing_limit" else lending_limit
+        raise ApplicationError(problem[1], field=problem[0], got=got)
     the_project, the_queue, the_user = _lookup(project, queue, user)
     _check_grant(by, the_project, the_queue, resource, the_user, limit, period)
     with audit.because(reason):
@@ -109,7 +142,13 @@ def quota_set(
             queue=the_queue,
             user=the_user,
             resource=resource,
-            defaults={"limit": limit, "over_quota": over_quota, "period": period},
+            defaults={
+                "limit": limit,
+                "over_quota": over_quota,
+                "period": period,
+                "borrowing_limit": borrowing_limit,
+                "lending_limit": lends,
+            },
         )
     audit.record(
         audit.Action.QUOTA_SET,
@@ -117,10 +156,28 @@ def quota_set(
         target=str(quota),
         project=the_project.slug,
         queue=the_queue.name,
-        detail={"resource": resource, "limit": limit, "user": user or None, "reason": reason},
+        detail={
+            "resource": resource,
+            "limit": limit,
+            "borrowing_limit": borrowing_limit,
+            "lending_limit": lends,
+            "user": user or None,
+            "reason": reason,
+        },
     )
     transaction.on_commit(site_view_invalidate)
     return quota
+
+
+def _existing(project: str, queue: str, resource: str, user: str | None) -> Quota | None:
+    found = Quota.objects.filter(project__slug=project, queue__name=queue, resource=resource)
+    if user:
+        return found.filter(user__username=user).first()
+    return found.filter(user__isnull=True).first()
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @transaction.atomic

@@ -137,7 +137,7 @@ def _check_quotas(spec: TaskSpec, queue: str, user: User, prefix: str) -> None:
         if any(r.over_quota == "reject" for r in rules)
         else {}
     )
-    decision = admit(ask, rules, usage)
+    decision = admit(ask, rules, usage, cohort=site.quota_cohort(spec.project, queue))
     if isinstance(decision, Reject):
         raise ApplicationError(
             decision.reason,

@@ -129,8 +129,13 @@ def default_site() -> Site:
         LevelRule("ai-inference", start=MEDIUM),
         LevelRule("hpc-simulation", start=LOW),
     )
-    # 32 GPUs per project in training, a queue quota: over it a project's training waits.
-    project_quotas = (QuotaTemplate("training", "gpus", 32, "queue"),)
+    # 32 GPUs per project in training, a queue quota that lends: over it a project's
+    # training borrows other projects' unused quota, up to 64 GPUs more (so one project
+    # holds at most 96 of the pool's 160); each project lends at most 16 of its 32, keeping
+    # two whole nodes of quota for its own next job. Past that, its training waits.
+    project_quotas = (
+        QuotaTemplate("training", "gpus", 32, "queue", borrowing_limit=64, lending_limit=16),
+    )
     # Daytime favours interactive agent work, night the batch inference.
     weight_schedules = {
         "inference-agent": [

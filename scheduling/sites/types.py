@@ -32,10 +32,16 @@ class PoolSpec:
 
 @dataclass(frozen=True, slots=True)
 class QuotaTemplate:
+    """A quota every project gets; `limit` is its nominal amount. With a `borrowing_limit`
+    a project may go that far over it on the unused quota of the other projects in the
+    queue, each lending at most `lending_limit` (None: all it does not use); docs/policy.md."""
+
     queue: str
     resource: str  # gpus | cpus | tasks
     limit: int
     over_quota: str = "queue"
+    borrowing_limit: int = 0
+    lending_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import heapq
 import itertools
 import math
@@ -43,6 +44,7 @@ from scheduling.decisions.schedule import (
 from scheduling.spec import Resources, TaskSpec
 from simulation.simulator.leases import Leases
 from simulation.simulator.model import SimJob
+from simulation.simulator.quotas import Cohorts
 from simulation.simulator.state import LEASE_END, LEASE_OPEN, TICK, Sim
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
@@ -115,14 +117,15 @@ class SitePolicy(Leases):
         # Whether the pool had room for it on arrival, whatever its quota says.
         if sim.record_room:
             sim.room[job.key] = place(job.spec, queue, sim.views(queue.pool), now=now) is not None
-        decision = admit(self._ask(job), self._rules(job), self.usage)
+        rules, cohort = self._rules(job)
+        decision = admit(self._ask(job), rules, self.usage, cohort=cohort)
         if isinstance(decision, Reject):
             sim.refuse(job.key, f"refused: {decision.reason}")
             return
         if not isinstance(decision, Admit):
             self.held[job.key] = job
             return
-        self._admit(job)
+        self._admit(job, decision)
         self._ready(job, now)
 
     def ended(self, job: SimJob, now: float) -> None:
@@ -135,6 +138,7 @@ class SitePolicy(Leases):
         """The job is done (ended, or failed): its quota use goes back; held work may start."""
         if job.key in self.admitted:
             self.admitted.discard(job.key)
+            self.cohorts.borrowed.pop(job.key, None)
             ask = self._ask(job)
             for scope in self._scopes(job):
                 u = self.usage[scope]
@@ -390,6 +394,7 @@ class SitePolicy(Leases):
                 site.queues[sim.jobs[key].queue].preemptible,
                 o.allocations,
                 o.start,
+                self.cohorts.borrowed.get(key, ""),
             )
             for key, o in sim.running.items()
             if any(a.node in names for a in o.allocations)
@@ -408,8 +413,9 @@ class SitePolicy(Leases):
 
         for job in sorted(waiting, key=order):
             queue = site.queues[job.queue]
+            reclaim = self.cohorts.reclaims(job)  # borrowed work yields to a lender
             decision = whom_to_preempt(
-                job.spec, queue, self.level[job.key], nodes, running, now=now
+                job.spec, queue, self.level[job.key], nodes, running, now=now, reclaim=reclaim
             )
             if decision is None:
                 continue
@@ -426,6 +432,7 @@ class SitePolicy(Leases):
                     queue.preemptible,
                     decision.placement.allocations,
                     now,
+                    self.cohorts.borrowed.get(job.key, ""),
                 )
             )
 
@@ -521,31 +528,36 @@ class SitePolicy(Leases):
         r = job.spec.resources
         return Ask(job.project, job.queue, job.user, gpus=r.gpus, cpus=r.cpus)
 
-    def _rules(self, job: SimJob) -> list[QuotaRule]:
-        rules = []
-        for q in self.sim.site.quotas:
-            if isinstance(q, QuotaRule):  # one project's own
-                if (q.project, q.queue) == (job.project, job.queue):
-                    rules.append(q)
-            elif q.queue == job.queue:  # every project's
-                rules.append(QuotaRule(job.project, q.queue, q.resource, q.limit, q.over_quota))
-        return rules
+    @functools.cached_property
+    def cohorts(self) -> Cohorts:
+        return Cohorts(self.sim)
+
+    def _rules(self, job: SimJob) -> tuple[tuple[QuotaRule, ...], tuple[QuotaRule, ...]]:
+        return self.cohorts.rules(job)  # its project's rules in its queue, and the lenders'
 
     def _scopes(self, job: SimJob):
         return ((job.project, job.queue, None), (job.project, job.queue, job.user))
 
-    def _admit(self, job: SimJob) -> None:
+    def _admit(self, job: SimJob, decision: Admit) -> None:
         self.admitted.add(job.key)
+        if decision.borrowed:
+            self.cohorts.borrowed[job.key] = job.queue
         ask = self._ask(job)
         for scope in self._scopes(job):
             self.usage[scope] = self.usage.get(scope, Usage()).plus(ask)
 
     def _release_held(self, ended: SimJob, now: float) -> None:
+        """Held work of the ended job's scope may start; where quotas lend, held work of every
+        project in its queue too (a lender's unused quota grew)."""
+        lends = ended.queue in self.cohorts.lending
         for job in [
-            j for j in self.held.values() if (j.project, j.queue) == (ended.project, ended.queue)
+            j
+            for j in self.held.values()
+            if j.queue == ended.queue and (lends or j.project == ended.project)
         ]:
-            decision = admit(self._ask(job), self._rules(job), self.usage)
+            rules, cohort = self._rules(job)
+            decision = admit(self._ask(job), rules, self.usage, cohort=cohort)
             if isinstance(decision, Admit):
                 del self.held[job.key]
-                self._admit(job)
+                self._admit(job, decision)
                 self._ready(job, now)

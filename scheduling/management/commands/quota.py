@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from portal.errors import ApplicationError
 from portal.models import Project
 from scheduling.selectors.quota import project_quotas
-from scheduling.services.quotas import quota_delete, quota_set
+from scheduling.services.quotas import UNCHANGED, quota_delete, quota_set
 
 
 class Command(BaseCommand):
@@ -32,6 +32,17 @@ class Command(BaseCommand):
             default="month",
             help="a GPU-hours or core-hours budget's period",
         )
+        change.add_argument(
+            "--borrowing-limit",
+            type=int,
+            help="how far over its limit the project may go on other projects' unused quota "
+            "in the queue (0: never; left out: as it is)",
+        )
+        change.add_argument(
+            "--lending-limit",
+            help="how much of its unused quota other projects may borrow: a number, or 'all' "
+            "(left out: as it is)",
+        )
 
     def handle(self, *args, action: str, **opts):
         try:
@@ -44,6 +55,8 @@ class Command(BaseCommand):
                     over_quota=opts["over_quota"],
                     user=opts["user"],
                     period=opts["period"],
+                    borrowing_limit=_given(opts["borrowing_limit"]),
+                    lending_limit=_lending(opts["lending_limit"]),
                 )
                 self.stdout.write(f"set: {quota}")
             elif action == "delete":
@@ -66,3 +79,18 @@ class Command(BaseCommand):
                         self.stdout.write(f"{row['text']}{action_text}")
         except ApplicationError as exc:
             raise CommandError(f"{exc.errors[0].field}: {exc}") from None
+
+
+def _given(value):
+    return UNCHANGED if value is None else value
+
+
+def _lending(value: str | None):
+    if value is None:
+        return UNCHANGED
+    if value == "all":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise CommandError(f"--lending-limit: a whole number or 'all', got {value!r}") from None

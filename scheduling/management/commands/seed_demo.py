@@ -173,7 +173,12 @@ class Command(BaseCommand):
                     queue=queues[quota.queue],
                     user=None,
                     resource=quota.resource,
-                    defaults={"limit": quota.limit, "over_quota": quota.over_quota},
+                    defaults={
+                        "limit": quota.limit,
+                        "over_quota": quota.over_quota,
+                        "borrowing_limit": quota.borrowing_limit,
+                        "lending_limit": quota.lending_limit,
+                    },
                 )
         # The demo queue admin decides the priority requests of every queue.
         for queue in queues.values():

@@ -56,7 +56,15 @@ def quinn(site) -> APIClient:
 # -- quotas -------------------------------------------------------------------------------
 
 
-def test_a_task_over_its_projects_gpu_quota_waits_naming_the_quota(api):
+@pytest.fixture
+def plain_quota(site):
+    """materials' training quota without borrowing: over its 32 GPUs, training waits (the
+    default site's lends: tests/unit/scheduling/test_quota_lending_engine.py)."""
+    quota_set(project="materials", queue="training", resource="gpus", limit=32, borrowing_limit=0)
+    site_view_invalidate()
+
+
+def test_a_task_over_its_projects_gpu_quota_waits_naming_the_quota(api, plain_quota):
     first, second, third = (_submit(api, name=f"t{i}", **TRAINING) for i in range(3))
     assert _dispatch(first).state == "queued" and first.admitted
     assert _dispatch(second).state == "queued"
@@ -67,7 +75,7 @@ def test_a_task_over_its_projects_gpu_quota_waits_naming_the_quota(api):
     assert len(get_backend("fake").requests_for("fake")) == 2  # nothing reached the backend
 
 
-def test_a_quota_held_task_is_released_when_an_admitted_one_ends(api):
+def test_a_quota_held_task_is_released_when_an_admitted_one_ends(api, plain_quota):
     first, second, third = (_submit(api, name=f"t{i}", **TRAINING) for i in range(3))
     for task in (first, second, third):
         engine.task_dispatch(task.pk)
@@ -80,7 +88,7 @@ def test_a_quota_held_task_is_released_when_an_admitted_one_ends(api):
     assert third.events.filter(message="released: its quota has room").exists()
 
 
-def test_a_raised_quota_releases_waiting_tasks_without_resubmission(api):
+def test_a_raised_quota_releases_waiting_tasks_without_resubmission(api, plain_quota):
     tasks = [_submit(api, name=f"t{i}", **TRAINING) for i in range(3)]
     for task in tasks:
         engine.task_dispatch(task.pk)
@@ -93,7 +101,7 @@ def test_a_raised_quota_releases_waiting_tasks_without_resubmission(api):
     assert held.state == "pending"
 
 
-def test_a_lowered_quota_updates_the_numbers_in_the_reason(api):
+def test_a_lowered_quota_updates_the_numbers_in_the_reason(api, plain_quota):
     tasks = [_submit(api, name=f"t{i}", **TRAINING) for i in range(3)]
     for task in tasks:
         engine.task_dispatch(task.pk)
@@ -104,7 +112,7 @@ def test_a_lowered_quota_updates_the_numbers_in_the_reason(api):
     assert held.reason.startswith("project materials uses 32/24 GPUs")
 
 
-def test_a_reject_quota_refuses_at_submit_naming_it(api):
+def test_a_reject_quota_refuses_at_submit_naming_it(api, plain_quota):
     quota_set(project="materials", queue="training", resource="gpus", limit=16, over_quota="reject")
     site_view_invalidate()
     _dispatch(_submit(api, name="fits", **TRAINING))
@@ -115,7 +123,7 @@ def test_a_reject_quota_refuses_at_submit_naming_it(api):
     assert error["message"].startswith("project materials uses 16/16 GPUs in queue training")
 
 
-def test_asking_more_than_the_quota_at_all_is_a_400(api):
+def test_asking_more_than_the_quota_at_all_is_a_400(api, plain_quota):
     big = {**TRAINING, "resources": {"nodes": 5, "gpus": 40, "cpus": 40}}
     response = submit(api, descriptor(name="huge", **big))
     assert response.status_code == 400
@@ -144,7 +152,12 @@ def test_the_quota_api_shows_limit_and_use_and_hides_other_projects(api, outside
         "used": 16,
         "over_quota": "queue",
         "period": None,
-        "text": "project materials uses 16/32 GPUs in queue training",
+        "borrowing_limit": 64,
+        "lending_limit": 16,
+        "borrowed": 0,
+        "on_borrowed_room": {"running": 0, "waiting": 0},
+        "text": "project materials uses 16/32 GPUs in queue training; may borrow up to 64 "
+        "GPUs over its quota; lends at most 16 of what it does not use",
     }
     assert outsider_api.get("/api/v1/projects/materials/quotas/").status_code == 404
 
@@ -285,7 +298,7 @@ def test_the_inbox_page_lets_a_queue_admin_decide(site, api, client, worker):
 # -- why waiting, classification, queues page ---------------------------------------------
 
 
-def test_why_waiting_names_the_quota_the_position_and_an_estimate(api, browser):
+def test_why_waiting_names_the_quota_the_position_and_an_estimate(api, browser, plain_quota):
     tasks = [_submit(api, name=f"t{i}", **TRAINING) for i in range(3)]
     for task in tasks:
         engine.task_dispatch(task.pk)
