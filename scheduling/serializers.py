@@ -21,6 +21,7 @@ from scheduling.models import (
     TaskEvent,
     Workflow,
 )
+from scheduling.presenters.runtimes import task_prediction
 from scheduling.selectors.waiting import explain
 from scheduling.services.queues import EDITABLE
 
@@ -88,6 +89,7 @@ class TaskSerializer(serializers.ModelSerializer):
             "submitted_at",
             "started_at",
             "ended_at",
+            "predicted_runtime_s",
         ]
 
     def get_wait_reason(self, task: Task) -> str | None:
@@ -132,6 +134,7 @@ class TaskDetailSerializer(TaskSerializer):
             "level_reason",
             "borrowed",
             "wait",
+            "prediction",
             "events",
             "attempt_list",
         ]
@@ -150,9 +153,17 @@ class TaskDetailSerializer(TaskSerializer):
     spec = serializers.SerializerMethodField(
         help_text="The validated descriptor; secret_env values are shown as ••••, to everyone."
     )
+    prediction = serializers.SerializerMethodField(
+        help_text="Its predicted runtime (s) from the last runs of the same work; once it "
+        "ended, how long it ran (s), how far off (s, > 0: ran longer) and a sentence saying "
+        "so. Null before it is queued. It plans; the walltime still ends the job."
+    )
 
     def get_spec(self, task: Task) -> dict:
         return sealed.shown_spec(task.spec)
+
+    def get_prediction(self, task: Task) -> dict | None:
+        return task_prediction(task)
 
     def get_wait(self, task: Task) -> dict | None:
         explanation = explain(task)

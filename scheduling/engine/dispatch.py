@@ -40,6 +40,7 @@ from scheduling.engine.storage import StorageError, prepare_job
 from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState, attempt_key
 from scheduling.models import Queue as QueueRow
 from scheduling.selectors import site_view
+from scheduling.selectors.runtimes import runtime_predictions_for
 from scheduling.spec import TaskSpec
 from scheduling.states import Move, task_set_state, tasks_set_state
 
@@ -408,6 +409,7 @@ def _submitted_many(backend, items: list[tuple[_Ready, Job]]) -> list[str]:
     (cancelled while we were submitting: its job is taken back)."""
     if not items:
         return []
+    keys, predicted = runtime_predictions_for([r.request for r, _ in items])
     moves = [
         Move(
             task=r.task,
@@ -420,9 +422,11 @@ def _submitted_many(backend, items: list[tuple[_Ready, Job]]) -> list[str]:
                 "dispatch_lease_until": None,
                 "dispatch_claims": 0,
                 "admitted": True,  # it holds its quotas until it ends
+                "runtime_key": key,
+                "predicted_runtime_s": runtime_s,
             },
         )
-        for r, job in items
+        for (r, job), key, runtime_s in zip(items, keys, predicted, strict=True)
     ]
     with transaction.atomic():
         moved = tasks_set_state(moves)

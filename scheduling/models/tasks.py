@@ -160,6 +160,11 @@ class Task(models.Model):
     # A cancel asked for while a backend job exists; a worker carries it out (engine/jobs.py).
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.CharField(max_length=150, blank=True)
+    # The work it is a run of (its user, project and command: decisions/predict.py) and how
+    # long it was predicted to run when it was queued, from that work's last runs; it plans,
+    # the walltime still ends the job (docs/predictions.md).
+    runtime_key = models.CharField(max_length=32, blank=True)
+    predicted_runtime_s = models.PositiveIntegerField(null=True, blank=True)
     submitted_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -168,6 +173,8 @@ class Task(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [
+            # The last runs of a task's work, read when it is queued.
+            models.Index(fields=["runtime_key", "-ended_at"], name="task_runtime_history"),
             models.Index(fields=["state", "backend"], name="task_state_backend"),
             models.Index(fields=["project", "-id"], name="task_project_recent"),
             models.Index(fields=["queue", "admitted", "state"], name="task_quota_use"),

@@ -22,6 +22,7 @@ from portal.selectors import project_list_for_user
 from scheduling import services
 from scheduling.decisions.levels import LEVELS, rule_for
 from scheduling.decisions.order import format_window
+from scheduling.presenters.runtimes import queue_prediction_text
 from scheduling.selectors import site_view, task_get_for_user
 from scheduling.selectors.policy import site_minute
 from scheduling.selectors.queues import queue_list as queues_with_admins
@@ -32,6 +33,7 @@ from scheduling.selectors.requests import (
     request_get_for_user,
     requests_visible_to,
 )
+from scheduling.selectors.runtimes import queue_prediction_errors
 from scheduling.spec import TASK_TYPES
 
 
@@ -106,7 +108,9 @@ def queue_list(request: SignedInRequest) -> HttpResponse:
         for row in project_quotas(project):
             quotas.setdefault(row["queue"], []).append({"project": project.slug, **row})
     queues = []
-    for queue in queues_with_admins():
+    rows = list(queues_with_admins())
+    errors = queue_prediction_errors([q.pk for q in rows], now=now)
+    for queue in rows:
         policy = site.queues[queue.name]
         windows = site.weights.get(queue.name, ())
         types = policy.task_types or TASK_TYPES
@@ -119,6 +123,7 @@ def queue_list(request: SignedInRequest) -> HttpResponse:
                 "quotas": quotas.get(queue.name, []),
                 "admins": [a.get_username() for a in queue.admins.all()],
                 "can_edit": roles.administers_queue(request.user, queue.pk),
+                "prediction": queue_prediction_text(errors[queue.pk]),
             }
         )
     context = {"queues": queues, "now": now, "classifier": site.classifier}

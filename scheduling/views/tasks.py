@@ -28,6 +28,7 @@ from scheduling.presenters.files import (
     task_workdir_link,
     with_input,
 )
+from scheduling.presenters.runtimes import task_prediction
 from scheduling.presenters.starters import EXAMPLE_PROJECT, STARTERS, example, starter_initial
 from scheduling.presenters.states import TASK_STATE_CHOICES
 from scheduling.selectors import (
@@ -78,6 +79,7 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         "can_ask": can_change and not task.is_terminal and task.level < HIGH,
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
         "efficiency": task_efficiency(task) if task.is_terminal else None,
+        "prediction": task_prediction(task),
         "workdir": task_workdir_link(request.user, task),
         # The live sandboxes it created with its scoped token, or the one it is.
         "sandboxes": sandboxes_of_task(task),

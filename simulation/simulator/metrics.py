@@ -1,12 +1,14 @@
 """What a simulated run measured: waits, bounded slowdown, makespan, utilisation, preemptions,
-the flow time of a project's HPC + training pair, and the bound (total work / capacity)."""
+the flow time of a project's HPC + training pair, the bound (total work / capacity), and how
+far predicted runtimes were off."""
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from scheduling.decisions.predict import prediction_error
 from scheduling.decisions.types import NodeView
 from simulation.simulator.model import Run, SimJob
 
@@ -135,3 +137,12 @@ def bound(jobs: Sequence[SimJob], pools: Mapping[str, Sequence[NodeView]]) -> di
         "cpu_s": cpu_work / cpus if cpus else 0.0,
         "gpu_s": gpu_work / gpus if gpus else 0.0,
     }
+
+
+def with_prediction(result: dict, pairs: Iterable[tuple[float, float]]) -> dict:
+    """`result` (a `summary`) with the error of the run's predicted runtimes under
+    "prediction": from (predicted, actual) seconds, one pair per job planned with a
+    prediction — count, mean absolute error (s), mean absolute relative error, the share that
+    ran longer than predicted, the mean ratio (all None when no job had one)."""
+    result["prediction"] = prediction_error(pairs).as_dict()
+    return result
