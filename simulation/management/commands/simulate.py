@@ -2,7 +2,7 @@
 
     manage.py simulate validation-day [--seed N]       the validation day's criteria, pass/fail per row
     manage.py simulate launch-mix [--seed N]           the launch mix alone, on the idle site
-    manage.py simulate swf FILE [--limit N] [--repeat K]
+    manage.py simulate swf FILE [--limit N] [--repeat K] [--load 0.7]
     manage.py simulate alibaba PODS.csv NODES.csv [--limit N] [--compress K] [--node-share F]
     manage.py simulate history [--days 7]              the portal's own tasks, replayed
 
@@ -58,6 +58,11 @@ class Command(BaseCommand):
             default=1.0,
             help="alibaba: run on this share of the cluster's nodes",
         )
+        parser.add_argument(
+            "--load",
+            type=float,
+            help="swf: stretch or compress arrivals to this offered load (0.7: 70 %% of the cores)",
+        )
         parser.add_argument("--json", metavar="FILE", help="write the full result (- = stdout)")
 
     def handle(self, *args, workload: str, files: list[str], **opts):
@@ -83,6 +88,7 @@ class Command(BaseCommand):
                     repeat=opts["repeat"],
                     compress=opts["compress"],
                     node_share=opts["node_share"],
+                    load=opts["load"],
                     progress=self._progress,
                 )
         except (WorkloadError, TraceError, OSError) as exc:
@@ -93,7 +99,10 @@ class Command(BaseCommand):
             self.stdout.write(f"validation day, seed {result['seed']}, {result['jobs']} jobs\n")
             self.stdout.write(format_table(result))
         else:
-            self.stdout.write(f"{workload}: {result['jobs']:,} jobs\n")
+            load = ""
+            if "load" in result:
+                load = f", offered load {result['load']:.2f} (the trace's: {result['native_load']:.2f})"
+            self.stdout.write(f"{workload}: {result['jobs']:,} jobs{load}\n")
             self.stdout.write(format_summary(result))
             if result.get("left_out"):
                 self.stdout.write(f"\nleft out: {result['left_out']}")
