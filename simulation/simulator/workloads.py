@@ -159,7 +159,8 @@ def busy_training(seed: int, at: float) -> list[SimJob]:
     4-node trainings when they arrive, under any policy, and room frees within minutes: their
     wait says how a policy hands out the room that frees."""
     rng = random.Random(seed * 31 + 5)
-    jobs, left = [], BUSY_NODES
+    jobs: list[SimJob] = []
+    left = BUSY_NODES
     while left > 0:
         nodes = min(left, rng.choice((1, 2)))
         left -= nodes
