@@ -41,15 +41,20 @@ class Day:
         return set()
 
     def idle_gpus(self, run: Run, nodes: set[str], at: float) -> int:
-        total = sum(n.gpus for pool in self.site.pools.values() for n in pool if n.name in nodes)
-        busy = sum(
-            len(a.gpu_indices)
-            for s in run.spans
-            if s.start <= at < s.end
-            for a in s.allocations
-            if a.node in nodes
-        )
-        return total - busy
+        return self.idle(run, nodes, at)[1]
+
+    def idle(self, run: Run, nodes: set[str], at: float) -> tuple[int, int, int, int]:
+        """Free cores, free GPUs, cores and GPUs of `nodes` at `at` in `run`."""
+        views = [n for pool in self.site.pools.values() for n in pool if n.name in nodes]
+        cpus, gpus = sum(n.cpus for n in views), sum(n.gpus for n in views)
+        busy_cpus = busy_gpus = 0
+        for s in run.spans:
+            if s.start <= at < s.end:
+                for a in s.allocations:
+                    if a.node in nodes:
+                        busy_cpus += a.cpus
+                        busy_gpus += len(a.gpu_indices)
+        return max(0, cpus - busy_cpus), gpus - busy_gpus, cpus, gpus
 
 
 def _duration(seconds: float) -> str:
@@ -91,17 +96,22 @@ def _waited(day: Day, key: str, what: str) -> str:
         )
     asked = day.jobs[key].spec.resources
     size = f"{asked.nodes} whole nodes" if asked.nodes else f"{asked.cpus} cores"
+    free_cpus, free_gpus, cpus, gpus = day.idle(run, day.pool_nodes(key), o.submit)
+    room = (
+        f"its pool had {free_gpus} of {gpus} GPUs free when it arrived"
+        if asked.gpus
+        else f"its pool had {free_cpus} of {cpus} cores free when it arrived"
+    )
     others = _started_meanwhile(day, key)
     if not others:
-        return f"{what} ({size}) waited {_duration(o.wait)}: its pool had no room, and none freed."
+        return f"{what} ({size}) waited {_duration(o.wait)}: {room}, and no room freed for it."
     later = sum(1 for x in others if x.submit > o.submit)
     smaller = sum(1 for x in others if _smaller(day.jobs[x.key], day.jobs[key]))
     kinds = ", ".join(sorted({x.type for x in others}))
     return (
-        f"{what} ({size}) waited {_duration(o.wait)} while {len(others)} other "
-        f"job{'s' if len(others) > 1 else ''} ({kinds}; "
-        f"{smaller} of them smaller, {later} submitted after it) started in its pool on the "
-        "room that freed meanwhile."
+        f"{what} ({size}) waited {_duration(o.wait)}: {room}, and while it waited "
+        f"{len(others)} other job{'s' if len(others) > 1 else ''} ({kinds}; {smaller} smaller "
+        f"than it, {later} submitted after it) started in its pool on the room that freed."
     )
 
 
@@ -167,38 +177,37 @@ def hpc_preempted(day: Day) -> str:
 
 def gpu_idle(day: Day) -> str:
     """GPU-hours idle while GPU work waited, and the share of them while quota held it."""
+    idle, held = _idle_while_waiting(day, day.mine)
+    fifo, _ = _idle_while_waiting(day, day.runs["fifo"])
+    return (
+        f"between 08:00 and 18:00 GPUs sat idle while GPU work waited for {idle:,.0f} GPU-hours "
+        f"under Switchyard ({held:,.0f} of them while their projects' quotas held that work), "
+        f"against {fifo:,.0f} under FIFO."
+    )
+
+
+def _idle_while_waiting(day: Day, run: Run) -> tuple[float, float]:
+    """Sampled each `STEP_S` over the window: GPU-hours free while GPU work waited (at most
+    what the waiting work asked), and of those, while quotas held it."""
     lo, hi = day.window
     gpus = sum(n.gpus for pool in day.site.pools.values() for n in pool)
-    idle_h = held_h = 0.0
-    for policy in ("switchyard", "fifo"):
-        run = day.runs[policy]
-        spans = [
-            (s.start, s.end, sum(len(a.gpu_indices) for a in s.allocations)) for s in run.spans
-        ]
-        asks = [
-            (day.jobs[o.key].submit, run.queued.get(o.key, o.submit), o.first_start or o.start)
-            + (day.jobs[o.key].spec.resources.gpus,)
-            for o in run.outcomes.values()
-            if day.jobs[o.key].spec.resources.gpus
-        ]
-        idle = held = 0.0
-        t = lo
-        while t < hi:
-            free = gpus - sum(n for a, b, n in spans if a <= t < b and n)
-            waiting = sum(g for s, _, f, g in asks if s <= t < f)
-            on_quota = sum(g for s, q, f, g in asks if s <= t < min(q, f))
-            idle += min(free, waiting) * STEP_S / 3600
-            held += min(free, on_quota) * STEP_S / 3600
-            t += STEP_S
-        if policy == "switchyard":
-            idle_h, held_h = idle, held
-        else:
-            fifo_h = idle
-    return (
-        f"between 08:00 and 18:00 GPUs sat idle while GPU work waited for {idle_h:,.0f} GPU-hours "
-        f"under Switchyard ({held_h:,.0f} of them while their projects' quotas held that work), "
-        f"against {fifo_h:,.0f} under FIFO."
-    )
+    spans = [(s.start, s.end, sum(len(a.gpu_indices) for a in s.allocations)) for s in run.spans]
+    spans = [x for x in spans if x[2]]
+    asks = [
+        (o.submit, run.queued.get(o.key, o.submit), o.first_start or o.start, gpus_asked)
+        for o in run.outcomes.values()
+        if (gpus_asked := day.jobs[o.key].spec.resources.gpus)
+    ]
+    idle = held = 0.0
+    t = lo
+    while t < hi:
+        free = gpus - sum(n for a, b, n in spans if a <= t < b)
+        waiting = sum(g for s, _, f, g in asks if s <= t < f)
+        on_quota = sum(g for s, q, f, g in asks if s <= t < min(q, f))
+        idle += min(free, waiting) * STEP_S / 3600
+        held += min(free, on_quota) * STEP_S / 3600
+        t += STEP_S
+    return idle, held
 
 
 def pair_flow(day: Day) -> str:

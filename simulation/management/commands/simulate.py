@@ -128,7 +128,8 @@ class Command(BaseCommand):
         else:
             load = ""
             if "load" in result:
-                load = f", offered load {result['load']:.2f} (the trace's: {result['native_load']:.2f})"
+                load = f", offered load {result['load']:.2f}"
+                load += f" (the trace's: {result['native_load']:.2f})"
             self.stdout.write(f"{workload}: {result['jobs']:,} jobs{load}\n")
             self.stdout.write(format_summary(result))
             if result.get("left_out"):
