@@ -71,12 +71,12 @@ def _started_meanwhile(day: Day, key: str) -> list[Outcome]:
     run, o = day.mine, day.mine.outcomes[key]
     nodes = day.pool_nodes(key)
     ready = run.queued.get(key, o.submit)
-    first = o.first_start if o.first_start is not None else o.start
+    first = o.submit + o.wait  # its first start
     return [
         other
         for other in run.outcomes.values()
         if other.key != key
-        and ready <= (other.first_start or other.start) < first
+        and ready <= other.submit + other.wait < first
         and any(a.node in nodes for a in other.allocations)
     ]
 
@@ -194,7 +194,7 @@ def _idle_while_waiting(day: Day, run: Run) -> tuple[float, float]:
     spans = [(s.start, s.end, sum(len(a.gpu_indices) for a in s.allocations)) for s in run.spans]
     spans = [x for x in spans if x[2]]
     asks = [
-        (o.submit, run.queued.get(o.key, o.submit), o.first_start or o.start, gpus_asked)
+        (o.submit, run.queued.get(o.key, o.submit), o.submit + o.wait, gpus_asked)
         for o in run.outcomes.values()
         if (gpus_asked := day.jobs[o.key].spec.resources.gpus)
     ]
