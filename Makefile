@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 VAR ?= $(or $(SWITCHYARD_VAR_DIR),$(CURDIR)/var)
 TEST_VAR := $(CURDIR)/var/test
 
-.PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench slurm-up slurm-down registry-up registry-down clean
+.PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench simulation-report slurm-up slurm-down registry-up registry-down clean
 
 $(VENV)/.installed: pyproject.toml clients/pyproject.toml
 	python3 -m venv $(VENV)
@@ -89,6 +89,11 @@ typecheck: install
 
 bench: install system-deps
 	$(PY) bench/run_all.py
+
+# Every acceptance figure of the site's policy (validation day seeds 1-5, the SWF trace at three
+# loads, the contended Alibaba run) as one table in docs/simulation.md; a few minutes on 2 cores.
+simulation-report: install
+	$(PY) manage.py simulate report --seeds 1-5 --write docs/simulation.md
 
 # The localhost Slurm cluster, generated from the portal's model (docs/slurm.md).
 slurm-up: install

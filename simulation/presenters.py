@@ -29,7 +29,8 @@ def summaries(result: dict | None) -> dict[str, dict]:
 
 
 def criteria_rows(result: dict | None) -> list[dict[str, Any]]:
-    """The validation day's criteria: criterion, target, Switchyard, FIFO, EASY, met."""
+    """The validation day's criteria: criterion, target, Switchyard, FIFO, EASY, met; how each is
+    measured and, for a FAIL, its cause (empty in results kept from before they were stored)."""
     rows = []
     for row in (result or {}).get("criteria", []):
         values = row["values"]
@@ -39,6 +40,8 @@ def criteria_rows(result: dict | None) -> list[dict[str, Any]]:
                 "target": row["target"],
                 "values": [format_value(values.get(p), row["unit"]) for p in CRITERIA_ORDER],
                 "passed": row["passed"],
+                "how": row.get("how", ""),
+                "why": "" if row["passed"] else row.get("why", ""),
             }
         )
     return rows

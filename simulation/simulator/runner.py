@@ -15,7 +15,15 @@ from simulation.simulator.criteria import validation_day_report
 from simulation.simulator.engine import simulate
 from simulation.simulator.metrics import bound, summary
 from simulation.simulator.model import POLICIES, SimJob, Site
-from simulation.simulator.traces import alibaba_site, read_alibaba, read_swf, swf_site
+from simulation.simulator.traces import (
+    SWF_CORES,
+    alibaba_site,
+    at_load,
+    offered_load,
+    read_alibaba,
+    read_swf,
+    swf_site,
+)
 from simulation.simulator.workloads import launch_mix, site_model
 
 WORKLOADS = ("validation-day", "launch-mix", "swf", "alibaba", "history")
@@ -64,10 +72,13 @@ def run_named(
     repeat: int = 1,
     compress: float = 1.0,
     node_share: float = 1.0,
+    load: float | None = None,
     progress: Progress | None = None,
 ) -> dict:
-    """`validation-day` (the criteria table), `launch-mix`, `swf` (a file), `alibaba` (pods and
-    nodes)."""
+    """`validation-day` (the criteria table), `launch-mix`, `swf` (a file; `load`: its arrivals
+    stretched to that offered load), `alibaba` (pods and nodes)."""
+    if load is not None and workload != "swf":
+        raise WorkloadError("load", f"expected it only with swf, got it with {workload}")
     if workload == "validation-day":
         return validation_day_report(seed, progress=progress)
     if workload == "launch-mix":
@@ -76,7 +87,11 @@ def run_named(
         if not swf:
             raise WorkloadError("swf", "expected the path of a Standard Workload Format file")
         jobs = read_swf(swf, limit=limit, repeat=repeat)
+        native = offered_load(jobs, SWF_CORES)
+        if load is not None:
+            jobs = at_load(jobs, SWF_CORES, load)
         result = compare(jobs, swf_site(), policies, progress=progress)
+        result.update(native_load=native, load=offered_load(jobs, SWF_CORES))
     elif workload == "alibaba":
         if not (pods and nodes):
             raise WorkloadError("pods", "expected the pod list and the node list CSV files")

@@ -102,6 +102,8 @@ class Sim:
     def start(self, job: SimJob, placement: Placement, now: float) -> None:
         del self.waiting[job.key]
         self.attempt[job.key] += 1
+        # Its room is taken now; its process runs (wait ends, runtime begins) after start-up.
+        now += self.site.startup_s.get(job.type, 0.0)
         self.first_start.setdefault(job.key, now)
         walltime = job.spec.walltime_s or job.runtime
         outcome = Outcome(
@@ -141,6 +143,7 @@ class Sim:
     def enqueue(self, job: SimJob, now: float) -> None:
         self.waiting[job.key] = job
         self.ready[job.key] = now
+        self.run.queued.setdefault(job.key, now)  # after admission: before it, quota held it
 
     def refuse(self, key: str, reason: str) -> None:
         self.waiting.pop(key, None)

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
@@ -60,6 +62,32 @@ def read_swf(path: str | Path, *, limit: int | None = None, repeat: int = 1) -> 
     return jobs
 
 
+def offered_load(jobs: Sequence[SimJob], cores: int) -> float:
+    """Work offered over room given: the jobs' processors x runtime summed, over `cores` x the
+    span of their arrivals (first submit to last). Infinite where every job arrives at once."""
+    if not jobs:
+        return 0.0
+    span = max(j.submit for j in jobs) - min(j.submit for j in jobs)
+    work = sum(j.spec.resources.cpus * j.runtime for j in jobs)
+    return work / (cores * span) if span > 0 else math.inf
+
+
+def at_load(jobs: Sequence[SimJob], cores: int, load: float) -> list[SimJob]:
+    """The same jobs with their arrivals stretched (or brought closer) about the first one, so
+    that their offered load on `cores` is `load`; runtimes and walltimes are kept."""
+    if not (isinstance(load, int | float) and math.isfinite(load) and load > 0):
+        raise TraceError(f"load: expected an offered load above 0 (such as 0.7), got {load!r}")
+    native = offered_load(jobs, cores)
+    if not jobs:
+        return []
+    if not math.isfinite(native):
+        raise TraceError(
+            "load: expected a trace whose arrivals span some time, got every job at one moment"
+        )
+    first, factor = min(j.submit for j in jobs), native / load
+    return [dataclasses.replace(j, submit=first + (j.submit - first) * factor) for j in jobs]
+
+
 def _swf_rows(path: Path, limit: int | None) -> list[tuple[int, float, float, int, float, int]]:
     rows, at = [], 0
     try:
@@ -91,6 +119,9 @@ def _swf_row(path: Path, at: int, fields: list[str]) -> tuple | None:
     if runtime <= 0 or procs <= 0:
         return None  # cancelled before it started
     return (number, submit, runtime, procs, asked if asked > 0 else runtime, user)
+
+
+SWF_CORES = 32 * 8  # swf_site's processors
 
 
 def swf_site(*, nodes: int = 32, cores: int = 8) -> Site:

@@ -2,8 +2,9 @@
 
 - `launch_mix(seed)`: the launch mix alone, all at once (fits an idle default site).
 - `validation_day(seed)`: the same mix arriving at 10:00 into a busy working day on the default
-  site (agents, inference, training and HPC arriving from 08:00 to 18:00), which is where the
-  success criteria can tell policies apart. docs/simulation.md gives the rates.
+  site (agents, inference, training and HPC arriving from 08:00 to 18:00), just after a block
+  of trainings has filled the training pool (`busy_training`), which is where the success
+  criteria can tell policies apart. docs/simulation.md gives the rates.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import random
 from scheduling.decisions.order import parse_weight_schedule
 from scheduling.sites.types import Site as SiteSpec
 from scheduling.spec import Resources, TaskSpec
-from simulation.simulator.model import SimJob, Site
+from simulation.simulator.model import AGENT_STARTUP_S, SimJob, Site
 
 HOUR = 3600
 TASK_TYPES = ("hpc-simulation", "ai-training", "ai-inference", "agent", "sandbox")
@@ -21,6 +22,11 @@ TASK_TYPES = ("hpc-simulation", "ai-training", "ai-inference", "agent", "sandbox
 PAIR_PROJECT = "climate"
 BURST_AT = 2 * HOUR  # 10:00 on a day that starts at 08:00
 DAY_HOURS = 10
+# Before the mix: trainings worth this many whole training nodes (of the pool's 20), submitted
+# this long before it, each ending (by its runtime) within `BUSY_ENDS_S` after the mix arrives.
+BUSY_NODES = 16
+BUSY_LEAD_S = 30 * 60
+BUSY_ENDS_S = 20 * 60
 
 
 def site_model(spec: SiteSpec) -> Site:
@@ -35,6 +41,7 @@ def site_model(spec: SiteSpec) -> Site:
         },
         quotas=spec.project_quotas,
         leases=spec.lease_schedules,
+        startup_s={"agent": AGENT_STARTUP_S},  # as the local backend starts one
     )
 
 
@@ -123,7 +130,8 @@ PROJECTS = ("astro", "bio", "chem", "geo", "physics", "vision")
 
 
 def validation_day(seed: int = 1) -> list[SimJob]:
-    """A busy working day on the default site with the launch mix arriving at 10:00 (`BURST_AT`).
+    """A busy working day on the default site with the launch mix arriving at 10:00 (`BURST_AT`),
+    when the training pool is full (`busy_training`).
 
     Background, from t = 0 (08:00) for `DAY_HOURS` hours: agents (1 CPU, 3-7 min), inference
     (8 CPUs and 1, 2 or 4 GPUs, 15-50 min), training (1, 2 or 4 whole 8-GPU nodes, 1-4 h,
@@ -140,7 +148,40 @@ def validation_day(seed: int = 1) -> list[SimJob]:
                 break
             jobs.append(_background(kind, f"bg-{kind}-{n:03d}", t, rng))
             n += 1
-    return jobs + launch_mix(seed, at=BURST_AT)
+    return jobs + busy_training(seed, BURST_AT) + launch_mix(seed, at=BURST_AT)
+
+
+def busy_training(seed: int, at: float) -> list[SimJob]:
+    """Trainings that fill the training pool when the launch mix arrives at `at`: `BUSY_NODES`
+    whole nodes' worth, 1 or 2 nodes each, in the background's projects in turn, submitted in
+    the minute from `at - BUSY_LEAD_S`, each running until a moment in the `BUSY_ENDS_S` after
+    `at` (walltime 1.5x). With the day's own trainings the pool has no room for the mix's two
+    4-node trainings when they arrive, under any policy, and room frees within minutes: their
+    wait says how a policy hands out the room that frees."""
+    rng = random.Random(seed * 31 + 5)
+    jobs: list[SimJob] = []
+    left = BUSY_NODES
+    while left > 0:
+        nodes = min(left, rng.choice((1, 2)))
+        left -= nodes
+        submit = at - BUSY_LEAD_S + rng.uniform(0, 60)
+        runtime = at - submit + rng.uniform(0, BUSY_ENDS_S)
+        jobs.append(
+            job(
+                f"busy-train-{len(jobs):02d}",
+                "ai-training",
+                "training",
+                submit,
+                runtime,
+                1.5 * runtime,
+                cpus=32 * nodes,
+                gpus=8 * nodes,
+                memory_gib=256 * nodes,
+                nodes=nodes,
+                project=PROJECTS[len(jobs) % len(PROJECTS)],
+            )
+        )
+    return jobs
 
 
 def _background(kind: str, key: str, t: float, rng: random.Random) -> SimJob:

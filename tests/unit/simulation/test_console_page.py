@@ -108,8 +108,13 @@ def test_a_validation_day_run_started_by_a_platform_admin_runs_and_shows_the_cri
         assert f"<th>{head}</th>" in table
     shown = table.split("<tbody>")[1].split("</tr>")[:-1]
     for line, row, criterion in zip(shown, run.result["criteria"], CRITERIA, strict=True):
-        assert f"<td>{criterion.name}</td><td>{html.escape(criterion.target)}</td>" in line
-        assert (">pass</span>" if row["passed"] else ">FAIL</span>") in line
+        how = f'<div class="muted">{html.escape(criterion.how)}</div>'
+        assert f"<td>{criterion.name}{how}</td><td>{html.escape(criterion.target)}</td>" in line
+        if row["passed"]:
+            assert ">pass</span></td>" in line and not row["why"]
+        else:  # a FAIL names its cause, from the run's own data
+            assert f'>FAIL</span><div class="muted">{html.escape(row["why"])}</div>' in line
+            assert row["why"].strip()
     agents = run.result["criteria"][0]
     assert f"<td>{format_value(agents['values']['fifo'], agents['unit'])}</td>" in table
     charts = _figures(page)
