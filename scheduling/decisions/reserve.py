@@ -223,11 +223,11 @@ class Plan:
 
         A sweep over the planned ends in time order: each end gives its room back to its
         node; `place()` is asked only where the free total could hold the job."""
-        running = self._running() + self._started
-        ending = sorted(
-            (b for b in running if b.ends_at is not None and b.ends_at > self.now),
-            key=_end,
-        )
+        # What has ended by its plan holds nothing any more: drop it for good.
+        self._busy = [b for b in self._running() if b.ends_at is None or b.ends_at > self.now]
+        self._started = [b for b in self._started if b.ends_at is None or b.ends_at > self.now]
+        running = self._busy + self._started
+        ending = sorted((b for b in running if b.ends_at is not None), key=_end)
         views = {name: free[name] for name in self.nodes if name in free}
         ratio = cpu_ratio(queue)
         need_cpus, need_gpus = spec.resources.cpus, spec.resources.gpus

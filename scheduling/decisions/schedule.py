@@ -111,6 +111,7 @@ def schedule_pass(
     room: dict[str, PoolRoom] = {}
     reasons: dict[tuple, str] = {}
     plan_of: dict[str, Plan] = {}
+    downs: dict[str, list[str]] = {}  # pool → its nodes drained or down, for the reasons
     failed_at: dict[tuple, tuple[float, float]] = {}  # request → (end, walltime) that failed
     for job in sorted(waiting, key=lambda j: (-j.priority, j.seq)):
         queue = job.queue
@@ -219,7 +220,11 @@ def schedule_pass(
                     decisions.append(Wait(job.key, reason, reservation))
                     continue
             if shape not in reasons:  # the same words for the same request
-                reasons[shape] = waiting_reason(job, drained, nodes)
+                if pool not in downs:
+                    downs[pool] = sorted(
+                        n.name for n in nodes if n.name in drained or not n.available
+                    )
+                reasons[shape] = waiting_reason(job, downs[pool])
             decisions.append(Wait(job.key, reasons[shape]))
             continue
         if plan is not None:
@@ -333,11 +338,9 @@ def never_fits(job: WaitingJob, nodes: Sequence[NodeView]) -> str:
     )
 
 
-def waiting_reason(
-    job: WaitingJob, drained: Mapping[str, str] | AbstractSet[str], nodes: Sequence[NodeView]
-) -> str:
+def waiting_reason(job: WaitingJob, down: Sequence[str]) -> str:
+    """Why `job` waits for room; `down`: the names of its pool's nodes drained or down."""
     reason = f"waiting for resources in pool {job.queue.pool} ({asked(job)})"
-    down = [n.name for n in nodes if n.name in drained or not n.available]
     if down:
-        reason += f"; drained or down: {', '.join(sorted(down))}"
+        reason += f"; drained or down: {', '.join(down)}"
     return reason

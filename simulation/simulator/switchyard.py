@@ -11,8 +11,6 @@ back at the lease's end). docs/simulation.md says what is simplified.
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
 import functools
 import heapq
 import itertools
@@ -30,10 +28,10 @@ from scheduling.decisions.order import (
     share_factors,
     weight_at,
 )
-from scheduling.decisions.place import cpu_ratio, free_view, place
+from scheduling.decisions.place import cpu_ratio, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
-from scheduling.decisions.reserve import Busy, Plan
+from scheduling.decisions.reserve import Plan
 from scheduling.decisions.schedule import (
     Fail,
     PoolRoom,
@@ -41,7 +39,7 @@ from scheduling.decisions.schedule import (
     WaitingJob,
     schedule_pass,
 )
-from scheduling.spec import Resources, TaskSpec
+from simulation.simulator.groups import Groups, push
 from simulation.simulator.leases import Leases
 from simulation.simulator.model import SimJob
 from simulation.simulator.quotas import Cohorts
@@ -50,25 +48,11 @@ from simulation.simulator.state import LEASE_END, LEASE_OPEN, TICK, Sim
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
 
 
-def _shape(job: SimJob) -> tuple:
-    """What a job asks: jobs of one shape fit, or not, alike (on nodes not lent: there the
-    walltime matters too, see `_pass`)."""
-    r = job.spec.resources
-    return (job.queue, r.cpus, r.gpus, r.memory_mib, r.nodes, r.gpu_type)
-
-
-def _push(heads: list, stream: tuple, tie, seq: dict[str, int]) -> None:
-    """The stream's next job onto the heap, in schedule_pass's order (priority, then seq)."""
-    job = next(stream[3], None)
-    if job is not None:
-        heapq.heappush(heads, (-stream[2], seq[job.key], next(tie), job, stream))
-
-
 def _clock(t: float) -> datetime:
     return EPOCH + timedelta(seconds=t)
 
 
-class SitePolicy(Leases):
+class SitePolicy(Leases, Groups):
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
         site = sim.site
@@ -78,7 +62,7 @@ class SitePolicy(Leases):
         self._lend()
         self.preemptible = {q.pool for q in site.queues.values() if q.preemptible}
         self.pool_of_queue = {q.name: q.pool for q in site.queues.values()}
-        # The waiting jobs per pool: by request (`_shape`), then by rank in the order (level,
+        # The waiting jobs per pool: by request (`groups.shape_of`), then by rank in the order (level,
         # type, project), each group in submit order (`seq`); where each job is kept.
         self.groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]] = defaultdict(dict)
         self.where: dict[str, tuple[str, tuple, tuple]] = {}
@@ -98,7 +82,6 @@ class SitePolicy(Leases):
         # Each pool's reservations, kept from pass to pass until room is freed there, and the
         # jobs started since the plan was made (it counts them already).
         self.plans: dict[str, Plan] = {}
-        self.replan: set[str] = set()  # pools whose plan no longer holds
         # Each group's planned runtimes, sorted: whether any of it may end before a time.
         self.shortest: dict[tuple, list[float]] = defaultdict(list)
         self.since: dict[str, set[str]] = {}
@@ -129,8 +112,6 @@ class SitePolicy(Leases):
         self._ready(job, now)
 
     def ended(self, job: SimJob, now: float) -> None:
-        if now < self.sim.run.outcomes[job.key].planned_end:  # before its plan said
-            self.replan.add(self.pool_of_queue[job.queue])
         self._stopped(job, now)
         self._release(job, now)
 
@@ -146,7 +127,6 @@ class SitePolicy(Leases):
             self._release_held(job, now)
 
     def requeued(self, job: SimJob, now: float, why: str) -> None:
-        self.replan.update(self.pools)  # preempted, or its node failed: plan anew
         self._stopped(job, now)
         self._ready(job, now)
 
@@ -164,10 +144,8 @@ class SitePolicy(Leases):
                     self.sim.dirty.add(pool)
         elif kind == LEASE_OPEN:
             self._open_lease(int(key), now)
-            self.replan.update(self.pools)
         elif kind == LEASE_END:
             self._end_lease(key, now)
-            self.replan.update(self.pools)
 
     def schedule(self, now: float) -> None:
         sim = self.sim
@@ -221,29 +199,43 @@ class SitePolicy(Leases):
         never = self._never(pool, nodes)  # shape → True if it fits not even the emptied pool
         plan = self._plan(pool, nodes, now, fresh=pool not in sim.freed)
 
-        def hopeless(shape: tuple) -> bool:  # too big for the room now, yet it could fit some day
+        def too_big(shape: tuple) -> bool:  # for the room now, yet it could fit some day
             if shape[2] <= room.gpus and shape[1] <= room.cpus(ratios[shape[0]]):
                 return False
-            if plan.whole_pass and len(plan.blocked) < plan.reserve:
-                return False  # it may be the one that gets the pool's reservation
             return not never(shape, site.queues[shape[0]])  # else schedule_pass must fail it
+
+        def hopeless(shape: tuple) -> bool:  # too big, and not one that may get a reservation
+            if len(plan.blocked) < plan.reserve and (plan.whole_pass or not plan.full):
+                return False
+            return too_big(shape)
 
         heads: list = []  # (-value, seq, tie, stream): the next job of each stream
         tie = itertools.count()
         if pool in sim.freed:
             sim.freed.discard(pool)
+            # Too big for the room now, a group can only take a reservation: worth offering
+            # only if it comes before the job holding one (else nothing this pass frees
+            # room for it, and none of it would start).
+            holder = None
+            if plan.full and plan.reservations and plan.reservations[-1].key in self.where:
+                key = plan.reservations[-1].key
+                _, h_shape, h_rank = self.where[key]
+                holder = (-value(h_shape[0], h_rank), self.seq[key])
             for shape, ranks in groups.items():
-                if plan.full and hopeless(shape) and not plan.reservations:
-                    continue  # nothing this pass frees room, so none of them would start  # nothing this pass frees room, so none of them would start
+                skip = holder is not None and too_big(shape)
                 for rank, members in ranks.items():
+                    prio = value(shape[0], rank)
                     self._sort(pool, shape, rank)
-                    stream = (shape, rank, value(shape[0], rank), iter(members.values()))
-                    _push(heads, stream, tie, self.seq)
+                    if skip and holder is not None:
+                        first = next(iter(members.values()))
+                        if (-prio, self.seq[first.key]) > holder:
+                            continue
+                    push(heads, (shape, rank, prio, iter(members.values())), tie, self.seq)
         else:
             for job in fresh.values():
                 if job.key in sim.waiting:
                     shape, rank = self.where[job.key][1:]
-                    _push(heads, (shape, rank, value(shape[0], rank), iter((job,))), tie, self.seq)
+                    push(heads, (shape, rank, value(shape[0], rank), iter((job,))), tie, self.seq)
         size, done, stuck = 8, [], set()
         cut: dict[tuple, float] = {}  # group → the end from which its jobs cannot start
         # On a lent node only work that ends before the lease does may start: there one job
@@ -259,13 +251,20 @@ class SitePolicy(Leases):
                 if hopeless(shape):
                     stuck.add((shape, rank))
                     continue
+                if plan.reservations and plan.held_for(job.key) is None:
+                    # Even its shortest job meets reservations that leave too little beside.
+                    soonest = now + self.shortest[(pool, shape, rank)][0]
+                    _, cpus, gpus = plan.room(room.listed(), soonest, ratios[shape[0]])
+                    if cpus >= 0 and (shape[1] > cpus or shape[2] > gpus):
+                        stuck.add((shape, rank))
+                        continue
                 limit = cut.get((shape, rank))
                 if limit is not None:  # only what ends before `limit` may start
                     if now + self.shortest[(pool, shape, rank)][0] >= limit:
                         stuck.add((shape, rank))
                         continue
                     if now + self._planned(job) >= limit:
-                        _push(heads, stream, tie, self.seq)
+                        push(heads, stream, tie, self.seq)
                         continue
                 batch.append(
                     WaitingJob(
@@ -278,7 +277,7 @@ class SitePolicy(Leases):
                         runtime_s=self._planned(job),
                     )
                 )
-                _push(heads, stream, tie, self.seq)
+                push(heads, stream, tie, self.seq)
             size *= 2
             if not batch:
                 break
@@ -310,69 +309,6 @@ class SitePolicy(Leases):
                     stuck.add(self.where[d.key][1:])
         for job in done:
             self._unbucket(job)
-
-    def _planned(self, job: SimJob) -> float:
-        """How long the job is planned to run: its walltime (the trace's runtime if none)."""
-        return job.spec.walltime_s or job.runtime
-
-    def _plan(self, pool: str, nodes: tuple, now: float, *, fresh: bool) -> Plan:
-        """The pool's reservations: last pass's while work ended only when its plan said
-        (the reservations still hold, and the jobs started since are in them); made anew
-        from the running work's planned ends when work ended early, was preempted or lost,
-        or the pool's nodes changed."""
-        plan = self.plans.get(pool)
-        if plan is None or not fresh and pool in self.replan:
-            self.replan.discard(pool)
-            since: set[str] = set()
-            names = {n.name for n in nodes}
-            running = self.sim.running
-
-            def busy() -> list[Busy]:
-                return [
-                    Busy(a, o.planned_end)
-                    for key, o in running.items()
-                    if key not in since
-                    for a in o.allocations
-                    if a.node in names
-                ]
-
-            plan = self.plans[pool] = Plan(nodes, busy, now=now, drained=self.sim.down)
-            self.since[pool] = since
-        plan.now = now
-        plan.passed.clear()
-        plan.blocked.clear()
-        plan.whole_pass = not fresh  # else only new arrivals are offered
-        return plan
-
-    def _never(self, pool: str, nodes: tuple):
-        """Whether a request can never fit the pool as it is now (a lease may shrink it): as
-        schedule_pass judges it, on its nodes emptied and up; kept until the nodes change."""
-        cached = self._ever.get(pool)
-        if cached is None or cached[0] is not nodes:
-            emptied = [
-                free_view(dataclasses.replace(n, available=True, available_until=None), ())
-                for n in nodes
-            ]
-            cached = self._ever[pool] = (nodes, emptied, {})
-        _, emptied, known = cached
-
-        def never(shape: tuple, queue) -> bool:
-            if shape not in known:
-                spec = TaskSpec(
-                    name="shape",
-                    project="",
-                    resources=Resources(
-                        cpus=shape[1],
-                        gpus=shape[2],
-                        memory_mib=shape[3],
-                        nodes=shape[4],
-                        gpu_type=shape[5],
-                    ),
-                )
-                known[shape] = place(spec, queue, emptied) is None
-            return known[shape]
-
-        return never
 
     def _preempt(self, pool: str, now: float) -> None:
         sim, site = self.sim, self.sim.site
@@ -443,37 +379,6 @@ class SitePolicy(Leases):
         if self.sim.site.queues[job.queue].policy == "fairshare":
             units = float(job.spec.resources.gpus or job.spec.resources.cpus)
             self.going[job.queue][job.key] = UsageRun(units, now)
-
-    def _bucket(self, job: SimJob) -> None:
-        pool = self.pool_of_queue[job.queue]
-        shape, rank = _shape(job), (self.level[job.key], job.type, job.project)
-        members = self.groups[pool].setdefault(shape, {}).setdefault(rank, {})
-        if members and self.seq[next(reversed(members))] > self.seq[job.key]:
-            self.unsorted.add((pool, shape, rank))  # moved here by a level change
-        members[job.key] = job
-        self.where[job.key] = (pool, shape, rank)
-        bisect.insort(self.shortest[(pool, shape, rank)], self._planned(job))
-
-    def _unbucket(self, job: SimJob) -> None:
-        pool, shape, rank = self.where.pop(job.key)
-        planned = self.shortest[(pool, shape, rank)]
-        del planned[bisect.bisect_left(planned, self._planned(job))]
-        if not planned:
-            del self.shortest[(pool, shape, rank)]
-        ranks = self.groups[pool][shape]
-        del ranks[rank][job.key]
-        if not ranks[rank]:
-            del ranks[rank]
-            if not ranks:
-                del self.groups[pool][shape]
-
-    def _sort(self, pool: str, shape: tuple, rank: tuple) -> None:
-        if (pool, shape, rank) in self.unsorted:
-            self.unsorted.discard((pool, shape, rank))
-            members = self.groups[pool][shape][rank]
-            ordered = sorted(members.values(), key=lambda j: self.seq[j.key])
-            members.clear()
-            members.update((j.key, j) for j in ordered)
 
     def _stopped(self, job: SimJob, now: float) -> None:
         run = self.going[job.queue].pop(job.key, None)

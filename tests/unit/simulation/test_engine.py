@@ -86,11 +86,11 @@ def test_fifo_lets_nobody_pass_the_head():
     assert _schedule("fifo") == {"A": (0, 10), "B": (10, 15), "C": (15, 20), "D": (15, 35)}
 
 
-def test_the_switchyard_policy_backfills_without_reservations():
-    # schedule_pass (what the local backend runs) lets smaller jobs pass a big one that does
-    # not fit, with no reservation: C at 2, D as soon as C ends - and B, the whole-node job,
-    # waits until everything smaller is done (docs/simulation.md, findings).
-    assert _schedule("switchyard") == {"A": (0, 10), "B": (27, 32), "C": (2, 7), "D": (7, 27)}
+def test_the_switchyard_policy_reserves_room_for_the_job_that_does_not_fit():
+    # schedule_pass (what the local backend runs) gives B, the whole-node job that does not
+    # fit at 1, a reservation at 10 (A's walltime): C (ends at 7) passes it, D (would end at
+    # 23) does not - as EASY decides (docs/simulation.md).
+    assert _schedule("switchyard") == {"A": (0, 10), "B": (10, 15), "C": (2, 7), "D": (15, 35)}
 
 
 def test_a_job_that_can_never_fit_is_reported_not_run():

@@ -27,11 +27,14 @@ GIB = 1024
 
 
 class OneCall(SitePolicy):
-    """The reference: every waiting job of the pool to one schedule_pass call, every pass."""
+    """The reference: every waiting job of the pool to one schedule_pass call, every pass, with
+    the pool's reservations."""
 
     def _pass(self, pool, now):
         sim, site = self.sim, self.sim.site
         self.fresh.pop(pool, None)
+        # The same reservations as the fast pass keeps (schedule_pass decides with them).
+        plan = self._plan(pool, sim.pool_nodes(pool), now, fresh=pool not in sim.freed)
         sim.freed.discard(pool)
         minute, shares, offered = self._minute(now), {}, []
         for job in list(sim.waiting.values()):
@@ -45,7 +48,15 @@ class OneCall(SitePolicy):
                 share=shares[job.queue].get(job.project, 1.0),
             )
             offered.append(
-                WaitingJob(job.key, job.spec, site.queues[job.queue], value, self.seq[job.key])
+                WaitingJob(
+                    job.key,
+                    job.spec,
+                    site.queues[job.queue],
+                    value,
+                    self.seq[job.key],
+                    ready_at=sim.ready[job.key],
+                    runtime_s=self._planned(job),
+                )
             )
         decisions = schedule_pass(
             offered,
@@ -54,11 +65,13 @@ class OneCall(SitePolicy):
             running=sim.per_queue,
             drained=set(sim.down),
             now=now,
+            plans={pool: plan},
         )
         for d in decisions:
             job = sim.waiting[d.key]
             if isinstance(d, Start):
                 self._start(job, d.placement, now)
+                self.since[pool].add(job.key)
             elif isinstance(d, Fail):
                 sim.refuse(d.key, d.reason)
                 self._release(job, now)

@@ -1,0 +1,141 @@
+"""The waiting jobs of the site policy in the simulator, and each pool's reservations.
+
+Waiting jobs are kept per pool in groups of the same request (`shape`) and the same place
+in the order (`rank`: level, type, project), each group in submit order, with its planned
+runtimes sorted: a pass offers a group's jobs in turn and stops at the first that cannot
+start. `SitePolicy` (switchyard.py) keeps the books; this half files jobs and plans.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import heapq
+
+from scheduling.decisions.place import free_view, place
+from scheduling.decisions.reserve import Busy, Plan
+from scheduling.spec import Resources, TaskSpec
+from simulation.simulator.model import SimJob
+from simulation.simulator.state import Sim
+
+
+def shape_of(job: SimJob) -> tuple:
+    """What a job asks: jobs of one shape fit, or not, alike (on nodes not lent: there the
+    walltime matters too, see `_pass`)."""
+    r = job.spec.resources
+    return (job.queue, r.cpus, r.gpus, r.memory_mib, r.nodes, r.gpu_type)
+
+
+def push(heads: list, stream: tuple, tie, seq: dict[str, int]) -> None:
+    """The stream's next job onto the heap, in schedule_pass's order (priority, then seq)."""
+    job = next(stream[3], None)
+    if job is not None:
+        heapq.heappush(heads, (-stream[2], seq[job.key], next(tie), job, stream))
+
+
+class Groups:
+    """The filing half of `SitePolicy`."""
+
+    sim: Sim
+    pool_of_queue: dict[str, str]
+    level: dict[str, int]
+    seq: dict[str, int]
+    groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]]
+    where: dict[str, tuple[str, tuple, tuple]]
+    unsorted: set[tuple]
+    shortest: dict[tuple, list[float]]
+    plans: dict[str, Plan]
+    since: dict[str, set[str]]
+    _ever: dict[str, tuple]
+
+    def _planned(self, job: SimJob) -> float:
+        """How long the job is planned to run: its walltime (the trace's runtime if none)."""
+        return job.spec.walltime_s or job.runtime
+
+    def _plan(self, pool: str, nodes: tuple, now: float, *, fresh: bool) -> Plan:
+        """The pool's reservations: made anew from the running work's planned ends when room
+        was freed there since the last pass (`fresh` False: every waiting job is offered),
+        else last pass's, against which only new arrivals are offered."""
+        plan = self.plans.get(pool)
+        if plan is None or not fresh:
+            since: set[str] = set()
+            names = {n.name for n in nodes}
+            running = self.sim.running
+
+            def busy() -> list[Busy]:
+                return [
+                    Busy(a, o.planned_end)
+                    for key, o in running.items()
+                    if key not in since
+                    for a in o.allocations
+                    if a.node in names
+                ]
+
+            plan = self.plans[pool] = Plan(nodes, busy, now=now, drained=self.sim.down)
+            self.since[pool] = since
+        plan.now = now
+        plan.passed.clear()
+        plan.blocked.clear()
+        plan.whole_pass = not fresh  # else only new arrivals are offered
+        return plan
+
+    def _never(self, pool: str, nodes: tuple):
+        """Whether a request can never fit the pool as it is now (a lease may shrink it): as
+        schedule_pass judges it, on its nodes emptied and up; kept until the nodes change."""
+        cached = self._ever.get(pool)
+        if cached is None or cached[0] is not nodes:
+            emptied = [
+                free_view(dataclasses.replace(n, available=True, available_until=None), ())
+                for n in nodes
+            ]
+            cached = self._ever[pool] = (nodes, emptied, {})
+        _, emptied, known = cached
+
+        def never(shape: tuple, queue) -> bool:
+            if shape not in known:
+                spec = TaskSpec(
+                    name="shape",
+                    project="",
+                    resources=Resources(
+                        cpus=shape[1],
+                        gpus=shape[2],
+                        memory_mib=shape[3],
+                        nodes=shape[4],
+                        gpu_type=shape[5],
+                    ),
+                )
+                known[shape] = place(spec, queue, emptied) is None
+            return known[shape]
+
+        return never
+
+    def _bucket(self, job: SimJob) -> None:
+        pool = self.pool_of_queue[job.queue]
+        shape, rank = shape_of(job), (self.level[job.key], job.type, job.project)
+        members = self.groups[pool].setdefault(shape, {}).setdefault(rank, {})
+        if members and self.seq[next(reversed(members))] > self.seq[job.key]:
+            self.unsorted.add((pool, shape, rank))  # moved here by a level change
+        members[job.key] = job
+        self.where[job.key] = (pool, shape, rank)
+        bisect.insort(self.shortest[(pool, shape, rank)], self._planned(job))
+
+    def _unbucket(self, job: SimJob) -> None:
+        pool, shape, rank = self.where.pop(job.key)
+        planned = self.shortest[(pool, shape, rank)]
+        del planned[bisect.bisect_left(planned, self._planned(job))]
+        if not planned:
+            del self.shortest[(pool, shape, rank)]
+        ranks = self.groups[pool][shape]
+        del ranks[rank][job.key]
+        if not ranks[rank]:
+            del ranks[rank]
+            if not ranks:
+                del self.groups[pool][shape]
+
+    def _sort(self, pool: str, shape: tuple, rank: tuple) -> None:
+        if (pool, shape, rank) in self.unsorted:
+            self.unsorted.discard((pool, shape, rank))
+            members = self.groups[pool][shape][rank]
+            ordered = sorted(members.values(), key=lambda j: self.seq[j.key])
+            members.clear()
+            members.update((j.key, j) for j in ordered)
