@@ -81,6 +81,7 @@ def schedule_pass(
     reserve: int = 1,
     starve_after_s: float | None = None,
     plans: Mapping[str, Plan] | None = None,
+    backfill: str = "priority",
 ) -> list[Decision]:
     """Decide every waiting job, in the order they are considered.
 
@@ -113,7 +114,22 @@ def schedule_pass(
     plan_of: dict[str, Plan] = {}
     downs: dict[str, list[str]] = {}  # pool → its nodes drained or down, for the reasons
     failed_at: dict[tuple, tuple[float, float]] = {}  # request → (end, walltime) that failed
-    for job in sorted(waiting, key=lambda j: (-j.priority, j.seq)):
+    deferred: list[WaitingJob] = []
+
+    def in_order():
+        """Priority order; with `backfill="shortest"`, a job whose pool's reservations are all
+        made waits for the end, where such jobs go shortest planned runtime first."""
+        for job in sorted(waiting, key=lambda j: (-j.priority, j.seq)):
+            if backfill == "shortest":
+                pool = job.queue.pool if job.queue.pool in pools else ""
+                plan = plan_of.get(pool) or (plans or {}).get(pool)
+                if plan is not None and plan.full and plan.held_for(job.key) is None:
+                    deferred.append(job)
+                    continue
+            yield job
+        yield from sorted(deferred, key=lambda j: (_planned(j), -j.priority, j.seq))
+
+    for job in in_order():
         queue = job.queue
         if job.sandboxed and sandbox_missing:
             # Never fall back to running an agent/sandbox task without its sandbox.
@@ -269,6 +285,11 @@ def _ideal(nodes: Sequence[NodeView]) -> tuple[list[NodeView], dict[tuple, bool]
             _LAST_IDEAL.clear()
         _LAST_IDEAL[id(nodes)] = (nodes, hit)
     return hit
+
+
+def _planned(job: WaitingJob) -> float:
+    planned = job.planned_s
+    return math.inf if planned is None else planned
 
 
 class PoolRoom:

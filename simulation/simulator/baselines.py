@@ -85,8 +85,11 @@ class Baseline:
         self.queue.append(job.key)  # arrivals come in submit order
         self._group(job)
         self.fresh.append(job)
-        if sim.record_room:
-            sim.room[job.key] = place(job.spec, ONE_QUEUE, sim.views(WHOLE_SITE)) is not None
+        if sim.record_room:  # room, and nobody waiting before it
+            sim.room[job.key] = (
+                len(sim.waiting) == 1
+                and place(job.spec, ONE_QUEUE, sim.views(WHOLE_SITE)) is not None
+            )
         if self.easy or not self.blocked:
             sim.dirty.add(WHOLE_SITE)
 

@@ -96,7 +96,8 @@ CRITERIA = (
         _training_with_room,
         lambda v, f: v <= 300,
         "The longest wait of any training whose pool (for FIFO and EASY: the site) could "
-        "have started it when it arrived, whatever its quota said.",
+        "have started it when it arrived, whatever its quota said, with no job waiting "
+        "there before it (room already owed to an earlier job is not room for it).",
         diagnose.training_with_room,
     ),
     Criterion(

@@ -3,7 +3,8 @@
 Waiting jobs are kept per pool in groups of the same request (`shape`) and the same place
 in the order (`rank`: level, type, project), each group in submit order, with its planned
 runtimes sorted: a pass offers a group's jobs in turn and stops at the first that cannot
-start. `SitePolicy` (switchyard.py) keeps the books; this half files jobs and plans.
+start. `SitePolicy` (switchyard.py) keeps the books; this half files the jobs, makes each
+pool's plan, and offers the jobs behind its reservations shortest first.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
+import itertools
 
 from scheduling.decisions.place import free_view, place
 from scheduling.decisions.reserve import Busy, Plan
+from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.spec import Resources, TaskSpec
 from simulation.simulator.model import SimJob
 from simulation.simulator.state import Sim
@@ -43,14 +46,22 @@ class Groups:
     groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]]
     where: dict[str, tuple[str, tuple, tuple]]
     unsorted: set[tuple]
-    shortest: dict[tuple, list[float]]
+    shortest: dict[tuple, list[tuple[float, int, str]]]
     plans: dict[str, Plan]
     since: dict[str, set[str]]
     _ever: dict[str, tuple]
 
+    def _start(self, job: SimJob, placement, now: float) -> None: ...  # SitePolicy's
+
+    def _release(self, job: SimJob, now: float) -> None: ...  # SitePolicy's
+
     def _planned(self, job: SimJob) -> float:
         """How long the job is planned to run: its walltime (the trace's runtime if none)."""
         return job.spec.walltime_s or job.runtime
+
+    def _runtime_key(self, job: SimJob) -> tuple[float, int, str]:
+        """Where the job stands in its group by planned runtime (ties: submit order)."""
+        return (self._planned(job), self.seq[job.key], job.key)
 
     def _plan(self, pool: str, nodes: tuple, now: float, *, fresh: bool) -> Plan:
         """The pool's reservations: made anew from the running work's planned ends when room
@@ -117,12 +128,12 @@ class Groups:
             self.unsorted.add((pool, shape, rank))  # moved here by a level change
         members[job.key] = job
         self.where[job.key] = (pool, shape, rank)
-        bisect.insort(self.shortest[(pool, shape, rank)], self._planned(job))
+        bisect.insort(self.shortest[(pool, shape, rank)], self._runtime_key(job))
 
     def _unbucket(self, job: SimJob) -> None:
         pool, shape, rank = self.where.pop(job.key)
         planned = self.shortest[(pool, shape, rank)]
-        del planned[bisect.bisect_left(planned, self._planned(job))]
+        del planned[bisect.bisect_left(planned, self._runtime_key(job))]
         if not planned:
             del self.shortest[(pool, shape, rank)]
         ranks = self.groups[pool][shape]
@@ -139,3 +150,71 @@ class Groups:
             ordered = sorted(members.values(), key=lambda j: self.seq[j.key])
             members.clear()
             members.update((j.key, j) for j in ordered)
+
+    def _backfill_shortest(
+        self, pool: str, now: float, where: tuple, rank_of: tuple, books: tuple, only
+    ) -> None:
+        """Behind the pool's reservations the waiting jobs go shortest planned runtime first
+        (EASY++'s order; `schedule_pass(backfill="shortest")` decides so in one call): each
+        group's jobs in runtime order, merged over the groups; a group stops at its first job
+        that cannot start, since a longer one of the same request meets the same
+        reservations or more. `only`: the jobs to offer (new arrivals), or None for all."""
+        sim, site = self.sim, self.sim.site
+        (nodes, room, plan), (value, too_big), (stuck, decided, done) = where, rank_of, books
+        heads: list = []
+        tie = itertools.count()
+
+        def push_next(group: tuple, i: int) -> None:
+            members = self.shortest.get((pool, *group), ())
+            while i < len(members):
+                planned, seq, key = members[i]
+                if key in sim.waiting and key not in decided and (only is None or key in only):
+                    prio = value(group[0][0], group[1])
+                    heapq.heappush(heads, (planned, -prio, seq, next(tie), key, group, i))
+                    return
+                i += 1
+
+        for shape, ranks in self.groups.get(pool, {}).items():
+            if not too_big(shape):
+                for rank in ranks:
+                    if (shape, rank) not in stuck:
+                        push_next((shape, rank), 0)
+        size = 8
+        while heads:
+            batch: list[WaitingJob] = []
+            while heads and len(batch) < size:
+                planned, prio, seq, _, key, group, i = heapq.heappop(heads)
+                if group in stuck:
+                    continue
+                job = sim.waiting[key]
+                queue = site.queues[group[0][0]]
+                batch.append(
+                    WaitingJob(
+                        key, job.spec, queue, -prio, seq, ready_at=sim.ready[key], runtime_s=planned
+                    )
+                )
+                push_next(group, i + 1)
+            size *= 2
+            decisions = schedule_pass(
+                batch,
+                pools={pool: nodes},
+                allocations=sim.allocations,
+                running=sim.per_queue,
+                drained=sim.down,
+                now=now,
+                rooms={pool: room},
+                plans={pool: plan},
+                backfill="shortest",
+            )
+            for d in decisions:
+                job = sim.waiting[d.key]
+                if isinstance(d, Start):
+                    self._start(job, d.placement, now)
+                    self.since[pool].add(job.key)
+                    done.append(job)
+                elif isinstance(d, Fail):
+                    done.append(job)
+                    sim.refuse(d.key, d.reason)
+                    self._release(job, now)
+                else:
+                    stuck.add(self.where[d.key][1:])

@@ -69,6 +69,9 @@ class Site:
     half_life_s: float = WEEK_S
     start_minute: int = 8 * 60
     preempt_after_s: float = 10.0
+    # Behind a pool's reservations: "shortest" planned runtime first (EASY++), or
+    # "priority" order.
+    backfill: str = "shortest"
     startup_s: Mapping[str, float] = field(default_factory=dict)
 
     @property

@@ -83,7 +83,7 @@ class SitePolicy(Leases, Groups):
         # jobs started since the plan was made (it counts them already).
         self.plans: dict[str, Plan] = {}
         # Each group's planned runtimes, sorted: whether any of it may end before a time.
-        self.shortest: dict[tuple, list[float]] = defaultdict(list)
+        self.shortest: dict[tuple, list[tuple[float, int, str]]] = defaultdict(list)
         self.since: dict[str, set[str]] = {}
         for i, lease in enumerate(site.leases):
             hour, minute = (int(x) for x in lease.start.split(":"))
@@ -98,8 +98,11 @@ class SitePolicy(Leases, Groups):
             sim.refuse(job.key, f"no queue {job.queue!r} in the site")
             return
         # Whether the pool had room for it on arrival, whatever its quota says.
-        if sim.record_room:
-            sim.room[job.key] = place(job.spec, queue, sim.views(queue.pool), now=now) is not None
+        if sim.record_room:  # room, and nobody waiting before it there
+            sim.room[job.key] = (
+                not self.groups.get(queue.pool)
+                and place(job.spec, queue, sim.views(queue.pool), now=now) is not None
+            )
         rules, cohort = self._rules(job)
         decision = admit(self._ask(job), rules, self.usage, cohort=cohort)
         if isinstance(decision, Reject):
@@ -237,11 +240,17 @@ class SitePolicy(Leases, Groups):
                     shape, rank = self.where[job.key][1:]
                     push(heads, (shape, rank, value(shape[0], rank), iter((job,))), tie, self.seq)
         size, done, stuck = 8, [], set()
+        decided: set[str] = set()
         cut: dict[tuple, float] = {}  # group → the end from which its jobs cannot start
         # On a lent node only work that ends before the lease does may start: there one job
         # of a shape may wait while a shorter one starts.
         lent = any(n.available_until is not None for n in nodes)
+        shortest_first = site.backfill == "shortest"
         while heads:
+            if shortest_first and plan.full:
+                break  # the rest go shortest first, below
+            if shortest_first:
+                size = 1  # until the reservations are made: one at a time, in priority order
             batch: list[WaitingJob] = []
             while heads and len(batch) < size:
                 _, _, _, job, stream = heapq.heappop(heads)
@@ -253,14 +262,14 @@ class SitePolicy(Leases, Groups):
                     continue
                 if plan.reservations and plan.held_for(job.key) is None:
                     # Even its shortest job meets reservations that leave too little beside.
-                    soonest = now + self.shortest[(pool, shape, rank)][0]
+                    soonest = now + self.shortest[(pool, shape, rank)][0][0]
                     _, cpus, gpus = plan.room(room.listed(), soonest, ratios[shape[0]])
                     if cpus >= 0 and (shape[1] > cpus or shape[2] > gpus):
                         stuck.add((shape, rank))
                         continue
                 limit = cut.get((shape, rank))
                 if limit is not None:  # only what ends before `limit` may start
-                    if now + self.shortest[(pool, shape, rank)][0] >= limit:
+                    if now + self.shortest[(pool, shape, rank)][0][0] >= limit:
                         stuck.add((shape, rank))
                         continue
                     if now + self._planned(job) >= limit:
@@ -307,6 +316,12 @@ class SitePolicy(Leases, Groups):
                 elif not lent and plan.full:
                     # It found no room at all: the rest of its group would wait too.
                     stuck.add(self.where[d.key][1:])
+                decided.add(d.key)
+        if shortest_first and plan.full:
+            only = None if plan.whole_pass else set(fresh)
+            self._backfill_shortest(
+                pool, now, (nodes, room, plan), (value, too_big), (stuck, decided, done), only
+            )
         for job in done:
             self._unbucket(job)
 

@@ -48,6 +48,7 @@ from scheduling.backends.local.sessions import LocalSessions
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
+from scheduling.decisions.reserve import Busy
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeAllocation, NodeView
 from scheduling.host import pid_max as host_pid_max
@@ -350,6 +351,7 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
                 )
             )
         missing = None if shutil.which(self.bwrap) else BWRAP_MISSING
+        now = time.time()
         decisions = schedule_pass(
             jobs,
             pools=self._lent(self._inventory()),
@@ -357,7 +359,9 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
             running=per_queue,
             drained=self.store.drained(),
             sandbox_missing=missing,
-            now=time.time(),
+            now=now,
+            busy=lambda: self._planned_ends(states, now),  # read only to make a reservation
+            backfill="shortest",
         )
         plans = {}
         for decision in decisions:
@@ -384,6 +388,20 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
         for key, reason in failed.items():
             self._fail_unstarted(key, reason)
         return states
+
+    def _planned_ends(self, states: Mapping[str, dict], now: float) -> list[Busy]:
+        """The running jobs' allocations, each held until its start plus its walltime (a job
+        still starting: from now); None where it has no walltime."""
+        busy = []
+        for key, state in states.items():
+            if state["state"] == "pending" or state["state"] in FINAL:
+                continue
+            walltime = self.store.request(key).spec.walltime_s
+            started = state.get("started_at")
+            begun = datetime.fromisoformat(started).timestamp() if started else now
+            ends = begun + walltime if walltime else None
+            busy += [Busy(a, ends) for a in self.store.read_alloc(key, state).allocations]
+        return busy
 
     def _live_allocations(
         self, *, find_dead: bool = False

@@ -66,6 +66,7 @@ class OneCall(SitePolicy):
             drained=set(sim.down),
             now=now,
             plans={pool: plan},
+            backfill=site.backfill,
         )
         for d in decisions:
             job = sim.waiting[d.key]

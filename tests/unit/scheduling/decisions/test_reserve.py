@@ -1,0 +1,130 @@
+"""Reservations in the scheduling pass, hand-checked (docs/policy.md, "Reservations and
+backfill")."""
+
+from __future__ import annotations
+
+from scheduling.decisions.reserve import Busy, Plan, node_range
+from scheduling.decisions.schedule import Start, Wait, WaitingJob, schedule_pass
+from scheduling.decisions.types import NodeAllocation, NodeView, QueuePolicy
+from scheduling.spec import Resources, TaskSpec
+
+Q = QueuePolicy(name="hpc", pool="p", task_types=())
+NODES = (NodeView("n1", cpus=4, memory_mib=16384), NodeView("n2", cpus=4, memory_mib=16384))
+# A holds all of n1 until 100; B two CPUs of n2 until 50: two CPUs of n2 are free now.
+A = NodeAllocation("n1", 4, 4096)
+B = NodeAllocation("n2", 2, 2048)
+RUNNING = {"n1": [A], "n2": [B]}
+BUSY = [Busy(A, 100.0), Busy(B, 50.0)]
+
+
+def _job(key, cpus, walltime, *, priority=0, seq=0, ready_at=None):
+    spec = TaskSpec(
+        name=key,
+        project="p",
+        resources=Resources(cpus=cpus, memory_mib=1024),
+        walltime_s=walltime,
+    )
+    return WaitingJob(key, spec, Q, priority, seq, ready_at=ready_at)
+
+
+def _pass(jobs, **kwargs):
+    decisions = schedule_pass(
+        jobs,
+        pools={"p": NODES},
+        allocations=RUNNING,
+        running={},
+        now=0.0,
+        busy=BUSY,
+        **kwargs,
+    )
+    return {d.key: d for d in decisions}
+
+
+def test_the_first_job_that_cannot_start_is_reserved_the_earliest_room_on_named_nodes():
+    out = _pass([_job("big", 8, 60, priority=9)])
+    wait = out["big"]
+    assert isinstance(wait, Wait) and wait.reserved is not None
+    assert wait.reserved.at == 100.0  # A's end: only then are both nodes free
+    assert wait.reserved.ends == 160.0
+    assert set(wait.reserved.nodes) == {"n1", "n2"}
+    assert wait.reason.startswith("reserved from 1970-01-01 00:01 UTC on n1, n2 (cpus=8")
+
+
+def test_work_behind_the_reservation_starts_only_where_it_leaves_it_intact():
+    out = _pass(
+        [
+            _job("big", 8, 60, priority=9, seq=0),
+            _job("long", 2, 500, seq=1),  # would still hold n2's CPUs at 100
+            _job("short", 2, 30, seq=2),  # ends at 30, before the reservation
+        ]
+    )
+    assert isinstance(out["long"], Wait) and out["long"].reserved is None
+    assert isinstance(out["short"], Start)
+    assert [a.node for a in out["short"].placement.allocations] == ["n2"]
+
+
+def test_without_planned_ends_the_pass_backfills_as_before():
+    decisions = schedule_pass(
+        [_job("big", 8, 60, priority=9), _job("long", 2, 500, seq=1)],
+        pools={"p": NODES},
+        allocations=RUNNING,
+        running={},
+        now=0.0,
+    )
+    assert isinstance(decisions[0], Wait) and decisions[0].reserved is None
+    assert isinstance(decisions[1], Start)
+
+
+def test_behind_the_reservation_the_shortest_goes_first():
+    jobs = [
+        _job("big", 8, 60, priority=9, seq=0),
+        _job("sixty", 2, 60, priority=5, seq=1),  # ends before 100 too, but is longer
+        _job("ten", 2, 10, priority=1, seq=2),
+    ]
+    by_priority = _pass(jobs)
+    assert isinstance(by_priority["sixty"], Start) and isinstance(by_priority["ten"], Wait)
+    shortest = _pass(jobs, backfill="shortest")
+    assert isinstance(shortest["ten"], Start) and isinstance(shortest["sixty"], Wait)
+
+
+def test_a_job_waiting_past_the_bound_is_reserved_even_behind_another_reservation():
+    jobs = [
+        _job("big", 8, 60, priority=9, seq=0, ready_at=0.0),
+        _job("old", 4, 60, priority=1, seq=1, ready_at=-7200.0),
+    ]
+    plain = _pass(jobs)
+    assert plain["old"].reserved is None  # one reservation per pool by default
+    bounded = _pass(jobs, starve_after_s=3600)
+    reserved = bounded["old"].reserved
+    assert reserved is not None and reserved.at == 160.0  # after big's, on the room it leaves
+
+
+def test_a_reservation_of_an_earlier_pass_moves_to_a_job_now_ahead_of_it():
+    plan = Plan(NODES, BUSY, now=0.0)
+    plan.make("behind", _job("behind", 8, 60).spec, Q, 60.0, {n.name: n for n in NODES})
+    assert [r.key for r in plan.reservations] == ["behind"]
+    plan.yield_to("ahead")  # "ahead" cannot start, and "behind" was not seen before it
+    assert plan.reservations == []
+    plan.blocked.add("behind")
+    plan.make("behind", _job("behind", 8, 60).spec, Q, 60.0, {n.name: n for n in NODES})
+    plan.yield_to("later")  # "behind" came first in this pass: it keeps its reservation
+    assert [r.key for r in plan.reservations] == ["behind"]
+
+
+def test_work_with_no_walltime_gives_no_reservation():
+    out = schedule_pass(
+        [_job("big", 8, 60)],
+        pools={"p": NODES},
+        allocations=RUNNING,
+        running={},
+        now=0.0,
+        busy=[Busy(A, None), Busy(B, 50.0)],  # A never ends, as far as anyone knows
+    )
+    assert isinstance(out[0], Wait) and out[0].reserved is None
+    assert "waiting for resources in pool p" in out[0].reason
+
+
+def test_node_ranges_read_as_ranges():
+    assert node_range(["gpu009", "gpu007", "gpu008", "gpu010"]) == "gpu007-gpu010"
+    assert node_range(["n1", "n3", "n4"]) == "n1, n3, n4"
+    assert node_range(["a"]) == "a"
