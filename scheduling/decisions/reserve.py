@@ -231,8 +231,14 @@ class Plan:
         views = {name: free[name] for name in self.nodes if name in free}
         ratio = cpu_ratio(queue)
         need_cpus, need_gpus = spec.resources.cpus, spec.resources.gpus
-        cpus = sum(max(0, usable_cpus(v, ratio)) for v in views.values() if v.available)
-        gpus = sum(len(v.free_gpus or ()) for v in views.values() if v.available)
+        # Free CPUs per node as ends give them back; the views follow only when place() is
+        # asked (most ends leave too little room to ask it).
+        free_cpus = {name: _cpus(v) for name, v in views.items()}
+        extra = {name: v.cpus * (ratio - 1) for name, v in views.items()}
+        up = {name for name, v in views.items() if v.available}
+        cpus = sum(max(0, free_cpus[n] + extra[n]) for n in up)
+        gpus = sum(len(views[n].free_gpus or ()) for n in up)
+        given: dict[str, list[NodeAllocation]] = {}  # ended, not yet in `views`
         ends_of_reserved = {r.ends for r in self.reservations if r.ends is not None}
         i = 0
         for t in sorted({_end(b) for b in ending} | ends_of_reserved):
@@ -241,15 +247,22 @@ class Plan:
             while i < len(ending) and _end(ending[i]) <= t:
                 a = ending[i].allocation
                 i += 1
-                old = views.get(a.node)
-                if old is None:
+                if a.node not in views:
                     continue
-                new = views[a.node] = _give(old, a)
-                if new.available:
-                    cpus += max(0, usable_cpus(new, ratio)) - max(0, usable_cpus(old, ratio))
+                given.setdefault(a.node, []).append(a)
+                if a.node in up:
+                    before = max(0, free_cpus[a.node] + extra[a.node])
+                    free_cpus[a.node] += a.cpus
+                    cpus += max(0, free_cpus[a.node] + extra[a.node]) - before
                     gpus += len(a.gpu_indices)
+                else:
+                    free_cpus[a.node] += a.cpus
             if cpus < need_cpus or gpus < need_gpus:
                 continue
+            for name, allocations in given.items():
+                for a in allocations:
+                    views[name] = _give(views[name], a)
+            given.clear()
             window_end = math.inf if runtime_s is None else t + runtime_s
             at_t = views
             overlapping = [
