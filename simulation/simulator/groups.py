@@ -207,14 +207,19 @@ class Groups:
                 backfill="shortest",
             )
             for d in decisions:
-                job = sim.waiting[d.key]
-                if isinstance(d, Start):
-                    self._start(job, d.placement, now)
-                    self.since[pool].add(job.key)
-                    done.append(job)
-                elif isinstance(d, Fail):
-                    done.append(job)
-                    sim.refuse(d.key, d.reason)
-                    self._release(job, now)
-                else:
+                if not self._carry_out(pool, d, now, done):
                     stuck.add(self.where[d.key][1:])
+
+    def _carry_out(self, pool: str, d, now: float, done: list[SimJob]) -> bool:
+        """Start or refuse what the pass decided (`done` gets the job); False for a wait."""
+        job = self.sim.waiting[d.key]
+        if isinstance(d, Start):
+            self._start(job, d.placement, now)
+            self.since[pool].add(job.key)
+        elif isinstance(d, Fail):
+            self.sim.refuse(d.key, d.reason)
+            self._release(job, now)
+        else:
+            return False
+        done.append(job)
+        return True

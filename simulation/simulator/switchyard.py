@@ -33,9 +33,7 @@ from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
 from scheduling.decisions.reserve import Plan
 from scheduling.decisions.schedule import (
-    Fail,
     PoolRoom,
-    Start,
     WaitingJob,
     schedule_pass,
 )
@@ -239,7 +237,8 @@ class SitePolicy(Leases, Groups):
                 if job.key in sim.waiting:
                     shape, rank = self.where[job.key][1:]
                     push(heads, (shape, rank, value(shape[0], rank), iter((job,))), tie, self.seq)
-        size, done, stuck = 8, [], set()
+        size, stuck = 8, set()
+        done: list[SimJob] = []
         decided: set[str] = set()
         cut: dict[tuple, float] = {}  # group → the end from which its jobs cannot start
         # On a lent node only work that ends before the lease does may start: there one job
@@ -302,21 +301,15 @@ class SitePolicy(Leases, Groups):
             )
             for d in decisions:
                 job = sim.waiting[d.key]
-                if isinstance(d, Start):
-                    self._start(job, d.placement, now)
-                    self.since[pool].add(job.key)
-                    done.append(job)
-                elif isinstance(d, Fail):
-                    done.append(job)
-                    sim.refuse(d.key, d.reason)
-                    self._release(job, now)
-                elif d.key in plan.passed:  # what ends later than it cannot start either
+                decided.add(d.key)
+                if self._carry_out(pool, d, now, done):
+                    continue
+                if d.key in plan.passed:  # what ends later than it cannot start either
                     group = self.where[d.key][1:]
                     cut[group] = min(cut.get(group, math.inf), now + self._planned(job))
                 elif not lent and plan.full:
                     # It found no room at all: the rest of its group would wait too.
                     stuck.add(self.where[d.key][1:])
-                decided.add(d.key)
         if shortest_first and plan.full:
             only = None if plan.whole_pass else set(fresh)
             self._backfill_shortest(
