@@ -114,6 +114,9 @@ def schedule_pass(
     plan_of: dict[str, Plan] = {}
     downs: dict[str, list[str]] = {}  # pool → its nodes drained or down, for the reasons
     failed_at: dict[tuple, tuple[float, float]] = {}  # request → (end, walltime) that failed
+    # request → the shortest planned runtime for which no reservation could be made (a
+    # longer one of the same request meets more in its window: none either)
+    unreservable: dict[tuple, float] = {}
     deferred: list[WaitingJob] = []
 
     def in_order():
@@ -229,9 +232,16 @@ def schedule_pass(
                 plan.yield_to(job.key)
             if plan is not None:
                 plan.blocked.add(job.key)
-            if plan is not None and (not plan.full or starving):
+            span = _planned(job)
+            if (
+                plan is not None
+                and (not plan.full or starving)
+                and span < unreservable.get(shape, math.inf)  # a shorter one found none
+            ):
                 reservation = plan.make(job.key, job.spec, queue, planned, free.views)
-                if reservation is not None:
+                if reservation is None:
+                    unreservable[shape] = span
+                else:
                     reason = f"{reservation.describe()} ({asked(job)})"
                     decisions.append(Wait(job.key, reason, reservation))
                     continue
