@@ -44,8 +44,24 @@ class Reservation:
 
     def describe(self) -> str:
         """`reserved from 2026-01-05 14:20 UTC on gpu007-gpu010`."""
-        when = datetime.fromtimestamp(self.at, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
-        return f"reserved from {when} on {node_range(self.nodes)}"
+        when = datetime.fromtimestamp(self.at, tz=UTC).strftime(RESERVED_AT)
+        return f"{RESERVED_FROM}{when} on {node_range(self.nodes)}"
+
+
+RESERVED_FROM = "reserved from "
+RESERVED_AT = "%Y-%m-%d %H:%M UTC"
+
+
+def reserved_at(reason: str) -> datetime | None:
+    """The start of the reservation a waiting job's reason names (`Reservation.describe`),
+    or None when the reason names none."""
+    if not reason.startswith(RESERVED_FROM):
+        return None
+    stamp = reason[len(RESERVED_FROM) :][: len("2026-01-05 14:20 UTC")]
+    try:
+        return datetime.strptime(stamp, RESERVED_AT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def node_range(names: Sequence[str]) -> str:

@@ -24,6 +24,7 @@ from scheduling.decisions.estimate import Ahead, Busy, estimate_start
 from scheduling.decisions.estimate_quota import Held, Holder, Release, quota_releases
 from scheduling.decisions.levels import LEVELS
 from scheduling.decisions.quota import BUDGETS, Ask
+from scheduling.decisions.reserve import reserved_at
 from scheduling.models import TERMINAL_STATES, Hold, PriorityRequest, Task, TaskState
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
@@ -119,13 +120,11 @@ def _position(task: Task, now: datetime) -> tuple[int | None, int, list[Task]]:
 
 
 PoolStart = Callable[..., float | None]
-_RESERVED = "reserved from "
-_RESERVED_AT = "%Y-%m-%d %H:%M UTC"
 
 
 def _estimate(task: Task, order: list[Task], now: datetime) -> tuple[datetime | None, str | None]:
     """When it could start, and what that waits for (None: the pool alone, or nothing)."""
-    reserved = _reserved_at(task.reason)
+    reserved = reserved_at(task.reason)
     if reserved is not None:
         return reserved, None  # its reason says the reservation already
     site = site_view()
@@ -233,17 +232,6 @@ def _held_text(release: Release, start: float | None, pool: str, now: datetime) 
     if start > release.at + 1:
         return f"{text}, then for room in pool {pool} ({_clock(start, now)})"
     return text
-
-
-def _reserved_at(reason: str) -> datetime | None:
-    """The start of the backend's reservation, where its reason begins with one."""
-    if not reason.startswith(_RESERVED):
-        return None
-    stamp = reason[len(_RESERVED) :][: len("2026-01-05 14:20 UTC")]
-    try:
-        return datetime.strptime(stamp, _RESERVED_AT).replace(tzinfo=UTC)
-    except ValueError:
-        return None  # not the reservation's wording: the replay answers instead
 
 
 def _when(start: float | None) -> datetime | None:

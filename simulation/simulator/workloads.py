@@ -167,18 +167,12 @@ def busy_training(seed: int, at: float) -> list[SimJob]:
         submit = at - BUSY_LEAD_S + rng.uniform(0, 60)
         runtime = at - submit + rng.uniform(0, BUSY_ENDS_S)
         jobs.append(
-            job(
+            _training(
                 f"busy-train-{len(jobs):02d}",
-                "ai-training",
-                "training",
                 submit,
                 runtime,
-                1.5 * runtime,
-                cpus=32 * nodes,
-                gpus=8 * nodes,
-                memory_gib=256 * nodes,
-                nodes=nodes,
-                project=PROJECTS[len(jobs) % len(PROJECTS)],
+                nodes,
+                PROJECTS[len(jobs) % len(PROJECTS)],
             )
         )
     return jobs
@@ -215,21 +209,26 @@ def _background(kind: str, key: str, t: float, rng: random.Random) -> SimJob:
     if kind == "ai-training":
         nodes = rng.choices((1, 2, 4), weights=(40, 35, 25))[0]
         runtime = rng.uniform(1 * HOUR, 4 * HOUR)
-        return job(
-            key,
-            kind,
-            "training",
-            t,
-            runtime,
-            1.5 * runtime,
-            cpus=32 * nodes,
-            gpus=8 * nodes,
-            memory_gib=256 * nodes,
-            nodes=nodes,
-            project=project,
-        )
+        return _training(key, t, runtime, nodes, project)
     cores = rng.choice((32, 64, 128, 192))
     runtime = rng.uniform(HOUR / 2, 3 * HOUR)
     return job(
         key, kind, "hpc", t, runtime, 2 * runtime, cpus=cores, memory_gib=cores, project=project
+    )
+
+
+def _training(key: str, submit: float, runtime: float, nodes: int, project: str) -> SimJob:
+    """A training of whole 8-GPU nodes (32 cores, 256 GiB each), walltime 1.5x its runtime."""
+    return job(
+        key,
+        "ai-training",
+        "training",
+        submit,
+        runtime,
+        1.5 * runtime,
+        cpus=32 * nodes,
+        gpus=8 * nodes,
+        memory_gib=256 * nodes,
+        nodes=nodes,
+        project=project,
     )
