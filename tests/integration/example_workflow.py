@@ -43,8 +43,10 @@ def run_the_example(api, root: Path, proc: subprocess.Popen, *, timeout: float) 
     assert report.trigger_file == f"{shared}/READY"  # relative: in the project's folder
 
     def ended():
+        # The workflow's own state follows its last task's end (the end hook): wait for both.
         tasks = list(workflow.tasks.all())
-        return all(t.is_terminal for t in tasks) and tasks
+        workflow.refresh_from_db()
+        return all(t.is_terminal for t in tasks) and workflow.state != "running" and tasks
 
     try:
         tasks = wait_for(ended, timeout=timeout, what="the example workflow to end")
