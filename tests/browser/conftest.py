@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import in_ci
 from tests.integration.conftest import (  # noqa: F401 - fixtures re-exported for tests/browser
@@ -22,6 +23,10 @@ from tests.integration.conftest import (  # noqa: F401 - fixtures re-exported fo
     start_worker,
     storage_root,
 )
+
+# What a page is given to show something: plotly.js (4.8 MB) parsed on a busy CI machine
+# took more than playwright's default 5 s; a page that never shows it still fails.
+expect.set_options(timeout=15_000)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
