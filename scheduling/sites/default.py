@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from scheduling.decisions.borrow import Borrowing
 from scheduling.decisions.catalogue import DEPRECATED, ImageEntry, RegistryEntry
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
 from scheduling.decisions.storage import AreaView
@@ -143,6 +144,16 @@ def default_site() -> Site:
             {"from": "20:00", "to": "08:00", "weights": {"ai-inference": 2}},
         ]
     }
+    # HPC work that waits for its five CPU nodes may run, by its walltime, on the other
+    # pools' idle cores until their next reservation (docs/policy.md, "Backfill across
+    # pools"). The inference pool keeps no cores for its free GPUs: its queue oversubscribes
+    # CPUs 1:4, so an inference job's cores fit beside a borrowed job anyway. A training node
+    # keeps 4 cores per free GPU (half of an idle node), and a training only starts on a
+    # node with nothing on it: what borrows there ends before the pool's next reservation.
+    borrowing = (
+        Borrowing("cpu-hpc", "inference-agent", cpus_per_free_gpu=0),
+        Borrowing("cpu-hpc", "gpu-train", cpus_per_free_gpu=4),
+    )
     # Agents that do not start within 5 minutes of their dispatch are resubmitted.
     startup_timeouts = {"inference-agent": 5 * 60}
     # Two live sandboxes of the host's system kept started ahead (docs/sandboxes.md).
@@ -206,4 +217,5 @@ def default_site() -> Site:
         storage_areas=storage_areas,
         image_registries=image_registries,
         images=images,
+        borrowing=borrowing,
     )

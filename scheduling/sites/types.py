@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scheduling.decisions.borrow import Borrowing
 from scheduling.decisions.catalogue import FAMILIES, ImageEntry, RegistryEntry
 from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.storage import AreaView, overlap_problem
@@ -94,6 +95,9 @@ class Site:
     # (SWITCHYARD_IMAGE_REGISTRY) in place of this one's.
     image_registries: tuple[RegistryEntry, ...] = ()
     images: tuple[ImageEntry, ...] = ()
+    # Backfill across pools switched on: which pool's CPU jobs may use which pool's idle
+    # cores (docs/policy.md, "Backfill across pools").
+    borrowing: tuple[Borrowing, ...] = ()
 
     def __post_init__(self) -> None:
         _unique("pool", [p.name for p in self.pools])
@@ -112,6 +116,12 @@ class Site:
         for rule in self.rules:
             if rule.queue not in queues:
                 raise ValueError(f"rule {rule.order} names queue {rule.queue}, which is not here")
+        for pair in self.borrowing:
+            if {pair.borrower, pair.lender} - pools or pair.borrower == pair.lender:
+                raise ValueError(
+                    f"backfill from {pair.borrower} onto {pair.lender}: expected two pools "
+                    "of the site"
+                )
         _unique("storage area", [a.name for a in self.storage_areas])
         for area in self.storage_areas:
             if set(area.pools) - pools:

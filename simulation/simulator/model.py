@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from scheduling.decisions.borrow import Borrowing
 from scheduling.decisions.levels import LevelRule
 from scheduling.decisions.order import WeightWindow
 from scheduling.decisions.quota import QuotaRule
@@ -73,6 +74,9 @@ class Site:
     # "priority" order.
     backfill: str = "shortest"
     startup_s: Mapping[str, float] = field(default_factory=dict)
+    # Which pools' CPU jobs may run on which pools' idle cores (docs/policy.md, "Backfill
+    # across pools"); none by default.
+    borrowing: tuple[Borrowing, ...] = ()
 
     @property
     def nodes(self) -> list[NodeView]:

@@ -37,6 +37,7 @@ from scheduling.decisions.schedule import (
     WaitingJob,
     schedule_pass,
 )
+from simulation.simulator.crosspool import CrossPool
 from simulation.simulator.groups import Groups, push
 from simulation.simulator.leases import Leases
 from simulation.simulator.model import SimJob
@@ -50,7 +51,7 @@ def _clock(t: float) -> datetime:
     return EPOCH + timedelta(seconds=t)
 
 
-class SitePolicy(Leases, Groups):
+class SitePolicy(Leases, Groups, CrossPool):
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
         site = sim.site
@@ -157,6 +158,8 @@ class SitePolicy(Leases, Groups):
                     self._pass(pool, now)
                     if pool in self.preemptible:
                         self._preempt(pool, now)
+            if self.sim.site.borrowing:
+                self._borrow(pools, now)  # crosspool.py
             if not sim.dirty:
                 return
 

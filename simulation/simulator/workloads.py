@@ -42,6 +42,7 @@ def site_model(spec: SiteSpec) -> Site:
         quotas=spec.project_quotas,
         leases=spec.lease_schedules,
         startup_s={"agent": AGENT_STARTUP_S},  # as the local backend starts one
+        borrowing=spec.borrowing,
     )
 
 

@@ -1,14 +1,16 @@
 """The simulator's fast pass decides exactly what one `schedule_pass` over every waiting job
 decides: random small sites (several pools and queues, oversubscription, whole nodes,
-max_concurrency, a preemptible pool, moving levels, quotas, a lease, a node failure) run
-under both, and every start, end, node and refusal must agree."""
+max_concurrency, a preemptible pool, moving levels, quotas, a lease, a node failure, backfill
+across pools) run under both, and every start, end, node and refusal must agree."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 
+from scheduling.decisions.borrow import Borrowing
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
 from scheduling.decisions.order import priority_value, weight_at
 from scheduling.decisions.place import place
@@ -197,6 +199,14 @@ def _site_and_jobs(seed: int):
     if rng.random() < 0.5:
         node = rng.choice([n.name for nodes in site.pools.values() for n in nodes])
         failures.append(Failure(node, float(rng.randint(1, 200)), float(rng.randint(5, 100))))
+    # Backfill across pools in most sites, drawn apart so that the rest stays as it was.
+    other = random.Random(seed + 10_000)
+    if other.random() < 0.7:
+        keep = (None, 0, 1, 2)
+        rules = [Borrowing("cpu", "gpu", other.choice(keep)), Borrowing("cpu", "ag", 0)]
+        if other.random() < 0.5:
+            rules.append(Borrowing("ag", "cpu"))
+        site = dataclasses.replace(site, borrowing=tuple(other.sample(rules, len(rules))))
     return jobs, site, failures
 
 

@@ -1,0 +1,96 @@
+"""Backfill across pools in the simulator: after the pools' own passes, the CPU jobs left
+waiting in a pool that may borrow go to `borrow_pass` (the live engine's decision) against
+the lending pools' free cores and reservations (docs/policy.md, "Backfill across pools").
+`SitePolicy` (switchyard.py) keeps the books they use.
+"""
+
+from __future__ import annotations
+
+from scheduling.decisions.borrow import Borrowed, borrow_pass
+from scheduling.decisions.order import priority_value, weight_at
+from scheduling.decisions.reserve import Plan
+from scheduling.decisions.schedule import WaitingJob
+from simulation.simulator.model import SimJob
+from simulation.simulator.state import Sim
+
+
+class CrossPool:
+    """The cross-pool half of `SitePolicy`."""
+
+    sim: Sim
+    groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]]
+    plans: dict[str, Plan]
+    since: dict[str, set[str]]
+    level: dict[str, int]
+    seq: dict[str, int]
+
+    def _start(self, job: SimJob, placement, now: float) -> None: ...  # SitePolicy's
+
+    def _unbucket(self, job: SimJob) -> None: ...  # Groups'
+
+    def _shares(self, queue: str, now: float) -> dict[str, float]:
+        raise NotImplementedError  # SitePolicy's
+
+    def _minute(self, now: float) -> int:
+        raise NotImplementedError  # SitePolicy's
+
+    def _borrow(self, passed: list[str], now: float) -> None:
+        """Offer the jobs waiting in the borrowing pools to the lending pools' idle cores,
+        when a pool of the pair was passed at this moment (a borrower's new work, or room
+        freed at a lender: nothing else lets a waiting job borrow)."""
+        sim, site = self.sim, self.sim.site
+        touched = set(passed)
+        rules = [r for r in site.borrowing if r.borrower in touched or r.lender in touched]
+        borrowers = {r.borrower for r in rules}
+        offered: list[WaitingJob] = []
+        shares: dict[str, dict[str, float]] = {}
+        minute = self._minute(now)
+        for pool in sorted(borrowers):
+            for shape, ranks in self.groups.get(pool, {}).items():
+                if shape[2] or shape[5]:  # GPUs (or a GPU model) asked: never borrows
+                    continue
+                for members in ranks.values():
+                    for job in members.values():
+                        queue = site.queues[job.queue]
+                        if job.queue not in shares:
+                            shares[job.queue] = self._shares(job.queue, now)
+                        value = priority_value(
+                            level=self.level[job.key],
+                            weight=weight_at(site.weights.get(job.queue, ()), job.type, minute),
+                            share=shares[job.queue].get(job.project, 1.0),
+                        )
+                        offered.append(
+                            WaitingJob(job.key, job.spec, queue, value, self.seq[job.key])
+                        )
+        if not offered:
+            return
+        offered.sort(key=lambda j: (-j.priority, j.seq))
+        lenders = {r.lender for r in rules}
+        # A lender with nobody waiting has no reservation to keep (its plan may be stale).
+        plans = {p: self.plans[p] for p in lenders if self.groups.get(p) and p in self.plans}
+        decisions = borrow_pass(
+            offered,
+            rules=rules,
+            views={p: sim.views(p) for p in lenders},
+            plans=plans,
+            running=sim.per_queue,
+            now=now,
+        )
+        for d in decisions:
+            if not isinstance(d, Borrowed):
+                continue
+            job = sim.waiting[d.key]
+            self._unbucket(job)
+            self._start(job, d.placement, now)
+            lender = self.plans.get(d.pool)
+            if lender is not None:  # its plan counts it from now on (borrow_pass's, or here)
+                if d.pool not in plans:
+                    lender.start(d.placement, d.until)
+                self.since[d.pool].add(job.key)
+            own = site.queues[job.queue].pool
+            plan = self.plans.get(own)
+            if plan is not None and plan.held_for(job.key) is not None:
+                # Its reservation at home goes: what waited behind it may start there now.
+                plan.release(job.key)
+                sim.dirty.add(own)
+                sim.freed.add(own)
