@@ -2,7 +2,7 @@
 version can be restored (docs/console.md).
 
 Pools, nodes, queues, routing and level rules, classifier thresholds, quotas, rate cards,
-lease schedules, storage areas, the image catalogue and projects' fair shares are watched
+lease schedules, backfill across pools, storage areas, the image catalogue and projects' fair shares are watched
 through Django's model signals, so a change is recorded however it is made: a console page,
 the API, the admin console, a management command. A version keeps the object's fields before and after (foreign keys as
 ids, many-to-many as lists of ids), its author, time and reason; the diff is computed from
@@ -45,6 +45,7 @@ TRACKED: dict[str, frozenset[str]] = {
     "scheduling.levelrule": frozenset(),
     "scheduling.classifiersettings": frozenset(),
     "scheduling.leaseschedule": frozenset(),
+    "scheduling.poolborrowing": frozenset(),
     "scheduling.storagearea": frozenset(),
     "scheduling.imageregistry": frozenset(),
     "scheduling.catalogueimage": frozenset(),

@@ -13,6 +13,7 @@ from scheduling.models import (
     Node,
     NodeLease,
     Pool,
+    PoolBorrowing,
     PriorityRequest,
     Queue,
     Quota,
@@ -30,10 +31,27 @@ class NodeInline(admin.TabularInline):
     readonly_fields = ["state", "health"]  # changed by the node actions, which reach backends
 
 
+class BorrowingInline(admin.TabularInline):
+    """Backfill across pools: which pools' idle cores this pool's CPU jobs may use
+    (docs/policy.md, "Backfill across pools"); off until switched on."""
+
+    model = PoolBorrowing
+    fk_name = "borrower"
+    extra = 0
+    verbose_name = "may use the idle cores of"
+    verbose_name_plural = "backfill across pools (this pool's CPU jobs on another's idle cores)"
+
+
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "backend", "max_image_bytes"]
-    inlines = [NodeInline]
+    inlines = [NodeInline, BorrowingInline]
+
+
+@admin.register(PoolBorrowing)
+class PoolBorrowingAdmin(admin.ModelAdmin):
+    list_display = ["borrower", "lender", "enabled", "cpus_per_free_gpu"]
+    list_filter = ["enabled"]
 
 
 @admin.register(Node)

@@ -20,14 +20,15 @@ queue's quotas and concurrency, and is metered as CPU work of its own queue. Pur
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scheduling.decisions.place import PACK, place
+from scheduling.decisions.place import PACK, free_view, place
 from scheduling.decisions.reserve import Plan, node_range
-from scheduling.decisions.schedule import Start, Wait, WaitingJob
+from scheduling.decisions.schedule import Decision, Start, Wait, WaitingJob
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
 
 UNTIL = "%Y-%m-%d %H:%M UTC"
@@ -150,6 +151,62 @@ def borrow_pass(
             )
             decisions.append(Wait(job.key, why))
     return decisions
+
+
+def borrow_after(
+    waiting: Sequence[WaitingJob],
+    decisions: Sequence[Decision],
+    *,
+    rules: Sequence[Borrowing],
+    pools: Mapping[str, Sequence[NodeView]],
+    allocations: Mapping[str, Sequence[NodeAllocation]],
+    running: Mapping[str, int],
+    now: float,
+    plans: Mapping[str, Plan],
+    drained: Mapping[str, str] | AbstractSet[str] = frozenset(),
+) -> list[Decision]:
+    """One `schedule_pass`'s `decisions` over `waiting` (on `pools`, with `allocations`,
+    `running` and `drained` as it had them, and the lending pools' `plans` it kept), with
+    backfill across pools: a job it left waiting that may borrow gets a `Borrowed` start in
+    place of its `Wait`, or its reason says why not too."""
+    if not rules:
+        return list(decisions)
+    jobs = {j.key: j for j in waiting}
+    booked: dict[str, list[NodeAllocation]] = defaultdict(list)
+    for name, held in allocations.items():
+        booked[name].extend(held)
+    per_queue = Counter(running)
+    for d in decisions:
+        if isinstance(d, Start):
+            per_queue[jobs[d.key].queue.name] += 1
+            for a in d.placement.allocations:
+                booked[a.node].append(a)
+    views = {
+        rule.lender: [
+            free_view(
+                dataclasses.replace(n, available=False) if n.name in drained else n, booked[n.name]
+            )
+            for n in pools.get(rule.lender, ())
+        ]
+        for rule in rules
+    }
+    waits = [jobs[d.key] for d in decisions if isinstance(d, Wait)]
+    more = {
+        d.key: d
+        for d in borrow_pass(
+            waits, rules=rules, views=views, plans=plans, running=per_queue, now=now
+        )
+    }
+    out: list[Decision] = []
+    for d in decisions:
+        extra = more.get(d.key)
+        if isinstance(extra, Borrowed):
+            out.append(extra)
+        elif extra is not None and isinstance(d, Wait):
+            out.append(dataclasses.replace(d, reason=f"{d.reason}; {extra.reason}"))
+        else:
+            out.append(d)
+    return out
 
 
 def _take(view: NodeView, a: NodeAllocation) -> NodeView:

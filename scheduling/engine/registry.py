@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from scheduling.backends import Backend
-from scheduling.selectors import node_views_for_backend
+from scheduling.selectors import borrowing_for_backend, node_views_for_backend
 
 
 def get_backend(alias: str) -> Backend:
@@ -43,6 +43,8 @@ def _build(alias: str, _key: str) -> Backend:
     options = dict(config.get("OPTIONS", {}))
     if getattr(cls, "uses_inventory", False):
         options.setdefault("node_source", node_views_for_backend)
+    if getattr(cls, "backfills_across_pools", False):
+        options.setdefault("borrowing_source", borrowing_for_backend)
     backend = cls(alias=alias, **options)
     said = config.get("RUNS_ON_THIS_HOST", False)
     if said is not backend.runs_on_this_host:

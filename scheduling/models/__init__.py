@@ -10,6 +10,7 @@ from scheduling.models.capacity import (
     LoadSample,
     NodeImageCache,
     NodeLease,
+    PoolBorrowing,
 )
 from scheduling.models.images import CatalogueImage, ImageRegistry
 from scheduling.models.priority import PriorityRequest
@@ -69,6 +70,7 @@ __all__ = [
     "LevelRule",
     "Node",
     "Pool",
+    "PoolBorrowing",
     "PriorityRequest",
     "Queue",
     "Quota",

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import TextChoices
+from django.utils.module_loading import import_string
 
 from scheduling.models.site import Node, Pool, Queue
 from scheduling.models.tasks import Task
@@ -159,3 +160,64 @@ class NodeImageCache(models.Model):
 
     def __str__(self) -> str:
         return f"{self.backend}: {', '.join(self.nodes)} ({len(self.images)} images)"
+
+
+class PoolBorrowing(models.Model):
+    """Backfill across pools, per pair: CPU jobs of `borrower`'s queues may run on the idle
+    cores of `lender`'s nodes, by their walltime, before the lender's next reservation and
+    never on a GPU (docs/policy.md, "Backfill across pools"). Off until a platform admin
+    switches it on."""
+
+    borrower = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="borrows_from")
+    lender = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="lends_to")
+    enabled = models.BooleanField(
+        default=False, help_text="On: the borrower's CPU jobs may use the lender's idle cores."
+    )
+    cpus_per_free_gpu = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Cores a lender's node keeps for each of its free GPUs (and memory in the "
+        "node's proportion), which borrowed work never takes. Empty: the node's own cores "
+        "per GPU, so that an idle GPU node lends nothing.",
+    )
+
+    class Meta:
+        ordering = ["borrower__name", "lender__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["borrower", "lender"], name="one_borrowing_per_pair")
+        ]
+
+    def __str__(self) -> str:
+        state = "on" if self.enabled else "off"
+        return f"{self.borrower} may use {self.lender}'s idle cores: {state}"
+
+    def clean(self) -> None:
+        if not (self.borrower_id and self.lender_id):
+            return
+        if self.borrower_id == self.lender_id:
+            raise ValidationError({"lender": "expected another pool than the borrower"})
+        if not self.enabled:
+            return
+        if self.lender.backend != self.borrower.backend:
+            raise ValidationError(
+                {
+                    "lender": f"expected a pool of the borrower's backend "
+                    f"{self.borrower.backend!r}, got one of {self.lender.backend!r}"
+                }
+            )
+        if not backfills_across_pools(self.borrower.backend):
+            raise ValidationError(
+                {
+                    "enabled": f"backend {self.borrower.backend!r} does not backfill across "
+                    "pools (only the local backend does; docs/policy.md)"
+                }
+            )
+
+
+def backfills_across_pools(alias: str) -> bool:
+    """Whether the backend of `alias` places work on another pool's nodes (the local backend;
+    on Slurm a job runs in its own partition)."""
+    config = settings.COMPUTE_BACKENDS.get(alias)
+    if config is None:
+        return False
+    return bool(getattr(import_string(config["BACKEND"]), "backfills_across_pools", False))

@@ -13,6 +13,7 @@ from scheduling.selectors.access import (
 )
 from scheduling.selectors.site import (
     SiteView,
+    borrowing_for_backend,
     node_view,
     node_views_for_backend,
     queue_policy,
@@ -22,6 +23,7 @@ from scheduling.selectors.site import (
 
 __all__ = [
     "SiteView",
+    "borrowing_for_backend",
     "can_change_task",
     "node_view",
     "node_views_for_backend",

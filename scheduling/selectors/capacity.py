@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
 from portal import roles
-from scheduling.models import Alert, Node, NodeImageCache, NodeLease, Pool
+from scheduling.models import Alert, Node, NodeImageCache, NodeLease, Pool, PoolBorrowing
 
 # The states a node and a lease can be in, for the pages and the API to check and filter by.
 NodeStates = Node.State
@@ -31,6 +31,15 @@ def capacity_pools_for_user(user: User) -> QuerySet[Pool]:
     if roles.is_platform_admin(user):
         return pools
     return pools.filter(pk__in=roles.administered_pool_ids(user))
+
+
+def borrowing_for_pools(pools: QuerySet[Pool]) -> QuerySet[PoolBorrowing]:
+    """The backfill-across-pools pairs (on or off) where one of `pools` borrows or lends."""
+    return (
+        PoolBorrowing.objects.filter(Q(borrower__in=pools) | Q(lender__in=pools))
+        .select_related("borrower", "lender")
+        .order_by("borrower__name", "lender__name")
+    )
 
 
 def node_by_name(name: str) -> Node | None:

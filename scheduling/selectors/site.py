@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from portal.models import Project
 from scheduling.decisions import PoolCapacity, pool_capacity
+from scheduling.decisions.borrow import Borrowing
 from scheduling.decisions.canary import CanaryError, parse_rule_set
 from scheduling.decisions.catalogue import Catalogue
 from scheduling.decisions.classify import DEFAULT_CLASSIFIER, ClassifierPolicy
@@ -27,6 +28,7 @@ from scheduling.models import (
     Node,
     NodeLease,
     Pool,
+    PoolBorrowing,
     Queue,
     Quota,
     RoutingRule,
@@ -77,6 +79,15 @@ def node_views_for_backend(alias: str) -> dict[str, list[NodeView]]:
     for node in Node.objects.filter(pool__backend=alias).select_related("pool").order_by("name"):
         pools.setdefault(node.pool.name, []).append(node_view(node))
     return pools
+
+
+def borrowing_for_backend(alias: str) -> list[Borrowing]:
+    """The pairs of the backend's pools switched on for backfill across pools
+    (docs/policy.md, "Backfill across pools")."""
+    rows = PoolBorrowing.objects.filter(
+        enabled=True, borrower__backend=alias, lender__backend=alias
+    ).select_related("borrower", "lender")
+    return [Borrowing(r.borrower.name, r.lender.name, r.cpus_per_free_gpu) for r in rows]
 
 
 def device_tables(

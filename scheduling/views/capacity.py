@@ -19,6 +19,7 @@ from scheduling.selectors.capacity import (
     LeaseStates,
     NodeStates,
     alert_list_for_user,
+    borrowing_for_pools,
     capacity_pools_for_user,
     image_caches_for_pools,
     lease_list_for_user,
@@ -52,6 +53,7 @@ def capacity(request: SignedInRequest) -> HttpResponse:
         "past": leases.filter(state=LeaseStates.ENDED)[:20],
         "alerts": alerts[:30],
         "image_caches": image_caches_for_pools(pools),
+        "borrowing": borrowing_for_pools(pools),
         "now": timezone.now(),
     }
     return render(request, "scheduling/capacity.html", context)

@@ -34,6 +34,7 @@ from scheduling.backends.base import (
 from scheduling.backends.local import images as local_images
 from scheduling.backends.local import launch, limits, pulls, warm
 from scheduling.backends.local import usage as job_usage
+from scheduling.backends.local.crosspool import BorrowingSource, LocalCrossPool
 from scheduling.backends.local.folders import FolderTotals
 from scheduling.backends.local.jobstore import (
     FINAL,
@@ -49,7 +50,7 @@ from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
 from scheduling.decisions.reserve import Busy
-from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
+from scheduling.decisions.schedule import Fail, Start, WaitingJob
 from scheduling.decisions.types import NodeAllocation, NodeView
 from scheduling.host import pid_max as host_pid_max
 
@@ -61,7 +62,7 @@ SUPERVISOR_DIED = "the local supervisor died"
 NodeSource = Callable[[str], "Sequence[NodeView] | Mapping[str, Sequence[NodeView]]"]
 
 
-class LocalBackend(LocalSessions, LocalImages, Backend):
+class LocalBackend(LocalSessions, LocalImages, LocalCrossPool, Backend):
     """Runs jobs as processes on this machine; see jobstore.py for the files."""
 
     # The engine hands this backend the portal's node inventory (engine/registry.py).
@@ -69,6 +70,7 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
     # Its jobs are processes of this machine: they share its process ids (scheduling/host.py).
     runs_on_this_host = True
     shows_starts = True  # a job's start shows at once in its folder (engine/starts.py)
+    backfills_across_pools = True  # idle cores lent across pools (crosspool.py)
 
     def __init__(
         self,
@@ -78,6 +80,7 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
         bwrap: str = "bwrap",
         slirp4netns: str = "slirp4netns",
         node_source: NodeSource | None = None,
+        borrowing_source: BorrowingSource | None = None,
         python: str = sys.executable,
         launcher: bool = True,
         kill_grace_s: float = KILL_GRACE_S,
@@ -119,6 +122,8 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
             import_string(health_probe) if isinstance(health_probe, str) else health_probe
         )
         self._node_source = node_source or (lambda _alias: [])
+        self._borrowing_source = borrowing_source or (lambda _alias: ())
+        self._borrowing_cache = None
         # Reading the inventory was a sixth of a dispatch; nodes change rarely (admin edits).
         self.inventory_ttl_s = inventory_ttl_s
         self._inventory_cache: tuple[float, dict[str, tuple[NodeView, ...]]] | None = None
@@ -352,7 +357,7 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
             )
         missing = None if shutil.which(self.bwrap) else BWRAP_MISSING
         now = time.time()
-        decisions = schedule_pass(
+        decisions = self._decide(  # crosspool.py: schedule_pass, then backfill across pools
             jobs,
             pools=self._lent(self._inventory()),
             allocations=allocations,
@@ -361,7 +366,6 @@ class LocalBackend(LocalSessions, LocalImages, Backend):
             sandbox_missing=missing,
             now=now,
             busy=lambda: self._planned_ends(states, now),  # read only to make a reservation
-            backfill="shortest",
         )
         plans = {}
         for decision in decisions:

@@ -20,11 +20,13 @@ from scheduling.models import (
     LevelRule,
     Node,
     Pool,
+    PoolBorrowing,
     Queue,
     Quota,
     RoutingRule,
     StorageArea,
 )
+from scheduling.models.capacity import backfills_across_pools
 from scheduling.selectors import site_view_invalidate
 from scheduling.sites import default_site
 
@@ -113,6 +115,15 @@ class Command(BaseCommand):
                 count=lease.count,
                 start=time(hours, minutes),
                 duration_s=lease.duration_s,
+            )
+        # Backfill across pools, where the backend does it (the local backend; not Slurm).
+        PoolBorrowing.objects.all().delete()
+        for pair in site.borrowing:
+            PoolBorrowing.objects.create(
+                borrower=pools[pair.borrower],
+                lender=pools[pair.lender],
+                enabled=backfills_across_pools(backend),
+                cpus_per_free_gpu=pair.cpus_per_free_gpu,
             )
         LevelRule.objects.all().delete()
         for rule in site.level_rules:
