@@ -29,16 +29,31 @@ class Day:
         return self.runs["switchyard"]
 
     def pool_nodes(self, key: str) -> set[str]:
-        """The nodes of the pool `key` ran in under Switchyard (all of them for a baseline)."""
+        """The nodes of the pool `key` ran in under Switchyard (all of them for a baseline);
+        its own queue's pool where it ran on another's idle cores (`lender`)."""
+        if self.lender(key):
+            queue = self.site.queues.get(self.jobs[key].queue)
+            return {n.name for n in self.site.pools[queue.pool]} if queue else set()
+        return self._ran_in(key)[1]
+
+    def lender(self, key: str) -> str | None:
+        """The pool whose idle cores `key` borrowed (docs/policy.md, "Backfill across
+        pools"), or None: a CPU job on another pool's nodes (a lease lends GPU work's)."""
+        job, (pool, _) = self.jobs.get(key), self._ran_in(key)
+        if job is None or job.spec.resources.gpus or job.queue not in self.site.queues:
+            return None
+        return None if pool in (None, self.site.queues[job.queue].pool) else pool
+
+    def _ran_in(self, key: str) -> tuple[str | None, set[str]]:
         outcome = self.mine.outcomes.get(key)
         if outcome is None or not outcome.allocations:
-            return set()
+            return None, set()
         first = outcome.allocations[0].node
-        for nodes in self.site.pools.values():
+        for pool, nodes in self.site.pools.items():
             names = {n.name for n in nodes}
             if first in names:
-                return names
-        return set()
+                return pool, names
+        return None, set()
 
     def idle_gpus(self, run: Run, nodes: set[str], at: float) -> int:
         return self.idle(run, nodes, at)[1]
@@ -102,6 +117,8 @@ def _waited(day: Day, key: str, what: str) -> str:
         if asked.gpus
         else f"its pool had {free_cpus} of {cpus} cores free when it arrived"
     )
+    if lender := day.lender(key):
+        return f"{what} ({size}) waited {_duration(o.wait)}: {room}; it ran on pool {lender}'s idle cores."
     others = _started_meanwhile(day, key)
     if not others:
         return f"{what} ({size}) waited {_duration(o.wait)}: {room}, and no room freed for it."
