@@ -96,7 +96,7 @@ def borrow_pass(
     running: Mapping[str, int],
     now: float,
 ) -> list[Borrowed | Wait]:
-    """Decide, in the order given, the jobs their own pools' pass left waiting.
+    """Decide, in priority then submit order, the jobs their own pools' pass left waiting.
 
     `views`: each lending pool's free views now (after its own pass's starts); `plans`: its
     reservations (absent: none), which each start here joins (`Plan.start`); `running`: the
@@ -111,7 +111,7 @@ def borrow_pass(
         if rule.lender != rule.borrower and rule.lender in free:
             lenders.setdefault(rule.borrower, []).append(rule)
     decisions: list[Borrowed | Wait] = []
-    for job in waiting:
+    for job in sorted(waiting, key=lambda j: (-j.priority, j.seq)):
         mine = lenders.get(job.queue.pool)
         r = job.spec.resources
         if not mine or r.gpus or r.gpu_type:

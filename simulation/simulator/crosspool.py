@@ -64,7 +64,6 @@ class CrossPool:
                         )
         if not offered:
             return
-        offered.sort(key=lambda j: (-j.priority, j.seq))
         lenders = {r.lender for r in rules}
         # A lender with nobody waiting has no reservation to keep (its plan may be stale).
         plans = {p: self.plans[p] for p in lenders if self.groups.get(p) and p in self.plans}

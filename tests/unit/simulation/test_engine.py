@@ -200,10 +200,15 @@ def test_the_simulator_imports_no_django_and_uses_the_engines_decisions():
 
 def test_the_simulator_calls_the_functions_the_live_engine_calls():
     from scheduling.backends.local import backend as local
+    from scheduling.backends.local import crosspool as local_crosspool
+    from scheduling.decisions import borrow
     from scheduling.engine import admission, capacity
-    from simulation.simulator import baselines, leases, switchyard
+    from simulation.simulator import baselines, crosspool, leases, switchyard
 
-    assert switchyard.schedule_pass is local.schedule_pass
+    assert switchyard.schedule_pass is local_crosspool.schedule_pass
+    # Backfill across pools: the local backend's borrow_after is borrow_pass after one pass.
+    assert crosspool.borrow_pass is borrow.borrow_pass
+    assert local_crosspool.borrow_after is borrow.borrow_after
     assert leases.lend is local.lend
     assert switchyard.whom_to_preempt is capacity.whom_to_preempt
     assert switchyard.admit is admission.admit

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from scheduling.decisions.borrow import Borrowed, Borrowing, borrow_pass, lendable
 from scheduling.decisions.place import free_view
 from scheduling.decisions.reserve import Busy, Plan
@@ -111,8 +113,12 @@ def test_only_the_pools_switched_on_borrow_and_queues_keep_their_maximum():
     assert _borrow([_job("a", 4, 60)], rules=()) == {}
 
 
-def test_jobs_take_the_lent_cores_in_the_order_given():
-    out = _borrow([_job("first", 40, 60), _job("second", 40, 60, seq=1), _job("third", 40, 60)])
-    assert out["first"].placement.allocations[0].node == "gpu001"
-    assert isinstance(out["second"], Wait)  # 32 left on gpu002
-    assert isinstance(out["third"], Wait)
+def test_jobs_take_the_lent_cores_in_priority_then_submit_order():
+    late, early = _job("late", 40, 60, seq=2), _job("early", 40, 60, seq=1)
+    urgent = dataclasses.replace(_job("urgent", 40, 60, seq=3), priority=5)
+    out = _borrow([late, early, urgent])
+    assert out["urgent"].placement.allocations[0].node == "gpu001"
+    assert isinstance(out["early"], Wait)  # 32 left on gpu002
+    assert isinstance(out["late"], Wait)
+    out = _borrow([late, early])
+    assert isinstance(out["early"], Borrowed) and isinstance(out["late"], Wait)
