@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 VAR ?= $(or $(SWITCHYARD_VAR_DIR),$(CURDIR)/var)
 TEST_VAR := $(CURDIR)/var/test
 
-.PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench simulation-report slurm-up slurm-down registry-up registry-down clean
+.PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench simulation-report live-day slurm-up slurm-down registry-up registry-down clean
 
 $(VENV)/.installed: pyproject.toml clients/pyproject.toml
 	python3 -m venv $(VENV)
@@ -94,6 +94,12 @@ bench: install system-deps
 # loads, the contended Alibaba run) as one table in docs/simulation.md; a few minutes on 2 cores.
 simulation-report: install
 	$(PY) manage.py simulate report --seeds 1-5 --write docs/simulation.md
+
+# The validation day played through the live engine on the local backend, ten hours in six
+# minutes (x0.01), judged by the same criteria beside the simulator's verdict (docs/simulation.md).
+SEED ?= 1
+live-day: install system-deps
+	$(PY) bench/live_day.py --seed $(SEED)
 
 # The localhost Slurm cluster, generated from the portal's model (docs/slurm.md).
 slurm-up: install
