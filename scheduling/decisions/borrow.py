@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from scheduling.decisions.place import PACK, free_view, place
-from scheduling.decisions.reserve import Plan, node_range
+from scheduling.decisions.reserve import RESERVED_AT, Plan, node_range
 from scheduling.decisions.schedule import Decision, Start, Wait, WaitingJob
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
-
-UNTIL = "%Y-%m-%d %H:%M UTC"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +81,7 @@ def lendable(node: NodeView, rule: Borrowing) -> NodeView:
 def describe(placement: Placement, pool: str, until: float) -> str:
     """`backfilled on gpu007's idle cores (pool gpu-train) until 2026-01-05 14:20 UTC`."""
     nodes = tuple(dict.fromkeys(a.node for a in placement.allocations))
-    when = datetime.fromtimestamp(until, tz=UTC).strftime(UNTIL)
+    when = datetime.fromtimestamp(until, tz=UTC).strftime(RESERVED_AT)
     return f"backfilled on {node_range(nodes)}'s idle cores (pool {pool}) until {when}"
 
 

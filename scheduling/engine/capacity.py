@@ -38,6 +38,7 @@ from scheduling.models import (
     LeaseSchedule,
     Node,
     NodeLease,
+    PoolBorrowing,
     Queue,
     Task,
     TaskEvent,
@@ -303,13 +304,17 @@ def _end_in_backend(backend, view: LeaseView) -> bool:
 
 def requeue_strays(now: datetime) -> int:
     """Running work on a node that is not its queue's (the node went back to its pool as
-    the work started): requeued, so no borrower's work outlives its lease."""
+    the work started): requeued, so no borrower's work outlives its lease. CPU work on the
+    idle cores of a pool its own may borrow from (backfill across pools) is no stray: its
+    walltime ends it before that pool's next reservation, even if the pair is switched off
+    meanwhile (docs/policy.md)."""
     pools = dict(Node.objects.values_list("name", "pool__name"))
     lent = set(
         NodeLease.objects.filter(NodeLease.in_effect(), ends_at__gt=now).values_list(
             "nodes__name", "queue__pool__name"
         )
     )
+    lenders = set(PoolBorrowing.objects.values_list("lender__name", "borrower__name"))
     strays = 0
     site = site_view()
     for occupant in running_on(None):
@@ -320,7 +325,10 @@ def requeue_strays(now: datetime) -> int:
         foreign = [
             a.node
             for a in occupant.allocations
-            if a.node in pools and pools[a.node] != queue.pool and (a.node, queue.pool) not in lent
+            if a.node in pools
+            and pools[a.node] != queue.pool
+            and (a.node, queue.pool) not in lent
+            and (a.gpu_indices or (pools[a.node], queue.pool) not in lenders)
         ]
         if foreign:
             strays += requeue(

@@ -42,6 +42,14 @@ def borrowing_for_pools(pools: QuerySet[Pool]) -> QuerySet[PoolBorrowing]:
     )
 
 
+def lenders_by_pool() -> dict[str, list[str]]:
+    """Per pool, the pools whose idle cores its CPU jobs may use (the pairs switched on)."""
+    lenders: dict[str, list[str]] = {}
+    for b in borrowing_for_pools(Pool.objects.all()).filter(enabled=True):
+        lenders.setdefault(b.borrower.name, []).append(b.lender.name)
+    return lenders
+
+
 def node_by_name(name: str) -> Node | None:
     return Node.objects.select_related("pool").filter(name=name).first()
 

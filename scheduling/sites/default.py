@@ -148,11 +148,11 @@ def default_site() -> Site:
     # pools' idle cores until their next reservation (docs/policy.md, "Backfill across
     # pools"). The inference pool keeps no cores for its free GPUs: its queue oversubscribes
     # CPUs 1:4, so an inference job's cores fit beside a borrowed job anyway. A training node
-    # keeps 4 cores per free GPU (half of an idle node), and a training only starts on a
-    # node with nothing on it: what borrows there ends before the pool's next reservation.
+    # keeps its own cores per free GPU: a whole-node training starts only on an empty node,
+    # so a core lent on an idle one would hold its eight GPUs for the borrowed walltime.
     borrowing = (
         Borrowing("cpu-hpc", "inference-agent", cpus_per_free_gpu=0),
-        Borrowing("cpu-hpc", "gpu-train", cpus_per_free_gpu=4),
+        Borrowing("cpu-hpc", "gpu-train"),
     )
     # Agents that do not start within 5 minutes of their dispatch are resubmitted.
     startup_timeouts = {"inference-agent": 5 * 60}

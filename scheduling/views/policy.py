@@ -24,6 +24,7 @@ from scheduling.decisions.levels import LEVELS, rule_for
 from scheduling.decisions.order import format_window
 from scheduling.presenters.runtimes import queue_prediction_text
 from scheduling.selectors import site_view, task_get_for_user
+from scheduling.selectors.capacity import lenders_by_pool
 from scheduling.selectors.policy import site_minute
 from scheduling.selectors.queues import queue_list as queues_with_admins
 from scheduling.selectors.quota import project_quotas
@@ -109,6 +110,7 @@ def queue_list(request: SignedInRequest) -> HttpResponse:
             quotas.setdefault(row["queue"], []).append({"project": project.slug, **row})
     queues = []
     rows = list(queues_with_admins())
+    lenders = lenders_by_pool()  # backfill across pools
     errors = queue_prediction_errors([q.pk for q in rows], now=now)
     for queue in rows:
         policy = site.queues[queue.name]
@@ -124,6 +126,7 @@ def queue_list(request: SignedInRequest) -> HttpResponse:
                 "admins": [a.get_username() for a in queue.admins.all()],
                 "can_edit": roles.administers_queue(request.user, queue.pk),
                 "prediction": queue_prediction_text(errors[queue.pk]),
+                "lenders": lenders.get(queue.pool.name, []),
             }
         )
     context = {"queues": queues, "now": now, "classifier": site.classifier}

@@ -28,6 +28,7 @@ from scheduling.models import (
     Node,
     NodeLease,
     Pool,
+    PoolBorrowing,
     Queue,
     Task,
 )
@@ -234,6 +235,17 @@ def test_work_found_on_a_node_that_went_back_to_its_pool_is_requeued(api, site):
     assert task.reason.startswith("inf007 went back to its pool")
     own.refresh_from_db()
     assert own.state == "running"
+
+
+def test_cpu_work_on_the_idle_cores_of_a_pool_its_own_borrows_from_is_no_stray(api, site):
+    hpc = {"type": "hpc-simulation", "walltime": "10m", "resources": {"cpus": 4}}
+    borrowed = _run(_submit(api, "borrowed", **hpc), "agt001")  # cpu-hpc may borrow there
+    PoolBorrowing.objects.filter(lender__name="gpu-train").delete()
+    stray = _run(_submit(api, "stray", **hpc), "gpu001")  # no such pair any more
+    assert capacity_pass(_later())["strays"] == 1
+    borrowed.refresh_from_db()
+    stray.refresh_from_db()
+    assert (borrowed.state, stray.state) == ("running", "pending")
 
 
 def test_a_lease_needs_idle_nodes_another_pool_and_a_sane_length(site):

@@ -51,6 +51,18 @@ def test_the_capacity_page_shows_each_pair_and_its_state(site):
     client.force_login(User.objects.filter(is_superuser=True).first())
     page = client.get("/capacity/").content.decode()
     row = page[page.index('id="borrowing-cpu-hpc-gpu-train"') :].split("</tr>")[0]
-    assert "<td>cpu-hpc</td><td>gpu-train</td><td>4</td>" in row
+    assert "<td>cpu-hpc</td><td>gpu-train</td><td>the node's own cores per GPU</td>" in row
     assert '<span class="state">off</span>' in row
     assert "/admin/scheduling/poolborrowing/" in page
+
+
+def test_the_queues_page_names_the_pools_a_queues_cpu_work_may_borrow(site):
+    client = Client()
+    client.force_login(User.objects.filter(is_superuser=True).first())
+    assert "may borrow idle cores" not in client.get("/queues/").content.decode()  # all off
+    Pool.objects.update(backend="local")
+    PoolBorrowing.objects.filter(lender__name="inference-agent").update(enabled=True)
+    page = client.get("/queues/").content.decode()
+    hpc = page[page.index("<h2>hpc ") :].split("</h2>")[0]
+    assert "CPU work may borrow idle cores of inference-agent" in hpc
+    assert page.count("may borrow idle cores") == 1
