@@ -134,7 +134,10 @@ def borrow_pass(
             placement = place(job.spec, as_borrowed, [lendable(v, rule) for v in room], now=now)
             if placement is None:
                 continue
-            placement = Placement(placement.allocations, describe(placement, rule.lender, until))
+            said = describe(placement, rule.lender, until)
+            placement = Placement(
+                placement.allocations, "; ".join(filter(None, [said, placement.note]))
+            )
             if plan is not None:
                 plan.start(placement, until)
             for a in placement.allocations:
