@@ -120,9 +120,14 @@ class Groups:
 
         return never
 
+    def _rank(self, job: SimJob) -> tuple:
+        """Its place in the order: level, type, project, and whether it was admitted on
+        borrowed room (which goes after its level's own-quota work)."""
+        return (self.level[job.key], job.type, job.project, job.key in self.cohorts.borrowed)
+
     def _bucket(self, job: SimJob) -> None:
         pool = self.pool_of_queue[job.queue]
-        shape, rank = shape_of(job), (self.level[job.key], job.type, job.project)
+        shape, rank = shape_of(job), self._rank(job)
         members = self.groups[pool].setdefault(shape, {}).setdefault(rank, {})
         if members and self.seq[next(reversed(members))] > self.seq[job.key]:
             self.unsorted.add((pool, shape, rank))  # moved here by a level change

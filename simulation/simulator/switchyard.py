@@ -185,7 +185,7 @@ class SitePolicy(Leases, Groups):
         shares: dict[str, dict[str, float]] = {}
         values: dict[tuple, int] = {}
 
-        def value(queue: str, rank: tuple) -> int:  # rank: (level, type, project)
+        def value(queue: str, rank: tuple) -> int:  # rank: (level, type, project, borrowed)
             if (queue, rank) not in values:
                 if queue not in shares:
                     shares[queue] = self._shares(queue, now)
@@ -193,6 +193,7 @@ class SitePolicy(Leases, Groups):
                     level=rank[0],
                     weight=weight_at(site.weights.get(queue, ()), rank[1], minute),
                     share=shares[queue].get(rank[2], 1.0),
+                    borrowed=rank[3],
                 )
             return values[(queue, rank)]
 
@@ -353,6 +354,7 @@ class SitePolicy(Leases, Groups):
                 share=1.0,
                 ready_at=sim.ready[job.key],
                 task_id=self.seq[job.key],
+                borrowed=job.key in self.cohorts.borrowed,
             )
 
         for job in sorted(waiting, key=order):

@@ -46,6 +46,7 @@ class OneCall(SitePolicy):
                 level=self.level[job.key],
                 weight=weight_at(site.weights.get(job.queue, ()), job.type, minute),
                 share=shares[job.queue].get(job.project, 1.0),
+                borrowed=job.key in self.cohorts.borrowed,
             )
             offered.append(
                 WaitingJob(
@@ -143,7 +144,19 @@ def _site_and_jobs(seed: int):
         pools={"cpu": cpu, "gpu": gpu, "ag": agents},
         queues=queues,
         level_rules=rules,
-        quotas=(QuotaTemplate("tr", "gpus", rng.choice((2, 4))),) if rng.random() < 0.6 else (),
+        quotas=(
+            (
+                QuotaTemplate(
+                    "tr",
+                    "gpus",
+                    rng.choice((2, 4)),
+                    borrowing_limit=rng.choice((0, 2, 4)),  # lending: borrowed work goes last
+                    lending_limit=rng.choice((None, 1)),
+                ),
+            )
+            if rng.random() < 0.6
+            else ()
+        ),
         leases=leases,
         shares={"p1": 2.0, "p2": 1.0},
         half_life_s=300,
