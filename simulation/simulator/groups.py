@@ -55,6 +55,9 @@ class Groups:
 
     def _release(self, job: SimJob, now: float) -> None: ...  # SitePolicy's
 
+    def _borrows(self, job: SimJob) -> bool:  # SitePolicy's: admitted on borrowed room
+        raise NotImplementedError
+
     def _planned(self, job: SimJob) -> float:
         """How long the job is planned to run: its walltime (the trace's runtime if none)."""
         return job.spec.walltime_s or job.runtime
@@ -123,7 +126,7 @@ class Groups:
     def _rank(self, job: SimJob) -> tuple:
         """Its place in the order: level, type, project, and whether it was admitted on
         borrowed room (which goes after its level's own-quota work)."""
-        return (self.level[job.key], job.type, job.project, job.key in self.cohorts.borrowed)
+        return (self.level[job.key], job.type, job.project, self._borrows(job))
 
     def _bucket(self, job: SimJob) -> None:
         pool = self.pool_of_queue[job.queue]

@@ -354,7 +354,7 @@ class SitePolicy(Leases, Groups):
                 share=1.0,
                 ready_at=sim.ready[job.key],
                 task_id=self.seq[job.key],
-                borrowed=job.key in self.cohorts.borrowed,
+                borrowed=self._borrows(job),
             )
 
         for job in sorted(waiting, key=order):
@@ -446,6 +446,9 @@ class SitePolicy(Leases, Groups):
     @functools.cached_property
     def cohorts(self) -> Cohorts:
         return Cohorts(self.sim)
+
+    def _borrows(self, job: SimJob) -> bool:
+        return job.key in self.cohorts.borrowed
 
     def _rules(self, job: SimJob) -> tuple[tuple[QuotaRule, ...], tuple[QuotaRule, ...]]:
         return self.cohorts.rules(job)  # its project's rules in its queue, and the lenders'
