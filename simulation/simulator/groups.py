@@ -19,6 +19,7 @@ from scheduling.decisions.reserve import Busy, Plan
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.spec import Resources, TaskSpec
 from simulation.simulator.model import SimJob
+from simulation.simulator.predicted import Predictions
 from simulation.simulator.state import Sim
 
 
@@ -36,8 +37,8 @@ def push(heads: list, stream: tuple, tie, seq: dict[str, int]) -> None:
         heapq.heappush(heads, (-stream[2], seq[job.key], next(tie), job, stream))
 
 
-class Groups:
-    """The filing half of `SitePolicy`."""
+class Groups(Predictions):
+    """The filing half of `SitePolicy` (planned runtimes: `Predictions`)."""
 
     sim: Sim
     pool_of_queue: dict[str, str]
@@ -57,10 +58,6 @@ class Groups:
 
     def _borrows(self, job: SimJob) -> bool:  # SitePolicy's: admitted on borrowed room
         raise NotImplementedError
-
-    def _planned(self, job: SimJob) -> float:
-        """How long the job is planned to run: its walltime (the trace's runtime if none)."""
-        return job.spec.walltime_s or job.runtime
 
     def _runtime_key(self, job: SimJob) -> tuple[float, int, str]:
         """Where the job stands in its group by planned runtime (ties: submit order)."""

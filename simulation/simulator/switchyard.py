@@ -29,6 +29,7 @@ from scheduling.decisions.order import (
     weight_at,
 )
 from scheduling.decisions.place import cpu_ratio, place
+from scheduling.decisions.predict import History
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
 from scheduling.decisions.reserve import Plan
@@ -41,7 +42,7 @@ from simulation.simulator.groups import Groups, push
 from simulation.simulator.leases import Leases
 from simulation.simulator.model import SimJob
 from simulation.simulator.quotas import Cohorts
-from simulation.simulator.state import LEASE_END, LEASE_OPEN, TICK, Sim
+from simulation.simulator.state import LEASE_END, LEASE_OPEN, OUTLIVED, TICK, Sim
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
 
@@ -83,6 +84,7 @@ class SitePolicy(Leases, Groups):
         # Each group's planned runtimes, sorted: whether any of it may end before a time.
         self.shortest: dict[tuple, list[tuple[float, int, str]]] = defaultdict(list)
         self.since: dict[str, set[str]] = {}
+        self.history, self.predicted, self.work = History(), {}, {}  # docs/predictions.md
         for i, lease in enumerate(site.leases):
             hour, minute = (int(x) for x in lease.start.split(":"))
             offset = ((hour * 60 + minute - site.start_minute) % (24 * 60)) * 60
@@ -113,6 +115,7 @@ class SitePolicy(Leases, Groups):
         self._ready(job, now)
 
     def ended(self, job: SimJob, now: float) -> None:
+        self._ran(job)
         self._stopped(job, now)
         self._release(job, now)
 
@@ -147,6 +150,8 @@ class SitePolicy(Leases, Groups):
             self._open_lease(int(key), now)
         elif kind == LEASE_END:
             self._end_lease(key, now)
+        elif kind == OUTLIVED:
+            self._outlived(key, now)
 
     def schedule(self, now: float) -> None:
         sim = self.sim
@@ -386,6 +391,7 @@ class SitePolicy(Leases, Groups):
 
     def _start(self, job: SimJob, placement, now: float) -> None:
         self.sim.start(job, placement, now)
+        self._plan_started(job)
         if self.sim.site.queues[job.queue].policy == "fairshare":
             units = float(job.spec.resources.gpus or job.spec.resources.cpus)
             self.going[job.queue][job.key] = UsageRun(units, now)
@@ -420,6 +426,7 @@ class SitePolicy(Leases, Groups):
         self.fresh[pool][job.key] = job
         self.seq[job.key] = next(self._seq)
         self.level[job.key] = self._level(job, now)
+        self._predict(job)
         self._bucket(job)
         pool = sim.site.queues[job.queue].pool
         if pool in self.preemptible:
