@@ -124,6 +124,10 @@ class SubmitRequest:
     devices: DeviceTable = NO_DEVICES
     # The storage folders bound into its sandbox and the folder it starts in (docs/storage.md).
     storage: JobStorage = field(default_factory=JobStorage)
+    # How long the work is predicted to run, in seconds (None: no earlier run to go by): a
+    # backend that plans reservations itself (local) plans the job by it, corrected once the
+    # job outlives it. It never ends the job: the walltime does (docs/predictions.md).
+    planned_runtime_s: float | None = None
 
 
 class SessionGone(BackendError):

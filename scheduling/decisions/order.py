@@ -1,4 +1,5 @@
-"""In what order waiting tasks start: level, then the time of day's weight, then fair share.
+"""In what order waiting tasks start: level, own quota or borrowed, the time of day's weight,
+fair share.
 
 - **Level** (low / medium / high) first, always.
 - **Weight** of the task's type at this time of day, from the queue's `weight_schedule`: a
@@ -8,6 +9,10 @@
   recently goes first. A project's usage decays by half every `half_life`; its factor is
   2^(−usage fraction / share fraction), as Slurm's classic fair-share formula (1: used nothing;
   0.5: used exactly its share; → 0: used far more).
+- **Own quota before borrowed room**, within a level: a task admitted on room its project's
+  cohort lends (docs/policy.md, quotas that lend) goes after the level's tasks on their own
+  quota, so a lender gets its room back as borrowed work ends, and its next job is the one
+  the pool's reservation protects.
 - Then the time it became ready (first come, first served), then its id.
 
 `priority_value` packs the same order into one integer for backends that take a number
@@ -149,21 +154,44 @@ def share_factors(usage: Mapping[str, float], shares: Mapping[str, float]) -> di
 # -- the order ------------------------------------------------------------------------
 
 
-def order_key(*, level: int, weight: float, share: float, ready_at: float, task_id: int) -> tuple:
-    """Sort ascending: higher level, weight and share first, then earlier, then lower id."""
-    return (-level, -round(weight, 3), -round(share, 3), ready_at, task_id)
+def order_key(
+    *,
+    level: int,
+    weight: float,
+    share: float,
+    ready_at: float,
+    task_id: int,
+    borrowed: bool = False,
+) -> tuple:
+    """Sort ascending: higher level first; at one level, a task on its project's own quota
+    before one admitted on borrowed room; then higher weight and share, then earlier, then
+    lower id."""
+    return (-level, borrowed, -round(weight, 3), -round(share, 3), ready_at, task_id)
 
 
 _LEVEL_BAND = 100_000_000
+_OWN_ROOM_BAND = 50_000_000
 _WEIGHT_BAND = 1_000
 
 
-def priority_value(*, level: int, weight: float = 1.0, share: float = 1.0) -> int:
-    """One integer carrying level, weight and share, higher first (fits Slurm's uint32).
+def priority_value(
+    *, level: int, weight: float = 1.0, share: float = 1.0, borrowed: bool = False
+) -> int:
+    """One integer carrying level, own or borrowed room, weight and share, higher first (fits
+    Slurm's uint32).
 
-    Level bands of 10⁸; within one, the weight in thousandths (up to 10) times 10³, then the
-    share factor in thousandths. Ties go to the backend's own order (first submitted).
+    Level bands of 10⁸; within one, a task on its own quota 5 × 10⁷ above one on borrowed
+    room; then the weight in thousandths (up to 10) times 10³, then the share factor in
+    thousandths. Ties go to the backend's own order (first submitted).
     """
     weight_milli = max(0, min(9_999, round(weight * 1000)))
     share_milli = max(0, min(999, round(share * 999)))
-    return (min(level, HIGH) + 1) * _LEVEL_BAND + weight_milli * _WEIGHT_BAND + share_milli
+    own = 0 if borrowed else _OWN_ROOM_BAND
+    return (min(level, HIGH) + 1) * _LEVEL_BAND + own + weight_milli * _WEIGHT_BAND + share_milli
+
+
+def on_room(value: int, *, borrowed: bool) -> int:
+    """`value` (a `priority_value`) for a task admitted on its own quota or on borrowed room:
+    the same level, weight and share, in the band its admission puts it in."""
+    level, rest = divmod(value, _LEVEL_BAND)
+    return level * _LEVEL_BAND + (0 if borrowed else _OWN_ROOM_BAND) + rest % _OWN_ROOM_BAND

@@ -112,6 +112,19 @@ def corrected(elapsed_s: float, walltime_s: float | None) -> float:
     return float(step) if walltime_s is None else float(min(step, walltime_s))
 
 
+def planned_runtime(
+    elapsed_s: float, predicted_s: float | None, walltime_s: float | None
+) -> float | None:
+    """How long a plan holds a job's room for, from its start, once it has run `elapsed_s`
+    (0 for one not started): its prediction while it has not outlived it, then `corrected`;
+    its walltime where it has no prediction (None: it has neither, and never frees)."""
+    if predicted_s is None:
+        return None if walltime_s is None else float(walltime_s)
+    if elapsed_s < predicted_s:
+        return float(predicted_s)
+    return corrected(elapsed_s, walltime_s)
+
+
 @dataclass(frozen=True, slots=True)
 class PredictionError:
     """How far predictions were from the runtimes that followed, over `count` jobs.

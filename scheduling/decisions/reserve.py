@@ -12,6 +12,7 @@ pass (docs/policy.md, "Reservations"). Pure.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -45,7 +46,7 @@ class Reservation:
     def describe(self) -> str:
         """`reserved from 2026-01-05 14:20 UTC on gpu007-gpu010`."""
         when = datetime.fromtimestamp(self.at, tz=UTC).strftime(RESERVED_AT)
-        return f"{RESERVED_FROM}{when} on {node_range(self.nodes)}"
+        return f"{RESERVED_FROM}{when} on {_node_range(self.nodes)}"
 
 
 RESERVED_FROM = "reserved from "
@@ -62,6 +63,13 @@ def reserved_at(reason: str) -> datetime | None:
         return datetime.strptime(stamp, RESERVED_AT).replace(tzinfo=UTC)
     except ValueError:
         return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _node_range(names: tuple[str, ...]) -> str:
+    """`node_range`, remembered: a pool's reservation is made again at every pass that freed
+    room, mostly on the same nodes."""
+    return node_range(names)
 
 
 def node_range(names: Sequence[str]) -> str:
@@ -244,6 +252,7 @@ class Plan:
         self._started = [b for b in self._started if b.ends_at is None or b.ends_at > self.now]
         running = self._busy + self._started
         ending = sorted((b for b in running if b.ends_at is not None), key=_end)
+        end_times = [_end(b) for b in ending]  # the same order, read once
         views = {name: free[name] for name in self.nodes if name in free}
         ratio = cpu_ratio(queue)
         need_cpus, need_gpus = spec.resources.cpus, spec.resources.gpus
@@ -257,10 +266,10 @@ class Plan:
         given: dict[str, list[NodeAllocation]] = {}  # ended, not yet in `views`
         ends_of_reserved = {r.ends for r in self.reservations if r.ends is not None}
         i = 0
-        for t in sorted({_end(b) for b in ending} | ends_of_reserved):
+        for t in sorted({*end_times, *ends_of_reserved}):
             if t <= self.now:
                 continue
-            while i < len(ending) and _end(ending[i]) <= t:
+            while i < len(ending) and end_times[i] <= t:
                 a = ending[i].allocation
                 i += 1
                 if a.node not in views:

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduling import outbox
+from scheduling.decisions.order import on_room
 from scheduling.decisions.quota import Admit, Ask, Hold, Reject, Usage, admit
 from scheduling.models import Hold as HoldKind
 from scheduling.models import Quota, Task, TaskState
@@ -41,7 +42,13 @@ def admit_for_dispatch(task: Task, *, project: str, queue: str, user: str) -> Ad
     site = site_view()
     rules = site.quota_rules(project, queue)
     if not rules:
-        return Admit()  # marked admitted with its move to queued: nothing counts it sooner
+        # Marked admitted with its move to queued: nothing counts it sooner. An attempt
+        # before this one may have borrowed (the rules changed since): its own band again.
+        value = on_room(task.priority_value, borrowed=False)
+        if value != task.priority_value:
+            Task.objects.filter(pk=task.pk).update(priority_value=value)
+            task.priority_value = value
+        return Admit()
     cohort = site.quota_cohort(project, queue)
     ask = ask_of(task, project, queue, user)
     with transaction.atomic():
@@ -57,10 +64,12 @@ def admit_for_dispatch(task: Task, *, project: str, queue: str, user: str) -> Ad
         usage = with_budgets(scopes, rules)
         decision = admit(ask, rules, usage, cohort=cohort)
         if isinstance(decision, Admit):
+            # On borrowed room it starts after its level's work on its own quota (order.py).
+            value = on_room(task.priority_value, borrowed=bool(decision.what))
             Task.objects.filter(pk=task.pk, state=S.PENDING).update(
-                admitted=True, borrowed=decision.what
+                admitted=True, borrowed=decision.what, priority_value=value
             )
-            task.admitted, task.borrowed = True, decision.what
+            task.admitted, task.borrowed, task.priority_value = True, decision.what, value
     return decision
 
 

@@ -364,6 +364,14 @@ def lease_partitions(queue: str, walltime_s: int | None, now: datetime) -> list[
     return [f"lease-{pk}" for pk in sorted(ids)]
 
 
+def lease_extra(queue: str, walltime_s: int | None) -> dict[str, str]:
+    """What a submit request carries of the nodes lent to `queue` that a task of this
+    walltime may also use (Slurm: their partitions; the local backend reads leases from its
+    inventory instead)."""
+    names = lease_partitions(queue, walltime_s, timezone.now())
+    return {"lease_partitions": ",".join(names)} if names else {}
+
+
 # -- start-up timeouts ----------------------------------------------------------------------
 
 

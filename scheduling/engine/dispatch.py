@@ -32,7 +32,7 @@ from scheduling.decisions.quota import Hold, Reject
 from scheduling.decisions.sandboxes import concurrency
 from scheduling.decisions.storage import JobStorage
 from scheduling.engine import admission
-from scheduling.engine.capacity import lease_partitions
+from scheduling.engine.capacity import lease_extra
 from scheduling.engine.follow import QUEUED_REASON, SCHEDULER_UNREACHABLE, apply_jobs
 from scheduling.engine.registry import get_backend
 from scheduling.engine.starts import watch_starts
@@ -169,6 +169,7 @@ class _Ready:
     number: int
     key: str
     request: SubmitRequest
+    runtime_key: str = ""  # the work it is a run of (docs/predictions.md)
 
 
 def dispatch_claimed_many(task_ids: list[int]) -> dict[int, str]:
@@ -197,6 +198,12 @@ def dispatch_claimed_many(task_ids: list[int]) -> dict[int, str]:
 
 def _submit(backend, group: list[_Ready]) -> dict[int, str]:
     """One backend's share of a dispatch: each task's outcome by id."""
+    # Each request carries its predicted runtime, for the backend's plans; the task records
+    # it with its work's key once queued (docs/predictions.md).
+    keys, predicted = runtime_predictions_for([r.request for r in group])
+    for r, key, runtime_s in zip(group, keys, predicted, strict=True):
+        r.runtime_key = key
+        r.request = dataclasses.replace(r.request, planned_runtime_s=runtime_s)
     results: list[tuple[_Ready, Job | BackendError]] = []  # found by an earlier claimant
     fresh: list[_Ready] = []
     for r in group:
@@ -295,7 +302,7 @@ def _prepare(task: Task) -> _Ready | str:
         user=user,
         extra={
             **_run_as(task.owner),
-            **_leases(queue_name, request_walltime(task)),
+            **lease_extra(queue_name, request_walltime(task)),
             "portal": site.instance,
         },
         priority=task.priority_value,
@@ -409,7 +416,6 @@ def _submitted_many(backend, items: list[tuple[_Ready, Job]]) -> list[str]:
     (cancelled while we were submitting: its job is taken back)."""
     if not items:
         return []
-    keys, predicted = runtime_predictions_for([r.request for r, _ in items])
     moves = [
         Move(
             task=r.task,
@@ -422,11 +428,11 @@ def _submitted_many(backend, items: list[tuple[_Ready, Job]]) -> list[str]:
                 "dispatch_lease_until": None,
                 "dispatch_claims": 0,
                 "admitted": True,  # it holds its quotas until it ends
-                "runtime_key": key,
-                "predicted_runtime_s": runtime_s,
+                "runtime_key": r.runtime_key,
+                "predicted_runtime_s": r.request.planned_runtime_s,
             },
         )
-        for (r, job), key, runtime_s in zip(items, keys, predicted, strict=True)
+        for r, job in items
     ]
     with transaction.atomic():
         moved = tasks_set_state(moves)
@@ -470,13 +476,6 @@ def _run_as(user) -> dict[str, str]:
 
 def request_walltime(task: Task) -> int | None:
     return (task.spec.get("walltime_s") if isinstance(task.spec, dict) else None) or None
-
-
-def _leases(queue: str, walltime_s: int | None) -> dict[str, str]:
-    """Nodes lent to this queue that a task of this walltime may also use (Slurm: their
-    partitions; the local backend reads leases from its inventory instead)."""
-    names = lease_partitions(queue, walltime_s, timezone.now())
-    return {"lease_partitions": ",".join(names)} if names else {}
 
 
 def _cancel_quietly(backend, backend_id: str) -> None:

@@ -55,6 +55,7 @@ class _Row:
     project: str
     queue: str
     canary_id: int | None
+    borrowed: str
 
 
 _FIELDS = (
@@ -73,6 +74,7 @@ _FIELDS = (
     "project__slug",
     "queue__name",
     "canary_id",
+    "borrowed",
 )
 
 
@@ -133,6 +135,7 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
             queue=queue,
             share=shares[queue].get(task.project, 1.0),
             minute=minute,
+            borrowed=bool(task.borrowed),
         )
         if lvl.level != task.level:
             events.append(

@@ -48,11 +48,19 @@ def task_level(
 
 
 def task_value(
-    site: SiteView, *, level: int, task_type: str, queue: str, share: float, minute: int
+    site: SiteView,
+    *,
+    level: int,
+    task_type: str,
+    queue: str,
+    share: float,
+    minute: int,
+    borrowed: bool = False,
 ) -> int:
-    """The backend's priority number for a task of this level, type and project share."""
+    """The backend's priority number for a task of this level, type and project share, on
+    its own quota or on borrowed room."""
     weight = weight_at(site.weights.get(queue, ()), task_type, minute)
-    return priority_value(level=level, weight=weight, share=share)
+    return priority_value(level=level, weight=weight, share=share, borrowed=borrowed)
 
 
 def ordered(
@@ -75,6 +83,7 @@ def ordered(
             share=shares.get(slug, 1.0),
             ready_at=ready.timestamp(),
             task_id=task.pk,
+            borrowed=bool(getattr(task, "borrowed", "")),
         )
 
     return sorted(tasks, key=key)

@@ -19,6 +19,7 @@ from scheduling.decisions.reserve import Busy, Plan
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
 from scheduling.spec import Resources, TaskSpec
 from simulation.simulator.model import SimJob
+from simulation.simulator.predicted import Predictions
 from simulation.simulator.state import Sim
 
 
@@ -36,8 +37,8 @@ def push(heads: list, stream: tuple, tie, seq: dict[str, int]) -> None:
         heapq.heappush(heads, (-stream[2], seq[job.key], next(tie), job, stream))
 
 
-class Groups:
-    """The filing half of `SitePolicy`."""
+class Groups(Predictions):
+    """The filing half of `SitePolicy` (planned runtimes: `Predictions`)."""
 
     sim: Sim
     pool_of_queue: dict[str, str]
@@ -55,9 +56,8 @@ class Groups:
 
     def _release(self, job: SimJob, now: float) -> None: ...  # SitePolicy's
 
-    def _planned(self, job: SimJob) -> float:
-        """How long the job is planned to run: its walltime (the trace's runtime if none)."""
-        return job.spec.walltime_s or job.runtime
+    def _borrows(self, job: SimJob) -> bool:  # SitePolicy's: admitted on borrowed room
+        raise NotImplementedError
 
     def _runtime_key(self, job: SimJob) -> tuple[float, int, str]:
         """Where the job stands in its group by planned runtime (ties: submit order)."""
@@ -120,9 +120,14 @@ class Groups:
 
         return never
 
+    def _rank(self, job: SimJob) -> tuple:
+        """Its place in the order: level, type, project, and whether it was admitted on
+        borrowed room (which goes after its level's own-quota work)."""
+        return (self.level[job.key], job.type, job.project, self._borrows(job))
+
     def _bucket(self, job: SimJob) -> None:
         pool = self.pool_of_queue[job.queue]
-        shape, rank = shape_of(job), (self.level[job.key], job.type, job.project)
+        shape, rank = shape_of(job), self._rank(job)
         members = self.groups[pool].setdefault(shape, {}).setdefault(rank, {})
         if members and self.seq[next(reversed(members))] > self.seq[job.key]:
             self.unsorted.add((pool, shape, rank))  # moved here by a level change

@@ -93,7 +93,9 @@ class Outcome:
     submit: float
     start: float
     end: float
-    planned_end: float  # start + walltime: what a scheduler plans with (not the runtime)
+    # start + its planned runtime, what a scheduler plans with (not the runtime): its walltime;
+    # under the site policy its prediction, moved on as it outlives it (docs/predictions.md)
+    planned_end: float
     allocations: tuple[NodeAllocation, ...] = ()
     attempts: int = 1
     first_start: float | None = None
@@ -128,3 +130,5 @@ class Run:
     notes: list[str] = field(default_factory=list)
     passes: int = 0
     queued: dict[str, float] = field(default_factory=dict)  # key → when first admitted to wait
+    # key → the predicted runtime its last start was planned with (site policy; none: walltime)
+    predicted: dict[str, float] = field(default_factory=dict)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from scheduling.sites.default import default_site
 from simulation.simulator.criteria import validation_day_report
 from simulation.simulator.engine import simulate
-from simulation.simulator.metrics import bound, summary
+from simulation.simulator.metrics import bound, summary, with_prediction
 from simulation.simulator.model import POLICIES, SimJob, Site
 from simulation.simulator.traces import (
     SWF_CORES,
@@ -56,6 +56,12 @@ def compare(
         started = time.perf_counter()
         run = simulate(jobs, site, policy, progress=step)
         results[policy] = summary(run, site.pools, window=window)
+        if run.predicted:  # how far off the plans' predicted runtimes were
+            done = run.outcomes
+            pairs = (
+                (p, done[k].end - done[k].start) for k, p in run.predicted.items() if k in done
+            )
+            with_prediction(results[policy], pairs)
         results[policy]["seconds"] = round(time.perf_counter() - started, 3)
     return {"jobs": len(jobs), "bound": bound(jobs, site.pools), "policies": results}
 
@@ -133,4 +139,13 @@ def format_summary(result: dict) -> str:
             f"| {policy} | {s['jobs']:,} | {mean:,.0f} s | {p95:,.0f} s | {bsld} | "
             f"{s['makespan_s'] / 3600:,.1f} h | {100 * site['cpu']:.1f} % | {gpu} | {preempted} |"
         )
+    for policy, s in result["policies"].items():
+        error = s.get("prediction")
+        if error and error["count"]:
+            lines.append(
+                f"\n{policy}: {error['count']:,} jobs planned by a predicted runtime, off by "
+                f"{error['mean_abs_error_s']:,.0f} s on average "
+                f"({100 * error['mean_abs_relative_error']:.0f} % of the runtime); "
+                f"{100 * error['share_under']:.0f} % ran longer than predicted"
+            )
     return "\n".join(lines)

@@ -12,7 +12,8 @@ from scheduling.decisions.types import NodeAllocation, NodeView, Placement
 from simulation.simulator.model import Outcome, Run, SimJob, Site, Span
 
 # Event kinds, in the order they are handled within one moment: ends free room first.
-END, FAIL, REPAIR, LEASE_END, LEASE_OPEN, ARRIVE, TICK = range(7)
+# OUTLIVED: a running job reached its planned end (its prediction) and runs on.
+END, FAIL, REPAIR, LEASE_END, LEASE_OPEN, ARRIVE, TICK, OUTLIVED = range(8)
 WHOLE_SITE = "site"  # the baselines' single pool
 
 

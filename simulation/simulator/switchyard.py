@@ -29,6 +29,7 @@ from scheduling.decisions.order import (
     weight_at,
 )
 from scheduling.decisions.place import cpu_ratio, place
+from scheduling.decisions.predict import History
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
 from scheduling.decisions.reserve import Plan
@@ -42,7 +43,7 @@ from simulation.simulator.groups import Groups, push
 from simulation.simulator.leases import Leases
 from simulation.simulator.model import SimJob
 from simulation.simulator.quotas import Cohorts
-from simulation.simulator.state import LEASE_END, LEASE_OPEN, TICK, Sim
+from simulation.simulator.state import LEASE_END, LEASE_OPEN, OUTLIVED, TICK, Sim
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # t = 0 of every run; levels take datetimes
 
@@ -84,6 +85,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         # Each group's planned runtimes, sorted: whether any of it may end before a time.
         self.shortest: dict[tuple, list[tuple[float, int, str]]] = defaultdict(list)
         self.since: dict[str, set[str]] = {}
+        self.history, self.predicted, self.work = History(), {}, {}  # docs/predictions.md
         for i, lease in enumerate(site.leases):
             hour, minute = (int(x) for x in lease.start.split(":"))
             offset = ((hour * 60 + minute - site.start_minute) % (24 * 60)) * 60
@@ -114,6 +116,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         self._ready(job, now)
 
     def ended(self, job: SimJob, now: float) -> None:
+        self._ran(job)
         self._stopped(job, now)
         self._release(job, now)
 
@@ -148,6 +151,8 @@ class SitePolicy(Leases, Groups, CrossPool):
             self._open_lease(int(key), now)
         elif kind == LEASE_END:
             self._end_lease(key, now)
+        elif kind == OUTLIVED:
+            self._outlived(key, now)
 
     def schedule(self, now: float) -> None:
         sim = self.sim
@@ -188,7 +193,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         shares: dict[str, dict[str, float]] = {}
         values: dict[tuple, int] = {}
 
-        def value(queue: str, rank: tuple) -> int:  # rank: (level, type, project)
+        def value(queue: str, rank: tuple) -> int:  # rank: (level, type, project, borrowed)
             if (queue, rank) not in values:
                 if queue not in shares:
                     shares[queue] = self._shares(queue, now)
@@ -196,6 +201,7 @@ class SitePolicy(Leases, Groups, CrossPool):
                     level=rank[0],
                     weight=weight_at(site.weights.get(queue, ()), rank[1], minute),
                     share=shares[queue].get(rank[2], 1.0),
+                    borrowed=rank[3],
                 )
             return values[(queue, rank)]
 
@@ -356,6 +362,7 @@ class SitePolicy(Leases, Groups, CrossPool):
                 share=1.0,
                 ready_at=sim.ready[job.key],
                 task_id=self.seq[job.key],
+                borrowed=self._borrows(job),
             )
 
         for job in sorted(waiting, key=order):
@@ -387,6 +394,7 @@ class SitePolicy(Leases, Groups, CrossPool):
 
     def _start(self, job: SimJob, placement, now: float) -> None:
         self.sim.start(job, placement, now)
+        self._plan_started(job)
         if self.sim.site.queues[job.queue].policy == "fairshare":
             units = float(job.spec.resources.gpus or job.spec.resources.cpus)
             self.going[job.queue][job.key] = UsageRun(units, now)
@@ -421,6 +429,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         self.fresh[pool][job.key] = job
         self.seq[job.key] = next(self._seq)
         self.level[job.key] = self._level(job, now)
+        self._predict(job)
         self._bucket(job)
         pool = sim.site.queues[job.queue].pool
         if pool in self.preemptible:
@@ -447,6 +456,9 @@ class SitePolicy(Leases, Groups, CrossPool):
     @functools.cached_property
     def cohorts(self) -> Cohorts:
         return Cohorts(self.sim)
+
+    def _borrows(self, job: SimJob) -> bool:
+        return job.key in self.cohorts.borrowed
 
     def _rules(self, job: SimJob) -> tuple[tuple[QuotaRule, ...], tuple[QuotaRule, ...]]:
         return self.cohorts.rules(job)  # its project's rules in its queue, and the lenders'

@@ -36,7 +36,10 @@ def read_swf(path: str | Path, *, limit: int | None = None, repeat: int = 1) -> 
     Jobs with no runtime or no processors (cancelled before start) are left out. The walltime
     is the requested time, or the runtime where the trace has none (a perfect estimate).
     `repeat` replays the trace that many times back to back (for benchmarks). The user column
-    becomes the project, so fair share has someone to share between.
+    becomes the project, so fair share has someone to share between. What a job runs (its
+    command, which with its user and project names the work its runtime is predicted from:
+    docs/predictions.md) is the trace's executable number, or where it has none (-1) the
+    processors it requested.
     """
     base = _swf_rows(Path(path), limit)
     if not base:
@@ -44,7 +47,7 @@ def read_swf(path: str | Path, *, limit: int | None = None, repeat: int = 1) -> 
     span = max(r[1] for r in base) + 1
     jobs = []
     for copy in range(repeat):
-        for number, submit, runtime, procs, walltime, user in base:
+        for number, submit, runtime, procs, walltime, user, runs in base:
             key = f"swf-{number}" if repeat == 1 else f"swf-{copy}-{number}"
             jobs.append(
                 job(
@@ -57,6 +60,8 @@ def read_swf(path: str | Path, *, limit: int | None = None, repeat: int = 1) -> 
                     cpus=procs,
                     memory_gib=1,
                     project=f"user-{user}" if user > 0 else "swf",
+                    user=f"user-{user}" if user > 0 else "swf",
+                    command=runs,
                 )
             )
     return jobs
@@ -88,7 +93,9 @@ def at_load(jobs: Sequence[SimJob], cores: int, load: float) -> list[SimJob]:
     return [dataclasses.replace(j, submit=first + (j.submit - first) * factor) for j in jobs]
 
 
-def _swf_rows(path: Path, limit: int | None) -> list[tuple[int, float, float, int, float, int]]:
+def _swf_rows(
+    path: Path, limit: int | None
+) -> list[tuple[int, float, float, int, float, int, tuple[str, ...]]]:
     rows, at = [], 0
     try:
         with path.open() as lines:
@@ -114,11 +121,16 @@ def _swf_row(path: Path, at: int, fields: list[str]) -> tuple | None:
         number, submit, runtime = int(fields[0]), float(fields[1]), float(fields[3])
         procs = int(fields[4]) if int(fields[4]) > 0 else int(fields[7])
         asked, user = float(fields[8]), int(fields[11])
+        executable, requested = int(fields[13]), int(fields[7])
     except ValueError as exc:
         raise TraceError(f"{path.name}:{at}: expected numbers: {exc}") from None
     if runtime <= 0 or procs <= 0:
         return None  # cancelled before it started
-    return (number, submit, runtime, procs, asked if asked > 0 else runtime, user)
+    if executable > 0:
+        runs = ("swf-executable", str(executable))
+    else:
+        runs = ("swf-processors", str(requested if requested > 0 else procs))
+    return (number, submit, runtime, procs, asked if asked > 0 else runtime, user, runs)
 
 
 SWF_CORES = 32 * 8  # swf_site's processors

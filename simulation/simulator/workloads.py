@@ -60,10 +60,12 @@ def job(
     nodes=None,
     project="sim",
     user="sim",
+    command=None,
 ) -> SimJob:
     spec = TaskSpec(
         name=key,
         project=project,
+        command=command,
         type=kind,
         queue=queue,
         resources=Resources(cpus=cpus, gpus=gpus, memory_mib=int(memory_gib * 1024), nodes=nodes),

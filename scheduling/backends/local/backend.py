@@ -49,6 +49,7 @@ from scheduling.backends.local.sessions import LocalSessions
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
+from scheduling.decisions.predict import planned_runtime
 from scheduling.decisions.reserve import Busy
 from scheduling.decisions.schedule import Fail, Start, WaitingJob
 from scheduling.decisions.types import NodeAllocation, NodeView
@@ -353,6 +354,7 @@ class LocalBackend(LocalSessions, LocalImages, LocalCrossPool, Backend):
                     priority=self.store.priority(key),
                     seq=int(state.get("seq", 0)),
                     sandboxed=True,  # every type runs in the sandbox
+                    runtime_s=request.planned_runtime_s,  # None: planned by its walltime
                 )
             )
         missing = None if shutil.which(self.bwrap) else BWRAP_MISSING
@@ -394,16 +396,21 @@ class LocalBackend(LocalSessions, LocalImages, LocalCrossPool, Backend):
         return states
 
     def _planned_ends(self, states: Mapping[str, dict], now: float) -> list[Busy]:
-        """The running jobs' allocations, each held until its start plus its walltime (a job
-        still starting: from now); None where it has no walltime."""
+        """The running jobs' allocations, each held until its start (a job still starting:
+        now) plus its predicted runtime, or once it outlived that the next correction step
+        past what it has run, at most its walltime (`planned_runtime`); its walltime where
+        it has no prediction; None where it has neither (docs/predictions.md)."""
         busy = []
         for key, state in states.items():
             if state["state"] == "pending" or state["state"] in FINAL:
                 continue
-            walltime = self.store.request(key).spec.walltime_s
+            request = self.store.request(key)
             started = state.get("started_at")
             begun = datetime.fromisoformat(started).timestamp() if started else now
-            ends = begun + walltime if walltime else None
+            runtime = planned_runtime(
+                now - begun, request.planned_runtime_s, request.spec.walltime_s or None
+            )
+            ends = begun + runtime if runtime is not None else None
             busy += [Busy(a, ends) for a in self.store.read_alloc(key, state).allocations]
         return busy
 

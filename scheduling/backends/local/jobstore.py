@@ -390,6 +390,7 @@ def request_as_dict(request: SubmitRequest) -> dict[str, Any]:
         "priority": request.priority,
         "devices": request.devices.as_dict(),
         "storage": dataclasses.asdict(request.storage),
+        "planned_runtime_s": request.planned_runtime_s,
     }
 
 
@@ -423,6 +424,7 @@ def request_from(data: Mapping[str, Any]) -> SubmitRequest:
         priority=int(data.get("priority") or 0),
         devices=DeviceTable.from_dict(data.get("devices")),
         storage=job_storage_from(data.get("storage") or {}),
+        planned_runtime_s=data.get("planned_runtime_s"),
     )
 
 

@@ -15,6 +15,7 @@ from scheduling.decisions.order import (
     Run,
     ScheduleError,
     decayed_usage,
+    on_room,
     order_key,
     parse_weight_schedule,
     priority_value,
@@ -219,6 +220,26 @@ def test_priority_numbers_keep_the_order_and_fit_slurm():
         level=L.MEDIUM, weight=1, share=0.2
     )
     assert priority_value(level=L.HIGH, weight=10, share=1) < 2**32 - 1
+
+
+def test_borrowed_room_goes_after_its_levels_own_quota_work_and_before_the_level_below():
+    def key(level, borrowed, weight=1.0, ready=0.0):
+        return order_key(
+            level=level, weight=weight, share=1.0, ready_at=ready, task_id=1, borrowed=borrowed
+        )
+
+    assert key(L.MEDIUM, False, weight=0.5, ready=9) < key(L.MEDIUM, True, weight=9)
+    assert key(L.MEDIUM, True) < key(L.LOW, False)
+    own = priority_value(level=L.MEDIUM, weight=0.5, share=0.1)
+    lent = priority_value(level=L.MEDIUM, weight=10, share=1.0, borrowed=True)
+    assert own > lent > priority_value(level=L.LOW, weight=10, share=1.0)
+    assert priority_value(level=L.HIGH, weight=10, share=1, borrowed=False) < 2**32 - 1
+    # What an admission does to the number the task was given at submission, and undoes.
+    assert on_room(own, borrowed=True) == priority_value(
+        level=L.MEDIUM, weight=0.5, share=0.1, borrowed=True
+    )
+    assert on_room(on_room(own, borrowed=True), borrowed=False) == own
+    assert on_room(own, borrowed=False) == own
 
 
 # -- estimated start ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from django.utils import timezone
 from scheduling import engine
 from scheduling.backends import JobState
 from scheduling.engine import get_backend
-from scheduling.models import Task
+from scheduling.models import Attempt, Task
 from scheduling.selectors.runtimes import queue_prediction_errors, recent_runtimes
 from tests.conftest import descriptor, submit
 
@@ -45,9 +45,16 @@ def _ran(api, seconds: float, *, at: datetime = T0, **overrides) -> Task:
     return _run(_queued(api, **overrides), at, seconds)
 
 
+def _planned_by_backend(task: Task) -> float | None:
+    """The predicted runtime the backend was handed with the task's attempt, to plan by."""
+    key = Attempt.objects.get(task=task, number=task.attempts).key
+    return get_backend("fake").requests_for("fake")[key].planned_runtime_s
+
+
 def test_the_first_run_of_some_work_has_no_prediction(api):
     task = _queued(api, walltime="1h")
     assert task.runtime_key and task.predicted_runtime_s is None
+    assert _planned_by_backend(task) is None  # the backend plans it by its walltime
     body = api.get(f"/api/v1/tasks/{task.pk}/").json()
     assert body["predicted_runtime_s"] is None
     assert body["prediction"]["text"] == (
@@ -61,6 +68,7 @@ def test_it_predicts_the_mean_of_the_last_two_runs_and_measures_its_error(api, b
     _ran(api, 900, at=T0 + timedelta(hours=2), walltime="1h")
     task = _queued(api, walltime="1h")
     assert task.predicted_runtime_s == 750  # (600 + 900) / 2: the 300 s run is older
+    assert _planned_by_backend(task) == 750
     body = api.get(f"/api/v1/tasks/{task.pk}/").json()
     assert body["prediction"]["text"] == "predicted runtime 12min30s"
     assert "predicted runtime 12min30s" in browser.get(f"/tasks/{task.pk}/").content.decode()

@@ -79,6 +79,18 @@ def test_over_its_quota_a_training_borrows_and_every_page_says_so(api, browser):
     assert row["on_borrowed_room"] == {"running": 1, "waiting": 0}
 
 
+def test_work_on_borrowed_room_starts_after_a_lenders_work_on_its_own_quota(api):
+    *_, borrower = _dispatched(api, 3)  # materials' third borrows 16 GPUs
+    [lender] = _dispatched(api, 1, project="climate")  # climate within its own 32, later
+    assert (borrower.borrowed, lender.borrowed) == ("16 GPUs", "")
+    assert borrower.level == lender.level
+    # The backend starts higher numbers first: the lender's job, though it came later.
+    requests = get_backend("fake").requests_for("fake")
+    assert requests[lender.backend_id].priority == lender.priority_value
+    assert requests[borrower.backend_id].priority == borrower.priority_value
+    assert lender.priority_value > borrower.priority_value
+
+
 def test_past_what_the_cohort_lends_it_waits_naming_what_is_left(api):
     _lends("climate", 8)
     _lends("genomics", 0)

@@ -1,7 +1,8 @@
 """The simulator's fast pass decides exactly what one `schedule_pass` over every waiting job
 decides: random small sites (several pools and queues, oversubscription, whole nodes,
-max_concurrency, a preemptible pool, moving levels, quotas, a lease, a node failure, backfill
-across pools) run under both, and every start, end, node and refusal must agree."""
+max_concurrency, a preemptible pool, moving levels, quotas, a lease, a node failure, plans by
+predicted runtimes, backfill across pools) run under both, and every start, end, node and
+refusal must agree."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ class OneCall(SitePolicy):
                 level=self.level[job.key],
                 weight=weight_at(site.weights.get(job.queue, ()), job.type, minute),
                 share=shares[job.queue].get(job.project, 1.0),
+                borrowed=job.key in self.cohorts.borrowed,
             )
             offered.append(
                 WaitingJob(
@@ -145,7 +147,19 @@ def _site_and_jobs(seed: int):
         pools={"cpu": cpu, "gpu": gpu, "ag": agents},
         queues=queues,
         level_rules=rules,
-        quotas=(QuotaTemplate("tr", "gpus", rng.choice((2, 4))),) if rng.random() < 0.6 else (),
+        quotas=(
+            (
+                QuotaTemplate(
+                    "tr",
+                    "gpus",
+                    rng.choice((2, 4)),
+                    borrowing_limit=rng.choice((0, 2, 4)),  # lending: borrowed work goes last
+                    lending_limit=rng.choice((None, 1)),
+                ),
+            )
+            if rng.random() < 0.6
+            else ()
+        ),
         leases=leases,
         shares={"p1": 2.0, "p2": 1.0},
         half_life_s=300,
@@ -191,6 +205,9 @@ def _site_and_jobs(seed: int):
             resources=res,
             walltime_s=rng.choice((runtime, 2 * runtime)),
             priority=rng.choice(("normal", "low")),
+            # Runs of the same command are predicted from each other: plans use the
+            # predictions, and correct them as jobs outlive them (docs/predictions.md).
+            command=("run", rng.choice(("a", "b"))),
         )
         jobs.append(
             SimJob(f"j{i:02d}", spec, kind, queue, float(rng.randint(0, 300)), float(runtime))

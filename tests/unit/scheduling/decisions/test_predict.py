@@ -12,6 +12,7 @@ from scheduling.decisions.predict import (
     History,
     corrected,
     history_key,
+    planned_runtime,
     predict,
     prediction_error,
 )
@@ -114,6 +115,20 @@ class TestCorrected:
     def test_past_the_last_step(self):
         assert corrected(400 * 3600, 500 * 3600) == 500 * 3600
         assert corrected(400 * 3600, None) == 800 * 3600
+
+
+class TestPlannedRuntime:
+    def test_the_prediction_while_it_holds(self):
+        assert planned_runtime(0, 600.0, 3600) == 600.0
+        assert planned_runtime(599, 600.0, 3600) == 600.0
+
+    def test_corrected_once_outlived(self):
+        assert planned_runtime(600, 600.0, 3600) == 900.0
+        assert planned_runtime(1000, 600.0, 1200) == 1200.0
+
+    def test_no_prediction_the_walltime_or_nothing(self):
+        assert planned_runtime(5000, None, 3600) == 3600.0
+        assert planned_runtime(5000, None, None) is None
 
 
 class TestPredictionError:
