@@ -34,6 +34,17 @@ class CrossPool:
     def _minute(self, now: float) -> int:
         raise NotImplementedError  # SitePolicy's
 
+    def _home_freed(self, job: SimJob) -> None:
+        """A job of a pool that may borrow stopped: where its queue runs at most so many jobs,
+        its pool's waiting jobs may start now even if it ran on another pool's nodes (whose
+        end frees room there only), so its own pool gets a full pass too."""
+        queue = self.sim.site.queues.get(job.queue)
+        if queue is None or queue.max_concurrency is None:
+            return
+        if any(r.borrower == queue.pool for r in self.sim.site.borrowing):
+            self.sim.dirty.add(queue.pool)
+            self.sim.freed.add(queue.pool)
+
     def _borrow(self, passed: list[str], now: float) -> None:
         """Offer the jobs waiting in the borrowing pools to the lending pools' idle cores,
         when a pool of the pair was passed at this moment (a borrower's new work, or room
@@ -81,6 +92,11 @@ class CrossPool:
             job = sim.waiting[d.key]
             self._unbucket(job)
             self._start(job, d.placement, now)
+            # Planned by its walltime, as it was let in: the lender's next reservation never
+            # waits on a prediction of borrowed work (a correction due at its predicted end
+            # finds a newer plan, and leaves it).
+            outcome = sim.running[job.key]
+            outcome.planned_end = outcome.start + (job.spec.walltime_s or job.runtime)
             lender = self.plans.get(d.pool)
             if lender is not None:  # its plan counts it from now on (borrow_pass's, or here)
                 if d.pool not in plans:

@@ -400,6 +400,7 @@ class SitePolicy(Leases, Groups, CrossPool):
             self.going[job.queue][job.key] = UsageRun(units, now)
 
     def _stopped(self, job: SimJob, now: float) -> None:
+        self._home_freed(job)  # crosspool.py
         run = self.going[job.queue].pop(job.key, None)
         if run is None:
             return

@@ -49,8 +49,6 @@ from scheduling.backends.local.sessions import LocalSessions
 from scheduling.backends.local.shim import BWRAP_MISSING, DEFAULT_GRACE_S
 from scheduling.decisions.lend import Loan, lend
 from scheduling.decisions.place import free_view
-from scheduling.decisions.predict import planned_runtime
-from scheduling.decisions.reserve import Busy
 from scheduling.decisions.schedule import Fail, Start, WaitingJob
 from scheduling.decisions.types import NodeAllocation, NodeView
 from scheduling.host import pid_max as host_pid_max
@@ -394,25 +392,6 @@ class LocalBackend(LocalSessions, LocalImages, LocalCrossPool, Backend):
         for key, reason in failed.items():
             self._fail_unstarted(key, reason)
         return states
-
-    def _planned_ends(self, states: Mapping[str, dict], now: float) -> list[Busy]:
-        """The running jobs' allocations, each held until its start (a job still starting:
-        now) plus its predicted runtime, or once it outlived that the next correction step
-        past what it has run, at most its walltime (`planned_runtime`); its walltime where
-        it has no prediction; None where it has neither (docs/predictions.md)."""
-        busy = []
-        for key, state in states.items():
-            if state["state"] == "pending" or state["state"] in FINAL:
-                continue
-            request = self.store.request(key)
-            started = state.get("started_at")
-            begun = datetime.fromisoformat(started).timestamp() if started else now
-            runtime = planned_runtime(
-                now - begun, request.planned_runtime_s, request.spec.walltime_s or None
-            )
-            ends = begun + runtime if runtime is not None else None
-            busy += [Busy(a, ends) for a in self.store.read_alloc(key, state).allocations]
-        return busy
 
     def _live_allocations(
         self, *, find_dead: bool = False
