@@ -60,39 +60,59 @@ def history_key(user: str, project: str, spec: TaskSpec) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def predict(recent: Sequence[float], walltime_s: float | None) -> float | None:
-    """The mean of the last `RECENT` runtimes in `recent` (oldest first), capped by
-    `walltime_s` (None: no cap); None when there is no history."""
+def predict(
+    recent: Sequence[float],
+    walltime_s: float | None,
+    asked: Sequence[float | None] | None = None,
+) -> float | None:
+    """The predicted runtime of a job asking `walltime_s`, from the runtimes in `recent` of
+    the same work (oldest first); None when there is no history.
+
+    Tsafrir's EASY++: the mean of the last `RECENT` runtimes, capped by `walltime_s` (None: no
+    cap). Where each of those runs had a walltime (`asked`, aligned with `recent`) and this job
+    has one, the larger of that and this job's walltime times the mean share of their
+    walltimes the runs used: a researcher who asks what the work takes (the runs used all of
+    it) is planned by what they ask now, not by what shorter runs of the same command took.
+    """
     if not recent:
         return None
     last = recent[-RECENT:]
     mean = sum(last) / len(last)
-    return mean if walltime_s is None or mean <= walltime_s else float(walltime_s)
+    predicted = mean if walltime_s is None or mean <= walltime_s else float(walltime_s)
+    if asked is not None and walltime_s:
+        wanted = asked[-RECENT:]
+        if len(wanted) == len(last) and all(wanted):
+            used = [min(1.0, r / a) for r, a in zip(last, wanted, strict=True) if a]
+            predicted = max(predicted, walltime_s * sum(used) / len(used))
+    return predicted
 
 
 class History:
-    """The last `RECENT` runtimes of each key, for predictions as jobs end and arrive.
+    """The last `RECENT` runs of each key (runtime, and the walltime it asked), for
+    predictions as jobs end and arrive.
 
     Cheap enough for a simulated trace of 100,000 jobs: a dict of tuples, no sorting. Record a
-    job's runtime when it ends; predict for a job when it is queued.
+    job's run when it ends; predict for a job when it is queued.
     """
 
-    __slots__ = ("_recent",)
+    __slots__ = ("_asked", "_recent")
 
     def __init__(self) -> None:
         self._recent: dict[Hashable, tuple[float, ...]] = {}
+        self._asked: dict[Hashable, tuple[float | None, ...]] = {}
 
-    def record(self, key: Hashable, runtime_s: float) -> None:
-        """One more run of `key` that lasted `runtime_s` seconds (the oldest kept one goes)."""
+    def record(self, key: Hashable, runtime_s: float, walltime_s: float | None = None) -> None:
+        """One more run of `key` that lasted `runtime_s` seconds and asked `walltime_s` (the
+        oldest kept one goes)."""
         if not runtime_s >= 0:  # also refuses NaN
             raise ValueError(f"runtime_s: expected seconds >= 0, got {runtime_s!r}")
-        kept = self._recent.get(key)
-        self._recent[key] = (runtime_s,) if kept is None else (*kept, runtime_s)[-RECENT:]
+        self._recent[key] = (*self._recent.get(key, ()), runtime_s)[-RECENT:]
+        self._asked[key] = (*self._asked.get(key, ()), walltime_s)[-RECENT:]
 
     def predict(self, key: Hashable, walltime_s: float | None) -> float | None:
         """`predict` over the kept runs of `key`; None when it has none."""
         kept = self._recent.get(key)
-        return None if kept is None else predict(kept, walltime_s)
+        return None if kept is None else predict(kept, walltime_s, self._asked[key])
 
     def recent(self, key: Hashable) -> tuple[float, ...]:
         """The kept runtimes of `key`, oldest first (() when none)."""

@@ -66,13 +66,14 @@ def measured_runtime_s(task: Task) -> float | None:
     return _seconds(task.started_at, task.ended_at)
 
 
-def recent_runtimes(keys: Iterable[str]) -> dict[str, list[float]]:
-    """The last `RECENT` measured runtimes of each work key, oldest first ([] when none).
+def recent_runs(keys: Iterable[str]) -> dict[str, list[tuple[float, float | None]]]:
+    """The last `RECENT` measured runs of each work key, oldest first ([] when none): each
+    its runtime and the walltime it asked (None: it asked none).
 
     A query per distinct key, each reading at most `RECENT` rows by the history index: a
     dispatch batch holds few distinct works, and a key with years of runs costs the same.
     """
-    found: dict[str, list[float]] = {}
+    found: dict[str, list[tuple[float, float | None]]] = {}
     for key in sorted(set(keys)):
         if not key:
             found[key] = []
@@ -80,19 +81,28 @@ def recent_runtimes(keys: Iterable[str]) -> dict[str, list[float]]:
         rows = (
             Task.objects.filter(_measured(), runtime_key=key)
             .order_by("-ended_at")
-            .values_list("started_at", "ended_at")[:RECENT]
+            .values_list("started_at", "ended_at", "spec__walltime_s")[:RECENT]
         )
-        found[key] = [_seconds(start, end) for start, end in reversed(rows)]
+        found[key] = [
+            (_seconds(start, end), float(asked) if asked else None)
+            for start, end, asked in reversed(rows)
+        ]
     return found
+
+
+def recent_runtimes(keys: Iterable[str]) -> dict[str, list[float]]:
+    """The last `RECENT` measured runtimes of each work key, oldest first ([] when none)."""
+    return {key: [r for r, _ in runs] for key, runs in recent_runs(keys).items()}
 
 
 def runtime_predictions(wanted: Sequence[tuple[str, int | None]]) -> list[int | None]:
     """For each (work key, walltime in s or None), its predicted runtime in whole seconds, or
     None when the work has no measured run yet."""
-    recent = recent_runtimes(key for key, _ in wanted)
+    recent = recent_runs(key for key, _ in wanted)
     predictions: list[int | None] = []
     for key, walltime_s in wanted:
-        predicted = predict(recent[key], walltime_s)
+        runs = recent[key]
+        predicted = predict([r for r, _ in runs], walltime_s, [a for _, a in runs])
         predictions.append(None if predicted is None else round(predicted))
     return predictions
 

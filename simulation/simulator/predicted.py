@@ -1,8 +1,8 @@
 """Predicted runtimes in the site policy's plans (docs/predictions.md).
 
-Each job is planned for its predicted runtime where it has one — the mean of the last two
-runs of the same work (user, project, command) that had ended when it became ready, capped
-by its walltime — and for its walltime otherwise. The prediction orders the jobs behind a
+Each job is planned for its predicted runtime where it has one — from the last two runs of
+the same work (user, project, command) that had ended when it became ready: its walltime
+times the share of their walltimes they used (`predict`) — and for its walltime otherwise. The prediction orders the jobs behind a
 reservation and places the running work's ends in the plan; the job still runs its own
 runtime (the walltime ends it, never the prediction). A job still running at its predicted
 end is planned anew at that moment (`corrected`), and its pool's plan is made again.
@@ -49,7 +49,7 @@ class Predictions:
 
     def _ran(self, job: SimJob) -> None:
         """The job ended on its own: one more run of its work."""
-        self.history.record(self.work[job.key], job.runtime)
+        self.history.record(self.work[job.key], job.runtime, job.spec.walltime_s)
 
     def _plan_started(self, job: SimJob) -> None:
         """The job has just started: its plan ends at its prediction; if it will still run

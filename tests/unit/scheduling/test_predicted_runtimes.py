@@ -62,7 +62,7 @@ def test_the_first_run_of_some_work_has_no_prediction(api):
     )
 
 
-def test_it_predicts_the_mean_of_the_last_two_runs_and_measures_its_error(api, browser):
+def test_it_predicts_from_the_last_two_runs_and_measures_its_error(api, browser):
     _ran(api, 300, walltime="1h")
     _ran(api, 600, at=T0 + timedelta(hours=1), walltime="1h")
     _ran(api, 900, at=T0 + timedelta(hours=2), walltime="1h")
@@ -86,9 +86,19 @@ def test_it_predicts_the_mean_of_the_last_two_runs_and_measures_its_error(api, b
     )
 
 
-def test_it_is_capped_by_the_walltime_asked_now(api):
-    _ran(api, 1200, walltime="1h")
+def test_asking_more_it_scales_by_the_share_of_their_walltimes_the_runs_used(api):
+    _ran(api, 1200, walltime="1h")  # a third of what it asked
+    _ran(api, 2400, at=T0 + timedelta(hours=1), walltime="1h")  # two thirds
+    assert _queued(api, walltime="2h").predicted_runtime_s == 3600  # half of 2 h
+    # Asking less: their mean (30 min), capped by the walltime asked now.
     assert _queued(api, walltime="15m").predicted_runtime_s == 900
+    assert _queued(api, walltime="45m").predicted_runtime_s == 1800
+
+
+def test_runs_on_the_queues_default_walltime_give_their_mean(api):
+    _ran(api, 1200, walltime=None)  # the queue's default walltime applied
+    assert _queued(api, walltime="15m").predicted_runtime_s == 900
+    assert _queued(api, walltime="1h").predicted_runtime_s == 1200
 
 
 def test_other_work_does_not_count(api):

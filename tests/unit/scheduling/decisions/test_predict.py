@@ -70,6 +70,23 @@ class TestPredict:
     def test_no_walltime_no_cap(self):
         assert predict([3000.0, 5000.0], None) == 4000.0
 
+    def test_with_the_walltimes_the_runs_asked_it_scales_this_jobs_own_where_longer(self):
+        # The runs used a quarter and three quarters of their 1 h: half of the 2 h asked now
+        # (their mean, 30 min, is shorter).
+        assert predict([900.0, 2700.0], 7200, [3600.0, 3600.0]) == 3600.0
+        # Asking less now: the mean of the runs, capped, is the larger.
+        assert predict([900.0, 2700.0], 1200, [3600.0, 3600.0]) == 1200.0
+        assert predict([900.0, 2700.0], 3000, [3600.0, 3600.0]) == 1800.0
+        # A user who asks exactly what the work takes is planned by that, however the
+        # work's runtimes vary (the SWF model trace's walltimes are its runtimes).
+        assert predict([100.0, 9000.0], 5000, [100.0, 9000.0]) == 5000.0
+        # A run past its walltime (a timeout's last seconds) counts as all of it.
+        assert predict([3700.0, 3600.0], 600, [3600.0, 3600.0]) == 600.0
+
+    def test_a_run_that_asked_no_walltime_leaves_the_mean_of_the_runtimes(self):
+        assert predict([600.0, 900.0], 3600, [3600.0, None]) == 750.0
+        assert predict([600.0, 900.0], None, [3600.0, 3600.0]) == 750.0
+
 
 class TestHistory:
     def test_it_keeps_the_last_two_runs_per_key(self):
@@ -83,6 +100,14 @@ class TestHistory:
         assert h.predict("c", 3600) is None
         assert h.recent("c") == ()
         assert len(h) == 2
+
+    def test_it_keeps_what_each_run_asked_beside_it(self):
+        h = History()
+        h.record("a", 600.0, 3600.0)
+        h.record("a", 1200.0, 1200.0)
+        assert h.predict("a", 2400) == 2400 * (1 / 6 + 1) / 2  # above their mean, 900
+        h.record("a", 300.0)  # asked none: the plain mean of the last two
+        assert h.predict("a", 2400) == 750.0
 
     def test_it_caps_by_the_walltime_asked_now(self):
         h = History()
