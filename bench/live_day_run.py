@@ -16,7 +16,8 @@ from django.contrib.auth.models import User
 
 from portal.models import Membership, Project
 from scheduling.decisions.types import NodeAllocation
-from scheduling.models import Attempt, Queue, Quota, Task
+from scheduling.management.commands.seed_demo import give_site_quotas
+from scheduling.models import Attempt, Queue, Task
 from scheduling.services.tasks import task_submit
 from scheduling.sites import default_site
 from simulation.simulator import criteria
@@ -40,19 +41,7 @@ def prepare_accounts(jobs: list[SimJob], username: str) -> User:
     for slug in sorted({j.project for j in jobs}):
         project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": slug, "pi": user})
         Membership.objects.get_or_create(user=user, project=project)
-        for quota in site.project_quotas:
-            Quota.objects.update_or_create(
-                project=project,
-                queue=queues[quota.queue],
-                user=None,
-                resource=quota.resource,
-                defaults={
-                    "limit": quota.limit,
-                    "over_quota": quota.over_quota,
-                    "borrowing_limit": quota.borrowing_limit,
-                    "lending_limit": quota.lending_limit,
-                },
-            )
+        give_site_quotas(project, site, queues)
     return user
 
 

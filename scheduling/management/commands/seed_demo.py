@@ -46,6 +46,23 @@ PROJECTS = [
 ]
 
 
+def give_site_quotas(project: Project, site, queues: dict[str, Queue]) -> None:
+    """The quotas the site gives every project (its templates), on `project`."""
+    for quota in site.project_quotas:
+        Quota.objects.update_or_create(
+            project=project,
+            queue=queues[quota.queue],
+            user=None,
+            resource=quota.resource,
+            defaults={
+                "limit": quota.limit,
+                "over_quota": quota.over_quota,
+                "borrowing_limit": quota.borrowing_limit,
+                "lending_limit": quota.lending_limit,
+            },
+        )
+
+
 class Command(BaseCommand):
     help = "Build the default 40-node site and the demo accounts (idempotent)."
 
@@ -178,19 +195,7 @@ class Command(BaseCommand):
             Membership.objects.update_or_create(
                 user=users[pi], project=project, defaults={"role": Membership.Role.PI}
             )
-            for quota in site.project_quotas:
-                Quota.objects.update_or_create(
-                    project=project,
-                    queue=queues[quota.queue],
-                    user=None,
-                    resource=quota.resource,
-                    defaults={
-                        "limit": quota.limit,
-                        "over_quota": quota.over_quota,
-                        "borrowing_limit": quota.borrowing_limit,
-                        "lending_limit": quota.lending_limit,
-                    },
-                )
+            give_site_quotas(project, site, queues)
         # The demo queue admin decides the priority requests of every queue.
         for queue in queues.values():
             queue.admins.add(users["quinn"])
