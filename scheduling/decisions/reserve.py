@@ -108,6 +108,14 @@ def _memory(v: NodeView) -> int:
     return v.memory_mib if v.free_memory_mib is None else v.free_memory_mib
 
 
+# How many of a pool's jobs that cannot start get a reservation (1 would be EASY): the first
+# two. Against one, on the SWF model trace, the longest waits fall from 1.45x, 1.26x and
+# 1.00x EASY's to 1.28x, 1.01x and 1.00x, and the mean bounded slowdown at loads 0.85 and
+# 0.7 from 0.77x and 0.81x to 0.66x and 0.80x EASY's (0.38x to 0.41x at the trace's own);
+# docs/simulation.md.
+RESERVED_JOBS = 2
+
+
 class Plan:
     """A pool's reservations through one scheduling pass.
 
@@ -123,7 +131,7 @@ class Plan:
         busy: Iterable[Busy] | Callable[[], Iterable[Busy]],
         *,
         now: float,
-        reserve: int = 1,
+        reserve: int = RESERVED_JOBS,
         drained: Mapping[str, str] | AbstractSet[str] = frozenset(),
     ) -> None:
         self.nodes = {

@@ -21,7 +21,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from scheduling.decisions.place import cpu_ratio, free_view, place, usable_cpus
-from scheduling.decisions.reserve import Busy, Plan, Reservation
+from scheduling.decisions.reserve import RESERVED_JOBS, Busy, Plan, Reservation
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
 
@@ -78,7 +78,7 @@ def schedule_pass(
     now: float | None = None,
     rooms: Mapping[str, PoolRoom] | None = None,
     busy: Iterable[Busy] | Callable[[], Iterable[Busy]] | None = None,
-    reserve: int = 1,
+    reserve: int = RESERVED_JOBS,
     starve_after_s: float | None = None,
     plans: Mapping[str, Plan] | None = None,
     backfill: str = "priority",

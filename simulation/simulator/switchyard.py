@@ -268,8 +268,9 @@ class SitePolicy(Leases, Groups, CrossPool):
                 if hopeless(shape):
                     stuck.add((shape, rank))
                     continue
-                if plan.reservations and plan.held_for(job.key) is None:
-                    # Even its shortest job meets reservations that leave too little beside.
+                if plan.full and plan.held_for(job.key) is None:
+                    # Even its shortest job meets reservations that leave too little beside
+                    # (and none is left to give it).
                     soonest = now + self.shortest[(pool, shape, rank)][0][0]
                     _, cpus, gpus = plan.room(room.listed(), soonest, ratios[shape[0]])
                     if cpus >= 0 and (shape[1] > cpus or shape[2] > gpus):

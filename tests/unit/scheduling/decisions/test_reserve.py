@@ -56,7 +56,8 @@ def test_work_behind_the_reservation_starts_only_where_it_leaves_it_intact():
             _job("big", 8, 60, priority=9, seq=0),
             _job("long", 2, 500, seq=1),  # would still hold n2's CPUs at 100
             _job("short", 2, 30, seq=2),  # ends at 30, before the reservation
-        ]
+        ],
+        reserve=1,  # EASY's one reservation
     )
     assert isinstance(out["long"], Wait) and out["long"].reserved is None
     assert isinstance(out["short"], Start)
@@ -81,9 +82,9 @@ def test_behind_the_reservation_the_shortest_goes_first():
         _job("sixty", 2, 60, priority=5, seq=1),  # ends before 100 too, but is longer
         _job("ten", 2, 10, priority=1, seq=2),
     ]
-    by_priority = _pass(jobs)
+    by_priority = _pass(jobs, reserve=1)
     assert isinstance(by_priority["sixty"], Start) and isinstance(by_priority["ten"], Wait)
-    shortest = _pass(jobs, backfill="shortest")
+    shortest = _pass(jobs, backfill="shortest", reserve=1)
     assert isinstance(shortest["ten"], Start) and isinstance(shortest["sixty"], Wait)
 
 
@@ -92,11 +93,26 @@ def test_a_job_waiting_past_the_bound_is_reserved_even_behind_another_reservatio
         _job("big", 8, 60, priority=9, seq=0, ready_at=0.0),
         _job("old", 4, 60, priority=1, seq=1, ready_at=-7200.0),
     ]
-    plain = _pass(jobs)
-    assert plain["old"].reserved is None  # one reservation per pool by default
-    bounded = _pass(jobs, starve_after_s=3600)
+    plain = _pass(jobs, reserve=1)
+    assert plain["old"].reserved is None  # one reservation asked for, one given
+    bounded = _pass(jobs, starve_after_s=3600, reserve=1)
     reserved = bounded["old"].reserved
     assert reserved is not None and reserved.at == 160.0  # after big's, on the room it leaves
+
+
+def test_by_default_the_first_two_that_cannot_start_are_reserved_and_backfill_keeps_both():
+    out = _pass(
+        [
+            _job("big", 8, 60, priority=9, seq=0),  # both nodes from 100 to 160
+            _job("long", 2, 500, priority=5, seq=1),  # the second: n2's room after 160
+            _job("mid", 2, 130, seq=2),  # would hold n2 into big's reservation
+            _job("short", 2, 30, seq=3),  # ends at 30, before both
+        ]
+    )
+    assert out["big"].reserved is not None and out["big"].reserved.at == 100.0
+    assert out["long"].reserved is not None and out["long"].reserved.at == 160.0
+    assert isinstance(out["mid"], Wait) and out["mid"].reserved is None
+    assert isinstance(out["short"], Start)
 
 
 def test_a_reservation_of_an_earlier_pass_moves_to_a_job_now_ahead_of_it():
