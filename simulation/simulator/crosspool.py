@@ -7,7 +7,6 @@ the lending pools' free cores and reservations (docs/policy.md, "Backfill across
 from __future__ import annotations
 
 from scheduling.decisions.borrow import Borrowed, borrow_pass
-from scheduling.decisions.order import priority_value, weight_at
 from scheduling.decisions.reserve import Plan
 from scheduling.decisions.schedule import WaitingJob
 from simulation.simulator.model import SimJob
@@ -21,7 +20,6 @@ class CrossPool:
     groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]]
     plans: dict[str, Plan]
     since: dict[str, set[str]]
-    level: dict[str, int]
     seq: dict[str, int]
 
     def _start(self, job: SimJob, placement, now: float) -> None: ...  # SitePolicy's
@@ -33,6 +31,9 @@ class CrossPool:
 
     def _minute(self, now: float) -> int:
         raise NotImplementedError  # SitePolicy's
+
+    def _value(self, queue: str, rank: tuple, minute: int, shares: dict[str, float]) -> int:
+        raise NotImplementedError  # Groups'
 
     def _home_freed(self, job: SimJob) -> None:
         """A job of a pool that may borrow stopped: where its queue runs at most so many jobs,
@@ -60,16 +61,12 @@ class CrossPool:
             for shape, ranks in self.groups.get(pool, {}).items():
                 if shape[2] or shape[5]:  # GPUs (or a GPU model) asked: never borrows
                     continue
-                for members in ranks.values():
+                queue = site.queues[shape[0]]
+                if shape[0] not in shares:
+                    shares[shape[0]] = self._shares(shape[0], now)
+                for rank, members in ranks.items():
+                    value = self._value(shape[0], rank, minute, shares[shape[0]])
                     for job in members.values():
-                        queue = site.queues[job.queue]
-                        if job.queue not in shares:
-                            shares[job.queue] = self._shares(job.queue, now)
-                        value = priority_value(
-                            level=self.level[job.key],
-                            weight=weight_at(site.weights.get(job.queue, ()), job.type, minute),
-                            share=shares[job.queue].get(job.project, 1.0),
-                        )
                         offered.append(
                             WaitingJob(job.key, job.spec, queue, value, self.seq[job.key])
                         )

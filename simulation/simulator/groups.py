@@ -14,6 +14,7 @@ import dataclasses
 import heapq
 import itertools
 
+from scheduling.decisions.order import priority_value, weight_at
 from scheduling.decisions.place import free_view, place
 from scheduling.decisions.reserve import Busy, Plan
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
@@ -58,6 +59,16 @@ class Groups(Predictions):
 
     def _borrows(self, job: SimJob) -> bool:  # SitePolicy's: admitted on borrowed room
         raise NotImplementedError
+
+    def _value(self, queue: str, rank: tuple, minute: int, shares: dict[str, float]) -> int:
+        """The start-order number of a group of `queue` (rank: level, type, project, borrowed),
+        at the site's `minute` of the day, with the queue's fair-share factors `shares`."""
+        return priority_value(
+            level=rank[0],
+            weight=weight_at(self.sim.site.weights.get(queue, ()), rank[1], minute),
+            share=shares.get(rank[2], 1.0),
+            borrowed=rank[3],
+        )
 
     def _runtime_key(self, job: SimJob) -> tuple[float, int, str]:
         """Where the job stands in its group by planned runtime (ties: submit order)."""

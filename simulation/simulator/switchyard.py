@@ -24,7 +24,6 @@ from scheduling.decisions.order import Run as UsageRun
 from scheduling.decisions.order import (
     decayed_usage,
     order_key,
-    priority_value,
     share_factors,
     weight_at,
 )
@@ -197,12 +196,7 @@ class SitePolicy(Leases, Groups, CrossPool):
             if (queue, rank) not in values:
                 if queue not in shares:
                     shares[queue] = self._shares(queue, now)
-                values[(queue, rank)] = priority_value(
-                    level=rank[0],
-                    weight=weight_at(site.weights.get(queue, ()), rank[1], minute),
-                    share=shares[queue].get(rank[2], 1.0),
-                    borrowed=rank[3],
-                )
+                values[(queue, rank)] = self._value(queue, rank, minute, shares[queue])
             return values[(queue, rank)]
 
         nodes = sim.pool_nodes(pool)
