@@ -5,6 +5,7 @@ import os
 from celery import Celery, signals
 from celery.worker.consumer import Consumer as CeleryConsumer
 
+from config.metrics import instruments
 from config.runtime import broker
 
 broker.register()
@@ -29,6 +30,20 @@ def _close_old_connections(sender=None, **_kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+# Metrics (docs/operations.md): a task that raised, by name; and the worker's heartbeat, which
+# the beat's passes every few seconds keep fresh while the worker works.
+@signals.task_failure.connect(weak=False)
+def _count_failure(sender=None, **_kwargs) -> None:
+    instruments.celery_task_failed(getattr(sender, "name", None) or "unknown")
+
+
+@signals.task_postrun.connect(weak=False)
+def _worker_heartbeat(sender=None, **_kwargs) -> None:
+    if sender is not None and getattr(sender.request, "is_eager", False):
+        return
+    instruments.worker_alive()
 
 
 class Consumer(CeleryConsumer):

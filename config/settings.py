@@ -87,6 +87,12 @@ from config.settings_engine import (  # noqa: F401 - settings, each read by name
     SWITCHYARD_TRIGGER_SECONDS,
     SWITCHYARD_WARM_POOL_SECONDS,
 )
+from config.settings_metrics import (  # noqa: F401 - settings, each read by name
+    SWITCHYARD_METRICS,
+    SWITCHYARD_METRICS_ALLOW,
+    SWITCHYARD_METRICS_DIR,
+    SWITCHYARD_METRICS_TOKEN,
+)
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
 # A secret from the environment, or the one `make run` generated in var/ for this install;

@@ -17,9 +17,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from config.bulk import update_rows
+from config.metrics import instruments
 from scheduling import hooks
 from scheduling.decisions import lifecycle
-from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent
+from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent, TaskState
 
 
 class TransitionError(Exception):
@@ -102,8 +103,9 @@ def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]
         elif events:
             TaskEvent.objects.bulk_create(events)
     ended = []
-    for (move, _, values), moved in zip(planned, done, strict=True):
+    for (move, frm, values), moved in zip(planned, done, strict=True):
         if moved:
+            _record_latency(move.task, frm, move.to, values)
             for name, value in values.items():
                 setattr(move.task, name, value)
             if move.to in TERMINAL_STATES:
@@ -111,6 +113,23 @@ def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]
     if settle and ended:
         hooks.tasks_ended(ended)
     return done
+
+
+def _record_latency(task: Task, frm: str, to: str, values: dict[str, Any]) -> None:
+    """The dispatch latency at a task's first hand-over to its backend, the start latency
+    at its first start; from the values read, never a query (a field not loaded is left)."""
+    if to not in (TaskState.QUEUED, TaskState.RUNNING) or not instruments.enabled():
+        return
+    if {"submitted_at", "started_at", "type", "backend", "attempts"} & task.get_deferred_fields():
+        return
+    if task.submitted_at is None:
+        return
+    if to == TaskState.QUEUED and frm == TaskState.PENDING and not task.attempts:
+        waited = values["updated_at"] - task.submitted_at
+        instruments.dispatched(task.type, task.backend, waited.total_seconds())
+    elif to == TaskState.RUNNING and task.started_at is None:
+        waited = (values.get("started_at") or values["updated_at"]) - task.submitted_at
+        instruments.started(task.type, task.backend, waited.total_seconds())
 
 
 def _compare_and_set(frm: str, group: list[tuple[Move, dict[str, Any]]]) -> set[int]:

@@ -30,12 +30,13 @@ from scheduling.decisions.quota import Ask, Reject, admit
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
-from scheduling.selectors.policy import site_minute, task_level, task_value
+from scheduling.selectors.policy import policy_fields
 from scheduling.selectors.quota import queue_usage, with_budgets
 from scheduling.services.image_lookups import SubmissionDeadline, image_lookups
 from scheduling.services.images import task_image, warning_events
 from scheduling.services.priority import priority_request_from_descriptor, priority_requests_room
 from scheduling.services.sandbox_input import batch_sandboxes_check
+from scheduling.services.submit_metrics import counted_submission, timed_decision
 from scheduling.services.task_paths import task_paths
 from scheduling.services.task_storage import check_task_inputs
 from scheduling.spec import TaskSpec
@@ -44,6 +45,7 @@ from scheduling.states import task_set_state
 S = TaskState
 
 
+@counted_submission
 def task_submit(*, user: User, text: str | bytes, fmt: str | None = None) -> Task:
     """Validate a descriptor, classify and route it, store the task and enqueue its dispatch.
 
@@ -79,6 +81,7 @@ class Decided:
     warnings: tuple[str, ...] = ()  # recorded as events on the task (a deprecated image)
 
 
+@timed_decision
 def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = None) -> Decided:
     """Classify, route and check one spec against the site, or raise naming the field.
 
@@ -147,6 +150,7 @@ def _check_quotas(spec: TaskSpec, queue: str, user: User, prefix: str) -> None:
         )
 
 
+@counted_submission
 def task_submit_spec(*, user: User, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
     project = hot.member_project(user, spec.project)
     if project is None:
@@ -360,6 +364,7 @@ def sniff(text: str) -> str:
     return "json" if text.lstrip().startswith("{") else "yaml"
 
 
+@counted_submission
 def task_submit_batch(*, user: User, text: str | bytes) -> list[int]:
     """Many independent tasks in one request (a parameter sweep): all stored, or none.
 
@@ -467,34 +472,3 @@ def _decide_batch(user: User, docs: list) -> tuple[list[Decided], dict[str, Proj
     if errors:
         raise ApplicationError("invalid batch", errors=errors)
     return decided, projects
-
-
-def policy_fields(site, decided: Decided, *, now, ready: bool) -> dict:
-    """A new task's quota amounts, level clock, entry level and backend number, by the rules
-    that routed it (a canary's, or the current ones)."""
-    spec = decided.spec
-    site = site.arm(decided.canary)
-    level = task_level(
-        site,
-        task_type=decided.type,
-        queue=decided.queue,
-        ready_at=now,
-        priority=spec.priority,
-        now=now,
-    )
-    return {
-        "gpus": spec.resources.gpus,
-        "cpus": spec.resources.cpus,
-        "ready_at": now if ready else None,
-        "canary_id": decided.canary,
-        "level": level.level,
-        "level_reason": level.reason,
-        "priority_value": task_value(
-            site,
-            level=level.level,
-            task_type=decided.type,
-            queue=decided.queue,
-            share=1.0,
-            minute=site_minute(now),
-        ),
-    }
