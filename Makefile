@@ -83,6 +83,12 @@ screenshots: install system-deps browser-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob
 	SWITCHYARD_VAR_DIR=$(TEST_VAR) SWITCHYARD_UPDATE_SCREENSHOTS=1 $(PY) -m pytest tests/browser
 
+# The Prometheus alert rules of docker/prometheus/: checked, and unit-tested one case per alert
+# (docs/operations.md, "Alert rules").
+.PHONY: alert-rules
+alert-rules: system-deps
+	cd docker/prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
