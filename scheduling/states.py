@@ -115,14 +115,16 @@ def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]
     return done
 
 
+_LATENCY_FIELDS = ("submitted_at", "started_at", "type", "backend", "attempts")
+
+
 def _record_latency(task: Task, frm: str, to: str, values: dict[str, Any]) -> None:
     """The dispatch latency at a task's first hand-over to its backend, the start latency
     at its first start; from the values read, never a query (a field not loaded is left)."""
     if to not in (TaskState.QUEUED, TaskState.RUNNING) or not instruments.enabled():
         return
-    if {"submitted_at", "started_at", "type", "backend", "attempts"} & task.get_deferred_fields():
-        return
-    if task.submitted_at is None:
+    loaded = vars(task)  # a deferred field is not there (what get_deferred_fields reads)
+    if any(name not in loaded for name in _LATENCY_FIELDS) or task.submitted_at is None:
         return
     if to == TaskState.QUEUED and frm == TaskState.PENDING and not task.attempts:
         waited = values["updated_at"] - task.submitted_at

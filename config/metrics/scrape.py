@@ -44,18 +44,21 @@ def task_families(now) -> Iterator[Metric]:
         "How long the longest-waiting task that could run has waited (since ready).",
         ["queue", "type"],
     )
+    counts: dict[tuple[str, str, str], int] = {}
     allocated: dict[tuple[str, str], int] = {}
     waits: dict[tuple[str, str], float] = {}
     for g in active_task_groups():
         state = "running" if g.running else "waiting"
         level = LEVELS[g.level] if 0 <= g.level < len(LEVELS) else str(g.level)
-        tasks.add_metric([g.queue, level, state], g.count)
+        counts[(g.queue, level, state)] = counts.get((g.queue, level, state), 0) + g.count
         if g.running:
             for resource, amount in (("cpus", g.cpus), ("gpus", g.gpus)):
                 allocated[(g.pool, resource)] = allocated.get((g.pool, resource), 0) + amount
         elif g.ready_since is not None:
             waited = max((now - g.ready_since).total_seconds(), 0.0)
             waits[(g.queue, g.type)] = max(waits.get((g.queue, g.type), 0.0), waited)
+    for labels, count in sorted(counts.items()):
+        tasks.add_metric(list(labels), count)
     for (queue, task_type), waited in sorted(waits.items()):
         oldest.add_metric([queue, task_type], waited)
     yield tasks

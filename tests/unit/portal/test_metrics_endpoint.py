@@ -10,6 +10,7 @@ from django.test import Client
 
 from config.metrics.access import address_allowed
 from config.metrics.broker import folder_lengths, redis_keys
+from scheduling.models import Task
 from tests.conftest import descriptor, submit
 
 PROXY = "10.0.0.2"
@@ -103,6 +104,19 @@ def test_a_scrape_reads_tasks_nodes_pools_and_the_broker(site, api):
     assert sample(text, "switchyard_scrape_failed", part="tasks") == 0
     submitted = {"type": "agent", "queue": "inference-agent"}
     assert sample(text, "switchyard_tasks_submitted_total", **submitted) >= 1
+
+
+def test_tasks_of_two_types_in_one_queue_and_level_are_one_series(site, api):
+    # Prometheus refuses a whole scrape that holds a series twice.
+    ids = [submit(api, descriptor(name=f"t{i}")).json()["id"] for i in range(3)]
+    Task.objects.filter(pk=ids[0]).update(type="ai-inference")
+    text = scrape(Client()).content.decode()
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")]
+    assert len(series) == len(set(series))
+    waiting = {"queue": "inference-agent", "level": "high", "state": "waiting"}
+    assert sample(text, "switchyard_tasks", **waiting) == 3
+    inference = {"queue": "inference-agent", "type": "ai-inference"}
+    assert sample(text, "switchyard_oldest_waiting_seconds", **inference) is not None
 
 
 def test_the_filesystem_broker_is_counted_by_queue(tmp_path):

@@ -14,6 +14,7 @@ from scheduling import engine
 from scheduling.backends import BackendUnavailable, JobState
 from scheduling.backends.fake import FakeBackend
 from scheduling.engine import get_backend
+from scheduling.engine import sandboxes as door
 from scheduling.models import Task
 from scheduling.services.submit_metrics import refusal_reason
 from tests.conftest import descriptor, submit
@@ -127,3 +128,9 @@ def test_backend_calls_are_timed_and_their_failures_counted(site):
     ):
         backend.poll([])
     assert value("switchyard_backend_errors_total", **errors) == before + 1
+
+
+def test_the_warm_pass_reports_the_ready_sandboxes_of_each_backend(site):
+    assert door.warm_pass() == {"fake": 2}  # the default site keeps {"": 2} warm
+    assert value("switchyard_sandbox_warm", backend="fake", state="ready") == 2
+    assert value("switchyard_sandbox_warm", backend="fake", state="starting") == 0
