@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
+from accounting.models import Reconciliation
 from config.metrics.access import address_allowed
 from config.metrics.broker import folder_lengths, redis_keys
-from scheduling.models import Task
+from scheduling.models import Attempt, Task
 from tests.conftest import descriptor, submit
 
 PROXY = "10.0.0.2"
@@ -101,7 +104,8 @@ def test_a_scrape_reads_tasks_nodes_pools_and_the_broker(site, api):
     assert sample(text, "switchyard_pool_gpus", pool="gpu-train", measure="allocated") == 0
     assert sample(text, "switchyard_celery_queue_length", queue="celery") is not None
     assert sample(text, "switchyard_metering_lag_seconds") == 0
-    assert sample(text, "switchyard_scrape_failed", part="tasks") == 0
+    for part in ("tasks", "sandboxes", "broker", "accounting"):
+        assert sample(text, "switchyard_scrape_failed", part=part) == 0
     submitted = {"type": "agent", "queue": "inference-agent"}
     assert sample(text, "switchyard_tasks_submitted_total", **submitted) >= 1
 
@@ -117,6 +121,25 @@ def test_tasks_of_two_types_in_one_queue_and_level_are_one_series(site, api):
     assert sample(text, "switchyard_tasks", **waiting) == 3
     inference = {"queue": "inference-agent", "type": "ai-inference"}
     assert sample(text, "switchyard_oldest_waiting_seconds", **inference) is not None
+
+
+def test_a_scrape_reads_the_metering_lag_and_each_backends_last_reconciliation(site, api):
+    now = timezone.now()
+    task = Task.objects.get(pk=submit(api, descriptor()).json()["id"])
+    ended = now - timedelta(minutes=40)
+    Attempt.objects.create(task=task, number=1, key="k-lag", state="succeeded", ended_at=ended)
+    window = {"period_start": now - timedelta(hours=2), "period_end": now, "tolerance": 0}
+    Reconciliation.objects.create(backend="slurm", outcome="clean", **window)
+    Reconciliation.objects.create(backend="slurm", outcome="differences", missing=2, **window)
+    Reconciliation.objects.create(backend="local", outcome="clean", **window)
+    text = scrape(Client()).content.decode()
+    assert 40 * 60 <= sample(text, "switchyard_metering_lag_seconds") < 41 * 60
+    assert sample(text, "switchyard_metering_backlog_attempts") == 1
+    outcome = "switchyard_reconciliation_outcome"
+    assert sample(text, outcome, backend="slurm", outcome="differences") == 1
+    assert sample(text, outcome, backend="slurm", outcome="clean") == 0
+    assert sample(text, outcome, backend="local", outcome="clean") == 1
+    assert sample(text, "switchyard_reconciliation_differences", backend="slurm") == 2
 
 
 def test_the_filesystem_broker_is_counted_by_queue(tmp_path):
