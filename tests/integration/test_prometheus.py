@@ -2,9 +2,10 @@
 that portal is read back through Prometheus's query API (docs/operations.md, "Metrics").
 
 The portal is started as a deployment starts it (`manage.py serve web`: gunicorn with two
-processes sharing their samples through the web role's metrics folder); Prometheus runs on a
-free port with a generated configuration and a folder of its own, never as the package's
-service. Without `prometheus` the test skips here and fails in CI.
+processes sharing their samples through the web role's metrics folder; `serve worker` and
+`serve beat` beside it, each counting in a folder of its own that the web server's /metrics
+merges); Prometheus runs on a free port with a generated configuration and a folder of its
+own, never as the package's service. Without `prometheus` the tests skip here and fail in CI.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -49,36 +52,67 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+class Roles:
+    """Roles of one deployment started as `manage.py serve ROLE` starts them, sharing this
+    test's database, a var folder (its filesystem broker and metrics folders) and the
+    local backend's root."""
+
+    def __init__(self, tmp_path: Path, local_root: Path) -> None:
+        self.tmp_path, self.var = tmp_path, tmp_path / "var"
+        self.var.mkdir()
+        (self.var / "secret-key").write_text("prometheus-test-" + "k" * 40)
+        self.env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {
+            "DATABASE_URL": database_url(),
+            "SWITCHYARD_VAR_DIR": str(self.var),
+            "SWITCHYARD_LOCAL_ROOT": str(local_root),
+            "SWITCHYARD_POLL_MS": "200",
+            "DJANGO_DEBUG": "1",
+            "SWITCHYARD_METRICS": "1",
+        }
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, role: str, *args: str) -> subprocess.Popen:
+        log = self.tmp_path / f"{role}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "serve", role, *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        proc.log_path = log  # type: ignore[attr-defined]
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            _stop(proc)
+
+
 @pytest.fixture
-def portal(site, tmp_path) -> Iterator[str]:
-    """`manage.py serve web` on a free port, on this test's database; its URL."""
-    var = tmp_path / "var"
-    var.mkdir()
-    (var / "secret-key").write_text("prometheus-test-" + "k" * 40)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {
-        "DATABASE_URL": database_url(),
-        "SWITCHYARD_VAR_DIR": str(var),
-        "DJANGO_DEBUG": "1",
-        "SWITCHYARD_METRICS": "1",
-    }
-    argv = [sys.executable, "manage.py", "serve", "web", "--addr", f"127.0.0.1:{port}"]
-    log = tmp_path / "web.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [*argv, "--workers", "2"], cwd=ROOT, env=env, stdout=out, stderr=out
-        )
-    url = f"http://127.0.0.1:{port}"
+def roles(site, local_root, tmp_path) -> Iterator[Roles]:
+    started = Roles(tmp_path, local_root)
     try:
-        wait_for(
-            lambda: proc.poll() is not None or _get(f"{url}/metrics")[0] == 200,
-            timeout=60,
-            what="the portal's /metrics",
-        )
-        assert proc.poll() is None, log.read_text()[-3000:]
-        yield url
+        yield started
     finally:
-        _stop(proc)
+        started.stop()
+
+
+@pytest.fixture
+def portal(roles) -> str:
+    """`manage.py serve web` (two gunicorn processes) on a free port; its URL."""
+    port = free_port()
+    proc = roles.start("web", "--addr", f"127.0.0.1:{port}", "--workers", "2")
+    url = f"http://127.0.0.1:{port}"
+    wait_for(
+        lambda: proc.poll() is not None or _get(f"{url}/metrics")[0] == 200,
+        timeout=60,
+        what="the portal's /metrics",
+    )
+    assert proc.poll() is None, proc.log_path.read_text()[-3000:]  # type: ignore[attr-defined]
+    return url
 
 
 @pytest.fixture
@@ -132,27 +166,56 @@ def query(prometheus: str, promql: str) -> list[dict]:
     return answer["data"]["result"]
 
 
-def test_prometheus_reads_back_a_submission_made_to_the_portal(portal, prometheus):
+def submit_one(portal: str) -> dict:
     token, _ = issue_token(User.objects.get(username="alice"))
-    body = json.dumps(descriptor(name="scraped")).encode()
     request = urllib.request.Request(
         f"{portal}/api/v1/tasks/",
-        data=body,
+        data=json.dumps(descriptor(name="scraped")).encode(),
         headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
         assert answer.status == 201
-        created = json.loads(answer.read())
+        return json.loads(answer.read())
+
+
+def total(prometheus: str, promql: str) -> float:
+    return sum(float(series["value"][1]) for series in query(prometheus, promql))
+
+
+def test_prometheus_reads_back_a_submission_made_to_the_portal(portal, prometheus):
+    created = submit_one(portal)
     labels = f'type="{created["type"]}",queue="{created["queue"]}"'
-
-    def submitted() -> float:
-        found = query(prometheus, f"switchyard_tasks_submitted_total{{{labels}}}")
-        return sum(float(series["value"][1]) for series in found)
-
-    assert wait_for(lambda: submitted() >= 1, timeout=30, what="the submission in Prometheus")
-    assert submitted() == 1
+    submitted = f"switchyard_tasks_submitted_total{{{labels}}}"
+    assert wait_for(
+        lambda: total(prometheus, submitted) >= 1, timeout=30, what="the submission in Prometheus"
+    )
+    assert total(prometheus, submitted) == 1
     [up] = query(prometheus, 'up{job="switchyard"}')
     assert up["value"][1] == "1"
     # What the scrape reads from the database arrives too: the task waits in its queue.
-    waiting = query(prometheus, f'switchyard_tasks{{queue="{created["queue"]}",state="waiting"}}')
-    assert sum(float(series["value"][1]) for series in waiting) == 1
+    assert total(prometheus, f'switchyard_tasks{{queue="{created["queue"]}",state="waiting"}}') == 1
+
+
+def test_the_worker_and_the_beat_are_seen_through_the_web_servers_metrics(
+    roles, portal, prometheus
+):
+    # Each role counts in its own folder; the web server's /metrics merges them.
+    roles.start("worker", "--concurrency", "1", "--hostname", "metrics-test@%h")
+    roles.start("beat")
+    created = submit_one(portal)
+    backend = f'backend="{created["backend"]}"'
+    checks = {
+        "the worker's heartbeat": "switchyard_worker_last_task_timestamp_seconds",
+        "the beat's heartbeat": "switchyard_beat_last_tick_timestamp_seconds",
+        "the dispatch latency": f"switchyard_dispatch_latency_seconds_count{{{backend}}}",
+        "the backend's submit": (
+            f'switchyard_backend_call_seconds_count{{{backend},operation="submit_many"}}'
+        ),
+    }
+    for what, promql in checks.items():
+        wait_for(lambda promql=promql: total(prometheus, promql) > 0, timeout=60, what=what)
+    assert total(prometheus, checks["the dispatch latency"]) == 1
+    now = time.time()
+    assert now - 60 < total(prometheus, checks["the beat's heartbeat"]) <= now + 1
+    folders = sorted(path.name.split("-")[0] for path in (roles.var / "metrics").iterdir())
+    assert folders == ["beat", "web", "worker"]
