@@ -18,6 +18,8 @@ from scheduling.engine import sandboxes as door
 from scheduling.models import Task
 from scheduling.services.submit_metrics import refusal_reason
 from tests.conftest import descriptor, submit
+from tests.unit.scheduling.workflows.helpers import task as flow_task
+from tests.unit.scheduling.workflows.helpers import workflow
 
 pytestmark = pytest.mark.django_db
 AGENT = {"type": "agent", "queue": "inference-agent"}
@@ -43,6 +45,14 @@ def test_a_batch_counts_each_task(api):
     )
     assert response.status_code == 201, response.json()
     assert value("switchyard_tasks_submitted_total", **AGENT) == before + 3
+
+
+def test_a_workflow_counts_each_of_its_tasks_once(api):
+    before = value("switchyard_tasks_submitted_total", **AGENT)
+    doc = workflow(flow_task("a"), flow_task("b", "a"))
+    response = api.post("/api/v1/workflows/", data=json.dumps(doc), content_type="application/json")
+    assert response.status_code == 201, response.json()
+    assert value("switchyard_tasks_submitted_total", **AGENT) == before + 2
 
 
 def test_a_refusal_is_counted_by_reason_with_only_the_sites_names_as_labels(api):
