@@ -104,6 +104,20 @@ def test_a_researcher_sees_their_projects_and_finance_sees_all(usage, api):
     assert Decimal(cpu["settled"]) == Decimal("16.5") and Decimal(cpu["charge"]) == Decimal("0.96")
 
 
+def test_the_command_lines_usage_shows_each_total_in_its_unit_and_the_sites_currency(
+    usage, settings
+):
+    from switchyard_cli.cli import usage_text
+
+    report = _client("finn").get(f"/api/v1/usage/?{RANGE}&group_by=project&period=all").json()
+    lines = usage_text(report).splitlines()
+    [cpu] = [line for line in lines if line.startswith("cpu ")]
+    assert "core-hours" in cpu and f"0.96 {settings.SWITCHYARD_CURRENCY}" in cpu
+    [gpu] = [line for line in lines if line.startswith("gpu ")]
+    assert "GPU-hours" in gpu and f"8.00 {settings.SWITCHYARD_CURRENCY}" in gpu
+    assert usage_text({**report, "totals": []}) == "no usage in this period"
+
+
 def test_groups_filters_and_periods(usage):
     finn = _client("finn")
     by_user = finn.get(f"/api/v1/usage/?{RANGE}&group_by=user,queue&period=all&metric=cpu").json()
