@@ -1,5 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.staticfiles.storage import staticfiles_storage
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
@@ -9,7 +11,15 @@ from portal.auth import TokenCurrent, TokenObtain
 # A database outage is a 503 with Retry-After, on pages too (config/outage.py).
 handler500 = "config.outage.server_error"
 
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever a page links (a JSON answer, a file): the
+    portal's icon, where its static files are."""
+    return HttpResponsePermanentRedirect(staticfiles_storage.url("favicon.svg"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -143,6 +143,7 @@ READS: dict[str, tuple[str, ...]] = {
     "canary-decide": (),
     "project-detail": (),
     "project-members": (),
+    "favicon": (),
     "project-quota": (),
     "sandbox-list": ("project",),
     "sandbox-detail": (),
