@@ -32,23 +32,33 @@ def usage(request: SignedInRequest) -> HttpResponse:
     if q.by_record:  # a page shows groups; every record comes as a download
         q = reports.UsageQuery(q.start, q.end, (), q.period, q.filters)
     rows = reports.report(request.user, q)
+    for row in rows:
+        if "period" in row:
+            row["period_label"] = reports.period_label(row["period"], q.period)
     totals = reports.totals(request.user, q)
     metrics_seen = [t["metric"] for t in totals]
     chart_metric = q.filters.get("metric") or (
         "gpu" if "gpu" in metrics_seen else (metrics_seen[0] if metrics_seen else "cpu")
     )
     dimension = next((g for g in q.group_by if g != "metric"), None)
-    by_day = rows
+    by_day, per = rows, q.period
     if q.period == "all":  # the chart over time still needs periods
-        by_day = reports.report(
-            request.user, reports.UsageQuery(q.start, q.end, q.group_by, "day", q.filters)
+        by_day, per = (
+            reports.report(
+                request.user, reports.UsageQuery(q.start, q.end, q.group_by, "day", q.filters)
+            ),
+            "day",
         )
     by_project = reports.report(
         request.user, reports.UsageQuery(q.start, q.end, ("project",), "all", q.filters)
     )
     figures = {
         "over_time": charts.over_time(
-            by_day, dimension=dimension, metric=chart_metric, unit=METRICS[chart_metric].unit
+            by_day,
+            dimension=dimension,
+            metric=chart_metric,
+            unit=METRICS[chart_metric].unit,
+            period=per,
         ),
         "share": charts.share(
             by_project,

@@ -181,6 +181,33 @@ def test_xlsx_export_opens_in_a_real_reader_with_the_right_totals(usage):
     assert {r[col["project"]] for r in cpu} == {"materials", "climate", "genomics"}
 
 
+def test_xlsx_months_are_dates_charges_are_money_and_a_last_row_totals_them(usage):
+    response = _client("finn").get(
+        f"/api/v1/usage/?{RANGE}&group_by=project&period=month&format=xlsx"
+    )
+    raw = b"".join(response.streaming_content)
+    sheet = openpyxl.load_workbook(io.BytesIO(raw)).active
+    rows = list(sheet.iter_rows())
+    col = {cell.value: i for i, cell in enumerate(rows[0])}
+    body, total = rows[1:-1], rows[-1]
+    assert {r[col["period"]].value for r in body} == {datetime(2026, 11, 1)}
+    assert {r[col["period"]].number_format for r in body} == {"yyyy-mm-dd"}
+    assert {r[col["charge"]].number_format for r in body} == {"#,##0.00"}
+    assert {r[col["quantity"]].number_format for r in body} == {"#,##0.000"}
+    charges = sum(Decimal(str(r[col["charge"]].value)) for r in body)
+    assert total[0].value == "Total"
+    assert total[col["charge"]].value == f"=SUM(F2:F{len(rows) - 1})"
+    cached = openpyxl.load_workbook(io.BytesIO(raw), data_only=True).active
+    assert Decimal(str(list(cached.iter_rows(values_only=True))[-1][col["charge"]])) == charges
+
+
+def test_every_record_row_names_its_currency_a_free_one_too(usage, settings):
+    response = _client("finn").get(f"/api/v1/usage/?{RANGE}&group_by=record&format=csv")
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert any(Decimal(r["charge"]) == 0 for r in rows)  # memory has no rate here
+    assert {r["currency"] for r in rows} == {settings.SWITCHYARD_CURRENCY}
+
+
 def test_a_spreadsheet_formula_in_a_value_is_defused_in_csv(api):
     from accounting.exports import csv_stream
 
