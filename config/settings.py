@@ -12,10 +12,8 @@ places the var folder.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from datetime import timedelta
-from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -296,19 +294,8 @@ USE_I18N = True
 USE_TZ = True
 
 
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ImproperlyConfigured(f"the {name} package is not installed (make install)")
-    return Path(spec.origin).parent
-
-
 STATIC_URL = "static/"
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    # plotly.js as the pinned plotly package ships it (the usage charts; docs/accounting.md).
-    ("vendor/plotly", _package_dir("plotly") / "package_data"),
-]
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise reads it at start; collectstatic fills it
 # `manage.py up` and the container image collect static files with content-hashed names (cached

@@ -323,7 +323,7 @@ def test_the_usage_page_shows_charts_totals_and_downloads(usage, browser):
     page = browser.get(f"/usage/?{RANGE}&group_by=project&period=day")
     assert page.status_code == 200
     html = page.content.decode()
-    assert html.count("data-figure=") == 3 and "plotly.min.js" in html
+    assert html.count("data-figure=") == 3 and "plotly-basic-4.1.1.min.js" in html
     assert "genomics" not in html  # alice's projects only
     assert "/api/v1/usage/?from=2026-11-01" in html and "format=xlsx" in html
     partial = browser.get(f"/usage/?{RANGE}&period=week", HTTP_HX_REQUEST="true")
