@@ -10,4 +10,5 @@ urlpatterns = [
     path("usage/tasks/<int:pk>/", views.task_usage, name="task-usage"),
     path("usage/reconciliation/", views.reconciliations, name="usage-reconciliations"),
     path("usage/reconciliation/run/", views.reconcile_now, name="usage-reconcile-now"),
+    path("usage/rates/", views.rates, name="usage-rates"),
 ]

@@ -1,7 +1,9 @@
-"""The Usage pages: reports with charts and downloads, a task's usage, reconciliations."""
+"""The Usage pages: reports with charts and downloads, a task's usage, reconciliations, the
+rate card."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -9,7 +11,8 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
 
 from accounting import charts, reports, selectors, services
 from accounting.metrics import METRICS
@@ -17,6 +20,7 @@ from portal import roles
 from portal.errors import ApplicationError
 from portal.http import SignedInRequest
 from scheduling import usage as scheduling_usage
+from scheduling.decisions.humanize import format_duration
 from scheduling.spec import TASK_TYPES
 from scheduling.usage import task_get_for_user
 
@@ -118,12 +122,33 @@ def task_usage(request: SignedInRequest, pk: int) -> HttpResponse:
 def reconciliations(request: SignedInRequest) -> HttpResponse:
     if not reports.sees_all(request.user):
         raise Http404("no such page")
+    runs = selectors.reconciliations_recent(50)
+    every = timedelta(seconds=settings.SWITCHYARD_RECONCILE_SECONDS)
     return render(
         request,
         "accounting/reconciliations.html",
         {
-            "runs": selectors.reconciliations_recent(50),
+            "runs": runs,
+            "last": runs[0] if runs else None,
+            # The beat runs it every `every`: the next one about that long after the last.
+            "next_run": runs[0].ran_at + every if runs else None,
+            "every": format_duration(int(every.total_seconds())),
             "can_run": roles.is_platform_admin(request.user),
+        },
+    )
+
+
+@login_required
+@require_GET
+def rates(request: SignedInRequest) -> HttpResponse:
+    """The rate card, read-only: what each queue's usage costs per unit, now and from when a
+    new price applies (rates are changed in the admin console, versioned)."""
+    return render(
+        request,
+        "accounting/rates.html",
+        {
+            "rates": selectors.rate_card(timezone.now()),
+            "can_edit": roles.is_platform_admin(request.user),
         },
     )
 

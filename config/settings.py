@@ -311,7 +311,7 @@ STORAGES = {
 }
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "task-list"
+LOGIN_REDIRECT_URL = "home"  # each role's own page (portal.roles.home)
 LOGOUT_REDIRECT_URL = "login"
 
 # --- REST API -------------------------------------------------------------------------------

@@ -26,20 +26,22 @@ def project_get_for_user(user: User, slug: str) -> Project | None:
 
 
 def project_get_visible(user: User, slug: str) -> Project | None:
-    """The project page's project: a platform admin sees every project, anyone else those
-    they are a member of; None for the rest (the caller answers 404)."""
+    """The project page's project: a platform admin and finance (read-only: they see every
+    project's usage) see every project, anyone else those they are a member of; None for the
+    rest (the caller answers 404)."""
     found = Project.objects.filter(slug=slug).first()
     if found is None or not (
-        roles.is_platform_admin(user) or found.memberships.filter(user=user).exists()
+        roles.sees_all_usage(user) or found.memberships.filter(user=user).exists()
     ):
         return None
     return found
 
 
 def project_list_visible(user: User) -> QuerySet[Project]:
-    """The projects page: every project for a platform admin, one's own for anyone else."""
+    """The projects page: every project for a platform admin and finance, one's own for
+    anyone else."""
     projects = Project.objects.order_by("slug").select_related("pi")
-    if not roles.is_platform_admin(user):
+    if not roles.sees_all_usage(user):
         projects = projects.filter(memberships__user=user)
     return projects
 

@@ -122,6 +122,12 @@ def _project(request: SignedInRequest, slug: str):
 
 
 @login_required
+def home(request: SignedInRequest) -> HttpResponse:
+    """Where a login lands: the page each role starts its day on (portal.roles.home)."""
+    return redirect(roles.home(request.user))
+
+
+@login_required
 def project_list(request: SignedInRequest) -> HttpResponse:
     projects = project_list_visible(request.user)
     return render(request, "portal/project_list.html", {"projects": projects})

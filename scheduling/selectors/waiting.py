@@ -95,10 +95,31 @@ def explain(task: Task, now: datetime | None = None) -> Explanation | None:
 def _position(task: Task, now: datetime) -> tuple[int | None, int, list[Task]]:
     """Its place among the queue's tasks that wait to start (held by quota, or queued), and
     all of them in the order they will start."""
+    order = _queue_order(task.queue_id, task.queue.name, now)
+    ids = [t.pk for t in order]
+    if task.pk not in ids:
+        return None, len(ids), order
+    return ids.index(task.pk) + 1, len(ids), order
+
+
+def positions(tasks: list[Task], now: datetime | None = None) -> dict[int, tuple[int, int]]:
+    """Each waiting task's (position, tasks waiting) in its queue, one ordering per queue:
+    for a list of tasks (a priority-request inbox) without a pass per task."""
+    now = now or timezone.now()
+    queues = {t.queue_id: t.queue.name for t in tasks if t.state in _UNSTARTED}
+    out: dict[int, tuple[int, int]] = {}
+    for queue_id, name in queues.items():
+        order = _queue_order(queue_id, name, now)
+        for index, peer in enumerate(order, 1):
+            out[peer.pk] = (index, len(order))
+    return out
+
+
+def _queue_order(queue_id: int, queue: str, now: datetime) -> list[Task]:
+    """The queue's tasks that wait to start, in the order they will start."""
     site = site_view()
-    queue = task.queue.name
     peers = list(
-        Task.objects.filter(queue_id=task.queue_id)
+        Task.objects.filter(queue_id=queue_id)
         .filter(Q(state__in=(S.PENDING, S.QUEUED)) | Q(state=S.WAITING, hold=Hold.QUOTA))
         .select_related("owner")
         .only(
@@ -112,11 +133,7 @@ def _position(task: Task, now: datetime) -> tuple[int | None, int, list[Task]]:
     for peer in peers:
         peer.project_slug = slugs.get(peer.project_id, "")  # type: ignore[attr-defined]  # read back with getattr by ordered()
     shares = share_factors_for(site, queue, now)
-    order = ordered(site, peers, queue=queue, shares=shares, minute=site_minute(now))
-    ids = [t.pk for t in order]
-    if task.pk not in ids:
-        return None, len(ids), order
-    return ids.index(task.pk) + 1, len(ids), order
+    return ordered(site, peers, queue=queue, shares=shares, minute=site_minute(now))
 
 
 PoolStart = Callable[..., float | None]

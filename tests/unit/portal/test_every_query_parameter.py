@@ -144,6 +144,8 @@ READS: dict[str, tuple[str, ...]] = {
     "project-detail": (),
     "project-members": (),
     "favicon": (),
+    "home": (),
+    "usage-rates": (),
     "project-quota": (),
     "sandbox-list": ("project",),
     "sandbox-detail": (),
