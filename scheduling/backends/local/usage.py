@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from scheduling.backends.base import Run
+from scheduling.decisions.types import GpuUse
 
 
 def runs(key: str, state: Mapping[str, Any]) -> list[Run]:
@@ -29,6 +30,7 @@ def runs(key: str, state: Mapping[str, Any]) -> list[Run]:
             started_at=started,
             ended_at=ended,
             cpu_ms=int(state["cpu_ms"]) if state.get("cpu_ms") is not None else None,
+            gpu=GpuUse.from_dict(state.get("gpu")),
         )
     ]
 
