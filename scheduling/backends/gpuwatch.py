@@ -23,6 +23,9 @@ QUERY_GPU = (
 QUERY_APPS = "--query-compute-apps=pid,used_memory,gpu_uuid"
 CSV = "--format=csv,noheader,nounits"
 TIMEOUT_S = 10.0
+# A job's sample waits less: its supervisor copies the job's output meanwhile, and a driver
+# in trouble can leave nvidia-smi hanging. Such a sample is skipped, not counted.
+SAMPLE_TIMEOUT_S = 3.0
 
 
 def number(text: str) -> float | None:
@@ -118,8 +121,8 @@ class GpuSampler:
 
     def sample(self, pids: list[int], now: float) -> None:
         self.next_at = now + self.every_s
-        apps_text = query(self.smi, QUERY_APPS)
-        gpus_text = query(self.smi, QUERY_GPU) if apps_text is not None else None
+        apps_text = query(self.smi, QUERY_APPS, SAMPLE_TIMEOUT_S)
+        gpus_text = query(self.smi, QUERY_GPU, SAMPLE_TIMEOUT_S) if apps_text is not None else None
         if gpus_text is None:
             return  # nvidia-smi did not answer: no sample, not a sample of nothing
         self.add(parse_gpus(gpus_text), parse_apps(apps_text or ""), set(pids))

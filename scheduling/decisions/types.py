@@ -112,19 +112,28 @@ class GpuUse:
 
     @classmethod
     def from_dict(cls, data: object) -> GpuUse | None:
-        """From the supervisor's or the watcher's summary; None for anything else."""
+        """From the supervisor's or the watcher's summary; None for anything else. A Slurm
+        job's account can write the watcher's file: figures out of their range are refused,
+        never stored."""
         if not isinstance(data, dict):
             return None
         try:
-            return cls(
+            use = cls(
                 samples=int(data["samples"]),
                 gpus_busy=int(data["gpus_busy"]),
                 util_mean=float(data["util_mean"]),
                 util_peak=float(data["util_peak"]),
                 memory_peak_mib=int(data["memory_peak_mib"]),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
+        sane = (
+            0 < use.samples < 1 << 31
+            and 0 <= use.gpus_busy <= 1024
+            and 0.0 <= use.util_mean <= use.util_peak <= 100.0
+            and 0 <= use.memory_peak_mib < 1 << 31
+        )
+        return use if sane else None
 
 
 @dataclass(frozen=True, slots=True)

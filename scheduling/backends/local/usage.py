@@ -1,6 +1,7 @@
 """What the local backend accounts for a finished job: its booked allocation × the times its
-supervisor wrote (docs/accounting.md). Kept in the job's final state, which outlives the
-job's folder (retention keeps `logs/<key>.json`)."""
+supervisor wrote (docs/accounting.md), with the CPU time and GPU use it measured
+(docs/operations.md). Kept in the job's final state, which outlives the job's folder
+(retention keeps `logs/<key>.json`)."""
 
 from __future__ import annotations
 

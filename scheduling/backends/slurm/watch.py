@@ -159,7 +159,7 @@ def watched(
     command = " ".join(arg if arg in shell else shlex.quote(arg) for arg in argv)
     net = jobnet.NETWORK_ARG_NONE if network is None else ",".join(network)
     before = "".join(f" {shlex.quote(arg)}" for arg in args)
-    every = int(settings.SWITCHYARD_GPU_SAMPLE_S)
+    every = f"{float(settings.SWITCHYARD_GPU_SAMPLE_S):g}"
     return [
         "if command -v python3 >/dev/null; then",
         # Isolated (-I: no PYTHON* variable, no current folder, no user site) and without

@@ -9,6 +9,7 @@ context."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -21,6 +22,7 @@ from scheduling import engine
 from scheduling.backends import gpuwatch
 from scheduling.backends.local.jobwatch import process_tree
 from scheduling.backends.slurm.watch import read_gpu_use, read_usage, watched
+from scheduling.decisions.types import GpuUse
 from scheduling.engine import get_backend
 from scheduling.models import Attempt, Pool, Task, TaskState
 from scheduling.presenters.efficiency import GpuEfficiency
@@ -195,7 +197,7 @@ def test_the_gpu_advice_names_the_over_request_or_keeps_quiet(asked, used, util,
 def test_the_slurm_watcher_samples_the_jobs_gpus_and_writes_them_beside_its_cpu_time(
     nvidia_smi, tmp_path: Path, settings
 ):
-    settings.SWITCHYARD_GPU_SAMPLE_S = 1
+    settings.SWITCHYARD_GPU_SAMPLE_S = 0.5
     nvidia_smi.scene("training")
     pids = nvidia_smi.folder / "nvidia-smi.pids"
     # The job says which of its processes hold the contexts (it runs without a sandbox here,
@@ -212,7 +214,7 @@ def test_the_slurm_watcher_samples_the_jobs_gpus_and_writes_them_beside_its_cpu_
     assert "period=unset" in done.stdout
     assert read_usage(str(out)) is not None
     found = read_gpu_use(str(out))
-    assert found is not None and found.samples >= 1
+    assert found is not None and found.samples >= 3  # every half second for ~2.5 s
     assert (found.gpus_busy, found.memory_peak_mib, found.util_peak) == (2, 80398, 31.0)
     assert 29.0 <= found.util_mean <= 31.0  # 31 and 29, or one alone as the job ended
 
@@ -225,3 +227,17 @@ def test_a_slurm_job_without_gpus_writes_its_cpu_time_alone(nvidia_smi, tmp_path
     assert read_usage(str(out)) is not None and read_gpu_use(str(out)) is None
     out.write_text("120\nnot json\n")  # the job's account can write it: never trusted far
     assert read_usage(str(out)) == 120 and read_gpu_use(str(out)) is None
+    fine = {"samples": 3, "gpus_busy": 1, "util_mean": 40.0, "util_peak": 55.0}
+    fine["memory_peak_mib"] = 1000
+    for spoiled in (
+        {**fine, "gpus_busy": -1},
+        {**fine, "util_mean": 400.0, "util_peak": 400.0},
+        {**fine, "util_mean": float("nan")},
+        {**fine, "memory_peak_mib": 1 << 40},
+        {**fine, "samples": "many"},
+        [fine],
+    ):
+        out.write_text(f"120\n{json.dumps(spoiled)}\n")
+        assert read_gpu_use(str(out)) is None, spoiled
+    out.write_text(f"120\n{json.dumps(fine)}\n")
+    assert read_gpu_use(str(out)) == GpuUse(3, 1, 40.0, 55.0, 1000)
