@@ -21,6 +21,10 @@ QUERY_GPU = (
     "ecc.errors.uncorrected.volatile.total"
 )
 QUERY_APPS = "--query-compute-apps=pid,used_memory,gpu_uuid"
+# The node check's third question: a GPU's memory rows waiting to be remapped (a reset applies
+# it) or that it failed to remap (no spare rows left): the memory errors of an A100, H100,
+# H200. Answered by data-centre GPUs from Ampere on; older ones fail it, and it is not asked.
+QUERY_REMAPPED = "--query-remapped-rows=gpu_uuid,remapped_rows.pending,remapped_rows.failure"
 CSV = "--format=csv,noheader,nounits"
 TIMEOUT_S = 10.0
 # A job's sample waits less: its supervisor copies the job's output meanwhile, and a driver
@@ -69,6 +73,23 @@ def parse_apps(text: str) -> list[tuple[int, float, str]]:
             continue
         apps.append((int(cells[0]), number(cells[1]) or 0.0, cells[2]))
     return apps
+
+
+def parse_remapped(text: str) -> dict[str, tuple[float | None, float | None]]:
+    """The `QUERY_REMAPPED` rows: GPU UUID → (rows pending, a failure), numbers or None.
+    Drivers print the two as counts or as Yes/No: both are read."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 3 and cells[0].startswith("GPU-"):
+            rows[cells[0]] = (flag(cells[1]), flag(cells[2]))
+    return rows
+
+
+def flag(text: str) -> float | None:
+    """A count, or Yes/No as 1/0; None for anything else."""
+    said = {"yes": 1.0, "no": 0.0}.get(text.lower())
+    return said if said is not None else number(text)
 
 
 def query(smi: str, what: str, timeout: float = TIMEOUT_S) -> str | None:

@@ -3,7 +3,10 @@ correct (docs/operations.md, "GPU use and GPU health"). Pure: the node check's r
 the pool's limits in, the reasons out.
 
 The readings are a node's health metrics as its backend reported them, per GPU index:
-`gpu<N>_c` (°C) and `gpu<N>_ecc` (uncorrected ECC errors since the driver loaded).
+`gpu<N>_c` (°C), `gpu<N>_ecc` (uncorrected ECC errors since the driver loaded),
+`gpu<N>_remap_pending` and `gpu<N>_remap_failed` (memory rows waiting for a reset to be
+remapped; rows it could not remap). A row pending or failed drains the node in every pool: its
+GPU needs a reset, or a new GPU, before it is trusted with a job again.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_METRIC = re.compile(r"^gpu(\d+)_(c|ecc)$")
+_METRIC = re.compile(r"^gpu(\d+)_(c|ecc|remap_pending|remap_failed)$")
 
 
 DEFAULT_MAX_TEMPERATURE_C = 90.0
@@ -54,5 +57,12 @@ def gpu_problems(metrics: Mapping[str, object], limits: GpuLimits, pool: str) ->
             problems.append(
                 f"GPU {index} has {ecc:g} uncorrected ECC memory errors, over the "
                 f"{limits.max_ecc_uncorrected} allowed in pool {pool}"
+            )
+        if seen.get("remap_failed"):
+            problems.append(f"GPU {index} failed to remap a memory row: it needs replacing")
+        elif seen.get("remap_pending"):
+            problems.append(
+                f"GPU {index} has {seen['remap_pending']:g} memory row(s) waiting to be "
+                "remapped: it needs a reset"
             )
     return problems

@@ -1,9 +1,10 @@
 """The local backend's node check: the host's own load, free disk and GPU readings.
 
 Every virtual node of the local backend runs on this one host, so they share its health.
-The GPUs' temperatures and uncorrected ECC errors (nvidia-smi, gpuwatch.py) are reported as
-metrics, `gpu<N>_c` and `gpu<N>_ecc`: the engine's health pass holds them to the limits of
-each node's pool (settings.SWITCHYARD_GPU_HEALTH, decisions/gpuhealth.py).
+The GPUs' temperatures, uncorrected ECC errors and memory row remapping (nvidia-smi,
+gpuwatch.py) are reported as metrics, `gpu<N>_c`, `gpu<N>_ecc`, `gpu<N>_remap_pending` and
+`gpu<N>_remap_failed`: the engine's health pass holds them to the limits of each node's pool
+(settings.SWITCHYARD_GPU_HEALTH, decisions/gpuhealth.py).
 Pluggable: the backend's `health_probe` option names another function (a site's own
 checks, or a test's), called as `probe(nodes, root=...)` and returning a NodeHealth by node.
 """
@@ -39,15 +40,23 @@ def host_probe(nodes: list[str], *, root: str) -> dict[str, NodeHealth]:
 
 
 def gpu_readings() -> dict[str, float]:
-    """Each GPU's temperature and uncorrected ECC errors, by its index; none where there is no
-    nvidia-smi or it does not answer (a CPU node). A reading the GPU does not give is left
-    out (`[N/A]`: ECC off)."""
+    """Each GPU's temperature, uncorrected ECC errors and memory rows pending or failed to
+    remap, by its index; none where there is no nvidia-smi or it does not answer (a CPU
+    node). A reading the GPU does not give is left out (`[N/A]`: ECC off; no row remapper)."""
     smi = shutil.which("nvidia-smi")
-    text = gpuwatch.query(smi, gpuwatch.QUERY_GPU) if smi else None
+    gpus = gpuwatch.parse_gpus((gpuwatch.query(smi, gpuwatch.QUERY_GPU) if smi else None) or "")
+    if not gpus or smi is None:
+        return {}
+    remapped = gpuwatch.parse_remapped(gpuwatch.query(smi, gpuwatch.QUERY_REMAPPED) or "")
     readings: dict[str, float] = {}
-    for gpu in gpuwatch.parse_gpus(text or ""):
-        if gpu["temperature"] is not None:
-            readings[f"gpu{gpu['index']}_c"] = gpu["temperature"]
-        if gpu["ecc"] is not None:
-            readings[f"gpu{gpu['index']}_ecc"] = gpu["ecc"]
+    for gpu in gpus:
+        pending, failed = remapped.get(gpu["uuid"], (None, None))
+        for name, value in (
+            ("c", gpu["temperature"]),
+            ("ecc", gpu["ecc"]),
+            ("remap_pending", pending),
+            ("remap_failed", failed),
+        ):
+            if value is not None:
+                readings[f"gpu{gpu['index']}_{name}"] = value
     return readings

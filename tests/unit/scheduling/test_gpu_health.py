@@ -12,6 +12,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from config.settings_gpu import limits_error
+from scheduling.backends import gpuwatch
 from scheduling.decisions.gpuhealth import GpuLimits, gpu_problems, limits_for
 from scheduling.engine.health import health_pass
 from scheduling.models import Alert, Node, Pool
@@ -44,6 +45,7 @@ def test_a_gpu_over_its_pools_temperature_limit_drains_the_pools_nodes_and_alert
     # Up nodes keep the readings of the pass that found them well.
     inf = Node.objects.get(name="inf001")
     assert inf.health["gpu6_c"] == 93 and inf.health["gpu6_ecc"] == 0
+    assert inf.health["gpu6_remap_pending"] == 0 and inf.health["gpu6_remap_failed"] == 0
 
 
 def test_uncorrected_ecc_errors_drain_a_gpu_node_and_a_cpu_node_stays(
@@ -58,6 +60,31 @@ def test_uncorrected_ecc_errors_drain_a_gpu_node_and_a_cpu_node_stays(
     # Nodes without GPUs of their own are not judged by the host's GPUs.
     assert Node.objects.get(name="agt001").state == Node.State.UP
     assert Node.objects.get(name="cpu001").state == Node.State.UP
+
+
+def test_a_memory_row_waiting_to_be_remapped_drains_the_node_in_any_pool(
+    local_site, settings, nvidia_smi
+):
+    settings.SWITCHYARD_GPU_HEALTH = {"*": {"max_temperature_c": 90}}
+    nvidia_smi.scene("remap")
+    health_pass()
+    node = Node.objects.get(name="gpu002")
+    assert node.state == Node.State.DRAINED
+    assert (
+        node.health["reason"]
+        == "GPU 4 has 1 memory row(s) waiting to be remapped: it needs a reset"
+    )
+
+
+def test_remapped_rows_are_read_as_counts_or_yes_and_no():
+    text = "GPU-a, 0, No\nGPU-b, Yes, 0\nGPU-c, [N/A], [N/A]\n"
+    assert gpuwatch.parse_remapped(text) == {
+        "GPU-a": (0.0, 0.0),
+        "GPU-b": (1.0, 0.0),
+        "GPU-c": (None, None),
+    }
+    failed = gpu_problems({"gpu2_remap_failed": 1.0, "gpu2_remap_pending": 1.0}, GpuLimits(), "p")
+    assert failed == ["GPU 2 failed to remap a memory row: it needs replacing"]
 
 
 def test_a_cool_node_stays_up_and_without_nvidia_smi_nothing_is_read(
