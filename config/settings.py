@@ -464,3 +464,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+from config.settings_gpu import (  # noqa: E402, F401 - settings, each read by name
+    SWITCHYARD_GPU_HEALTH,
+    SWITCHYARD_GPU_SAMPLE_S,
+)

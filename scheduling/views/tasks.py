@@ -20,7 +20,7 @@ from scheduling import services
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
 from scheduling.forms import MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm, field_for_error
-from scheduling.presenters.efficiency import task_efficiency
+from scheduling.presenters.efficiency import task_efficiency, task_gpu_use
 from scheduling.presenters.files import (
     folder_picker,
     picked_input,
@@ -79,6 +79,7 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         "can_ask": can_change and not task.is_terminal and task.level < HIGH,
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
         "efficiency": task_efficiency(task) if task.is_terminal else None,
+        "gpu_use": task_gpu_use(task) if task.is_terminal else None,
         "prediction": task_prediction(task),
         "workdir": task_workdir_link(request.user, task),
         # The live sandboxes it created with its scoped token, or the one it is.
