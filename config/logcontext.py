@@ -105,13 +105,11 @@ def bound(**values: Any) -> Iterator[None]:
 @contextlib.contextmanager
 def fresh(values: Mapping[str, Any]) -> Iterator[None]:
     """Exactly these fields inside the block, whatever was bound around it (a message run in
-    the worker, a message sent by another thread for the request that asked)."""
+    the worker, a message sent later or by another thread for the request that asked)."""
     token = _context.set(dict(values))
-    request = _request.set(None)
     try:
         yield
     finally:
-        _request.reset(request)
         _context.reset(token)
 
 
