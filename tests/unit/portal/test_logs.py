@@ -204,3 +204,38 @@ def test_production_logs_json_and_a_bad_format_is_refused(tmp_path):
     refused = manage("check", env={**env, "SWITCHYARD_LOG_FORMAT": "xml"})
     assert refused.returncode != 0
     assert "SWITCHYARD_LOG_FORMAT: expected json or text, got 'xml'" in refused.stderr
+
+
+def test_the_publisher_thread_sends_each_task_with_the_request_that_stored_it():
+    from config.celery import LOG_HEADER, app
+    from scheduling import outbox
+
+    def headers_sent() -> list[dict]:
+        out = []
+        with app.connection_for_read() as conn:
+            queue = conn.SimpleQueue(app.conf.task_default_queue)
+            try:
+                while True:
+                    try:
+                        message = queue.get(block=False)
+                    except queue.Empty:
+                        break
+                    out.append(message.headers)
+                    message.ack()
+            finally:
+                queue.close()
+        return out
+
+    headers_sent()  # an empty queue
+    alice = {"request_id": "req-alice-0001", "user": "alice"}
+    bob = {"request_id": "req-bob-00001", "user": "bob"}
+    # Held, the thread cannot send: both requests' ids leave in one message.
+    with outbox.PUBLISHER._cond:
+        outbox.PUBLISHER.add(501, alice)
+        outbox.PUBLISHER.add(502, bob)
+    assert outbox.PUBLISHER.flush(10)
+    outbox.PUBLISHER.add(503, alice)
+    assert outbox.PUBLISHER.flush(10)
+    many, lone = sorted(headers_sent(), key=lambda h: h["task"] != outbox.DISPATCH_MANY)
+    assert many[LOG_HEADER] == {"origins": {"501": alice, "502": bob}}
+    assert lone["task"] == outbox.DISPATCH and lone[LOG_HEADER] == alice
