@@ -85,6 +85,12 @@ from config.settings_engine import (  # noqa: F401 - settings, each read by name
     SWITCHYARD_TRIGGER_SECONDS,
     SWITCHYARD_WARM_POOL_SECONDS,
 )
+from config.settings_logs import (  # noqa: F401 - settings, each read by name
+    LOGGING,
+    SWITCHYARD_ADMIN_ALLOW,
+    SWITCHYARD_ADMIN_PATHS,
+    SWITCHYARD_LOG_FORMAT,
+)
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
 # A secret from the environment, or the one `make run` generated in var/ for this install;
@@ -155,6 +161,11 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: forwarding headers count only from a trusted proxy (docs/security.md).
     "config.proxies.ForwardingHeaders",
+    # The request's log context and X-Request-ID; the request being served, for the audit
+    # log (docs/operations.md, "Logs").
+    "config.logcontext.RequestLog",
+    # The admin pages answer only allowed addresses (docs/security.md, "Address allow-lists").
+    "config.allowlist.AdminAllowList",
     "django.middleware.security.SecurityMiddleware",
     # A strict Content-Security-Policy on every answer (CONTENT_SECURITY_POLICY below).
     "csp.middleware.CSPMiddleware",
@@ -167,8 +178,6 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # A body over its path's limit is refused before the CSRF check or a view reads it.
     "config.middleware.BodyLimit",
-    # Who is acting, for the audit log and the configuration history (docs/console.md).
-    "portal.audit.RequestContext",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -457,13 +466,6 @@ SWITCHYARD_SANDBOX_CALLS_PER_USER = env_int("SWITCHYARD_SANDBOX_CALLS_PER_USER",
 # own larger limit (a batch, a descriptor, a simulation trace).
 SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS = env_int("SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS", 64 * 1024)
 SWITCHYARD_BODY_MAX_BYTES = env_int("SWITCHYARD_BODY_MAX_BYTES", 1024 * 1024)
-
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-}
 
 from config.settings_gpu import (  # noqa: E402, F401 - settings, each read by name
     SWITCHYARD_GPU_HEALTH,

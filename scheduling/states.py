@@ -8,6 +8,7 @@ hooks registered for an end (`scheduling/hooks.py`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +21,8 @@ from config.bulk import update_rows
 from scheduling import hooks
 from scheduling.decisions import lifecycle
 from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent
+
+log = logging.getLogger(__name__)
 
 
 class TransitionError(Exception):
@@ -102,15 +105,31 @@ def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]
         elif events:
             TaskEvent.objects.bulk_create(events)
     ended = []
-    for (move, _, values), moved in zip(planned, done, strict=True):
+    for (move, frm, values), moved in zip(planned, done, strict=True):
         if moved:
             for name, value in values.items():
                 setattr(move.task, name, value)
+            _log_move(move, frm)
             if move.to in TERMINAL_STATES:
                 ended.append(move.task)
     if settle and ended:
         hooks.tasks_ended(ended)
     return done
+
+
+def _log_move(move: Move, frm: str) -> None:
+    """One line per move, with the task's id and its job's (docs/operations.md, "Logs")."""
+    if log.isEnabledFor(logging.INFO):
+        task = move.task
+        log.info(
+            "task %s: %s → %s: %s",
+            task.pk,
+            frm,
+            move.to,
+            move.message or move.reason or "",
+            # Read only where loaded: a line never queries (dispatch loads few fields).
+            extra={"task_id": task.pk, "job_id": task.__dict__.get("backend_id") or None},
+        )
 
 
 def _compare_and_set(frm: str, group: list[tuple[Move, dict[str, Any]]]) -> set[int]:

@@ -119,7 +119,13 @@ def fail_work_on(node: Node, *, reason: str) -> int:
             try:
                 get_backend(task.backend).cancel(backend_id)
             except BackendError as exc:
-                log.warning("could not cancel %s on lost node %s: %s", backend_id, node.name, exc)
+                log.warning(
+                    "could not cancel %s on lost node %s: %s",
+                    backend_id,
+                    node.name,
+                    exc,
+                    extra={"task_id": task.pk, "job_id": backend_id},
+                )
     return failed
 
 
