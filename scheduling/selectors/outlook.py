@@ -100,7 +100,7 @@ def _start(
     peers = list(
         Task.objects.filter(
             queue_id=site.queue_ids[queue], state__in=(TaskState.PENDING, TaskState.QUEUED)
-        ).only("id", "type", "level", "ready_at", "submitted_at", "project_id", "spec")
+        ).only("id", "type", "level", "ready_at", "submitted_at", "project_id", "spec", "borrowed")
     )
     slugs = dict(
         Project.objects.filter(pk__in={t.project_id for t in peers}).values_list("pk", "slug")

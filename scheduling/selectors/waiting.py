@@ -104,7 +104,7 @@ def _position(task: Task, now: datetime) -> tuple[int | None, int, list[Task]]:
         .select_related("owner")
         .only(
             "id", "type", "level", "ready_at", "submitted_at", "project_id", "spec", "state",
-            "gpus", "cpus", "owner__username",
+            "gpus", "cpus", "owner__username", "borrowed",
         )
     )  # fmt: skip
     slugs = dict(
