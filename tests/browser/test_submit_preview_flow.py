@@ -98,3 +98,18 @@ def test_the_preview_names_type_and_queue_before_submit_and_follows_the_fields(
     )
     expect(preview.locator("#preview-source")).to_contain_text("From the uploaded file")
     expect(preview.locator(".preview-type")).to_contain_text("no GPUs and 128 CPUs")
+
+
+def test_on_a_phone_the_preview_sits_below_the_form_without_sideways_scroll(site, page):
+    _log_in(page)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto("/tasks/new/")
+    page.get_by_label("Name").fill("md-simulation")
+    page.get_by_label("Command").fill("python3 md.py")
+    preview = page.locator("#submit-preview")
+    expect(preview.locator(".preview-queue")).to_contain_text("inference-agent")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    form_bottom = page.locator("#submit-form").bounding_box()
+    box = preview.bounding_box()
+    assert form_bottom is not None and box is not None
+    assert box["y"] >= form_bottom["y"] + form_bottom["height"] - 1  # below, not beside
