@@ -87,3 +87,35 @@ def ordered(
         )
 
     return sorted(tasks, key=key)
+
+
+def policy_fields(site: SiteView, decided, *, now: datetime, ready: bool) -> dict:
+    """A new task's quota amounts, level clock, entry level and backend number, by the rules
+    that routed it (a canary's, or the current ones). `decided`: the submission's decision
+    (its spec, type, queue and canary; scheduling/services/tasks.py)."""
+    spec = decided.spec
+    site = site.arm(decided.canary)
+    level = task_level(
+        site,
+        task_type=decided.type,
+        queue=decided.queue,
+        ready_at=now,
+        priority=spec.priority,
+        now=now,
+    )
+    return {
+        "gpus": spec.resources.gpus,
+        "cpus": spec.resources.cpus,
+        "ready_at": now if ready else None,
+        "canary_id": decided.canary,
+        "level": level.level,
+        "level_reason": level.reason,
+        "priority_value": task_value(
+            site,
+            level=level.level,
+            task_type=decided.type,
+            queue=decided.queue,
+            share=1.0,
+            minute=site_minute(now),
+        ),
+    }

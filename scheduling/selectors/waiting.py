@@ -11,7 +11,7 @@ reservation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +25,7 @@ from scheduling.decisions.estimate_quota import Held, Holder, Release, quota_rel
 from scheduling.decisions.levels import LEVELS
 from scheduling.decisions.quota import BUDGETS, Ask
 from scheduling.decisions.reserve import reserved_at
+from scheduling.decisions.types import NodeView
 from scheduling.models import TERMINAL_STATES, Hold, PriorityRequest, Task, TaskState
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
@@ -124,7 +125,7 @@ def _queue_order(queue_id: int, queue: str, now: datetime) -> list[Task]:
         .select_related("owner")
         .only(
             "id", "type", "level", "ready_at", "submitted_at", "project_id", "spec", "state",
-            "gpus", "cpus", "owner__username",
+            "gpus", "cpus", "owner__username", "borrowed",
         )
     )  # fmt: skip
     slugs = dict(
@@ -150,11 +151,7 @@ def _estimate(task: Task, order: list[Task], now: datetime) -> tuple[datetime | 
     if queue is None or task.pk not in ids:
         return None, None
     nodes = site.pool_nodes.get(queue.pool, ())
-    busy = []
-    for occupant in running_on({n.name for n in nodes}):
-        spec = TaskSpec.from_dict(occupant.task.spec)
-        ends = occupant.started_at + spec.walltime_s if spec.walltime_s else None
-        busy += [Busy(allocation, ends) for allocation in occupant.allocations]
+    busy = pool_busy(nodes)
     t0 = now.timestamp()
 
     def pool_start(spec: TaskSpec, ahead: list[Ahead], not_before: float = 0.0) -> float | None:
@@ -180,6 +177,17 @@ def _estimate(task: Task, order: list[Task], now: datetime) -> tuple[datetime | 
         )
     start = pool_start(spec, ahead, release.at)
     return _when(start), _held_text(release, start, queue.pool, now)
+
+
+def pool_busy(nodes: Sequence[NodeView]) -> list[Busy]:
+    """What runs on `nodes` now, each allocation until its task's walltime ends (None: no
+    walltime, an unknown end)."""
+    busy = []
+    for occupant in running_on({n.name for n in nodes}):
+        spec = TaskSpec.from_dict(occupant.task.spec)
+        ends = occupant.started_at + spec.walltime_s if spec.walltime_s else None
+        busy += [Busy(allocation, ends) for allocation in occupant.allocations]
+    return busy
 
 
 def _releases(

@@ -27,10 +27,11 @@ from portal.selectors import project_get_for_member, project_get_for_user
 from scheduling import decisions, outbox, sealed
 from scheduling.decisions.canary import in_canary
 from scheduling.decisions.quota import Ask, Reject, admit
+from scheduling.decisions.refit import guessed_note, other_fits
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
-from scheduling.selectors.policy import site_minute, task_level, task_value
+from scheduling.selectors.policy import policy_fields
 from scheduling.selectors.quota import queue_usage, with_budgets
 from scheduling.services.image_lookups import SubmissionDeadline, image_lookups
 from scheduling.services.images import task_image, warning_events
@@ -93,12 +94,17 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
     routed = decisions.route(spec, classified.type, site.arm(canary).rules, site.queues)
     if isinstance(routed, decisions.Refused):
         raise ApplicationError(
-            routed.reason, field=prefixed(field_prefix, routed.field), got=spec.queue
+            routed.reason + _guessed(spec, classified, site, canary),
+            field=prefixed(field_prefix, routed.field),
+            got=spec.queue,
         )
     queue, backend = site.queues[routed.queue], site.queue_backends[routed.queue]
     refused = decisions.check(spec, queue, site.capacity(queue.pool))
     if refused is not None:
-        raise ApplicationError(refused.reason, field=prefixed(field_prefix, refused.field))
+        raise ApplicationError(
+            refused.reason + _guessed(spec, classified, site, canary),
+            field=prefixed(field_prefix, refused.field),
+        )
     field = prefixed(field_prefix, "sandboxes") or "sandboxes"
     batch_sandboxes_check(spec, queue=routed.queue, backend=backend, field=field)
     spec, warnings = task_image(
@@ -123,6 +129,17 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
         _check_quotas(spec, routed.queue, user, field_prefix)
     reason = f"{routed.reason} (canary #{canary})" if canary else routed.reason
     return Decided(spec, classified.type, classified.reason, routed.queue, reason, canary, warnings)
+
+
+def _guessed(
+    spec: TaskSpec, classified: decisions.Classified, site: SiteView, canary: int | None
+) -> str:
+    """For a guessed type: that it was guessed, by which rule, and the types that would fit."""
+    if spec.type is not None:
+        return ""
+    rules = site.arm(canary).rules
+    fits = other_fits(spec, classified.type, rules, site.queues, site.capacity)
+    return guessed_note(classified, fits, spec.walltime_s)
 
 
 def _check_quotas(spec: TaskSpec, queue: str, user: User, prefix: str) -> None:
@@ -467,34 +484,3 @@ def _decide_batch(user: User, docs: list) -> tuple[list[Decided], dict[str, Proj
     if errors:
         raise ApplicationError("invalid batch", errors=errors)
     return decided, projects
-
-
-def policy_fields(site, decided: Decided, *, now, ready: bool) -> dict:
-    """A new task's quota amounts, level clock, entry level and backend number, by the rules
-    that routed it (a canary's, or the current ones)."""
-    spec = decided.spec
-    site = site.arm(decided.canary)
-    level = task_level(
-        site,
-        task_type=decided.type,
-        queue=decided.queue,
-        ready_at=now,
-        priority=spec.priority,
-        now=now,
-    )
-    return {
-        "gpus": spec.resources.gpus,
-        "cpus": spec.resources.cpus,
-        "ready_at": now if ready else None,
-        "canary_id": decided.canary,
-        "level": level.level,
-        "level_reason": level.reason,
-        "priority_value": task_value(
-            site,
-            level=level.level,
-            task_type=decided.type,
-            queue=decided.queue,
-            share=1.0,
-            minute=site_minute(now),
-        ),
-    }
