@@ -52,6 +52,7 @@ TRACKED: dict[str, frozenset[str]] = {
     "scheduling.quota": frozenset({"updated_at"}),
     "portal.project": frozenset({"created_at"}),
     "accounting.rate": frozenset(),
+    "accounting.allocation": frozenset(),
 }
 
 # Sent after a version is written (on commit): caches of the site's policy listen.
