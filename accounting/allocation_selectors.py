@@ -123,6 +123,27 @@ def project_allocations(project: Project, user: User | None = None) -> dict[str,
     }
 
 
+def standing_text(project: Project, now: datetime | None = None) -> str:
+    """One line on where the project stands, for the admin deciding its request:
+    `'materials 2026' until 2027-01-04: 12.0 of 100 GPU-hours used; …`."""
+    now = now or timezone.now()
+    found = list(Allocation.objects.filter(project=project).select_related("project"))
+    views = [view_of(a) for a in found]
+    waits = pure.outside_reason(views, today(now))
+    if not found or waits is not None:
+        return waits or "no allocation yet"
+    chosen = pure.current(views, today(now))
+    allocation = found[views.index(chosen)] if chosen is not None else found[0]
+    used = used_of(allocation, project.slug, now)
+    parts = [
+        f"{line.used:.1f} of {line.granted} {line.unit} used"
+        for line in pure.lines(view_of(allocation), used)
+    ]
+    return f"'{allocation.name}' until {allocation.ends:%Y-%m-%d}: " + (
+        "; ".join(parts) or "no budget limit"
+    )
+
+
 def _projects_of(user: User) -> Q:
     return Q(project__memberships__user=user)
 

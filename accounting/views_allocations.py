@@ -44,9 +44,13 @@ def allocation_request(request: SignedInRequest, slug: str) -> HttpResponse:
 @login_required
 def allocation_requests(request: SignedInRequest) -> HttpResponse:
     """The inbox (platform admins decide, the oldest first) and the recent requests."""
+    # Each request with where its project stands now, to decide on.
+    inbox = [
+        (r, selectors.standing_text(r.project)) for r in selectors.inbox_for(request.user)[:100]
+    ]
     context = {
         "decider": roles.is_platform_admin(request.user),
-        "inbox": list(selectors.inbox_for(request.user)[:100]),
+        "inbox": inbox,
         "recent": list(selectors.requests_visible_to(request.user).exclude(state="pending")[:50]),
     }
     return render(request, "accounting/allocation_requests.html", context)

@@ -176,6 +176,7 @@ def test_the_form_sends_a_request_and_the_admins_inbox_decides_it(browser, alloc
     admin.force_login(User.objects.get(username="admin"))
     inbox = admin.get("/allocations/requests/").content.decode()
     assert f'id="allocation-request-{asked.pk}"' in inbox and "deadline" in inbox
+    assert "0.0 of 100 GPU-hours used; 0.0 of 1000 core-hours used" in inbox
     assert 'id="allocation-inbox"' not in browser.get("/allocations/requests/").content.decode()
     assert browser.post(f"/allocations/requests/{asked.pk}/approve/").status_code == 403
     admin.post(f"/allocations/requests/{asked.pk}/approve/", {"comment": "go"})
