@@ -110,3 +110,14 @@ def test_an_allocation_not_started_yet_holds_work_until_its_first_day(api):
     _allocation("materials next", started=-3, days_left=60)
     held = _dispatched(api)
     assert held.reason.startswith("allocation 'materials next' starts on ")
+
+
+def test_the_task_page_gives_no_start_estimate_for_work_its_allocation_holds(api):
+    from scheduling.selectors.waiting import explain
+
+    _allocation(days_left=-1)
+    held = _dispatched(api)
+    why = explain(held)
+    assert (why.kind, why.estimated_start) == ("quota", None)
+    assert why.message.startswith("allocation 'materials 2026' expired on ")
+    assert why.waits_for.startswith("held by its project's allocation; no estimate")
