@@ -22,6 +22,7 @@ from portal import roles
 from portal.models import Project
 
 _METRIC = {"gpu_hours": "gpu", "core_hours": "cpu"}
+SHOWN = 6  # allocations on the project page
 
 
 def view_of(allocation: Allocation) -> pure.AllocationView:
@@ -115,7 +116,9 @@ def project_allocations(project: Project, user: User | None = None) -> dict[str,
         .select_related("decided_by")[:5]
     )
     return {
-        "allocations": [allocation_report(a, now) for a in found],
+        # The newest few: a project of many years does not list its whole history here
+        # (the API pages through all of them).
+        "allocations": [allocation_report(a, now) for a in found[:SHOWN]],
         "waits": pure.outside_reason(views, today(now)),
         "pending": pending,
         "decided": recent,

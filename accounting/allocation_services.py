@@ -28,6 +28,8 @@ from scheduling.usage import after_commit
 R = AllocationRequest.State
 MAX_TEXT = 2000
 MOST_HOURS = 10**9
+# What an allocation's column holds (a PositiveIntegerField on every database).
+MOST_GRANTED = 2_147_483_647
 
 
 def _hours(value: object, field: str) -> int:
@@ -54,8 +56,9 @@ def _day(value: object, field: str) -> date | None:
         raise ApplicationError("a day as YYYY-MM-DD", field=field, got=str(value)[:80]) from None
 
 
-def _current(project_id: int, day: date) -> Allocation | None:
-    found = list(Allocation.objects.filter(project_id=project_id))
+def _current(project_id: int, day: date, *, lock: bool = False) -> Allocation | None:
+    rows = Allocation.objects.filter(project_id=project_id)
+    found = list(rows.select_for_update() if lock else rows)
     chosen = pure.current([view_of(a) for a in found], day)
     return next((a for a in found if chosen and view_of(a) == chosen), None)
 
@@ -218,7 +221,8 @@ def allocation_request_decide(
 
 def _grant(request: AllocationRequest, day: date) -> Allocation:
     """What an approval changes: the current allocation grows, or a new one starts `day`."""
-    current = _current(request.project_id, day)
+    # Locked: an edit in the admin console at the same moment would lose these hours.
+    current = _current(request.project_id, day, lock=True)
     if current is None:
         assert request.ends is not None  # a renewal names its end (allocation_request_create)
         return Allocation.objects.create(
@@ -231,13 +235,24 @@ def _grant(request: AllocationRequest, day: date) -> Allocation:
         )
     # A resource the allocation does not limit stays unlimited: more of it changes nothing.
     if current.gpu_hours is not None:
-        current.gpu_hours += request.gpu_hours
+        current.gpu_hours = _more(current.gpu_hours, request.gpu_hours, "gpu_hours")
     if current.core_hours is not None:
-        current.core_hours += request.core_hours
+        current.core_hours = _more(current.core_hours, request.core_hours, "core_hours")
     if request.ends is not None and request.ends > current.ends:
         current.ends = request.ends
     current.save(update_fields=["gpu_hours", "core_hours", "ends"])
     return current
+
+
+def _more(granted: int, more: int, field: str) -> int:
+    if granted + more > MOST_GRANTED:
+        raise ApplicationError(
+            f"the allocation would hold more than {MOST_GRANTED} hours",
+            field=field,
+            got=granted + more,
+            status=409,
+        )
+    return granted + more
 
 
 def _fresh_name(request: AllocationRequest, day: date) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.generics import ListAPIView
+from rest_framework.generics import GenericAPIView, ListAPIView
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -18,7 +18,9 @@ from portal.http import SignedInApiRequest
 STATES = ("pending", "approved", "rejected")
 
 
-class AllocationList(APIView):
+class AllocationList(GenericAPIView):
+    serializer_class = AllocationSerializer
+
     @extend_schema(
         parameters=[OpenApiParameter("project", str)],
         responses={200: AllocationSerializer(many=True)},
@@ -30,8 +32,9 @@ class AllocationList(APIView):
         project = request.query_params.get("project")
         if project is not None:
             found = found.filter(project__slug=project)
-        rows = [selectors.allocation_report(a) for a in found[:200]]
-        return Response(AllocationSerializer(rows, many=True).data)
+        page = self.paginate_queryset(found)
+        rows = [selectors.allocation_report(a) for a in page or []]
+        return self.get_paginated_response(AllocationSerializer(rows, many=True).data)
 
 
 class AllocationDetail(APIView):

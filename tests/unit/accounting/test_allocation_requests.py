@@ -142,7 +142,9 @@ def test_only_the_lead_asks_and_only_a_platform_admin_decides(api, member_api, a
     assert api.post(approve).status_code == 403  # the lead does not approve their own
     assert outsider_api.post(approve).status_code == 404
     assert outsider_api.get(f"/api/v1/allocations/{allocation.pk}/").status_code == 404
-    assert outsider_api.get("/api/v1/allocations/").json() == []
+    assert outsider_api.get("/api/v1/allocations/").json()["results"] == []
+    listed = api.get("/api/v1/allocations/?project=materials").json()
+    assert (listed["count"], listed["results"][0]["state"]) == (1, "current")
     assert AllocationRequest.objects.get().state == "pending"
 
 
@@ -192,3 +194,16 @@ def test_a_bad_form_is_not_sent_and_says_which_field(browser, allocation):
     )
     assert "Not sent — gpu_hours" in response.content.decode()
     assert not AllocationRequest.objects.exists()
+
+
+def test_an_approval_past_what_an_allocation_holds_is_refused_and_changes_nothing(
+    api, admin_api, allocation
+):
+    Allocation.objects.filter(pk=allocation.pk).update(gpu_hours=2_147_483_000)
+    asked = _ask(api, gpu_hours=1000).json()
+    response = admin_api.post(f"/api/v1/allocations/requests/{asked['id']}/approve/")
+    assert response.status_code == 409
+    assert response.json()["errors"][0]["field"] == "gpu_hours"
+    allocation.refresh_from_db()
+    assert allocation.gpu_hours == 2_147_483_000
+    assert AllocationRequest.objects.get().state == "pending"

@@ -101,7 +101,7 @@ READS: dict[str, tuple[str, ...]] = {
     "api-priority-requests": ("inbox", "state", PAGE_),
     "api-priority-request-approve": (),
     "api-priority-request-reject": (),
-    "api-allocations": ("project",),
+    "api-allocations": ("project", PAGE_),
     "api-allocation": (),
     "api-allocation-requests": ("inbox", "state", PAGE_),
     "api-allocation-request-approve": (),
