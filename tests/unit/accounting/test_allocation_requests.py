@@ -207,3 +207,16 @@ def test_an_approval_past_what_an_allocation_holds_is_refused_and_changes_nothin
     allocation.refresh_from_db()
     assert allocation.gpu_hours == 2_147_483_000
     assert AllocationRequest.objects.get().state == "pending"
+
+
+def test_an_approval_is_undone_from_the_history_like_any_configuration(api, admin_api, allocation):
+    from portal.services import config_version_restore
+
+    asked = _ask(api, gpu_hours=50).json()
+    admin_api.post(f"/api/v1/allocations/requests/{asked['id']}/approve/")
+    created = ConfigVersion.objects.get(model="accounting.allocation", action="create")
+    config_version_restore(
+        user=User.objects.get(username="admin"), version=created, reason="granted by mistake"
+    )
+    allocation.refresh_from_db()
+    assert allocation.gpu_hours == 100
