@@ -101,7 +101,9 @@ def allocation_request_create(
         raise ApplicationError(
             "ask for some GPU-hours or core-hours (or a later end)", field="gpu_hours", got=0
         )
-    text = (justification or "").strip()
+    if not isinstance(justification, str):
+        raise ApplicationError("text", field="justification", got=str(justification)[:80])
+    text = justification.strip()
     if not text:
         raise ApplicationError("say what the work needs it for", field="justification")
     if len(text) > MAX_TEXT:

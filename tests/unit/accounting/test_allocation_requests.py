@@ -114,6 +114,7 @@ def test_a_rejection_changes_nothing_and_says_why(api, admin_api, allocation, ma
         ({"ends": "2001-01-01", "gpu_hours": 1}, "ends", "2001-01-01"),
         ({"gpu_hours": 0}, "gpu_hours", 0),
         ({"gpu_hours": 1, "justification": " "}, "justification", None),
+        ({"gpu_hours": 1, "justification": ["why"]}, "justification", "['why']"),
         ({"gpu_hours": 1, "project": ["x"]}, "project", ["x"]),
     ],
 )
