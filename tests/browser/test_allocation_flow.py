@@ -112,3 +112,35 @@ def test_a_lead_renews_an_expired_allocation_and_new_work_no_longer_waits(
     expect(fresh).to_contain_text(f"– {until:%Y-%m-%d}")
     expect(fresh).to_contain_text("current")
     expect(fresh.locator(".granted")).to_have_text("5000")
+
+
+@pytest.fixture
+def pending(allocation) -> Allocation:
+    from django.contrib.auth.models import User
+
+    from accounting.allocation_services import allocation_request_create
+
+    allocation_request_create(
+        user=User.objects.get(username="alice"),
+        project="materials",
+        gpu_hours=25,
+        justification="a long justification that a phone must wrap, not scroll sideways",
+    )
+    return allocation
+
+
+def test_the_allocation_pages_fit_a_390px_phone(pending, chromium, live_server):
+    for username, path in (("alice", "/projects/materials/"), ("admin", "/allocations/requests/")):
+        context = chromium.new_context(
+            base_url=live_server.url, viewport={"width": 390, "height": 844}, is_mobile=True
+        )
+        context.set_default_timeout(15_000)
+        page = context.new_page()
+        log_in(page, username, f"{username}-demo-pass")
+        page.goto(path)
+        expect(page.locator("#allocations, #allocation-inbox")).to_have_count(1)
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 1, f"{path} as {username} is {overflow}px wider than the phone"
+        context.close()
