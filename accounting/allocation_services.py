@@ -21,6 +21,7 @@ from accounting.allocation_selectors import today, view_of
 from accounting.models import Allocation, AllocationRequest
 from portal import audit, roles
 from portal.errors import ApplicationError
+from portal.models import Project
 from portal.notify import notify
 from portal.selectors import project_get_visible
 from scheduling.usage import after_commit
@@ -146,6 +147,51 @@ def allocation_request_create(
             f"allocation request #{made.pk} to decide",
             f"{user.get_username()} asks for {asked(made)} for project {the_project.slug}: {text}",
         )
+    return made
+
+
+def allocation_grant(
+    *,
+    by: User,
+    project: object,
+    name: object,
+    starts: object,
+    ends: object,
+    reason: object,
+    gpu_hours: object = None,
+    core_hours: object = None,
+) -> Allocation:
+    """A platform admin grants a project an allocation directly (a resource left None is
+    not limited by it). A version in the history, with `reason`, like any configuration."""
+    if not roles.is_platform_admin(by):
+        raise ApplicationError("only a platform admin grants allocations", status=403)
+    the_project = Project.objects.filter(slug=project).first() if isinstance(project, str) else None
+    if the_project is None:
+        raise ApplicationError("no such project", field="project", got=str(project)[:80])
+    if not isinstance(name, str) or not name.strip() or len(name.strip()) > 100:
+        raise ApplicationError("a name of 1 to 100 characters", field="name", got=str(name)[:80])
+    first, last = _day(starts, "starts"), _day(ends, "ends")
+    if first is None or last is None:
+        raise ApplicationError("a day as YYYY-MM-DD", field="starts" if first is None else "ends")
+    if last < first:
+        raise ApplicationError(
+            f"on or after the day it starts ({first:%Y-%m-%d})", field="ends", got=last.isoformat()
+        )
+    if not isinstance(reason, str) or not reason.strip():
+        raise ApplicationError("say why: it is kept in the history", field="reason")
+    budgets = {
+        field: None if value in (None, "") else _hours(value, field)
+        for field, value in (("gpu_hours", gpu_hours), ("core_hours", core_hours))
+    }
+    if Allocation.objects.filter(project=the_project, name=name.strip()).exists():
+        raise ApplicationError(
+            "the project has an allocation of this name", field="name", got=name, status=409
+        )
+    with audit.because(reason.strip()[:MAX_TEXT]):
+        made = Allocation.objects.create(
+            project=the_project, name=name.strip(), starts=first, ends=last, **budgets
+        )
+    after_commit("scheduling.policy_pass", (), what="release of work held for an allocation")
     return made
 
 

@@ -36,6 +36,38 @@ class AllocationList(GenericAPIView):
         rows = [selectors.allocation_report(a) for a in page or []]
         return self.get_paginated_response(AllocationSerializer(rows, many=True).data)
 
+    @extend_schema(
+        request=inline_serializer(
+            "AllocationGrant",
+            {
+                "project": serializers.CharField(),
+                "name": serializers.CharField(),
+                "starts": serializers.DateField(),
+                "ends": serializers.DateField(help_text="the last day it covers"),
+                "gpu_hours": serializers.IntegerField(required=False, allow_null=True),
+                "core_hours": serializers.IntegerField(required=False, allow_null=True),
+                "reason": serializers.CharField(),
+            },
+        ),
+        responses={201: AllocationSerializer},
+        description="A platform admin grants a project an allocation (a resource left out is "
+        "not limited by it); the reason is kept in the configuration history.",
+    )
+    def post(self, request: SignedInApiRequest) -> Response:
+        data = request.data if isinstance(request.data, dict) else {}
+        made = services.allocation_grant(
+            by=request.user,
+            project=data.get("project"),
+            name=data.get("name"),
+            starts=data.get("starts"),
+            ends=data.get("ends"),
+            gpu_hours=data.get("gpu_hours"),
+            core_hours=data.get("core_hours"),
+            reason=data.get("reason"),
+        )
+        report = selectors.allocation_report(made)
+        return Response(AllocationSerializer(report).data, status=status.HTTP_201_CREATED)
+
 
 class AllocationDetail(APIView):
     @extend_schema(responses={200: AllocationSerializer})

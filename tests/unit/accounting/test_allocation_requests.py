@@ -221,3 +221,55 @@ def test_an_approval_is_undone_from_the_history_like_any_configuration(api, admi
     )
     allocation.refresh_from_db()
     assert allocation.gpu_hours == 100
+
+
+def _grant(client, **body):
+    body = {
+        "project": "genomics",
+        "name": "genomics 2027",
+        "starts": "2027-01-01",
+        "ends": "2027-12-31",
+        "gpu_hours": 400,
+        "reason": "the 2027 call",
+        **body,
+    }
+    return client.post("/api/v1/allocations/", body, format="json")
+
+
+def test_a_platform_admin_grants_an_allocation_with_a_reason_in_the_history(admin_api, site):
+    response = _grant(admin_api)
+    assert response.status_code == 201, response.json()
+    made = response.json()
+    assert (made["state"], made["resources"][0]["granted"]) == ("upcoming", 400)
+    assert [line["resource"] for line in made["resources"]] == ["gpu_hours"]
+    version = ConfigVersion.objects.get(model="accounting.allocation")
+    assert (version.action, version.reason, version.author_name) == (
+        "create",
+        "the 2027 call",
+        "admin",
+    )
+    assert AuditEvent.objects.filter(action="config.change", actor="admin").exists()
+    assert _grant(admin_api).status_code == 409  # the same name again
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"project": "nope"}, "project"),
+        ({"name": " "}, "name"),
+        ({"starts": "soon"}, "starts"),
+        ({"ends": "2026-12-31"}, "ends"),
+        ({"gpu_hours": -1}, "gpu_hours"),
+        ({"reason": ""}, "reason"),
+    ],
+)
+def test_a_bad_grant_names_the_field(admin_api, site, body, field):
+    response = _grant(admin_api, **body)
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["field"] == field
+    assert not Allocation.objects.exists()
+
+
+def test_only_a_platform_admin_grants(api, site):
+    assert _grant(api, project="materials").status_code == 403
+    assert not Allocation.objects.exists()
