@@ -181,3 +181,20 @@ def provide_storage_warnings(reader: StorageWarningsReader) -> None:
 def project_storage_warnings(project: Project) -> list[Any]:
     """The project's storage warnings; none when no app provides them."""
     return [w for reader in _storage_warnings for w in reader(project)]
+
+
+# The project page shows the project's allocations (granted hours over dates, used to date,
+# remaining) and a lead's request for more. They are accounting's (accounting/apps.py
+# provides the reader), so the organisation never imports it.
+AllocationsReader = Callable[[Project, User], dict[str, Any]]
+_allocations: list[AllocationsReader] = []
+
+
+def provide_project_allocations(reader: AllocationsReader) -> None:
+    """Register the reader of a project page's allocation section; again replaces it."""
+    _allocations[:] = [reader]
+
+
+def project_allocations(project: Project, user: User) -> dict[str, Any] | None:
+    """The project's allocation section for `user`; None when no app provides it."""
+    return _allocations[0](project, user) if _allocations else None

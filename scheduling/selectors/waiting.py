@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.models import Project
+from scheduling import hooks
 from scheduling.decisions.estimate import Ahead, Busy, estimate_start
 from scheduling.decisions.estimate_quota import Held, Holder, Release, quota_releases
 from scheduling.decisions.levels import LEVELS
@@ -170,6 +171,11 @@ def _estimate(task: Task, order: list[Task], now: datetime) -> tuple[datetime | 
         start = pool_start(spec, ahead)
         return _when(start), None
     release = releases.get(task.pk)
+    if release is None and task.pk in releases and _allocation_holds(task, now.timestamp()):
+        return None, (
+            "held by its project's allocation; no estimate: it starts once an allocation "
+            "covers it (a platform admin grants more or a renewal, or the next one begins)"
+        )
     if release is None:
         return None, (
             "held by quota; no estimate: what holds the quota has no walltime, or a budget "
@@ -224,7 +230,23 @@ def _releases(
             budgets = [r for r in rules if r.resource in BUDGETS]
             spent = with_budgets({}, budgets, datetime.fromtimestamp(now, tz=UTC))
         releases.update(quota_releases(rules, holders, waiting, now, spent=spent))
+    known: dict[tuple, bool] = {}
+    for t in held:  # what its allocation holds is let in at no time a replay can tell
+        if _allocation_holds(t, now, known):
+            releases[t.pk] = None
     return releases
+
+
+def _allocation_holds(task: Task, now: float, known: dict[tuple, bool] | None = None) -> bool:
+    """Whether the project's allocation holds the task (asked once per project and kind of
+    task when `known` is shared)."""
+    slug = getattr(task, "project_slug", "") or task.project.slug
+    key = (slug, task.gpus > 0, task.cpus > 0)
+    known = {} if known is None else known
+    if key not in known:
+        when = datetime.fromtimestamp(now, tz=UTC)
+        known[key] = hooks.allocation_hold(slug, task.gpus, task.cpus, when) is not None
+    return known[key]
 
 
 def _ask(task: Task, project: str, queue: str) -> Ask:
