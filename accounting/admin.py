@@ -1,11 +1,19 @@
 """Accounting in the admin console: rates (a new price from a date on), records and
-reconciliations (read only), collectors."""
+reconciliations (read only), collectors; allocations (granted here or by approving a
+request), and their requests (read only: decided in the allocation inbox)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from accounting.models import Collector, Rate, Reconciliation, UsageRecord
+from accounting.models import (
+    Allocation,
+    AllocationRequest,
+    Collector,
+    Rate,
+    Reconciliation,
+    UsageRecord,
+)
 
 
 @admin.register(Rate)
@@ -62,3 +70,16 @@ class CollectorAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False  # `manage.py collector add NAME` shows the token once
+
+
+@admin.register(Allocation)
+class AllocationAdmin(admin.ModelAdmin):
+    list_display = ["name", "project", "starts", "ends", "gpu_hours", "core_hours"]
+    list_filter = ["project"]
+    search_fields = ["name", "project__slug"]
+
+
+@admin.register(AllocationRequest)
+class AllocationRequestAdmin(ReadOnly):
+    list_display = ["id", "project", "requester", "gpu_hours", "core_hours", "ends", "state"]
+    list_filter = ["state"]

@@ -4,6 +4,7 @@ reconciliations (docs/accounting.md)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from datetime import date
 
 from django.conf import settings
 from django.http import StreamingHttpResponse
@@ -53,7 +54,15 @@ def download(q: reports.UsageQuery, user, fmt: str) -> StreamingHttpResponse:
     if fmt == "csv":
         body, kind = csv_stream(header, rows), CSVRenderer.media_type
     else:
-        body, kind = xlsx_stream(f"usage {currency}", header, rows), XLSXRenderer.media_type
+        sheet = xlsx_stream(
+            f"usage {currency}",
+            header,
+            rows,
+            money=("charge",),
+            quantities=("quantity",),
+            totals=("charge",),
+        )
+        body, kind = sheet, XLSXRenderer.media_type
     response = StreamingHttpResponse(body, content_type=kind)
     response["Content-Disposition"] = f'attachment; filename="usage_{q.slug()}.{fmt}"'
     return response
@@ -70,7 +79,7 @@ def table(q: reports.UsageQuery, user) -> tuple[list[str], Iterable[tuple]]:
         currency = settings.SWITCHYARD_CURRENCY
         for row in reports.report(user, q):
             yield (
-                *(row.get(c) for c in columns),
+                *(_cell(c, row.get(c)) for c in columns),
                 row["metric"],
                 row["unit"],
                 row["quantity"],
@@ -80,6 +89,13 @@ def table(q: reports.UsageQuery, user) -> tuple[list[str], Iterable[tuple]]:
             )
 
     return header, rows()
+
+
+def _cell(column: str, value):
+    """A period is a date (its first day): a date cell in a spreadsheet, ISO in CSV."""
+    if column == "period" and isinstance(value, str):
+        return date.fromisoformat(value)
+    return value
 
 
 _PARAMS = [

@@ -28,22 +28,46 @@ def period_start(period: str, now: datetime) -> datetime:
     return datetime.combine(day, datetime.min.time(), tzinfo=local.tzinfo)
 
 
+def day_start(day: date) -> datetime:
+    """The first instant of `day` in the site's time zone."""
+    zone = zoneinfo.ZoneInfo(settings.SWITCHYARD_SITE_TIMEZONE)
+    return datetime.combine(day, datetime.min.time(), tzinfo=zone)
+
+
 def used_hours(rule, now: datetime) -> float:
     """Hours `rule`'s scope (project, queue[, user]) used since its period began."""
-    metric = _METRIC[rule.resource]
     start = period_start(rule.period, now)
-    settled = UsageDaily.objects.filter(
-        project__slug=rule.project, queue=rule.queue, metric=metric, day__gte=start.date()
+    return hours_since(
+        rule.project, _METRIC[rule.resource], start, now, queue=rule.queue, user=rule.user
     )
+
+
+def hours_since(
+    project: str,
+    metric: str,
+    start: datetime,
+    now: datetime,
+    *,
+    queue: str | None = None,
+    user: str | None = None,
+    last_day: date | None = None,
+) -> float:
+    """Hours of `metric` (gpu, cpu) the project (in one queue, of one user, when named) used
+    from `start` on: its settled daily usage since that day, plus what its running tasks
+    have used since `start` (settled usage up to `last_day` only, when named). A budget quota
+    counts its period this way, an allocation its dates (accounting/allocations.py)."""
+    settled = UsageDaily.objects.filter(project__slug=project, metric=metric, day__gte=start.date())
     running = Attempt.objects.filter(
-        state=AttemptState.RUNNING,
-        started_at__isnull=False,
-        task__project__slug=rule.project,
-        task__queue__name=rule.queue,
+        state=AttemptState.RUNNING, started_at__isnull=False, task__project__slug=project
     )
-    if rule.user:
-        settled = settled.filter(username=rule.user)
-        running = running.filter(task__owner__username=rule.user)
+    if last_day is not None:
+        settled = settled.filter(day__lte=last_day)
+    if queue is not None:
+        settled = settled.filter(queue=queue)
+        running = running.filter(task__queue__name=queue)
+    if user:
+        settled = settled.filter(username=user)
+        running = running.filter(task__owner__username=user)
     total_ms = settled.aggregate(s=Sum("quantity"))["s"] or 0
     field = "task__gpus" if metric == "gpu" else "task__cpus"
     for amount, started in running.values_list(field, "started_at"):

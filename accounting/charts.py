@@ -1,19 +1,21 @@
-"""The usage page's charts, built with plotly on the server and drawn by plotly.js in the
-browser (the figure travels as JSON in a data attribute): usage over time, each project's
-share, and each pool's utilisation."""
+"""The usage page's charts as plotly figure JSON, built on the server and drawn by plotly.js
+in the browser (the figure travels in a data attribute): usage over time, each project's
+share, and each pool's utilisation; each says in words when it has nothing to draw."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
-import plotly.graph_objects as go
+from accounting.reports import period_label
+from portal.charts import figure_json
 
-from portal.charts import LAYOUT, figure_json
 
-
-def over_time(rows: list[dict[str, Any]], *, dimension: str | None, metric: str, unit: str) -> str:
-    """Stacked bars: one bar per period, one colour per value of `dimension`."""
+def over_time(
+    rows: list[dict[str, Any]], *, dimension: str | None, metric: str, unit: str, period: str
+) -> str:
+    """Stacked bars: one bar per period, named as people name it ("Dec 2026"), one colour per
+    value of `dimension`."""
     series: dict[str, dict[str, float]] = defaultdict(dict)
     for row in rows:
         if row["metric"] != metric:
@@ -21,14 +23,25 @@ def over_time(rows: list[dict[str, Any]], *, dimension: str | None, metric: str,
         name = str(row.get(dimension, "all")) if dimension else "all"
         series[name][row.get("period", "all")] = float(row["quantity"])
     periods = sorted({p for values in series.values() for p in values})
-    fig = go.Figure(
-        [
-            go.Bar(name=name, x=periods, y=[values.get(p, 0) for p in periods])
-            for name, values in sorted(series.items())
-        ]
+    labels = [period_label(p, period) if p != "all" else p for p in periods]
+    traces = [
+        {
+            "type": "bar",
+            "name": name,
+            "x": labels,
+            "y": [values.get(p, 0) for p in periods],
+            "hovertemplate": f"%{{x}}: %{{y:,.3f}} {unit}<extra>{name}</extra>",
+        }
+        for name, values in sorted(series.items())
+    ]
+    return figure_json(
+        traces,
+        f"{unit} over time",
+        f"no {unit} used in this period",
+        barmode="stack",
+        yaxis={"title": {"text": unit}},
+        xaxis={"type": "category"},
     )
-    fig.update_layout(barmode="stack", title=f"{unit} over time", yaxis_title=unit, **LAYOUT)
-    return fig.to_json()
 
 
 def share(rows: list[dict[str, Any]], *, by: str, value: str, title: str) -> str:
@@ -36,24 +49,35 @@ def share(rows: list[dict[str, Any]], *, by: str, value: str, title: str) -> str
     totals: dict[str, float] = defaultdict(float)
     for row in rows:
         totals[str(row.get(by, ""))] += float(row[value])
-    fig = go.Figure([go.Pie(labels=list(totals), values=list(totals.values()), hole=0.4)])
-    fig.update_layout(title=title, **LAYOUT)
-    return fig.to_json()
+    shown = {name: amount for name, amount in totals.items() if amount}
+    traces = (
+        [{"type": "pie", "hole": 0.4, "labels": list(shown), "values": list(shown.values())}]
+        if shown
+        else []
+    )
+    return figure_json(traces, title, "nothing charged in this period")
 
 
 def utilisation(pools: list[dict[str, Any]]) -> str:
     """Per pool: the share of its cores and GPUs used over the period, in percent."""
     names = [p["pool"] for p in pools]
-    fig = go.Figure(
+    cores = [float(p["cpu_percent"] or 0) for p in pools]
+    gpus = [float(p["gpu_percent"] or 0) for p in pools]
+    traces = (
         [
-            go.Bar(name="cores", x=names, y=[float(p["cpu_percent"] or 0) for p in pools]),
-            go.Bar(name="GPUs", x=names, y=[float(p["gpu_percent"] or 0) for p in pools]),
+            {"type": "bar", "name": "cores", "x": names, "y": cores},
+            {"type": "bar", "name": "GPUs", "x": names, "y": gpus},
         ]
+        if any(cores) or any(gpus)
+        else []
     )
-    fig.update_layout(
-        barmode="group", title="utilisation per pool (%)", yaxis_range=[0, 100], **LAYOUT
+    return figure_json(
+        traces,
+        "utilisation per pool (%)",
+        "no work ran on the pools in this period",
+        barmode="group",
+        yaxis={"range": [0, 100]},
     )
-    return fig.to_json()
 
 
 # -- the dashboards (accounting/dashboards.py) ---------------------------------------------
@@ -62,24 +86,31 @@ def utilisation(pools: list[dict[str, Any]]) -> str:
 # plotly.py's objects cost more than every query of the page together.
 
 
-def waits(rows: list[dict[str, Any]]) -> str:
-    """Mean and 95th percentile wait per type, in minutes."""
+def waits(rows: list[dict[str, Any]], unit: tuple[str, int]) -> str:
+    """Mean and 95th percentile wait per type, in `unit` (a name and its seconds), the one
+    the table beside it uses."""
+    name, seconds = unit
     kinds = [r["type"] for r in rows]
     traces = (
         [
-            {"type": "bar", "name": "mean", "x": kinds, "y": [r["mean_s"] / 60 for r in rows]},
+            {
+                "type": "bar",
+                "name": "mean",
+                "x": kinds,
+                "y": [r["mean_s"] / seconds for r in rows],
+            },
             {
                 "type": "bar",
                 "name": "95th percentile",
                 "x": kinds,
-                "y": [r["p95_s"] / 60 for r in rows],
+                "y": [r["p95_s"] / seconds for r in rows],
             },
         ]
         if rows
         else []
     )
     return figure_json(
-        traces, "waits this week (minutes)", "nothing started this week", barmode="group"
+        traces, f"waits this week ({name})", "nothing started this week", barmode="group"
     )
 
 

@@ -66,6 +66,7 @@ def researcher(user: User) -> dict[str, Any]:
             f"switchyard:dashboard:{user.pk}", lambda: _slow_figures(user, mine), SLOW_SECONDS
         ),
     )
+    unit = wait_unit(slow["waits"])
     return {
         "running": counts.get(TaskState.RUNNING, 0),
         "waiting_count": sum(counts.get(s, 0) for s in WAITING),
@@ -73,7 +74,9 @@ def researcher(user: User) -> dict[str, Any]:
         "quotas": quotas,
         "email_on_task_end": bool(settings_row and settings_row.email_on_task_end),
         **slow,
-        "figures": {"waits": charts.waits(slow["waits"])},
+        "waits": shown_waits(slow["waits"], unit),
+        "wait_unit": unit[0],
+        "figures": {"waits": charts.waits(slow["waits"], unit)},
     }
 
 
@@ -107,6 +110,18 @@ def wait_stats(started: list[tuple[str, Any, Any]]) -> list[dict[str, Any]]:
             {"type": kind, "n": len(values), "mean_s": statistics.fmean(values), "p95_s": p95}
         )
     return out
+
+
+def wait_unit(stats: list[dict[str, Any]]) -> tuple[str, int]:
+    """One unit for the waits' chart and table alike, fitting the longest: s, min or h."""
+    longest = max((row["p95_s"] for row in stats), default=0.0)
+    return ("s", 1) if longest < 120 else ("min", 60) if longest < 7200 else ("h", 3600)
+
+
+def shown_waits(stats: list[dict[str, Any]], unit: tuple[str, int]) -> list[dict[str, Any]]:
+    return [
+        {**row, "mean": row["mean_s"] / unit[1], "p95": row["p95_s"] / unit[1]} for row in stats
+    ]
 
 
 def operator_queues(user: User):

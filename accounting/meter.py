@@ -80,17 +80,14 @@ def meter(attempt_ids: Iterable[int]) -> int:
     try:
         with transaction.atomic():
             Metered.objects.bulk_create([b.metered for b in built])
-            update_rows(
-                Attempt,
-                [
-                    (
-                        b.attempt.pk,
-                        {"cpu_ms": b.attempt.cpu_ms, "cpu_elapsed_ms": b.attempt.cpu_elapsed_ms},
-                    )
-                    for b in built
-                    if b.measured
-                ],
-            )
+            # update_rows wants the same fields in every row: one UPDATE per set of fields
+            # (CPU time alone, CPU time and GPU use).
+            by_fields: dict[tuple[str, ...], list[tuple[int, dict[str, object]]]] = {}
+            for b in built:
+                if b.measured:
+                    by_fields.setdefault(tuple(b.measured), []).append((b.attempt.pk, b.measured))
+            for rows in by_fields.values():
+                update_rows(Attempt, rows)
             insert([r for b in built for r in b.records])
     except IntegrityError:
         return sum(_write_one(b) for b in built)
@@ -123,7 +120,8 @@ def write(attempt: Attempt, runs: list[Run]) -> int:
 class _Built:
     metered: Metered
     attempt: Attempt
-    measured: bool  # cpu_ms / cpu_elapsed_ms set on `attempt` from what the job really used
+    # What the job really used (CPU time, GPU use), for the attempt's row: the fields to set.
+    measured: dict[str, object]
     records: list[UsageRecord]
 
 
@@ -140,12 +138,9 @@ def _build(attempt: Attempt, runs: list[Run], rates: RateBook) -> _Built:
     started = started or attempt.started_at or ended
     job_id = ",".join(sorted({r.job_id for r in runs}))[:64]
     source = _source(task.backend)
-    measured = [r for r in runs if r.cpu_ms is not None]
-    if measured:  # what it really used, for the over-request advice
-        attempt.cpu_ms = sum(r.cpu_ms or 0 for r in measured)
-        attempt.cpu_elapsed_ms = sum(
-            u.elapsed_ms for r, u in zip(runs, used, strict=True) if r.cpu_ms is not None
-        )
+    measured = measured_use(runs, used)  # what it really used, for the over-request advice
+    for field, value in measured.items():
+        setattr(attempt, field, value)
     records = []
     for metric, quantity in sorted(amounts.items()):
         rate = rates.valid(task.queue_id, metric, ended)
@@ -174,9 +169,29 @@ def _build(attempt: Attempt, runs: list[Run], rates: RateBook) -> _Built:
     return _Built(
         Metered(attempt=attempt, runs=len(runs), records=len(amounts)),
         attempt,
-        bool(measured),
+        measured,
         records,
     )
+
+
+def measured_use(runs: list[Run], used: list[metrics.RunUsage]) -> dict[str, object]:
+    """The attempt's fields of what its job really used: its CPU time over the runs that
+    measured it, and the GPU use of its last run that sampled its GPUs."""
+    fields: dict[str, object] = {}
+    timed = [(r, u) for r, u in zip(runs, used, strict=True) if r.cpu_ms is not None]
+    if timed:
+        fields["cpu_ms"] = sum(r.cpu_ms or 0 for r, _ in timed)
+        fields["cpu_elapsed_ms"] = sum(u.elapsed_ms for _, u in timed)
+    gpu = next((r.gpu for r in reversed(runs) if r.gpu is not None), None)
+    if gpu is not None:
+        fields.update(
+            gpu_samples=gpu.samples,
+            gpu_busy=gpu.gpus_busy,
+            gpu_util_mean=gpu.util_mean,
+            gpu_util_peak=gpu.util_peak,
+            gpu_memory_peak_mib=gpu.memory_peak_mib,
+        )
+    return fields
 
 
 def run_usage(runs: list[Run], pull_seconds: float | None) -> list[metrics.RunUsage]:
@@ -195,9 +210,7 @@ def _write_one(built: _Built) -> int:
         with transaction.atomic():
             built.metered.save(force_insert=True)
             if built.measured:
-                Attempt.objects.filter(pk=built.attempt.pk).update(
-                    cpu_ms=built.attempt.cpu_ms, cpu_elapsed_ms=built.attempt.cpu_elapsed_ms
-                )
+                Attempt.objects.filter(pk=built.attempt.pk).update(**built.measured)
             insert(built.records)
     except IntegrityError:
         return 0  # metered meanwhile: nothing written twice

@@ -209,3 +209,91 @@ class Reconciliation(models.Model):
     @property
     def differences(self) -> int:
         return self.missing + self.extra + self.duplicate + self.mismatched
+
+
+class Allocation(models.Model):
+    """A project's granted budget for a period: GPU-hours and core-hours it may use from
+    `starts` to `ends` (both days included, in the site's time zone), counted from the same
+    usage records as a budget quota. Outside its dates, or with a budget spent, the
+    project's new work waits (docs/accounting.md, Allocations)."""
+
+    project = models.ForeignKey(
+        "portal.Project", on_delete=models.CASCADE, related_name="allocations"
+    )
+    name = models.CharField(max_length=100, help_text="What people call it: `materials 2026`.")
+    starts = models.DateField()
+    ends = models.DateField(help_text="The last day it covers.")
+    gpu_hours = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Empty: this allocation does not limit GPU-hours."
+    )
+    core_hours = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Empty: this allocation does not limit core-hours."
+    )
+
+    class Meta:
+        ordering = ["project", "-starts", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="one_allocation_name"),
+            models.CheckConstraint(
+                condition=models.Q(ends__gte=models.F("starts")),
+                name="allocation_ends_after_it_starts",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.starts:%Y-%m-%d}–{self.ends:%Y-%m-%d})"
+
+    def clean(self) -> None:
+        if self.starts and self.ends and self.ends < self.starts:
+            raise ValidationError({"ends": "must be on or after the day it starts"})
+
+
+class AllocationRequest(models.Model):
+    """A project lead's request for more: GPU-hours and core-hours added to the project's
+    current allocation (its end moved to `ends` if later), or, when none is current, a new
+    allocation from the day it is approved; a platform admin decides."""
+
+    class State(TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="allocation_requests"
+    )
+    project = models.ForeignKey(
+        "portal.Project", on_delete=models.CASCADE, related_name="allocation_requests"
+    )
+    allocation = models.ForeignKey(
+        Allocation,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="requests",
+        help_text="The allocation it added to (set when approved).",
+    )
+    gpu_hours = models.PositiveIntegerField(default=0, help_text="GPU-hours more.")
+    core_hours = models.PositiveIntegerField(default=0, help_text="Core-hours more.")
+    ends = models.DateField(null=True, blank=True, help_text="Empty: the end stays.")
+    justification = models.TextField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            # A second pending request of one project could only be decided twice.
+            models.UniqueConstraint(
+                fields=["project"],
+                condition=models.Q(state="pending"),
+                name="one_pending_allocation_request_per_project",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.project} more allocation ({self.state})"

@@ -348,7 +348,7 @@ def records(user: User, q: UsageQuery) -> Iterator[tuple]:
             _shown(quantity, m.per),
             m.unit,
             _money(charge, "0.000001"),
-            currency or "",
+            currency or settings.SWITCHYARD_CURRENCY,  # a record at no charge has no rate
             task_id,
             attempt_id,
             backend,
@@ -358,6 +358,16 @@ def records(user: User, q: UsageQuery) -> Iterator[tuple]:
             area,
             size,
         )
+
+
+def period_label(start: str, period: str) -> str:
+    """A period as people name it, from its first day (ISO): "Dec 2026", "week of 30 Nov
+    2026", "1 Dec 2026"."""
+    day = date.fromisoformat(start)
+    if period == "month":
+        return day.strftime("%b %Y")
+    text = f"{day.day} {day.strftime('%b %Y')}"
+    return f"week of {text}" if period == "week" else text
 
 
 def site_today() -> date:

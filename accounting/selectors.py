@@ -1,5 +1,5 @@
-"""Accounting's reads for its pages and others': reconciliations, the projects a report may
-name, a project's storage against its areas' soft quotas (docs/storage.md)."""
+"""Accounting's reads for its pages and others': reconciliations, the rate card, the projects
+a report may name, a project's storage against its areas' soft quotas (docs/storage.md)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Max, Min, QuerySet
+from django.db.models import Count, Max, Min, Q, QuerySet
 
-from accounting.models import Reconciliation, UsageRecord
+from accounting.metrics import METRICS
+from accounting.models import Rate, Reconciliation, UsageRecord
 from portal.models import Project
 from scheduling.models import Attempt
 from scheduling.usage import storage_areas
@@ -64,6 +65,35 @@ def storage_warnings(project: Project) -> list[StorageWarning]:
 def reconciliations_recent(limit: int) -> list[Reconciliation]:
     """The last `limit` reconciliations, newest first."""
     return list(Reconciliation.objects.all()[:limit])
+
+
+def _one(unit: str) -> str:
+    """The unit a price is for: a core-hour, a GiB-day …"""
+    return unit[:-1] if unit.endswith(("hours", "minutes", "days")) else unit
+
+
+def rate_card(now: datetime) -> list[dict]:
+    """Every rate in force now or later, per queue (none: every queue without its own) and
+    metric, with the unit it prices; the oldest first within each."""
+    rates = (
+        Rate.objects.filter(Q(valid_until__isnull=True) | Q(valid_until__gt=now))
+        .select_related("queue")
+        .order_by("queue__name", "metric", "valid_from")
+    )
+    return [
+        {
+            "queue": rate.queue.name if rate.queue else "",
+            "metric": rate.metric,
+            "unit": _one(METRICS[rate.metric].unit),
+            "price": rate.price.normalize(),
+            "currency": rate.currency,
+            "valid_from": rate.valid_from,
+            "valid_until": rate.valid_until,
+            "in_force": rate.valid_from <= now,
+            "note": rate.note,
+        }
+        for rate in rates
+    ]
 
 
 def report_projects(user: User, *, sees_all: bool) -> list[str]:

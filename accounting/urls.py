@@ -1,6 +1,6 @@
 from django.urls import path
 
-from accounting import views, views_dashboard
+from accounting import views, views_allocations, views_dashboard
 
 urlpatterns = [
     path("dashboard/", views_dashboard.dashboard, name="dashboard"),
@@ -10,4 +10,18 @@ urlpatterns = [
     path("usage/tasks/<int:pk>/", views.task_usage, name="task-usage"),
     path("usage/reconciliation/", views.reconciliations, name="usage-reconciliations"),
     path("usage/reconciliation/run/", views.reconcile_now, name="usage-reconcile-now"),
+    path("usage/rates/", views.rates, name="usage-rates"),
+    path(
+        "projects/<slug:slug>/allocations/request/",
+        views_allocations.allocation_request,
+        name="allocation-request",
+    ),
+    path(
+        "allocations/requests/", views_allocations.allocation_requests, name="allocation-requests"
+    ),
+    path(
+        "allocations/requests/<int:pk>/<str:verdict>/",
+        views_allocations.allocation_request_decide,
+        name="allocation-request-decide",
+    ),
 ]

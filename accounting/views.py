@@ -1,7 +1,9 @@
-"""The Usage pages: reports with charts and downloads, a task's usage, reconciliations."""
+"""The Usage pages: reports with charts and downloads, a task's usage, reconciliations, the
+rate card."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -9,7 +11,8 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
 
 from accounting import charts, reports, selectors, services
 from accounting.metrics import METRICS
@@ -17,6 +20,7 @@ from portal import roles
 from portal.errors import ApplicationError
 from portal.http import SignedInRequest
 from scheduling import usage as scheduling_usage
+from scheduling.decisions.humanize import format_duration
 from scheduling.spec import TASK_TYPES
 from scheduling.usage import task_get_for_user
 
@@ -32,23 +36,33 @@ def usage(request: SignedInRequest) -> HttpResponse:
     if q.by_record:  # a page shows groups; every record comes as a download
         q = reports.UsageQuery(q.start, q.end, (), q.period, q.filters)
     rows = reports.report(request.user, q)
+    for row in rows:
+        if "period" in row:
+            row["period_label"] = reports.period_label(row["period"], q.period)
     totals = reports.totals(request.user, q)
     metrics_seen = [t["metric"] for t in totals]
     chart_metric = q.filters.get("metric") or (
         "gpu" if "gpu" in metrics_seen else (metrics_seen[0] if metrics_seen else "cpu")
     )
     dimension = next((g for g in q.group_by if g != "metric"), None)
-    by_day = rows
+    by_day, per = rows, q.period
     if q.period == "all":  # the chart over time still needs periods
-        by_day = reports.report(
-            request.user, reports.UsageQuery(q.start, q.end, q.group_by, "day", q.filters)
+        by_day, per = (
+            reports.report(
+                request.user, reports.UsageQuery(q.start, q.end, q.group_by, "day", q.filters)
+            ),
+            "day",
         )
     by_project = reports.report(
         request.user, reports.UsageQuery(q.start, q.end, ("project",), "all", q.filters)
     )
     figures = {
         "over_time": charts.over_time(
-            by_day, dimension=dimension, metric=chart_metric, unit=METRICS[chart_metric].unit
+            by_day,
+            dimension=dimension,
+            metric=chart_metric,
+            unit=METRICS[chart_metric].unit,
+            period=per,
         ),
         "share": charts.share(
             by_project,
@@ -108,12 +122,33 @@ def task_usage(request: SignedInRequest, pk: int) -> HttpResponse:
 def reconciliations(request: SignedInRequest) -> HttpResponse:
     if not reports.sees_all(request.user):
         raise Http404("no such page")
+    runs = selectors.reconciliations_recent(50)
+    every = timedelta(seconds=settings.SWITCHYARD_RECONCILE_SECONDS)
     return render(
         request,
         "accounting/reconciliations.html",
         {
-            "runs": selectors.reconciliations_recent(50),
+            "runs": runs,
+            "last": runs[0] if runs else None,
+            # The beat runs it every `every`: the next one about that long after the last.
+            "next_run": runs[0].ran_at + every if runs else None,
+            "every": format_duration(int(every.total_seconds())),
             "can_run": roles.is_platform_admin(request.user),
+        },
+    )
+
+
+@login_required
+@require_GET
+def rates(request: SignedInRequest) -> HttpResponse:
+    """The rate card, read-only: what each queue's usage costs per unit, now and from when a
+    new price applies (rates are changed in the admin console, versioned)."""
+    return render(
+        request,
+        "accounting/rates.html",
+        {
+            "rates": selectors.rate_card(timezone.now()),
+            "can_edit": roles.is_platform_admin(request.user),
         },
     )
 

@@ -161,7 +161,19 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
                 )
     if results.get("simulator"):
         rows += bench_simulator.summary_rows(results["simulator"])
+    if results.get("charts"):
+        rows.append(chart_row(results["charts"]))
     return rows
+
+
+def chart_row(ch: dict[str, Any]) -> str:
+    full = f"; the full plotly.js {ch['full_bundle_ms']} ms" if ch.get("full_bundle_ms") else ""
+    return (
+        f"| first chart page in Chromium, empty cache (usage, 3 charts, {ch['library']}; floor: "
+        f"the task list to its load event {ch['floor_page_ms']} ms{full}, same run) | "
+        f"{ch['first_chart_page_ms']} ms = {ch['ratio']}x the floor | ≤ {ch['target_ms']} ms "
+        f"| {_met(ch['met'])} |"
+    )
 
 
 def _accounting_section(acc: dict[str, Any]) -> list[str]:

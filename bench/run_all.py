@@ -24,6 +24,7 @@ from bench import (  # noqa: E402
     bench_accounting,
     bench_api,
     bench_capacity,
+    bench_charts,
     bench_console,
     bench_decisions,
     bench_images,
@@ -71,6 +72,7 @@ BENCHES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("accounting", bench_accounting.run, bench_accounting.COMMAND),
     ("console", bench_console.run, bench_console.COMMAND),
     ("simulator", bench_simulator.run, bench_simulator.COMMAND),
+    ("charts", bench_charts.run, bench_charts.COMMAND),
 ]
 
 

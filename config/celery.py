@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import contextlib
 import os
 
 from celery import Celery, signals
 from celery.worker.consumer import Consumer as CeleryConsumer
+from django.conf import settings
 
+from config import logcontext
+from config.logformat import apply_to
 from config.metrics import instruments
 from config.runtime import broker
 
@@ -30,6 +34,54 @@ def _close_old_connections(sender=None, **_kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+# A message carries the log context of the code that published it (a request's id and user,
+# a task's id) in a header of its own; the worker runs it in that context, so one task's path
+# can be followed from the request to the worker and on (docs/operations.md, "Logs").
+LOG_HEADER = "switchyard_log"
+
+
+@signals.before_task_publish.connect(weak=False)
+def _carry_log_context(headers=None, **_kwargs) -> None:
+    if headers is not None:
+        headers[LOG_HEADER] = logcontext.outgoing()
+
+
+@signals.task_prerun.connect(weak=False)
+def _open_log_context(task=None, **_kwargs) -> None:
+    if task is None:
+        return
+    request = task.request
+    stack = contextlib.ExitStack()
+    if getattr(request, "is_eager", False):
+        # Run where it was sent (tests): in the sender's context, as a worker would be.
+        stack.enter_context(logcontext.bound(celery_task=task.name, celery_id=request.id))
+    else:
+        carried = getattr(request, LOG_HEADER, None)
+        carried = dict(carried) if isinstance(carried, dict) else {}
+        # A message from a beat or an older sender: an id of its own, for what it sends on.
+        carried.setdefault("request_id", logcontext.new_request_id())
+        worker = {"celery_task": task.name, "celery_id": request.id}
+        stack.enter_context(logcontext.fresh({**carried, **worker}))
+    request._switchyard_log_context = stack
+
+
+@signals.task_postrun.connect(weak=False)
+def _close_log_context(task=None, **_kwargs) -> None:
+    stack = getattr(getattr(task, "request", None), "_switchyard_log_context", None)
+    if stack is not None:
+        stack.close()
+
+
+@signals.after_setup_logger.connect(weak=False)
+@signals.after_setup_task_logger.connect(weak=False)
+def _log_format(logger=None, **_kwargs) -> None:
+    """The worker's lines in the portal's format, with the context's fields: Celery set up
+    its own handlers (with the level of `--loglevel`); they get the portal's filter and
+    formatter."""
+    if logger is not None:
+        apply_to(logger, fmt=settings.SWITCHYARD_LOG_FORMAT)
 
 
 # Metrics (docs/operations.md): a task that raised, by name; and the worker's heartbeat, which

@@ -11,14 +11,13 @@ CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
         "script-src": ["'self'"],
-        # plotly.js (the pinned plotly package's) adds two <style> elements: an empty one it
-        # fills through the CSSOM (which the policy does not govern) and map styles. Their
-        # exact contents are allowed by hash; any other inline style is not. A new plotly
-        # may change the second: the browser tests then name the hash to put here.
+        # plotly.js (its basic bundle, static/vendor/) adds an empty <style> element that it
+        # fills through the CSSOM (which the policy does not govern): allowed by hash; any
+        # other inline style is not. A new plotly.js may add one: the browser tests then
+        # name the hash to put here.
         "style-src": [
             "'self'",
             "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  # the empty <style>
-            "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",  # plotly 7.1.0 map styles
         ],
         "img-src": ["'self'", "data:"],
         "font-src": ["'self'"],

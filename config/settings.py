@@ -12,10 +12,8 @@ places the var folder.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from datetime import timedelta
-from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -86,6 +84,12 @@ from config.settings_engine import (  # noqa: F401 - settings, each read by name
     SWITCHYARD_TRIGGER_ROOTS,
     SWITCHYARD_TRIGGER_SECONDS,
     SWITCHYARD_WARM_POOL_SECONDS,
+)
+from config.settings_logs import (  # noqa: F401 - settings, each read by name
+    LOGGING,
+    SWITCHYARD_ADMIN_ALLOW,
+    SWITCHYARD_ADMIN_PATHS,
+    SWITCHYARD_LOG_FORMAT,
 )
 from config.settings_metrics import (  # noqa: F401 - settings, each read by name
     SWITCHYARD_METRICS,
@@ -163,6 +167,11 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: forwarding headers count only from a trusted proxy (docs/security.md).
     "config.proxies.ForwardingHeaders",
+    # The request's log context and X-Request-ID; the request being served, for the audit
+    # log (docs/operations.md, "Logs").
+    "config.logcontext.RequestLog",
+    # The admin pages answer only allowed addresses (docs/security.md, "Address allow-lists").
+    "config.allowlist.AdminAllowList",
     "django.middleware.security.SecurityMiddleware",
     # A strict Content-Security-Policy on every answer (CONTENT_SECURITY_POLICY below).
     "csp.middleware.CSPMiddleware",
@@ -175,8 +184,6 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # A body over its path's limit is refused before the CSRF check or a view reads it.
     "config.middleware.BodyLimit",
-    # Who is acting, for the audit log and the configuration history (docs/console.md).
-    "portal.audit.RequestContext",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -302,19 +309,8 @@ USE_I18N = True
 USE_TZ = True
 
 
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ImproperlyConfigured(f"the {name} package is not installed (make install)")
-    return Path(spec.origin).parent
-
-
 STATIC_URL = "static/"
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    # plotly.js as the pinned plotly package ships it (the usage charts; docs/accounting.md).
-    ("vendor/plotly", _package_dir("plotly") / "package_data"),
-]
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise reads it at start; collectstatic fills it
 # `manage.py up` and the container image collect static files with content-hashed names (cached
@@ -330,7 +326,7 @@ STORAGES = {
 }
 
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "task-list"
+LOGIN_REDIRECT_URL = "home"  # each role's own page (portal.roles.home)
 LOGOUT_REDIRECT_URL = "login"
 
 # --- REST API -------------------------------------------------------------------------------
@@ -477,9 +473,7 @@ SWITCHYARD_SANDBOX_CALLS_PER_USER = env_int("SWITCHYARD_SANDBOX_CALLS_PER_USER",
 SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS = env_int("SWITCHYARD_BODY_MAX_BYTES_ANONYMOUS", 64 * 1024)
 SWITCHYARD_BODY_MAX_BYTES = env_int("SWITCHYARD_BODY_MAX_BYTES", 1024 * 1024)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-}
+from config.settings_gpu import (  # noqa: E402, F401 - settings, each read by name
+    SWITCHYARD_GPU_HEALTH,
+    SWITCHYARD_GPU_SAMPLE_S,
+)

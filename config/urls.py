@@ -1,5 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.staticfiles.storage import staticfiles_storage
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
@@ -10,7 +12,15 @@ from portal.auth import TokenCurrent, TokenObtain
 # A database outage is a 503 with Retry-After, on pages too (config/outage.py).
 handler500 = "config.outage.server_error"
 
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico whatever a page links (a JSON answer, a file): the
+    portal's icon, where its static files are."""
+    return HttpResponsePermanentRedirect(staticfiles_storage.url("favicon.svg"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     # Prometheus scrapes here; loopback, SWITCHYARD_METRICS_ALLOW or a token (docs/operations.md).
     path("metrics", scrape.metrics, name="metrics"),
@@ -47,6 +57,7 @@ urlpatterns = [
     path("config/", views.config_history, name="config-history"),
     path("config/<int:pk>/", views.config_version, name="config-version"),
     path("config/<int:pk>/rollback/", views.config_rollback, name="config-rollback"),
+    path("home/", views.home, name="home"),
     path("projects/", views.project_list, name="project-list"),
     path("projects/<slug:slug>/", views.project_detail, name="project-detail"),
     path("projects/<slug:slug>/members/", views.project_members, name="project-members"),

@@ -2,42 +2,29 @@
 
 `record()` is called by the services that make those changes, in their transaction: the row
 and the change it reports are committed together or not at all. Who acted and from where
-come from the request this process is serving (`RequestContext`, a middleware), unless the
-caller names the actor; a change with no request and no actor is the portal's own.
+come from the request this process is serving (`config.logcontext.RequestLog`, a middleware,
+keeps it), unless the caller names the actor; a change with no request and no actor is the
+portal's own.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
+from config.logcontext import current_request, serving
 from config.proxies import client_address
 from portal.models import AuditEvent
 
-_request: ContextVar[HttpRequest | None] = ContextVar("switchyard_request", default=None)
 _reason: ContextVar[str] = ContextVar("switchyard_reason", default="")
 
 Action = AuditEvent.Action
 ACTOR_FROM_REQUEST: Any = object()  # the default: whoever the current request is
-
-
-class RequestContext:
-    """Middleware: the request being served, for the audit log and the config history."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        token = _request.set(request)
-        try:
-            return self.get_response(request)
-        finally:
-            _request.reset(token)
 
 
 @contextlib.contextmanager
@@ -56,13 +43,13 @@ def current_reason() -> str:
 
 def current_user() -> User | None:
     """The authenticated user of the request being served (session or API token), if any."""
-    request = _request.get()
+    request = current_request()
     user = getattr(request, "user", None) if request is not None else None
     return user if user is not None and user.is_authenticated else None
 
 
 def _address() -> str | None:
-    request = _request.get()
+    request = current_request()
     return client_address(request) if request is not None else None
 
 
@@ -103,8 +90,7 @@ def entry(
 def on_login_failed(sender, credentials: dict, request: HttpRequest | None = None, **kwargs):
     """Django's `user_login_failed`: the page's login and the API's token endpoint alike."""
     username = str(credentials.get("username") or "")[:150]
-    token = _request.set(request) if request is not None else None
-    try:
+    with serving(request or current_request()):
         record(
             Action.LOGIN_FAILED,
             target=f"user {username}" if username else "login",
@@ -112,6 +98,3 @@ def on_login_failed(sender, credentials: dict, request: HttpRequest | None = Non
             actor_name=username,
             detail={"path": getattr(request, "path", "")},
         )
-    finally:
-        if token is not None:
-            _request.reset(token)

@@ -1,7 +1,7 @@
 """Configuration history: every change to the site's configuration is a version, and any
 version can be restored (docs/console.md).
 
-Pools, nodes, queues, routing and level rules, classifier thresholds, quotas, rate cards,
+Pools, nodes, queues, routing and level rules, classifier thresholds, quotas, rate cards, allocations,
 lease schedules, backfill across pools, storage areas, the image catalogue and projects' fair shares are watched
 through Django's model signals, so a change is recorded however it is made: a console page,
 the API, the admin console, a management command. A version keeps the object's fields before and after (foreign keys as
@@ -52,6 +52,7 @@ TRACKED: dict[str, frozenset[str]] = {
     "scheduling.quota": frozenset({"updated_at"}),
     "portal.project": frozenset({"created_at"}),
     "accounting.rate": frozenset(),
+    "accounting.allocation": frozenset(),
 }
 
 # Sent after a version is written (on commit): caches of the site's policy listen.

@@ -173,6 +173,9 @@ class AuditEvent(models.Model):
         CANARY_PROMOTE = "canary.promote", "Canary promoted"
         CANARY_ABANDON = "canary.abandon", "Canary abandoned"
         LOGIN_FAILED = "login.failed", "Login failed"
+        ALLOCATION_REQUEST = "allocation.request", "More allocation asked"
+        ALLOCATION_APPROVE = "allocation.approve", "More allocation approved"
+        ALLOCATION_REJECT = "allocation.reject", "More allocation rejected"
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor_id = models.BigIntegerField(null=True, blank=True, help_text="Empty: the portal.")

@@ -91,12 +91,33 @@ def context(request) -> dict:
     return {"role": SimpleLazyObject(lambda: _header(user))}
 
 
+def home(user: User) -> str:
+    """The page (URL name) a user lands on after logging in, where their work starts: a queue
+    admin's queues (with the requests to decide), finance's usage of every project when
+    finance is all they are, everyone else's tasks."""
+    if is_platform_admin(user):
+        return "task-list"
+    if administered_queue_ids(user):
+        return "queue-list"
+    if is_finance(user) and not user.memberships.exists():
+        return "usage"
+    return "task-list"
+
+
 def _header(user: User) -> dict:
     queue_admin = bool(administered_queue_ids(user))
+    admin = is_platform_admin(user)
+    member = admin or user.memberships.exists()
     return {
         "names": role_names(user),
-        "platform_admin": is_platform_admin(user),
+        "platform_admin": admin,
         "queue_admin": queue_admin,
         "finance": is_finance(user),
-        "operator": queue_admin or is_platform_admin(user),
+        "operator": queue_admin or admin,
+        # Submits work (a project to submit in): the submit, sandbox and files pages.
+        "member": member,
+        # Sees tasks: those of their projects, or of the queues they administer.
+        "sees_tasks": member or queue_admin,
+        "sees_all_usage": admin or is_finance(user),
+        "home": home(user),
     }

@@ -26,20 +26,22 @@ def project_get_for_user(user: User, slug: str) -> Project | None:
 
 
 def project_get_visible(user: User, slug: str) -> Project | None:
-    """The project page's project: a platform admin sees every project, anyone else those
-    they are a member of; None for the rest (the caller answers 404)."""
+    """The project page's project: a platform admin and finance (read-only: they see every
+    project's usage) see every project, anyone else those they are a member of; None for the
+    rest (the caller answers 404)."""
     found = Project.objects.filter(slug=slug).first()
     if found is None or not (
-        roles.is_platform_admin(user) or found.memberships.filter(user=user).exists()
+        roles.sees_all_usage(user) or found.memberships.filter(user=user).exists()
     ):
         return None
     return found
 
 
 def project_list_visible(user: User) -> QuerySet[Project]:
-    """The projects page: every project for a platform admin, one's own for anyone else."""
+    """The projects page: every project for a platform admin and finance, one's own for
+    anyone else."""
     projects = Project.objects.order_by("slug").select_related("pi")
-    if not roles.is_platform_admin(user):
+    if not roles.sees_all_usage(user):
         projects = projects.filter(memberships__user=user)
     return projects
 
@@ -179,3 +181,20 @@ def provide_storage_warnings(reader: StorageWarningsReader) -> None:
 def project_storage_warnings(project: Project) -> list[Any]:
     """The project's storage warnings; none when no app provides them."""
     return [w for reader in _storage_warnings for w in reader(project)]
+
+
+# The project page shows the project's allocations (granted hours over dates, used to date,
+# remaining) and a lead's request for more. They are accounting's (accounting/apps.py
+# provides the reader), so the organisation never imports it.
+AllocationsReader = Callable[[Project, User], dict[str, Any]]
+_allocations: list[AllocationsReader] = []
+
+
+def provide_project_allocations(reader: AllocationsReader) -> None:
+    """Register the reader of a project page's allocation section; again replaces it."""
+    _allocations[:] = [reader]
+
+
+def project_allocations(project: Project, user: User) -> dict[str, Any] | None:
+    """The project's allocation section for `user`; None when no app provides it."""
+    return _allocations[0](project, user) if _allocations else None

@@ -24,6 +24,7 @@ from portal.selectors import (
     config_version_get_visible,
     config_version_place,
     config_versions_visible,
+    project_allocations,
     project_get_visible,
     project_list_visible,
     project_memberships,
@@ -122,6 +123,12 @@ def _project(request: SignedInRequest, slug: str):
 
 
 @login_required
+def home(request: SignedInRequest) -> HttpResponse:
+    """Where a login lands: the page each role starts its day on (portal.roles.home)."""
+    return redirect(roles.home(request.user))
+
+
+@login_required
 def project_list(request: SignedInRequest) -> HttpResponse:
     projects = project_list_visible(request.user)
     return render(request, "portal/project_list.html", {"projects": projects})
@@ -135,6 +142,7 @@ def project_detail(request: SignedInRequest, slug: str) -> HttpResponse:
         "members": project_memberships(project, order=("role", "user__username")),
         "quotas": usage.project_quotas(project),
         "storage_warnings": project_storage_warnings(project),
+        "allocation": project_allocations(project, request.user),
         "leads": roles.leads_project(request.user, project),
         "queues": usage.queue_names(),
         "resources": usage.quota_resources(),

@@ -145,6 +145,19 @@ class TaskSubmitForm(forms.Form):
             return self.cleaned_data["descriptor"], None
         return json.dumps(self.as_descriptor(), indent=2), "json"
 
+    def preview_text(self) -> tuple[str | bytes, str | None, list[str]]:
+        """`descriptor_text`, for the submit page's preview, and the labels of the fields still
+        empty that the fields need: a stand-in fills each of them (a name, `true` as the
+        command), which neither type, queue, quota nor start depend on, so the preview answers
+        before the form is complete."""
+        if self.source != "fields":
+            return (*self.descriptor_text(), [])
+        doc = self.as_descriptor()
+        missing = [str(self[k].label) for k in ("name", "command") if not doc[k]]
+        doc["name"] = doc["name"] or "preview"
+        doc["command"] = doc["command"] or ["true"]
+        return json.dumps(doc), "json", missing
+
     def as_descriptor(self) -> dict[str, Any]:
         """The fields as a descriptor document; empty fields are left out, not guessed."""
         data = self.cleaned_data

@@ -125,6 +125,25 @@ def budget_used(rule: Any, now: Any) -> float:
     return _budget_reader[0](rule, now) if _budget_reader else 0.0
 
 
+# -- allocations --------------------------------------------------------------------------
+# A project's allocation (its granted budget over dates) is accounting's; the accounting app
+# provides the reader, and admission holds a task with the reason it gives.
+AllocationReader = Callable[[str, int, int, Any], "str | None"]
+_allocation_reader: list[AllocationReader] = []
+
+
+def provide_allocation_reader(reader: AllocationReader) -> AllocationReader:
+    """`reader(project, gpus, cpus, now)` returns why such a task of the project waits for
+    its allocation (expired, not started, budget spent), or None."""
+    _allocation_reader[:] = [reader]
+    return reader
+
+
+def allocation_hold(project: str, gpus: int, cpus: int, now: Any) -> str | None:
+    """Why the task waits for the project's allocation; None with no reader."""
+    return _allocation_reader[0](project, gpus, cpus, now) if _allocation_reader else None
+
+
 # -- the backends' accounting -------------------------------------------------------------
 # Metering and reconciliation need what the backends themselves accounted of each job; only
 # the engine talks to backends, so it provides the reader at app start and accounting reads

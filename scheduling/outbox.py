@@ -22,6 +22,8 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from config import logcontext
+
 log = logging.getLogger(__name__)
 
 DISPATCH = "scheduling.dispatch"
@@ -46,16 +48,19 @@ def dispatch(task_id: int, *, countdown: float = 0) -> None:
     other dispatches committed meanwhile (see `Publisher`): the request that stored the task
     does not wait on the broker.
     """
+    log.info("task %s: its dispatch is asked for", task_id, extra={"task_id": task_id})
     if countdown or not _in_background():
         _on_commit(DISPATCH, (task_id,), countdown=countdown, what=f"dispatch of task {task_id}")
     else:
-        transaction.on_commit(lambda: PUBLISHER.add(task_id))
+        origin = logcontext.outgoing()  # the request's: the thread sends it on with the id
+        transaction.on_commit(lambda: PUBLISHER.add(task_id, origin))
 
 
 def dispatch_many(task_ids: Sequence[int]) -> None:
     """Dispatch these tasks once the transaction commits: a message per `MANY_CHUNK` ids, so
     several workers share a large batch."""
     ids = list(task_ids)
+    log.info("dispatch of %d task(s) asked for", len(ids))
     for at in range(0, len(ids), MANY_CHUNK):
         chunk = ids[at : at + MANY_CHUNK]
         _on_commit(DISPATCH_MANY, (chunk,), what=f"dispatch of {len(chunk)} tasks")
@@ -132,7 +137,13 @@ def storage_leave(project: str, user_id: int) -> None:
 
 
 def _on_commit(name: str, args: tuple[Any, ...], *, countdown: float = 0, what: str) -> None:
-    transaction.on_commit(lambda: send(name, args, countdown=countdown, what=what))
+    origin = logcontext.outgoing()  # sent with the log context of the code that asked
+
+    def publish() -> None:
+        with logcontext.fresh(origin):
+            send(name, args, countdown=countdown, what=what)
+
+    transaction.on_commit(publish)
 
 
 def _in_background() -> bool:
@@ -149,7 +160,8 @@ class Publisher:
     ids gather while the last message is sent, so the broker sees fewer, larger messages;
     when idle, an id leaves at once. A process that dies with ids not sent loses no task: the
     pending sweep dispatches every task left pending (docs/architecture.md). At exit the
-    thread is given a moment to send what it holds.
+    thread is given a moment to send what it holds. Each id comes with the log context of
+    the request that stored it, and its message carries it on (config/logcontext.py).
     """
 
     CHUNK = 25  # ids a message: two worker processes still share a burst
@@ -159,17 +171,19 @@ class Publisher:
 
     def __init__(self) -> None:
         self._ids: list[int] = []
+        self._origins: dict[int, dict[str, Any]] = {}
         self._busy = False
         self._cond = threading.Condition()
         self._pid: int | None = None
 
-    def add(self, task_id: int) -> None:
+    def add(self, task_id: int, origin: dict[str, Any] | None = None) -> None:
         with self._cond:
             if self._pid != os.getpid():  # first use, or a forked child (no thread of ours)
                 self._pid = os.getpid()
-                self._ids, self._busy = [], False
+                self._ids, self._origins, self._busy = [], {}, False
                 threading.Thread(target=self._run, name="switchyard-publisher", daemon=True).start()
             self._ids.append(task_id)
+            self._origins[task_id] = origin or {}
             self._cond.notify_all()
 
     def flush(self, timeout: float = 5.0) -> bool:
@@ -188,14 +202,16 @@ class Publisher:
                     # Busy: ids keep coming, so let a few more gather into this message.
                     self._cond.wait_for(lambda: len(self._ids) >= self.CHUNK, self.LINGER_S)
                 ids, self._ids, self._busy = self._ids, [], True
+                origins, self._origins = self._origins, {}
                 last_send = time.monotonic()
             try:
                 for at in range(0, len(ids), self.CHUNK):
                     chunk = ids[at : at + self.CHUNK]
-                    if len(chunk) == 1:
-                        send(DISPATCH, (chunk[0],), what=f"dispatch of task {chunk[0]}")
-                    else:
-                        send(DISPATCH_MANY, (chunk,), what=f"dispatch of {len(chunk)} tasks")
+                    with logcontext.fresh(logcontext.carried(chunk, origins)):
+                        if len(chunk) == 1:
+                            send(DISPATCH, (chunk[0],), what=f"dispatch of task {chunk[0]}")
+                        else:
+                            send(DISPATCH_MANY, (chunk,), what=f"dispatch of {len(chunk)} tasks")
             finally:
                 with self._cond:
                     self._busy = False

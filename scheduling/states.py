@@ -8,6 +8,7 @@ hooks registered for an end (`scheduling/hooks.py`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,8 @@ from config.metrics import instruments
 from scheduling import hooks
 from scheduling.decisions import lifecycle
 from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent, TaskState
+
+log = logging.getLogger(__name__)
 
 
 class TransitionError(Exception):
@@ -108,6 +111,7 @@ def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]
             _record_latency(move.task, frm, move.to, values)
             for name, value in values.items():
                 setattr(move.task, name, value)
+            _log_move(move, frm)
             if move.to in TERMINAL_STATES:
                 ended.append(move.task)
     if settle and ended:
@@ -132,6 +136,21 @@ def _record_latency(task: Task, frm: str, to: str, values: dict[str, Any]) -> No
     elif to == TaskState.RUNNING and task.started_at is None:
         waited = (values.get("started_at") or values["updated_at"]) - task.submitted_at
         instruments.started(task.type, task.backend, waited.total_seconds())
+
+
+def _log_move(move: Move, frm: str) -> None:
+    """One line per move, with the task's id and its job's (docs/operations.md, "Logs")."""
+    if log.isEnabledFor(logging.INFO):
+        task = move.task
+        log.info(
+            "task %s: %s → %s: %s",
+            task.pk,
+            frm,
+            move.to,
+            move.message or move.reason or "",
+            # Read only where loaded: a line never queries (dispatch loads few fields).
+            extra={"task_id": task.pk, "job_id": task.__dict__.get("backend_id") or None},
+        )
 
 
 def _compare_and_set(frm: str, group: list[tuple[Move, dict[str, Any]]]) -> set[int]:

@@ -12,6 +12,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db.models import Q
 
+from config import logcontext
 from config.locks import exclusive
 from scheduling import engine, hooks, notifications, outbox
 from scheduling.engine import (
@@ -42,7 +43,8 @@ def dispatch(self, task_id: int) -> int:
     """The task, and with it the backlog of other free pending tasks (docs/deployment.md,
     "Dispatch"). Its own unreachable backend retries this message with backoff; another
     task's gets a message of its own."""
-    return _submitted(engine.dispatch_along(task_id, at_most=CLAIM_AT_ONCE), own=task_id)
+    with logcontext.bound(task_id=task_id):
+        return _submitted(engine.dispatch_along(task_id, at_most=CLAIM_AT_ONCE), own=task_id)
 
 
 CLAIM_AT_ONCE = 50

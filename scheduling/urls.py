@@ -14,6 +14,7 @@ urlpatterns = [
     path("", views.task_list, name="task-list"),
     path("tasks/new/", views.task_submit, name="task-submit"),
     path("tasks/new/folders/", views.task_submit_folders, name="task-submit-folders"),
+    path("tasks/new/preview/", views.task_submit_preview, name="task-submit-preview"),
     path("tasks/<int:pk>/", views.task_detail, name="task-detail"),
     path("tasks/<int:pk>/cancel/", views.task_cancel, name="task-cancel"),
     path("workflows/", views_workflows.workflow_list, name="workflow-list"),

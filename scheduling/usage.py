@@ -27,6 +27,7 @@ from scheduling.hooks import (
     AccountingUnavailable,
     close_backends,
     on_attempt_end,
+    provide_allocation_reader,
     provide_budget_reader,
 )
 from scheduling.hooks import accounting as _accounting
@@ -65,6 +66,7 @@ __all__ = [
     "on_attempt_end",
     "pool_names",
     "project_quotas",
+    "provide_allocation_reader",
     "provide_budget_reader",
     "queue_names",
     "quota_resources",

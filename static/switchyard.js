@@ -8,4 +8,14 @@
       el.form.submit();
     }
   });
+  // The submit preview's "use <type>": set the form's type and let the preview ask again.
+  document.addEventListener("click", function (e) {
+    var button = e.target instanceof Element ? e.target.closest("[data-set-type]") : null;
+    var select = document.getElementById("id_type");
+    if (!button || !select) return;
+    select.value = button.getAttribute("data-set-type");
+    var more = select.closest("details");
+    if (more) more.open = true;
+    select.dispatchEvent(new Event("change", { bubbles: true }));
+  });
 })();

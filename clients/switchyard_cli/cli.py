@@ -106,9 +106,14 @@ def _is_workflow(data: bytes) -> bool:
 def cmd_submit(args, out) -> int:
     data, media = read_document(args.file)
     kind = "workflows" if _is_workflow(data) else "tasks"
-    made = client(args).call("POST", f"{kind}/", body=data, content_type=media)
+    api = client(args)
+    made = api.call("POST", f"{kind}/", body=data, content_type=media)
     what = "workflow" if kind == "workflows" else "task"
-    out.emit(made, f"submitted {what} {made['id']} ({made.get('name', '')}): {made.get('state')}")
+    out.emit(
+        made,
+        f"submitted {what} {made['id']} ({made.get('name', '')}): {made.get('state')}\n"
+        f"  {api.url}/{kind}/{made['id']}/",
+    )
     if args.wait and kind == "tasks":
         return _wait(args, out, made["id"])
     return OK
@@ -220,12 +225,25 @@ def cmd_workflows(args, out) -> int:
 def cmd_usage(args, out) -> int:
     params = {"from": args.start, "to": args.end, "group_by": args.group_by, "period": "all"}
     report = client(args).json("GET", "usage/", params=params)
-    lines = []
-    for row in report.get("totals", []):
-        shown = ", ".join(f"{k}={v}" for k, v in row.items())
-        lines.append(shown)
-    out.emit(report, "\n".join(lines) or "no usage in this period")
+    out.emit(report, usage_text(report))
     return OK
+
+
+def usage_text(report: dict) -> str:
+    """The totals of a usage report, one metric a line, each in its unit and the charge in the
+    site's currency; what running work has used so far beside it, not yet billed."""
+    currency = report.get("currency") or ""
+    rows = report.get("totals", [])
+    if not rows:
+        return "no usage in this period"
+    lines = [f"{'METRIC':<10} {'USED':>14}  {'UNIT':<18} {'CHARGE':>14}  RUNNING (not billed)"]
+    for row in rows:
+        charge = f"{row.get('charge', '0')} {currency}".strip()
+        lines.append(
+            f"{row.get('metric', ''):<10} {row.get('settled', ''):>14}  "
+            f"{row.get('unit', ''):<18} {charge:>14}  {row.get('committed', '')}"
+        )
+    return "\n".join(lines)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -99,6 +99,44 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuUse:
+    """What a job did with its GPUs, sampled from nvidia-smi while it ran (gpuwatch.py):
+    how many of them its processes were seen on, their utilisation while it was on them, the
+    most GPU memory its processes held at once."""
+
+    samples: int
+    gpus_busy: int
+    util_mean: float  # %
+    util_peak: float  # %
+    memory_peak_mib: int
+
+    @classmethod
+    def from_dict(cls, data: object) -> GpuUse | None:
+        """From the supervisor's or the watcher's summary; None for anything else. A Slurm
+        job's account can write the watcher's file: figures out of their range are refused,
+        never stored."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            use = cls(
+                samples=int(data["samples"]),
+                gpus_busy=int(data["gpus_busy"]),
+                util_mean=float(data["util_mean"]),
+                util_peak=float(data["util_peak"]),
+                memory_peak_mib=int(data["memory_peak_mib"]),
+            )
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return None
+        sane = (
+            0 < use.samples < 1 << 31
+            and 0 <= use.gpus_busy <= 1024
+            and 0.0 <= use.util_mean <= use.util_peak <= 100.0
+            and 0 <= use.memory_peak_mib < 1 << 31
+        )
+        return use if sane else None
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     """One run of a finished job as its backend accounted it: what was allocated, for how
     long (docs/accounting.md). A job Slurm requeued has several runs."""
@@ -118,6 +156,9 @@ class Run:
     # CPU time the job's processes used (user + system), when the backend measures it: the
     # supervisor's rusage on the local backend, `sacct` TotalCPU on Slurm.
     cpu_ms: int | None = None
+    # What it did with its GPUs, where the backend sampled them (a GPU job on a node with
+    # nvidia-smi): the local supervisor's samples, the Slurm job's watcher's.
+    gpu: GpuUse | None = None
     # Whether `elapsed_ms` includes the pull of the job's image (Slurm: the Prolog pulls it
     # inside the allocation); the meter takes the attempt's recorded pull off it then.
     pull_in_elapsed: bool = False

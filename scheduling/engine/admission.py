@@ -5,7 +5,9 @@ At dispatch, before anything reaches a backend, the task's quota rows are locked
 writer lock serialises them anyway), the scope's use is read, and the pure `admit` decides:
 admit (the task is marked `admitted` in the same transaction, so the next admission counts
 it), hold (the task waits, `hold = quota`, with the quota and its numbers as its reason), or
-reject. Held tasks are reconsidered, in the queue's order, whenever an admitted task of
+reject. A project's allocation (accounting's, read through `scheduling.hooks`) is asked
+first: outside its dates, or with its budget spent, the task is held the same way, with the
+allocation's reason (docs/accounting.md). Held tasks are reconsidered, in the queue's order, whenever an admitted task of
 their queue ends and by the periodic policy pass (so a raised limit takes effect without a
 resubmission). docs/policy.md.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from scheduling import outbox
+from scheduling import hooks, outbox
 from scheduling.decisions.order import on_room
 from scheduling.decisions.quota import Admit, Ask, Hold, Reject, Usage, admit
 from scheduling.models import Hold as HoldKind
@@ -39,6 +41,9 @@ def ask_of(task: Task, project: str, queue: str, user: str) -> Ask:
 
 def admit_for_dispatch(task: Task, *, project: str, queue: str, user: str) -> Admit | Hold | Reject:
     """Decide a claimed pending task's admission; on admit it holds its quotas from now."""
+    waits = hooks.allocation_hold(project, task.gpus, task.cpus, timezone.now())
+    if waits is not None:
+        return Hold(waits)
     site = site_view()
     rules = site.quota_rules(project, queue)
     if not rules:
@@ -105,6 +110,7 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
     site = site_view()
     minute = site_minute(now)
     released = 0
+    allocations: dict[tuple[str, bool, bool], str | None] = {}
     for queue_id in sorted({t.queue_id for t in held}):
         tasks = [t for t in held if t.queue_id == queue_id]
         queue = tasks[0].queue.name
@@ -115,7 +121,12 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
             project, user = task.project.slug, task.owner.get_username()
             ask = ask_of(task, project, queue, user)
             cohort = site.quota_cohort(project, queue)
-            decision = admit(ask, site.quota_rules(project, queue), usage, cohort=cohort)
+            waits = _allocation_waits(allocations, project, task, now)
+            decision = (
+                Hold(waits)
+                if waits is not None
+                else admit(ask, site.quota_rules(project, queue), usage, cohort=cohort)
+            )
             if isinstance(decision, Admit):
                 if task_set_state(
                     task=task,
@@ -135,6 +146,17 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
                     reason=decision.reason, updated_at=timezone.now()
                 )
     return released
+
+
+def _allocation_waits(
+    known: dict[tuple[str, bool, bool], str | None], project: str, task: Task, now
+) -> str | None:
+    """The allocation's reason for the task, asked once per project and kind of task in a
+    pass (what a task uses, GPUs or CPUs, decides which budget counts it)."""
+    key = (project, task.gpus > 0, task.cpus > 0)
+    if key not in known:
+        known[key] = hooks.allocation_hold(project, task.gpus, task.cpus, now)
+    return known[key]
 
 
 def _room(decision: Admit) -> str:

@@ -96,7 +96,13 @@ def requeue(task: Task, *, reason: str, event: str | None = None) -> bool:
         try:
             get_backend(backend).cancel(backend_id)
         except BackendError as exc:
-            log.warning("could not cancel %s of requeued task %s: %s", backend_id, task.pk, exc)
+            log.warning(
+                "could not cancel %s of requeued task %s: %s",
+                backend_id,
+                task.pk,
+                exc,
+                extra={"task_id": task.pk, "job_id": backend_id},
+            )
     outbox.dispatch(task.pk)
     transaction.on_commit(lambda: release_held([task.queue_id]))
     return True

@@ -1,7 +1,8 @@
 """Node health: checks that drain sick nodes, and what an admin's drain or resume does.
 
 Every `SWITCHYARD_HEALTH_MS` each backend reports its nodes' health (`Backend.health`: the
-local host's load, disk and GPU temperatures through a pluggable probe; Slurm's own `sinfo`).
+local host's load, disk and GPU readings through a pluggable probe; Slurm's own `sinfo`).
+GPU readings are held to the limits of the node's pool (`SWITCHYARD_GPU_HEALTH`).
 A node that is unhealthy is drained — in the portal and in its backend — with the reason,
 and an alert goes to the platform admins. A node that is down (Slurm: not responding, down;
 local: marked down in the portal) has lost its work: its running tasks' attempts fail as a
@@ -14,9 +15,11 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.conf import settings
 from django.utils import timezone
 
 from scheduling.backends import BackendError, Job, JobState, NodeHealth
+from scheduling.decisions.gpuhealth import gpu_problems, limits_for
 from scheduling.engine.follow import apply_job
 from scheduling.engine.registry import get_backend
 from scheduling.models import Alert, Node, TaskEvent
@@ -43,6 +46,8 @@ def health_pass(now: datetime | None = None) -> dict[str, int]:
             report = reports.get(node.name, NodeHealth(ok=True))
             if node.state == Node.State.DOWN:  # marked down in the portal: a killed node
                 report = NodeHealth(ok=False, down=True, reason=_reason(node) or "marked down")
+            if node.gpus:  # a CPU node on a GPU host is not drained for the host's GPUs
+                report = with_gpu_limits(report, node.pool.name)
             if report.ok:
                 _record(node, report, now)
                 continue
@@ -53,6 +58,16 @@ def health_pass(now: datetime | None = None) -> dict[str, int]:
     if drained:
         site_view_invalidate()
     return {"drained": drained, "failed": failed}
+
+
+def with_gpu_limits(report: NodeHealth, pool: str) -> NodeHealth:
+    """The report, unhealthy too where its GPU readings are past the pool's limits
+    (settings.SWITCHYARD_GPU_HEALTH), with the GPU and its value in the reason."""
+    problems = gpu_problems(report.metrics, limits_for(pool, settings.SWITCHYARD_GPU_HEALTH), pool)
+    if not problems:
+        return report
+    reason = "; ".join([*([report.reason] if report.reason else []), *problems])
+    return NodeHealth(ok=False, reason=reason, down=report.down, metrics=report.metrics)
 
 
 def drain(node: Node, *, reason: str, down: bool = False, now: datetime | None = None) -> int:
@@ -104,7 +119,13 @@ def fail_work_on(node: Node, *, reason: str) -> int:
             try:
                 get_backend(task.backend).cancel(backend_id)
             except BackendError as exc:
-                log.warning("could not cancel %s on lost node %s: %s", backend_id, node.name, exc)
+                log.warning(
+                    "could not cancel %s on lost node %s: %s",
+                    backend_id,
+                    node.name,
+                    exc,
+                    extra={"task_id": task.pk, "job_id": backend_id},
+                )
     return failed
 
 

@@ -74,7 +74,8 @@ def _cancel_one(task_id: int) -> int:
                     reason=f"cancelling: the backend refused the cancel ({exc}); retrying",
                     updated_at=timezone.now(),
                 )
-                log.warning("cancel of %s refused: %s", task.backend_id, exc)
+                ids = {"task_id": task.pk, "job_id": task.backend_id}
+                log.warning("cancel of %s refused: %s", task.backend_id, exc, extra=ids)
                 return 0
         number, active = task.attempts, task.state in ACTIVE_STATES
         if task_set_state(task=task, to=S.CANCELLED, reason=f"cancelled by {who}"):

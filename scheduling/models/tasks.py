@@ -263,6 +263,23 @@ class Attempt(models.Model):
     cpu_elapsed_ms = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="… over this much elapsed time (the runs measured)."
     )
+    # What its GPUs did, sampled from nvidia-smi while it ran (docs/operations.md, "GPU use
+    # and GPU health"); null where nothing was sampled (no GPU, no nvidia-smi).
+    gpu_samples = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Samples of its GPUs' use taken while it ran."
+    )
+    gpu_busy = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="GPUs its processes were seen using."
+    )
+    gpu_util_mean = models.FloatField(
+        null=True, blank=True, help_text="Mean utilisation (%) of the GPUs it used."
+    )
+    gpu_util_peak = models.FloatField(
+        null=True, blank=True, help_text="Highest utilisation (%) of one of them."
+    )
+    gpu_memory_peak_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most GPU memory (MiB) its processes held at once."
+    )
     pull_seconds = models.FloatField(
         null=True,
         blank=True,

@@ -16,7 +16,7 @@ from scheduling.models import PriorityRequest
 
 def requests_visible_to(user: User) -> QuerySet[PriorityRequest]:
     found = PriorityRequest.objects.select_related(
-        "requester", "project", "queue", "task", "decided_by"
+        "requester", "project", "queue", "task", "task__queue", "decided_by"
     )
     if user.is_superuser:
         return found

@@ -11,7 +11,7 @@ reservation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,11 +20,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.models import Project
+from scheduling import hooks
 from scheduling.decisions.estimate import Ahead, Busy, estimate_start
 from scheduling.decisions.estimate_quota import Held, Holder, Release, quota_releases
 from scheduling.decisions.levels import LEVELS
 from scheduling.decisions.quota import BUDGETS, Ask
 from scheduling.decisions.reserve import reserved_at
+from scheduling.decisions.types import NodeView
 from scheduling.models import TERMINAL_STATES, Hold, PriorityRequest, Task, TaskState
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
@@ -95,15 +97,36 @@ def explain(task: Task, now: datetime | None = None) -> Explanation | None:
 def _position(task: Task, now: datetime) -> tuple[int | None, int, list[Task]]:
     """Its place among the queue's tasks that wait to start (held by quota, or queued), and
     all of them in the order they will start."""
+    order = _queue_order(task.queue_id, task.queue.name, now)
+    ids = [t.pk for t in order]
+    if task.pk not in ids:
+        return None, len(ids), order
+    return ids.index(task.pk) + 1, len(ids), order
+
+
+def positions(tasks: list[Task], now: datetime | None = None) -> dict[int, tuple[int, int]]:
+    """Each waiting task's (position, tasks waiting) in its queue, one ordering per queue:
+    for a list of tasks (a priority-request inbox) without a pass per task."""
+    now = now or timezone.now()
+    queues = {t.queue_id: t.queue.name for t in tasks if t.state in _UNSTARTED}
+    out: dict[int, tuple[int, int]] = {}
+    for queue_id, name in queues.items():
+        order = _queue_order(queue_id, name, now)
+        for index, peer in enumerate(order, 1):
+            out[peer.pk] = (index, len(order))
+    return out
+
+
+def _queue_order(queue_id: int, queue: str, now: datetime) -> list[Task]:
+    """The queue's tasks that wait to start, in the order they will start."""
     site = site_view()
-    queue = task.queue.name
     peers = list(
-        Task.objects.filter(queue_id=task.queue_id)
+        Task.objects.filter(queue_id=queue_id)
         .filter(Q(state__in=(S.PENDING, S.QUEUED)) | Q(state=S.WAITING, hold=Hold.QUOTA))
         .select_related("owner")
         .only(
             "id", "type", "level", "ready_at", "submitted_at", "project_id", "spec", "state",
-            "gpus", "cpus", "owner__username",
+            "gpus", "cpus", "owner__username", "borrowed",
         )
     )  # fmt: skip
     slugs = dict(
@@ -112,11 +135,7 @@ def _position(task: Task, now: datetime) -> tuple[int | None, int, list[Task]]:
     for peer in peers:
         peer.project_slug = slugs.get(peer.project_id, "")  # type: ignore[attr-defined]  # read back with getattr by ordered()
     shares = share_factors_for(site, queue, now)
-    order = ordered(site, peers, queue=queue, shares=shares, minute=site_minute(now))
-    ids = [t.pk for t in order]
-    if task.pk not in ids:
-        return None, len(ids), order
-    return ids.index(task.pk) + 1, len(ids), order
+    return ordered(site, peers, queue=queue, shares=shares, minute=site_minute(now))
 
 
 PoolStart = Callable[..., float | None]
@@ -133,11 +152,7 @@ def _estimate(task: Task, order: list[Task], now: datetime) -> tuple[datetime | 
     if queue is None or task.pk not in ids:
         return None, None
     nodes = site.pool_nodes.get(queue.pool, ())
-    busy = []
-    for occupant in running_on({n.name for n in nodes}):
-        spec = TaskSpec.from_dict(occupant.task.spec)
-        ends = occupant.started_at + spec.walltime_s if spec.walltime_s else None
-        busy += [Busy(allocation, ends) for allocation in occupant.allocations]
+    busy = pool_busy(nodes)
     t0 = now.timestamp()
 
     def pool_start(spec: TaskSpec, ahead: list[Ahead], not_before: float = 0.0) -> float | None:
@@ -156,6 +171,11 @@ def _estimate(task: Task, order: list[Task], now: datetime) -> tuple[datetime | 
         start = pool_start(spec, ahead)
         return _when(start), None
     release = releases.get(task.pk)
+    if release is None and task.pk in releases and _allocation_holds(task, now.timestamp()):
+        return None, (
+            "held by its project's allocation; no estimate: it starts once an allocation "
+            "covers it (a platform admin grants more or a renewal, or the next one begins)"
+        )
     if release is None:
         return None, (
             "held by quota; no estimate: what holds the quota has no walltime, or a budget "
@@ -163,6 +183,17 @@ def _estimate(task: Task, order: list[Task], now: datetime) -> tuple[datetime | 
         )
     start = pool_start(spec, ahead, release.at)
     return _when(start), _held_text(release, start, queue.pool, now)
+
+
+def pool_busy(nodes: Sequence[NodeView]) -> list[Busy]:
+    """What runs on `nodes` now, each allocation until its task's walltime ends (None: no
+    walltime, an unknown end)."""
+    busy = []
+    for occupant in running_on({n.name for n in nodes}):
+        spec = TaskSpec.from_dict(occupant.task.spec)
+        ends = occupant.started_at + spec.walltime_s if spec.walltime_s else None
+        busy += [Busy(allocation, ends) for allocation in occupant.allocations]
+    return busy
 
 
 def _releases(
@@ -199,7 +230,23 @@ def _releases(
             budgets = [r for r in rules if r.resource in BUDGETS]
             spent = with_budgets({}, budgets, datetime.fromtimestamp(now, tz=UTC))
         releases.update(quota_releases(rules, holders, waiting, now, spent=spent))
+    known: dict[tuple, bool] = {}
+    for t in held:  # what its allocation holds is let in at no time a replay can tell
+        if _allocation_holds(t, now, known):
+            releases[t.pk] = None
     return releases
+
+
+def _allocation_holds(task: Task, now: float, known: dict[tuple, bool] | None = None) -> bool:
+    """Whether the project's allocation holds the task (asked once per project and kind of
+    task when `known` is shared)."""
+    slug = getattr(task, "project_slug", "") or task.project.slug
+    key = (slug, task.gpus > 0, task.cpus > 0)
+    known = {} if known is None else known
+    if key not in known:
+        when = datetime.fromtimestamp(now, tz=UTC)
+        known[key] = hooks.allocation_hold(slug, task.gpus, task.cpus, when) is not None
+    return known[key]
 
 
 def _ask(task: Task, project: str, queue: str) -> Ask:

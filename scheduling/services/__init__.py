@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from scheduling.services.capacity import lease_end, lease_open, nodes_set_state
+from scheduling.services.preview import submit_preview
 from scheduling.services.priority import priority_request_create, priority_request_decide
 from scheduling.services.tasks import (
     Decided,
@@ -32,6 +33,7 @@ __all__ = [
     "nodes_set_state",
     "priority_request_create",
     "priority_request_decide",
+    "submit_preview",
     "task_cancel",
     "task_create",
     "task_decide",

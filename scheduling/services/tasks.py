@@ -27,6 +27,7 @@ from portal.selectors import project_get_for_member, project_get_for_user
 from scheduling import decisions, outbox, sealed
 from scheduling.decisions.canary import in_canary
 from scheduling.decisions.quota import Ask, Reject, admit
+from scheduling.decisions.refit import guessed_note, other_fits
 from scheduling.descriptor import DescriptorError, load_task, parse_document, parse_task
 from scheduling.models import ACTIVE_STATES, Hold, Task, TaskEvent, TaskState
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
@@ -96,12 +97,17 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
     routed = decisions.route(spec, classified.type, site.arm(canary).rules, site.queues)
     if isinstance(routed, decisions.Refused):
         raise ApplicationError(
-            routed.reason, field=prefixed(field_prefix, routed.field), got=spec.queue
+            routed.reason + _guessed(spec, classified, site, canary),
+            field=prefixed(field_prefix, routed.field),
+            got=spec.queue,
         )
     queue, backend = site.queues[routed.queue], site.queue_backends[routed.queue]
     refused = decisions.check(spec, queue, site.capacity(queue.pool))
     if refused is not None:
-        raise ApplicationError(refused.reason, field=prefixed(field_prefix, refused.field))
+        raise ApplicationError(
+            refused.reason + _guessed(spec, classified, site, canary),
+            field=prefixed(field_prefix, refused.field),
+        )
     field = prefixed(field_prefix, "sandboxes") or "sandboxes"
     batch_sandboxes_check(spec, queue=routed.queue, backend=backend, field=field)
     spec, warnings = task_image(
@@ -126,6 +132,17 @@ def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = N
         _check_quotas(spec, routed.queue, user, field_prefix)
     reason = f"{routed.reason} (canary #{canary})" if canary else routed.reason
     return Decided(spec, classified.type, classified.reason, routed.queue, reason, canary, warnings)
+
+
+def _guessed(
+    spec: TaskSpec, classified: decisions.Classified, site: SiteView, canary: int | None
+) -> str:
+    """For a guessed type: that it was guessed, by which rule, and the types that would fit."""
+    if spec.type is not None:
+        return ""
+    rules = site.arm(canary).rules
+    fits = other_fits(spec, classified.type, rules, site.queues, site.capacity)
+    return guessed_note(classified, fits, spec.walltime_s)
 
 
 def _check_quotas(spec: TaskSpec, queue: str, user: User, prefix: str) -> None:

@@ -20,6 +20,7 @@ from portal.http import SignedInRequest
 from portal.parsing import parse_until
 from portal.selectors import project_list_for_user
 from scheduling import services
+from scheduling.decisions.humanize import format_duration
 from scheduling.decisions.levels import LEVELS, rule_for
 from scheduling.decisions.order import format_window
 from scheduling.presenters.runtimes import queue_prediction_text
@@ -35,6 +36,7 @@ from scheduling.selectors.requests import (
     requests_visible_to,
 )
 from scheduling.selectors.runtimes import queue_prediction_errors
+from scheduling.selectors.waiting import positions
 from scheduling.spec import TASK_TYPES
 
 
@@ -68,12 +70,34 @@ def priority_requests(request: SignedInRequest) -> HttpResponse:
     page = Paginator(inbox, 50).get_page(request.GET.get("page"))
     context = {
         "decider": decider,
-        "inbox": page.object_list,
+        "inbox": _standing(list(page.object_list)),
         "page": page,
         "recent": list(requests_visible_to(request.user).order_by("-id")[:50]),
         "levels": LEVELS,
     }
     return render(request, "scheduling/priority_requests.html", context)
+
+
+def _standing(requests: list[Any]) -> list[Any]:
+    """Each request with where its task stands now: its state, how long it has waited (or
+    run), and its place among its queue's waiting tasks, so that a request for a task that
+    already runs, or is next anyway, is seen as such."""
+    now = timezone.now()
+    tasks = [r.task for r in requests if r.task is not None]
+    places = positions(tasks, now)
+    for r in requests:
+        task = r.task
+        r.standing = None
+        if task is None:
+            continue
+        since = task.started_at if task.started_at and not task.is_terminal else task.submitted_at
+        r.standing = {
+            "state": task.state,
+            "since": since,
+            "running": task.state == "running",
+            "place": places.get(task.pk),
+        }
+    return requests
 
 
 @login_required
@@ -127,7 +151,15 @@ def queue_list(request: SignedInRequest) -> HttpResponse:
                 "can_edit": roles.administers_queue(request.user, queue.pk),
                 "prediction": queue_prediction_text(errors[queue.pk]),
                 "lenders": lenders.get(queue.pool.name, []),
+                "max_walltime": format_duration(queue.max_walltime_s or 0),
+                "idle_end": format_duration(queue.idle_scale_in_s or 0),
             }
         )
-    context = {"queues": queues, "now": now, "classifier": site.classifier}
+    to_decide = inbox_for(request.user).count() if is_decider(request.user) else 0
+    context = {
+        "queues": queues,
+        "now": now,
+        "classifier": site.classifier,
+        "to_decide": to_decide,
+    }
     return render(request, "scheduling/queue_list.html", context)

@@ -20,7 +20,7 @@ from scheduling import services
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
 from scheduling.forms import MAIN_FIELDS, MORE_FIELDS, TaskSubmitForm, field_for_error
-from scheduling.presenters.efficiency import task_efficiency
+from scheduling.presenters.efficiency import task_efficiency, task_gpu_use
 from scheduling.presenters.files import (
     folder_picker,
     picked_input,
@@ -28,6 +28,7 @@ from scheduling.presenters.files import (
     task_workdir_link,
     with_input,
 )
+from scheduling.presenters.resubmit import form_fields
 from scheduling.presenters.runtimes import task_prediction
 from scheduling.presenters.starters import EXAMPLE_PROJECT, STARTERS, example, starter_initial
 from scheduling.presenters.states import TASK_STATE_CHOICES
@@ -79,6 +80,7 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         "can_ask": can_change and not task.is_terminal and task.level < HIGH,
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
         "efficiency": task_efficiency(task) if task.is_terminal else None,
+        "gpu_use": task_gpu_use(task) if task.is_terminal else None,
         "prediction": task_prediction(task),
         "workdir": task_workdir_link(request.user, task),
         # The live sandboxes it created with its scoped token, or the one it is.
@@ -148,6 +150,28 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def task_submit_preview(request: SignedInRequest) -> HttpResponse:
+    """The submit page's live preview (htmx, as the fields change): what submitting the form
+    as it stands would do. Stores nothing; bad input is shown in the fragment, never a 500."""
+    projects = list(
+        project_list_for_user(request.user).order_by("slug").values_list("slug", flat=True)
+    )
+    form = TaskSubmitForm(request.POST, request.FILES, projects=projects)
+    context: dict[str, Any] = {"form_errors": [], "missing": [], "preview": None}
+    if not form.is_valid():
+        context["form_errors"] = [
+            ErrorItem(str(form[name].label), " ".join(map(str, errors)), request.POST.get(name))
+            for name, errors in form.errors.items()
+        ]
+    else:
+        text, fmt, context["missing"] = form.preview_text()
+        context["preview"] = services.submit_preview(user=request.user, text=text, fmt=fmt)
+        context["source"] = form.source
+    return render(request, "scheduling/submit_preview.html", context)
+
+
+@login_required
 def task_submit_folders(request: SignedInRequest) -> HttpResponse:
     """The submit form's folder picker (htmx): the folders and files at `?at=<Files path>`;
     with `?use=<Files path>` the working-folder field filled with the path jobs see; a POST
@@ -176,8 +200,8 @@ def task_submit_folders(request: SignedInRequest) -> HttpResponse:
 
 
 def _initial(request: SignedInRequest, projects: list[str]) -> dict[str, Any]:
-    """A template's fields (`?template=agent`), or a task's own descriptor to submit again
-    (`?from=42`, a task you may see)."""
+    """A template's fields (`?template=agent`), or a task to submit again (`?from=42`, a task
+    you may see): its fields when the form made it, else its own descriptor."""
     initial: dict[str, Any] = {"project": projects[0]} if projects else {}
     if request.GET.get("from"):
         task = task_get_for_user(request.user, request.GET["from"])
@@ -186,6 +210,9 @@ def _initial(request: SignedInRequest, projects: list[str]) -> dict[str, Any]:
                 request,
                 "Its secret_env values are never shown (••••): enter them again before submitting.",
             )
+        fields = form_fields(task.descriptor, task.descriptor_format)
+        if fields is not None:  # made with the fields: the fields again, its project chosen
+            return {**initial, **fields}
         return {**initial, "descriptor": task.descriptor}
     project = initial.get("project", EXAMPLE_PROJECT)
     return {**initial, **(starter_initial(request.GET.get("template", ""), project) or {})}

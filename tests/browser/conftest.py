@@ -24,7 +24,7 @@ from tests.integration.conftest import (  # noqa: F401 - fixtures re-exported fo
     storage_root,
 )
 
-# What a page is given to show something: plotly.js (4.8 MB) parsed on a busy CI machine
+# What a page is given to show something: plotly.js (once 4.8 MB) parsed on a busy CI machine
 # took more than playwright's default 5 s; a page that never shows it still fails.
 expect.set_options(timeout=15_000)
 

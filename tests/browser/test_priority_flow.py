@@ -25,7 +25,8 @@ def log_in(page, username: str, password: str) -> None:
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Tasks")).to_be_visible()
+    # Each role lands on its own page (a researcher's tasks, a queue admin's queues …).
+    expect(page.get_by_role("button", name=f"Log out {username}")).to_be_visible()
 
 
 @pytest.fixture

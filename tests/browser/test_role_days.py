@@ -189,16 +189,21 @@ def test_a_finance_day(site, chromium, live_server, tmp_path):
     context = _context(chromium, live_server, accept_downloads=True)
     page = context.new_page()
     log_in(page, "finn", "finn-demo-pass")
-    nav(page, "Usage").click()
+    # Finance lands on every project's usage, with its own pages in the nav and no Submit.
     expect(page.get_by_role("heading", name="Usage")).to_be_visible()
+    expect(nav(page, "Submit")).to_have_count(0)
+    expect(nav(page, "Rates")).to_have_count(1)
     shot(page, "finance-usage", tmp_path)
     with page.expect_download() as download:
         page.locator("#download-csv").click()
     assert download.value.suggested_filename.endswith(".csv")
     # read only: no configuration, no capacity, no reconciliation runs
     expect(nav(page, "History")).to_have_count(0)
-    page.get_by_role("link", name="Reconciliation").click()
+    nav(page, "Reconciliation").click()
     expect(page.get_by_role("button", name="Reconcile now")).to_have_count(0)
+    expect(page.locator("#reconcile-schedule")).to_contain_text("No reconciliation has run yet")
+    nav(page, "Rates").click()
+    expect(page.locator("#rates")).to_contain_text("per GPU-hour")
     context.close()
 
 

@@ -97,9 +97,10 @@ def test_finance_filters_a_month_sees_the_charts_and_downloads_both_files(novemb
     assert xlsx.suggested_filename == "usage_20261101-20261130_project_month.xlsx"
     saved = tmp_path / xlsx.suggested_filename
     xlsx.save_as(saved)
-    sheet = openpyxl.load_workbook(saved, read_only=True).active
-    header, *body = list(sheet.iter_rows(values_only=True))
+    sheet = openpyxl.load_workbook(saved, read_only=True, data_only=True).active
+    header, *body, total = list(sheet.iter_rows(values_only=True))
     col = {name: i for i, name in enumerate(header)}
     charges = sum(Decimal(str(r[col["charge"]])) for r in body)
     # 16 GPU-hours × 12.00 + 640 core-hours × 0.06
     assert charges == Decimal("230.40")
+    assert total[0] == "Total" and Decimal(str(total[col["charge"]])) == charges

@@ -41,7 +41,7 @@ def cli(live_server, tmp_path):
     return run
 
 
-def test_login_submit_wait_logs(site, start_worker, cli, tmp_path):
+def test_login_submit_wait_logs(site, start_worker, cli, tmp_path, live_server):
     proc = start_worker()
     login = cli("login", "-u", "alice", "--password-stdin", stdin="alice-demo-pass\n")
     assert login.returncode == 0, login.stderr
@@ -57,6 +57,10 @@ def test_login_submit_wait_logs(site, start_worker, cli, tmp_path):
     made = cli("-o", "json", "submit", str(job))
     assert made.returncode == 0, made.stderr
     task_id = str(json.loads(made.stdout)["id"])
+    shown = cli("submit", str(job))  # as a person reads it: the task's page to open
+    assert shown.returncode == 0, shown.stderr
+    page = shown.stdout.splitlines()[-1].strip()
+    assert page.startswith(f"{live_server.url}/tasks/") and page.endswith("/"), shown.stdout
 
     waited = cli("wait", task_id, "--timeout", "90", "--interval", "0.3")
     assert waited.returncode == 0, (waited.stdout, waited.stderr, worker_log(proc))

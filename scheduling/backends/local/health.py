@@ -1,6 +1,10 @@
-"""The local backend's node check: the host's own load, free disk and GPU temperatures.
+"""The local backend's node check: the host's own load, free disk and GPU readings.
 
 Every virtual node of the local backend runs on this one host, so they share its health.
+The GPUs' temperatures, uncorrected ECC errors and memory row remapping (nvidia-smi,
+gpuwatch.py) are reported as metrics, `gpu<N>_c`, `gpu<N>_ecc`, `gpu<N>_remap_pending` and
+`gpu<N>_remap_failed`: the engine's health pass holds them to the limits of each node's pool
+(settings.SWITCHYARD_GPU_HEALTH, decisions/gpuhealth.py).
 Pluggable: the backend's `health_probe` option names another function (a site's own
 checks, or a test's), called as `probe(nodes, root=...)` and returning a NodeHealth by node.
 """
@@ -9,13 +13,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 
+from scheduling.backends import gpuwatch
 from scheduling.backends.base import NodeHealth
 
 # Lenient on purpose: a shared, busy host must not drain itself. Sites tighten them.
 MIN_FREE_DISK_BYTES = 200 << 20
-MAX_GPU_TEMPERATURE_C = 90
 MAX_LOAD_PER_CORE: float | None = None  # off: a load average alone says little here
 
 
@@ -31,27 +34,29 @@ def host_probe(nodes: list[str], *, root: str) -> dict[str, NodeHealth]:
     metrics["free_disk_bytes"] = free
     if free < MIN_FREE_DISK_BYTES:
         problems.append(f"only {free >> 20} MiB free on the job disk")
-    for index, temperature in enumerate(gpu_temperatures()):
-        metrics[f"gpu{index}_c"] = temperature
-        if temperature >= MAX_GPU_TEMPERATURE_C:
-            problems.append(f"GPU {index} at {temperature:g} °C")
+    metrics.update(gpu_readings())
     health = NodeHealth(ok=not problems, reason="; ".join(problems), metrics=metrics)
     return {node: health for node in nodes}
 
 
-def gpu_temperatures() -> list[float]:
-    """Each GPU's temperature from nvidia-smi, or none where there is no nvidia-smi."""
+def gpu_readings() -> dict[str, float]:
+    """Each GPU's temperature, uncorrected ECC errors and memory rows pending or failed to
+    remap, by its index; none where there is no nvidia-smi or it does not answer (a CPU
+    node). A reading the GPU does not give is left out (`[N/A]`: ECC off; no row remapper)."""
     smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=temperature.gpu", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [float(line) for line in out.split() if line.strip().replace(".", "", 1).isdigit()]
+    gpus = gpuwatch.parse_gpus((gpuwatch.query(smi, gpuwatch.QUERY_GPU) if smi else None) or "")
+    if not gpus or smi is None:
+        return {}
+    remapped = gpuwatch.parse_remapped(gpuwatch.query(smi, gpuwatch.QUERY_REMAPPED) or "")
+    readings: dict[str, float] = {}
+    for gpu in gpus:
+        pending, failed = remapped.get(gpu["uuid"], (None, None))
+        for name, value in (
+            ("c", gpu["temperature"]),
+            ("ecc", gpu["ecc"]),
+            ("remap_pending", pending),
+            ("remap_failed", failed),
+        ):
+            if value is not None:
+                readings[f"gpu{gpu['index']}_{name}"] = value
+    return readings

@@ -44,6 +44,7 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
     sandbox_pid = shim.sandbox[0] if shim.sandbox else None
     limits = jobwatch.Limits(plan.get("limits") or {}, pid, start, sandbox_pid)
     shim.watch = limits
+    gpus = gpu_sampler(plan.get("gpu_watch"), start)
     kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
     why: str | None = None  # "timeout" | "cancelled" | "terminated" | "limit"
     broken = ""  # the limit a job broke, in words
@@ -73,6 +74,8 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
                 why = "timeout"
             elif broken := (limits.check(now) or ""):
                 why = "limit"
+            elif gpus is not None and not gpus.due(now):
+                gpus.sample(jobwatch.process_tree(pid), now)
             if why == "limit":  # no grace: the limit is already broken
                 shim.kill_sandbox()
                 signal_group(pid, _signal.SIGKILL)
@@ -86,6 +89,8 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
         timeouts = [MARKER_POLL_S if pidfd is not None else 0.05]
         if why is None:
             timeouts.append(limits.due(now))
+            if gpus is not None:
+                timeouts.append(gpus.due(now))
             if deadline is not None:
                 timeouts.append(deadline - now)
         if kill_at is not None:
@@ -118,6 +123,8 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
     if out_r >= 0:
         os.close(out_r)
     shim.log.close()
+    if gpus is not None:  # written with its end, beside its CPU time (usage.py)
+        shim.state["gpu"] = gpus.summary()
     code = 128 - rc if rc < 0 else rc  # shell convention: death by signal N is 128 + N
 
     if why == "cancelled" or (why is None and shim.cancelled()):
@@ -158,6 +165,13 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
         shim.finish("failed", f"killed by signal {name} ({signo})", exit_code=code)
     else:
         shim.finish("failed", f"exit code {rc}", exit_code=code)
+
+
+def gpu_sampler(watch: dict | None, now: float):
+    """A GPU job's sampler (gpuwatch.py, beside the backends), or None."""
+    if not watch:
+        return None
+    return supervisor._beside("gpuwatch", "..").GpuSampler(watch["smi"], watch["every_s"], now)
 
 
 def take_claim(shim) -> bool:

@@ -42,6 +42,7 @@ CODE_FILES = (
     "jobwait.py",
     "jobwatch.py",
     "../jobnet.py",
+    "../gpuwatch.py",
     "../session/box.py",
     "../session/egress.py",
 )

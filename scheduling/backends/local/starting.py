@@ -101,8 +101,17 @@ def prepare_start(
         api_web=settings.SWITCHYARD_WEB_ADDR,  # a batch task's relay to the sandbox API
     )
     plan["state"] = state  # the supervisor continues from this state
+    plan["gpu_watch"] = gpu_watch(state["alloc"]["gpus"])
     backend.store.write_state(key, state)
     return plan
+
+
+def gpu_watch(gpus: int) -> dict | None:
+    """How the supervisor samples a GPU job's use (gpuwatch.py): nvidia-smi as this worker
+    finds it on PATH, every SWITCHYARD_GPU_SAMPLE_S. None for a job without GPUs, or where
+    there is no nvidia-smi (virtual GPUs: nothing to measure)."""
+    smi = shutil.which("nvidia-smi") if gpus else None
+    return {"smi": smi, "every_s": settings.SWITCHYARD_GPU_SAMPLE_S} if smi else None
 
 
 def unreachable_by_others(root: str) -> str | None:

@@ -1,6 +1,7 @@
 """What the local backend accounts for a finished job: its booked allocation × the times its
-supervisor wrote (docs/accounting.md). Kept in the job's final state, which outlives the
-job's folder (retention keeps `logs/<key>.json`)."""
+supervisor wrote (docs/accounting.md), with the CPU time and GPU use it measured
+(docs/operations.md). Kept in the job's final state, which outlives the job's folder
+(retention keeps `logs/<key>.json`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from scheduling.backends.base import Run
+from scheduling.decisions.types import GpuUse
 
 
 def runs(key: str, state: Mapping[str, Any]) -> list[Run]:
@@ -29,6 +31,7 @@ def runs(key: str, state: Mapping[str, Any]) -> list[Run]:
             started_at=started,
             ended_at=ended,
             cpu_ms=int(state["cpu_ms"]) if state.get("cpu_ms") is not None else None,
+            gpu=GpuUse.from_dict(state.get("gpu")),
         )
     ]
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from scheduling.backends.base import Run
-from scheduling.backends.slurm.watch import read_usage
+from scheduling.backends.slurm.watch import read_gpu_use, read_usage
 
 FORMAT = "--format=JobIDRaw,State,ElapsedRaw,AllocTRES,Start,End,JobName,Comment"
 # A run still going (or waiting to go again) is not accounted yet.
@@ -62,13 +62,11 @@ class SlurmUsage:
 
     def _add_cpu_time(self, found: dict[str, list[Run]]) -> None:
         """The CPU time of each job's last run: the watcher's figure (watch.py), or Slurm's
-        TotalCPU (aggregated on the job's own line, which `-X` leaves out) when that is more.
-        A requeued job's earlier runs keep none."""
+        TotalCPU (aggregated on the job's own line, which `-X` leaves out) when that is more;
+        and its GPU use, as the watcher sampled it. A requeued job's earlier runs keep none."""
         jobs = {runs[-1].job_id: backend_id for backend_id, runs in found.items()}
-        watched = {
-            backend_id: read_usage(str(self.usage_path(backend_id.partition(":")[2])))
-            for backend_id in found
-        }
+        paths = {b: str(self.usage_path(b.partition(":")[2])) for b in found}
+        watched = {backend_id: read_usage(path) for backend_id, path in paths.items()}
         out = self.run(
             ["sacct", "-P", "-n", "--format=JobIDRaw,JobID,TotalCPU", "--jobs=" + ",".join(jobs)]
         )
@@ -81,6 +79,9 @@ class SlurmUsage:
             figures = [v for v in (watched[backend_id], totals.get(backend_id)) if v is not None]
             if figures:
                 runs[-1] = dataclasses.replace(runs[-1], cpu_ms=max(figures))
+            gpu = read_gpu_use(paths[backend_id])  # what the watcher sampled of its GPUs
+            if gpu is not None:
+                runs[-1] = dataclasses.replace(runs[-1], gpu=gpu)
 
     def accounted(self, start: datetime, end: datetime) -> list[Run]:
         """The runs of this portal's jobs (names that are attempt keys) that ended in the

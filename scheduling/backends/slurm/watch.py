@@ -19,18 +19,27 @@ slirp4netns with the control plane out of reach. Without python3 a batch job doe
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from scheduling.backends import jobnet
+from django.conf import settings
+
+from scheduling.backends import gpuwatch, jobnet
 from scheduling.backends.devices import SHELL_DEVICES
 from scheduling.backends.slurm.imagejob import SHELL_WORDS
+from scheduling.decisions.types import GpuUse
 
 _WATCH = r"""
 import json, signal, subprocess, sys, time
 out, net, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
+# A GPU job's GPUs, sampled (gpuwatch.py) where the node has nvidia-smi; the period is the
+# watcher's own, never the job's (taken out of the environment before the job starts).
+every = float(os.environ.pop("SWITCHYARD_GPU_SAMPLE_S", "") or 10)
+smi = find_smi() if os.environ.get("SLURM_JOB_GPUS") else None
+gpus = GpuSampler(smi, every, time.monotonic()) if smi else None
 tick = 1000 / os.sysconf("SC_CLK_TCK")
 handle = None
 cmd, keep = prepare(cmd)
@@ -59,13 +68,14 @@ for fd in keep:
     os.close(fd)  # the sandbox's now: its end closes them
 for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(s, lambda n, f: child.send_signal(n))
-def cpu(root):
+def cpu(root, seen):
     todo, ticks = [root], 0
     while todo:
         pid = todo.pop()
         try:
             with open("/proc/%d/stat" % pid, "rb") as f:
                 ticks += sum(int(v) for v in f.read().rsplit(b")", 1)[1].split()[11:15])
+            seen.append(pid)
             for tid in os.listdir("/proc/%d/task" % pid):
                 with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
                     todo.extend(int(c) for c in f.read().split())
@@ -78,13 +88,18 @@ while True:
         rc = child.wait(timeout=0.5)
         break
     except subprocess.TimeoutExpired:
-        best = max(best, cpu(child.pid))
+        tree = []
+        best = max(best, cpu(child.pid, tree))
+        if gpus is not None and not gpus.due(time.monotonic()):
+            gpus.sample(tree, time.monotonic())
 if handle is not None:
     disconnect(handle)
 finish()
 try:
     with open(out, "w") as f:
         f.write("%d\n" % round(best))
+        if gpus is not None and gpus.summary():
+            f.write(json.dumps(gpus.summary()) + "\n")
 except OSError:
     pass
 if rc < 0:
@@ -109,8 +124,11 @@ def finish():
 
 
 def watcher_program(hooks: str = _BATCH) -> str:
-    """The watcher's program: jobnet.py's source, the hooks, then the watcher's own."""
-    return Path(jobnet.__file__).read_text(encoding="utf-8") + hooks + _WATCH
+    """The watcher's program: jobnet.py's source (whose `from __future__` then holds for the
+    whole program), gpuwatch.py's, the hooks, then the watcher's own."""
+    gpu = Path(gpuwatch.__file__).read_text(encoding="utf-8")
+    gpu = gpu.replace("from __future__ import annotations\n", "")
+    return Path(jobnet.__file__).read_text(encoding="utf-8") + gpu + hooks + _WATCH
 
 
 WATCHER = watcher_program()
@@ -141,11 +159,13 @@ def watched(
     command = " ".join(arg if arg in shell else shlex.quote(arg) for arg in argv)
     net = jobnet.NETWORK_ARG_NONE if network is None else ",".join(network)
     before = "".join(f" {shlex.quote(arg)}" for arg in args)
+    every = f"{float(settings.SWITCHYARD_GPU_SAMPLE_S):g}"
     return [
         "if command -v python3 >/dev/null; then",
         # Isolated (-I: no PYTHON* variable, no current folder, no user site) and without
         # site (-S): nothing the job wrote or exported runs here, outside its sandbox.
-        f"  cd / && exec python3 -I -S -c {shlex.quote(program)} {shlex.quote(usage_path)} "
+        f"  cd / && SWITCHYARD_GPU_SAMPLE_S={every} exec python3 -I -S -c {shlex.quote(program)} "
+        f"{shlex.quote(usage_path)} "
         f"{shlex.quote(net)}{before} {command}",
         "fi",
         f"echo {shlex.quote('switchyard: ' + (without_python or NO_PYTHON))} >&2; exit 127"
@@ -163,10 +183,24 @@ def prepare_usage_file(path, uid: int, gid: int) -> None:
 
 
 def read_usage(usage_path: str) -> int | None:
-    """The CPU milliseconds the watcher wrote, or None."""
+    """The CPU milliseconds the watcher wrote (its first line), or None."""
+    first = _lines(usage_path)[:1]
+    return int(first[0]) if first and first[0].isdigit() else None
+
+
+def read_gpu_use(usage_path: str) -> GpuUse | None:
+    """The GPU use the watcher sampled (its second line, JSON), or None: a job without
+    GPUs, a node without nvidia-smi, a file the job's account spoiled."""
+    second = _lines(usage_path)[1:2]
+    try:
+        return GpuUse.from_dict(json.loads(second[0])) if second else None
+    except ValueError:
+        return None
+
+
+def _lines(usage_path: str) -> list[str]:
     try:
         with open(usage_path) as f:
-            text = f.read().strip()
+            return f.read(4096).splitlines()
     except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+        return []

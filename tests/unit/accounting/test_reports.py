@@ -104,6 +104,20 @@ def test_a_researcher_sees_their_projects_and_finance_sees_all(usage, api):
     assert Decimal(cpu["settled"]) == Decimal("16.5") and Decimal(cpu["charge"]) == Decimal("0.96")
 
 
+def test_the_command_lines_usage_shows_each_total_in_its_unit_and_the_sites_currency(
+    usage, settings
+):
+    from switchyard_cli.cli import usage_text
+
+    report = _client("finn").get(f"/api/v1/usage/?{RANGE}&group_by=project&period=all").json()
+    lines = usage_text(report).splitlines()
+    [cpu] = [line for line in lines if line.startswith("cpu ")]
+    assert "core-hours" in cpu and f"0.96 {settings.SWITCHYARD_CURRENCY}" in cpu
+    [gpu] = [line for line in lines if line.startswith("gpu ")]
+    assert "GPU-hours" in gpu and f"8.00 {settings.SWITCHYARD_CURRENCY}" in gpu
+    assert usage_text({**report, "totals": []}) == "no usage in this period"
+
+
 def test_groups_filters_and_periods(usage):
     finn = _client("finn")
     by_user = finn.get(f"/api/v1/usage/?{RANGE}&group_by=user,queue&period=all&metric=cpu").json()
@@ -165,6 +179,33 @@ def test_xlsx_export_opens_in_a_real_reader_with_the_right_totals(usage):
     assert sum(Decimal(str(r[col["quantity"]])) for r in cpu) == Decimal("16.5")
     assert sum(Decimal(str(r[col["charge"]])) for r in cpu) == Decimal("0.96")
     assert {r[col["project"]] for r in cpu} == {"materials", "climate", "genomics"}
+
+
+def test_xlsx_months_are_dates_charges_are_money_and_a_last_row_totals_them(usage):
+    response = _client("finn").get(
+        f"/api/v1/usage/?{RANGE}&group_by=project&period=month&format=xlsx"
+    )
+    raw = b"".join(response.streaming_content)
+    sheet = openpyxl.load_workbook(io.BytesIO(raw)).active
+    rows = list(sheet.iter_rows())
+    col = {cell.value: i for i, cell in enumerate(rows[0])}
+    body, total = rows[1:-1], rows[-1]
+    assert {r[col["period"]].value for r in body} == {datetime(2026, 11, 1)}
+    assert {r[col["period"]].number_format for r in body} == {"yyyy-mm-dd"}
+    assert {r[col["charge"]].number_format for r in body} == {"#,##0.00"}
+    assert {r[col["quantity"]].number_format for r in body} == {"#,##0.000"}
+    charges = sum(Decimal(str(r[col["charge"]].value)) for r in body)
+    assert total[0].value == "Total"
+    assert total[col["charge"]].value == f"=SUM(F2:F{len(rows) - 1})"
+    cached = openpyxl.load_workbook(io.BytesIO(raw), data_only=True).active
+    assert Decimal(str(list(cached.iter_rows(values_only=True))[-1][col["charge"]])) == charges
+
+
+def test_every_record_row_names_its_currency_a_free_one_too(usage, settings):
+    response = _client("finn").get(f"/api/v1/usage/?{RANGE}&group_by=record&format=csv")
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert any(Decimal(r["charge"]) == 0 for r in rows)  # memory has no rate here
+    assert {r["currency"] for r in rows} == {settings.SWITCHYARD_CURRENCY}
 
 
 def test_a_spreadsheet_formula_in_a_value_is_defused_in_csv(api):
@@ -282,7 +323,7 @@ def test_the_usage_page_shows_charts_totals_and_downloads(usage, browser):
     page = browser.get(f"/usage/?{RANGE}&group_by=project&period=day")
     assert page.status_code == 200
     html = page.content.decode()
-    assert html.count("data-figure=") == 3 and "plotly.min.js" in html
+    assert html.count("data-figure=") == 3 and "plotly-basic-4.1.1.min.js" in html
     assert "genomics" not in html  # alice's projects only
     assert "/api/v1/usage/?from=2026-11-01" in html and "format=xlsx" in html
     partial = browser.get(f"/usage/?{RANGE}&period=week", HTTP_HX_REQUEST="true")

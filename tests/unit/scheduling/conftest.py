@@ -19,6 +19,7 @@ from scheduling.engine.storage import prepare_user
 from scheduling.models import Pool
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import move_storage_areas
+from tests.gpufake import nvidia_smi  # noqa: F401 - a fixture (NVIDIA's tool, recorded)
 from tests.unit.scheduling.local_backend.helpers import SMALL, finished
 
 

@@ -284,9 +284,21 @@ def test_requests_are_checked_and_hidden_from_other_projects(api, outsider_api):
 def test_the_inbox_page_lets_a_queue_admin_decide(site, api, client, worker):
     task = _submit(api, name="sim", type="hpc-simulation")
     request_id = _ask(api, task).json()["id"]
+    running = _submit(api, name="already-running", type="hpc-simulation")
+    Task.objects.filter(pk=running.pk).update(state="running", started_at=timezone.now())
+    late_id = _ask(api, running).json()["id"]
     client.force_login(User.objects.get(username="quinn"))
     page = client.get("/priority-requests/").content.decode()
     assert f'id="request-{request_id}"' in page and "paper deadline" in page
+    # Where each task stands now: the waiting one's place, the running one seen as running.
+    row = page[page.index(f'id="request-{request_id}"') :]
+    row = row[: row.index("</tr>")]
+    state = Task.objects.get(pk=task.pk).state
+    assert f'state-{state}">{state}</span>' in row and "waiting" in row
+    assert "1 of 1 waiting in hpc" in row
+    late = page[page.index(f'id="request-{late_id}"') :]
+    late = late[: late.index("</tr>")]
+    assert 'state-running">running</span>' in late and "for " in late and "waiting in" not in late
     with worker():
         response = client.post(
             f"/priority-requests/{request_id}/approve/", {"comment": "go"}, follow=True

@@ -55,6 +55,9 @@ class Command(BaseCommand):
         for folder in ("queue", "processed"):
             (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
+        # One machine, a person at its terminal: its web server and worker log text, unless
+        # told otherwise (docs/operations.md, "Logs").
+        os.environ.setdefault("SWITCHYARD_LOG_FORMAT", "text")
         # Static files with hashed names, for the web server to cache (config/runtime/serve.py).
         web_env = {**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "0")}
         if not dev:

@@ -334,18 +334,19 @@ CASES = [
         api=True,
         effect=lambda w: PriorityRequest.objects.get(pk=w.request_other[0].pk).state == "approved",
     ),
-    # projects: members see; the lead manages members and shares out quotas
-    Case("project page", SEES_MATERIALS, "get", "/projects/materials/"),
+    # projects: members see, finance reads every project (its usage spans them all); the
+    # lead manages members and shares out quotas
+    Case("project page", SEES_MATERIALS | {"finance"}, "get", "/projects/materials/"),
     Case(
         "project members (api)",
-        SEES_MATERIALS,
+        SEES_MATERIALS | {"finance"},
         "get",
         "/api/v1/projects/materials/members/",
         api=True,
     ),
     Case(
         "project quotas (api)",
-        SEES_MATERIALS,
+        SEES_MATERIALS | {"finance"},
         "get",
         "/api/v1/projects/materials/quotas/",
         api=True,
