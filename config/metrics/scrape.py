@@ -28,7 +28,7 @@ from config.metrics import files
 from config.metrics.access import scrape_allowed
 from config.metrics.broker import queue_lengths
 from scheduling.decisions.levels import LEVELS
-from scheduling.usage import active_task_groups, live_sandboxes, node_groups
+from scheduling.usage import active_task_groups, live_sandboxes, node_groups, used_gpus_last_hour
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +68,15 @@ def task_families(now) -> Iterator[Metric]:
 
 def pool_families(allocated: dict[tuple[str, str], int]) -> Iterator[Metric]:
     """Nodes by state, and cores and GPUs per pool: `total` (every node), `up` (nodes in
-    service) and `allocated` (what running tasks hold). Measured use joins here as another
-    `measure` once attempts record it (docs/operations.md)."""
+    service), `allocated` (what running tasks hold) and, for GPUs, `used_last_hour`: the
+    GPUs its jobs were seen using on average over the last hour, from the attempts metered
+    (ended ones: docs/operations.md, "GPU use and GPU health")."""
     nodes = _gauge("switchyard_nodes", "Nodes by pool and state.", ["pool", "state"])
     resources = {
         "cpus": _gauge("switchyard_pool_cpus", "CPU cores of a pool.", ["pool", "measure"]),
         "gpus": _gauge("switchyard_pool_gpus", "GPUs of a pool.", ["pool", "measure"]),
     }
-    sums: dict[tuple[str, str, str], int] = {}
+    sums: dict[tuple[str, str, str], float] = {}
     for g in node_groups():
         nodes.add_metric([g.pool, g.state], g.count)
         for resource, amount in (("cpus", g.cpus), ("gpus", g.gpus)):
@@ -85,8 +86,11 @@ def pool_families(allocated: dict[tuple[str, str], int]) -> Iterator[Metric]:
     for pool in {pool for pool, _, _ in sums}:
         for resource in resources:
             sums[(pool, resource, "allocated")] = allocated.get((pool, resource), 0)
-    for (pool, resource, measure), amount in sorted(sums.items()):
-        resources[resource].add_metric([pool, measure], amount)
+    used = used_gpus_last_hour()
+    for pool in {pool for pool, resource, _ in sums if resource == "gpus"}:
+        sums[(pool, "gpus", "used_last_hour")] = used.get(pool, 0.0)
+    for (pool, resource, measure), value in sorted(sums.items()):
+        resources[resource].add_metric([pool, measure], value)
     yield nodes
     yield from resources.values()
 

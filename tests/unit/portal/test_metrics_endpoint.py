@@ -121,6 +121,32 @@ def test_tasks_of_two_types_in_one_queue_and_level_are_one_series(site, api):
     assert sample(text, "switchyard_oldest_waiting_seconds", **inference) is not None
 
 
+def test_a_scrape_reads_the_gpus_measured_in_use_per_pool_beside_those_allocated(site, api):
+    # A training that held 4 GPUs for the last half hour, measured using 2 of them.
+    resources = {"cpus": 8, "memory": "8Gi", "gpus": 4}
+    doc = descriptor(name="train", type="ai-training", resources=resources, estimate="5m")
+    answer = submit(api, doc)
+    assert answer.status_code == 201, answer.json()
+    task = Task.objects.get(pk=answer.json()["id"])
+    now = timezone.now()
+    Attempt.objects.create(
+        task=task,
+        number=1,
+        key="k-gpu",
+        state="succeeded",
+        started_at=now - timedelta(minutes=30),
+        ended_at=now - timedelta(seconds=1),
+        gpu_samples=180,
+        gpu_busy=2,
+        gpu_util_mean=40.0,
+    )
+    pool = task.queue.pool.name
+    text = scrape(Client()).content.decode()
+    used = sample(text, "switchyard_pool_gpus", pool=pool, measure="used_last_hour")
+    assert used is not None and 0.98 <= used <= 1.0  # 2 GPUs for half of the hour
+    assert sample(text, "switchyard_pool_gpus", pool="cpu-hpc", measure="used_last_hour") == 0
+
+
 def test_a_scrape_reads_the_metering_lag_and_each_backends_last_reconciliation(site, api):
     now = timezone.now()
     task = Task.objects.get(pk=submit(api, descriptor()).json()["id"])
