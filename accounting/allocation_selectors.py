@@ -55,6 +55,12 @@ def today(now: datetime):
     return period_start("day", now).date()
 
 
+def allocated_projects() -> frozenset[str]:
+    """The projects that have an allocation, current or not: only their work is asked about
+    (read with the site's policy, scheduling.selectors.site)."""
+    return frozenset(Allocation.objects.values_list("project__slug", flat=True).distinct())
+
+
 def allocation_hold(project: str, gpus: int, cpus: int, now: datetime) -> str | None:
     """Why a task of `project` asking `gpus` and `cpus` waits for an allocation, or None.
     Registered as the scheduling app's allocation reader (accounting/apps.py)."""

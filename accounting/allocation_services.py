@@ -24,7 +24,7 @@ from portal.errors import ApplicationError
 from portal.models import Project
 from portal.notify import notify
 from portal.selectors import project_get_visible
-from scheduling.usage import after_commit
+from scheduling.usage import after_commit, site_view_invalidate
 
 R = AllocationRequest.State
 MAX_TEXT = 2000
@@ -191,6 +191,9 @@ def allocation_grant(
         made = Allocation.objects.create(
             project=the_project, name=name.strip(), starts=first, ends=last, **budgets
         )
+    # The site's policy names the projects with an allocation: this process's copy now, the
+    # others' within its cache time.
+    transaction.on_commit(site_view_invalidate)
     after_commit("scheduling.policy_pass", (), what="release of work held for an allocation")
     return made
 
@@ -254,6 +257,7 @@ def allocation_request_decide(
             },
         )
     if approve:
+        transaction.on_commit(site_view_invalidate)  # a first allocation, for a renewal
         # Work held for the allocation need not wait for the next periodic pass.
         after_commit("scheduling.policy_pass", (), what="release of work held for an allocation")
     notify(

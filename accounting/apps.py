@@ -16,6 +16,7 @@ class AccountingConfig(AppConfig):
         usage.provide_budget_reader(budget.used_hours)
         # An allocation holds its project's new work outside its dates or over its budget.
         usage.provide_allocation_reader(allocation_selectors.allocation_hold)
+        usage.provide_allocated_projects(allocation_selectors.allocated_projects)
         # The project page's soft-quota warnings: portal reads them through this reader and
         # never imports accounting.
         provide_storage_warnings(selectors.storage_warnings)

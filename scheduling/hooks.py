@@ -144,6 +144,23 @@ def allocation_hold(project: str, gpus: int, cpus: int, now: Any) -> str | None:
     return _allocation_reader[0](project, gpus, cpus, now) if _allocation_reader else None
 
 
+# Which projects have an allocation at all: read with the site's policy (its short cache), so
+# that admitting the work of a project without one costs no query.
+_allocated_reader: list[Callable[[], frozenset[str]]] = []
+
+
+def provide_allocated_projects(
+    reader: Callable[[], frozenset[str]],
+) -> Callable[[], frozenset[str]]:
+    _allocated_reader[:] = [reader]
+    return reader
+
+
+def allocated_projects() -> frozenset[str]:
+    """The slugs of the projects that have an allocation (none with no reader)."""
+    return _allocated_reader[0]() if _allocated_reader else frozenset()
+
+
 # -- the backends' accounting -------------------------------------------------------------
 # Metering and reconciliation need what the backends themselves accounted of each job; only
 # the engine talks to backends, so it provides the reader at app start and accounting reads

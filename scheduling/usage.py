@@ -27,6 +27,7 @@ from scheduling.hooks import (
     AccountingUnavailable,
     close_backends,
     on_attempt_end,
+    provide_allocated_projects,
     provide_allocation_reader,
     provide_budget_reader,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "on_attempt_end",
     "pool_names",
     "project_quotas",
+    "provide_allocated_projects",
     "provide_allocation_reader",
     "provide_budget_reader",
     "queue_names",
@@ -76,6 +78,7 @@ __all__ = [
     "send",
     "site_minute",
     "site_view",
+    "site_view_invalidate",
     "storage_areas",
     "task_get_for_user",
     "task_list_for_member",

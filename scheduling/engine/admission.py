@@ -41,10 +41,11 @@ def ask_of(task: Task, project: str, queue: str, user: str) -> Ask:
 
 def admit_for_dispatch(task: Task, *, project: str, queue: str, user: str) -> Admit | Hold | Reject:
     """Decide a claimed pending task's admission; on admit it holds its quotas from now."""
-    waits = hooks.allocation_hold(project, task.gpus, task.cpus, timezone.now())
-    if waits is not None:
-        return Hold(waits)
     site = site_view()
+    if project in site.allocated:
+        waits = hooks.allocation_hold(project, task.gpus, task.cpus, timezone.now())
+        if waits is not None:
+            return Hold(waits)
     rules = site.quota_rules(project, queue)
     if not rules:
         # Marked admitted with its move to queued: nothing counts it sooner. An attempt
@@ -121,7 +122,11 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
             project, user = task.project.slug, task.owner.get_username()
             ask = ask_of(task, project, queue, user)
             cohort = site.quota_cohort(project, queue)
-            waits = _allocation_waits(allocations, project, task, now)
+            waits = (
+                _allocation_waits(allocations, project, task, now)
+                if project in site.allocated
+                else None
+            )
             decision = (
                 Hold(waits)
                 if waits is not None

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from portal.models import Project
+from scheduling import hooks
 from scheduling.decisions import PoolCapacity, pool_capacity
 from scheduling.decisions.borrow import Borrowing
 from scheduling.decisions.canary import CanaryError, parse_rule_set
@@ -152,6 +153,8 @@ class SiteView:
     storage: tuple[AreaView, ...] = ()
     # The image catalogue, with each pool's image size limit (docs/containers.md).
     images: Catalogue = field(default_factory=Catalogue)
+    # Projects with an allocation (accounting's): only their work asks it (docs/accounting.md).
+    allocated: frozenset[str] = frozenset()
 
     def arm(self, canary_id: int | None) -> SiteView:
         """The site as a task's rules see it: the canary's, for a task the canary took."""
@@ -258,6 +261,7 @@ def _load_site_view() -> SiteView:
         ),
         storage=tuple(storage_areas()),
         images=image_catalogue(),
+        allocated=hooks.allocated_projects(),
     )
     return _with_canary(view)
 

@@ -153,6 +153,7 @@ READS: dict[str, tuple[str, ...]] = {
     "project-members": (),
     "favicon": (),
     "home": (),
+    "task-submit-preview": (),
     "usage-rates": (),
     "project-quota": (),
     "sandbox-list": ("project",),

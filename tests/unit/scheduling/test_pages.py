@@ -46,7 +46,9 @@ def test_the_login_page_names_the_product_and_logs_a_researcher_in(site):
     assert "Switchyard" in _page(page) and 'name="password"' in _page(page)
 
     response = client.post("/login/", {"username": "alice", "password": "alice-demo-pass"})
-    assert response.status_code == 302 and response["Location"] == "/"
+    assert response.status_code == 302 and response["Location"] == "/home/"
+    home = client.get("/home/")  # a researcher's home: their tasks
+    assert home.status_code == 302 and home["Location"] == "/"
     assert client.get("/").status_code == 200
 
 

@@ -55,4 +55,4 @@ def test_the_sandbox_settings_are_set_and_checked(admin_api):
 
 def test_the_queue_page_shows_them(site, browser):
     page = browser.get("/queues/").content.decode()
-    assert "live sandboxes end after 120 s idle" in page and "warm pool 2×system" in page
+    assert "live sandboxes end after 2min idle" in page and "warm pool 2×system" in page
