@@ -39,6 +39,11 @@ system-deps:
 	@# Open MPI (mpicc, and the PMIx library Slurm's mpi/pmix loads): the multi-node tests
 	@# build and run an MPI program under the localhost Slurm (docs/slurm.md).
 	@command -v mpicc >/dev/null || bash docker/install-packages.sh openmpi-bin libopenmpi-dev
+	@# Prometheus and promtool: the metrics test scrapes a running portal with a real
+	@# Prometheus, and promtool checks and unit-tests the alert rules (docs/operations.md). The
+	@# package's own service is never started (docker/install-packages.sh: policy-rc.d; then disabled).
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || bash docker/install-packages.sh prometheus
+	@bash docker/prometheus-service-off.sh
 
 # A secret key per install (settings read it when DJANGO_SECRET_KEY is not set).
 %/secret-key:
@@ -77,6 +82,12 @@ unit: install system-deps $(TEST_VAR)/secret-key
 screenshots: install system-deps browser-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob
 	SWITCHYARD_VAR_DIR=$(TEST_VAR) SWITCHYARD_UPDATE_SCREENSHOTS=1 $(PY) -m pytest tests/browser
+
+# The Prometheus alert rules of docker/prometheus/: checked, and unit-tested one case per alert
+# (docs/operations.md, "Alert rules").
+.PHONY: alert-rules
+alert-rules: system-deps
+	cd docker/prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -4,14 +4,15 @@ a report may name, a project's storage against its areas' soft quotas (docs/stor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Max, Min, Q, QuerySet
 
 from accounting.metrics import METRICS
 from accounting.models import Rate, Reconciliation, UsageRecord
 from portal.models import Project
+from scheduling.models import Attempt
 from scheduling.usage import storage_areas
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
@@ -102,3 +103,26 @@ def report_projects(user: User, *, sees_all: bool) -> list[str]:
     if not sees_all:
         projects = projects.filter(memberships__user=user)
     return list(projects.values_list("slug", flat=True))
+
+
+@dataclass(frozen=True, slots=True)
+class MeteringBacklog:
+    """Ended attempts of the accounting window not metered yet, and the oldest one's end."""
+
+    attempts: int
+    oldest_end: datetime | None
+
+
+def metering_backlog(now: datetime) -> MeteringBacklog:
+    """One query over the window the meter pass works through (accounting/meter.py)."""
+    found = Attempt.objects.filter(ended_at__gte=now - timedelta(days=7), metered=None).aggregate(
+        n=Count("id"), oldest=Min("ended_at")
+    )
+    return MeteringBacklog(found["n"], found["oldest"])
+
+
+def latest_reconciliations() -> list[Reconciliation]:
+    """Each backend's last reconciliation: two queries."""
+    last = Reconciliation.objects.order_by().values("backend").annotate(last=Max("id"))
+    ids = [row["last"] for row in last]
+    return list(Reconciliation.objects.filter(pk__in=ids).order_by("backend"))

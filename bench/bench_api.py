@@ -40,6 +40,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ def _inprocess_child(n: int, profile_path: str | None) -> dict[str, Any]:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for body in bodies:
         t = time.perf_counter()
         response = client.post("/api/v1/tasks/", data=body, content_type="application/json")
@@ -93,14 +94,14 @@ def _inprocess_child(n: int, profile_path: str | None) -> dict[str, Any]:
         statuses.append(response.status_code)
         if response.status_code != 201:
             raise AssertionError(f"POST answered {response.status_code}: {response.content[:500]}")
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(profile_path)
     from scheduling.outbox import PUBLISHER
 
     assert PUBLISHER.flush(30), "the publisher thread did not send every dispatch"
-    return {"seconds": seconds, "statuses": statuses, "latencies": latencies}
+    return {"seconds": seconds, "cpu_seconds": cpu, "statuses": statuses, "latencies": latencies}
 
 
 BATCH_SIZE = 100
@@ -161,12 +162,23 @@ def _server_argv(server: str, port: int) -> list[str]:
 
 
 def _run_http(
-    env: dict[str, str], var_dir: Path, *, clients: int, server: str, batch: int = 0
+    env: dict[str, str],
+    var_dir: Path,
+    *,
+    clients: int,
+    server: str,
+    batch: int = 0,
+    on_ready: Callable[[int, Any], None] | None = None,
+    on_done: Callable[[Any], None] | None = None,
 ) -> dict:
+    """`on_ready(port, proc)`: told once the server answers; `on_done(proc)`: once the last
+    answer is in, before the server stops (bench_metrics.py scrapes and reads CPU times)."""
     port = c.free_port()
     proc = c.start(_server_argv(server, port), env, var_dir / "web.log")
     try:
         c.wait_until(lambda: c.http_ready(port), timeout=60, what="the web server", procs=[proc])
+        if on_ready is not None:
+            on_ready(port, proc)
         token = c.get_token(port)
         conns = [c.Client(port, token) for _ in range(clients)]
         for conn in conns:  # open the connections and warm the server up (creates nothing)
@@ -206,6 +218,8 @@ def _run_http(
         for t in threads:
             t.join()
         seconds = time.perf_counter() - start
+        if on_done is not None:
+            on_done(proc)
         for conn in conns:
             conn.close()
         if errors:

@@ -16,6 +16,7 @@ from bench import (  # noqa: E402
     bench_api,
     bench_images,
     bench_latency,
+    bench_metrics,
     bench_poll,
     bench_sandbox_api,
     bench_sandboxes,
@@ -104,6 +105,8 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
                     f"| agent submit → running p50, {label} ({what}) "
                     f"| {_fmt(p50)} ms | ≤ {target} ms | {_met(p50 <= target)} |"
                 )
+    if results.get("metrics"):
+        rows += bench_metrics.summary_rows(results["metrics"])
     if results.get("images"):
         rows += bench_images.summary_rows(results["images"])
     if results.get("poll"):
@@ -408,6 +411,8 @@ def write_doc(
             *_latency_section(lat),
             "",
         ]
+    if results.get("metrics"):
+        out += [*bench_metrics.section(results["metrics"]), ""]
     if results.get("images"):
         out += [*bench_images.section(results["images"]), ""]
     if results.get("poll"):

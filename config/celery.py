@@ -9,6 +9,7 @@ from django.conf import settings
 
 from config import logcontext
 from config.logformat import apply_to
+from config.metrics import instruments
 from config.runtime import broker
 
 broker.register()
@@ -81,6 +82,20 @@ def _log_format(logger=None, **_kwargs) -> None:
     formatter."""
     if logger is not None:
         apply_to(logger, fmt=settings.SWITCHYARD_LOG_FORMAT)
+
+
+# Metrics (docs/operations.md): a task that raised, by name; and the worker's heartbeat, which
+# the beat's passes every few seconds keep fresh while the worker works.
+@signals.task_failure.connect(weak=False)
+def _count_failure(sender=None, **_kwargs) -> None:
+    instruments.celery_task_failed(getattr(sender, "name", None) or "unknown")
+
+
+@signals.task_postrun.connect(weak=False)
+def _worker_heartbeat(sender=None, **_kwargs) -> None:
+    if sender is not None and getattr(sender.request, "is_eager", False):
+        return
+    instruments.worker_alive()
 
 
 class Consumer(CeleryConsumer):

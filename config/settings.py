@@ -91,6 +91,12 @@ from config.settings_logs import (  # noqa: F401 - settings, each read by name
     SWITCHYARD_ADMIN_PATHS,
     SWITCHYARD_LOG_FORMAT,
 )
+from config.settings_metrics import (  # noqa: F401 - settings, each read by name
+    SWITCHYARD_METRICS,
+    SWITCHYARD_METRICS_ALLOW,
+    SWITCHYARD_METRICS_DIR,
+    SWITCHYARD_METRICS_TOKEN,
+)
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
 # A secret from the environment, or the one `make run` generated in var/ for this install;

@@ -5,6 +5,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from config.metrics import scrape
 from portal import api, views
 from portal.auth import TokenCurrent, TokenObtain
 
@@ -21,6 +22,8 @@ def favicon(request: HttpRequest) -> HttpResponse:
 urlpatterns = [
     path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
+    # Prometheus scrapes here; loopback, SWITCHYARD_METRICS_ALLOW or a token (docs/operations.md).
+    path("metrics", scrape.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("scheduling.urls_api")),

@@ -18,9 +18,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from config.bulk import update_rows
+from config.metrics import instruments
 from scheduling import hooks
 from scheduling.decisions import lifecycle
-from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent
+from scheduling.models import TERMINAL_STATES, Attempt, AttemptState, Task, TaskEvent, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]
     ended = []
     for (move, frm, values), moved in zip(planned, done, strict=True):
         if moved:
+            _record_latency(move.task, frm, move.to, values)
             for name, value in values.items():
                 setattr(move.task, name, value)
             _log_move(move, frm)
@@ -115,6 +117,25 @@ def tasks_set_state(moves: Sequence[Move], *, settle: bool = True) -> list[bool]
     if settle and ended:
         hooks.tasks_ended(ended)
     return done
+
+
+_LATENCY_FIELDS = ("submitted_at", "started_at", "type", "backend", "attempts")
+
+
+def _record_latency(task: Task, frm: str, to: str, values: dict[str, Any]) -> None:
+    """The dispatch latency at a task's first hand-over to its backend, the start latency
+    at its first start; from the values read, never a query (a field not loaded is left)."""
+    if to not in (TaskState.QUEUED, TaskState.RUNNING) or not instruments.enabled():
+        return
+    loaded = vars(task)  # a deferred field is not there (what get_deferred_fields reads)
+    if any(name not in loaded for name in _LATENCY_FIELDS) or task.submitted_at is None:
+        return
+    if to == TaskState.QUEUED and frm == TaskState.PENDING and not task.attempts:
+        waited = values["updated_at"] - task.submitted_at
+        instruments.dispatched(task.type, task.backend, waited.total_seconds())
+    elif to == TaskState.RUNNING and task.started_at is None:
+        waited = (values.get("started_at") or values["updated_at"]) - task.submitted_at
+        instruments.started(task.type, task.backend, waited.total_seconds())
 
 
 def _log_move(move: Move, frm: str) -> None:

@@ -8,7 +8,8 @@ at app start (`scheduling.hooks`), and reaches accounting's passes through `runs
 `accounted`. The portal's project page shows the project's quotas and offers its queues; the
 usage report offers the queues and pools to group by; when a member leaves a project, their
 own quotas go with them. Accounting reads the storage areas (their names and soft quotas) to
-meter and warn. tests/unit/test_layout.py holds the rule.
+meter and warn. `/metrics` reads the active tasks, nodes and live sandboxes by group,
+and the GPUs measured in use per pool (docs/operations.md). tests/unit/test_layout.py holds the rule.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from scheduling.presenters.efficiency import efficiency_report
 from scheduling.selectors import site_view_invalidate
 from scheduling.selectors.access import task_get_for_user, task_list_for_member
 from scheduling.selectors.capacity import image_caches_for_pools
+from scheduling.selectors.gpuuse import used_gpus_last_hour
 from scheduling.selectors.load import WAITING, load_now
+from scheduling.selectors.metrics import active_task_groups, live_sandboxes, node_groups
 from scheduling.selectors.policy import site_minute
 from scheduling.selectors.queues import pool_names, queue_names
 from scheduling.selectors.quota import project_quotas
@@ -50,14 +53,17 @@ __all__ = [
     "AccountingUnavailable",
     "Run",
     "accounted",
+    "active_task_groups",
     "after_commit",
     "close_backends",
     "efficiency_report",
     "image_caches_for_pools",
+    "live_sandboxes",
     "load_now",
     "member_joined",
     "member_left",
     "member_quotas_delete",
+    "node_groups",
     "node_view",
     "on_attempt_end",
     "pool_names",
@@ -76,6 +82,7 @@ __all__ = [
     "storage_areas",
     "task_get_for_user",
     "task_list_for_member",
+    "used_gpus_last_hour",
 ]
 
 

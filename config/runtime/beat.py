@@ -35,6 +35,8 @@ import redis
 from celery.beat import PersistentScheduler
 from django.conf import settings
 
+from config.metrics import instruments
+
 log = logging.getLogger(__name__)
 
 LEASE_SECONDS = 30  # a killed beat's lock frees after this long (a stopped one frees it at once)
@@ -206,4 +208,5 @@ class SingleBeatScheduler(PersistentScheduler):
         if not holding:
             # Redis restarting: try again soon, to send again as soon as it is back.
             return STANDBY_SECONDS if reachable else UNREACHABLE_SECONDS
+        instruments.beat_alive()  # only the beat that sends (docs/operations.md, "Metrics")
         return min(super().tick(*args, **kwargs), LEASE_SECONDS / 3)

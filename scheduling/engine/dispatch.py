@@ -76,6 +76,7 @@ _DISPATCH_FIELDS = (
     # what applying a job that started or ended at once reads (apply_jobs)
     "cancel_requested_at",
     "preemptions",
+    "submitted_at",  # the dispatch latency (config/metrics/instruments.py)
 )
 
 

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from scheduling.backends import Backend
+from scheduling.engine.backend_metrics import instrument
 from scheduling.selectors import borrowing_for_backend, node_views_for_backend
 
 
@@ -52,7 +53,7 @@ def _build(alias: str, _key: str) -> Backend:
             f"COMPUTE_BACKENDS[{alias!r}]['RUNS_ON_THIS_HOST']: expected"
             f" {backend.runs_on_this_host} for {config['BACKEND']}, got {said!r}"
         )
-    return backend
+    return instrument(backend)
 
 
 def close_backends() -> None:

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from config.metrics import instruments
 from scheduling.backends.base import (
     BackendError,
     ExecRequest,
@@ -423,6 +424,7 @@ def warm_pass(now: datetime | None = None) -> dict[str, int]:
             log.warning("warm pool of %s: the backend refused", alias, exc_info=True)
             continue
         out[alias] = sum(v.ready for v in views)
+        instruments.sandbox_warm(alias, ready=out[alias], starting=sum(v.starting for v in views))
     return out
 
 

@@ -37,6 +37,7 @@ from scheduling.services.image_lookups import SubmissionDeadline, image_lookups
 from scheduling.services.images import task_image, warning_events
 from scheduling.services.priority import priority_request_from_descriptor, priority_requests_room
 from scheduling.services.sandbox_input import batch_sandboxes_check
+from scheduling.services.submit_metrics import counted_submission, timed_decision
 from scheduling.services.task_paths import task_paths
 from scheduling.services.task_storage import check_task_inputs
 from scheduling.spec import TaskSpec
@@ -45,6 +46,7 @@ from scheduling.states import task_set_state
 S = TaskState
 
 
+@counted_submission
 def task_submit(*, user: User, text: str | bytes, fmt: str | None = None) -> Task:
     """Validate a descriptor, classify and route it, store the task and enqueue its dispatch.
 
@@ -80,6 +82,7 @@ class Decided:
     warnings: tuple[str, ...] = ()  # recorded as events on the task (a deprecated image)
 
 
+@timed_decision
 def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = None) -> Decided:
     """Classify, route and check one spec against the site, or raise naming the field.
 
@@ -164,6 +167,7 @@ def _check_quotas(spec: TaskSpec, queue: str, user: User, prefix: str) -> None:
         )
 
 
+@counted_submission
 def task_submit_spec(*, user: User, spec: TaskSpec, descriptor: str, fmt: str) -> Task:
     project = hot.member_project(user, spec.project)
     if project is None:
@@ -377,6 +381,7 @@ def sniff(text: str) -> str:
     return "json" if text.lstrip().startswith("{") else "yaml"
 
 
+@counted_submission
 def task_submit_batch(*, user: User, text: str | bytes) -> list[int]:
     """Many independent tasks in one request (a parameter sweep): all stored, or none.
 

@@ -31,6 +31,7 @@ from scheduling.selectors import tasks_visible_by_ids
 from scheduling.selectors.dependencies import verdict
 from scheduling.services.image_lookups import SubmissionDeadline, image_lookups
 from scheduling.services.priority import priority_requests_room
+from scheduling.services.submit_metrics import counted_submission
 from scheduling.services.tasks import (
     descriptor_errors,
     sniff,
@@ -45,6 +46,7 @@ from scheduling.spec import WorkflowSpec
 W = WorkflowState
 
 
+@counted_submission
 def workflow_submit(*, user: User, text: str | bytes, fmt: str | None = None) -> Workflow:
     """Validate a whole DAG, decide every task, and store it all or nothing."""
     spec = _load(text, fmt)
@@ -57,6 +59,7 @@ def workflow_submit(*, user: User, text: str | bytes, fmt: str | None = None) ->
     return workflow_submit_spec(user=user, spec=spec, descriptor=_text(text), fmt=fmt)
 
 
+@counted_submission
 def descriptor_submit(*, user: User, text: str | bytes, fmt: str | None = None) -> Task | Workflow:
     """Submit a descriptor of either kind: a Task is stored alone, a Workflow as its DAG."""
     spec = _load(text, fmt)
@@ -77,6 +80,7 @@ def _text(text: str | bytes) -> str:
     return text.decode("utf-8") if isinstance(text, bytes) else text
 
 
+@counted_submission
 def workflow_submit_spec(
     *, user: User, spec: WorkflowSpec, descriptor: str, fmt: str | None
 ) -> Workflow:

@@ -171,8 +171,14 @@ READS: dict[str, tuple[str, ...]] = {
     "simulation-compare": ("run",),
     "simulation-detail": (),
     "simulation-progress": (),
+    "metrics": (),  # Prometheus's scrape (config/metrics/scrape.py), loopback here
 }
-ANONYMOUS = {"login", "api-token", "api-descriptor-schema"}  # fuzzed without a session too
+ANONYMOUS = {
+    "login",
+    "api-token",
+    "api-descriptor-schema",
+    "metrics",
+}  # fuzzed without a session too
 
 
 def _walk(patterns, prefix: str = "") -> Iterator[tuple[str, str]]:

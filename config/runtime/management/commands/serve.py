@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from config.metrics import files as metrics_files
 from config.runtime.serve import STATIC_MANIFEST_ENV, web_argv
 from config.runtime.workers import beat_argv, worker_argv
 
@@ -82,5 +83,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(argv))
             return
         env = {**os.environ, STATIC_MANIFEST_ENV: "1"} if role == "web" else dict(os.environ)
+        # The role's metrics folder, emptied: its processes start counting afresh.
+        env |= metrics_files.role_env(
+            settings.SWITCHYARD_METRICS_DIR, role, enabled=settings.SWITCHYARD_METRICS
+        )
         os.chdir(settings.BASE_DIR)
         os.execvpe(argv[0], argv, env)  # this process becomes the server

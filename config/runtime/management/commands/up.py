@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from config.metrics import files as metrics_files
 from config.runtime.demo_images import start_demo_registry
 from config.runtime.serve import STATIC_MANIFEST_ENV, web_argv
 from config.runtime.workers import worker_argv
@@ -81,6 +82,10 @@ class Command(BaseCommand):
             )
         # Where the worker's local backend relays batch tasks' sandbox-API requests: here.
         worker_env = {"SWITCHYARD_WEB_ADDR": reachable(addr), **os.environ}
+        # Each role's metrics folder, emptied: they start counting afresh (docs/operations.md).
+        root, enabled = settings.SWITCHYARD_METRICS_DIR, settings.SWITCHYARD_METRICS
+        web_env |= metrics_files.role_env(root, "web", enabled=enabled)
+        worker_env |= metrics_files.role_env(root, "worker", enabled=enabled)
         procs = {
             "worker": subprocess.Popen(
                 worker_argv(beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),
