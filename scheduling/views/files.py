@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from portal.errors import ApplicationError
 from portal.http import SignedInRequest
 from scheduling.presenters.files import files_url
+from scheduling.selectors import task_get_for_user
 from scheduling.selectors.storage import (
     Folder,
     area_folders,
@@ -59,7 +60,7 @@ def files_browse(
     try:
         info = file_info(request.user, folder, rest)
     except ApplicationError as exc:
-        if exc.status == 404 and rest:
+        if exc.status == 404 and rest and not _task_folder_to_come(request, rest):
             raise Http404(str(exc)) from None
         if exc.status != 404:  # a link, a bad name, a denied folder: said as it is
             return HttpResponse(str(exc), status=exc.status, content_type="text/plain")
@@ -88,11 +89,29 @@ def files_browse(
         "crumbs": crumbs,
         "rows": rows,
         "missing": info["type"] == "missing",
+        # A task's folder before the task made it: the task page links here from its submit.
+        "task_to_come": info["type"] == "missing" and bool(rest),
         "truncated": listing["truncated"],
         "listed_max": listing["limit"],
         "here": here,
     }
     return render(request, "scheduling/files.html", context)
+
+
+def _task_folder_to_come(request: SignedInRequest, rest: str) -> bool:
+    """`rest` is the working folder of a task the user sees that has not made it yet
+    (`tasks/<id>`), or the folder of the tasks' folders (`tasks`): a task's page links there
+    before the task starts."""
+    head, _, task_id = rest.strip("/").partition("/")
+    if head != "tasks" or not (task_id.isdigit() or not task_id):
+        return False
+    if not task_id:
+        return True
+    try:
+        task_get_for_user(request.user, int(task_id))
+    except Http404:
+        return False
+    return True
 
 
 def _file(
