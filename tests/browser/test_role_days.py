@@ -163,6 +163,10 @@ def test_a_platform_admins_day(rule_id, chromium, live_server, tmp_path):
     page.goto(f"/admin/scheduling/routingrule/{rule_id}/change/")
     page.get_by_label("Enabled").uncheck()
     page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".errorlist")).to_contain_text("Say why")  # nothing saved without
+    page.get_by_label("Enabled").uncheck()
+    page.get_by_label("Reason for this change").fill("training pauses for the upgrade")
+    page.get_by_role("button", name="Save", exact=True).click()
     expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
 
     # see the diff in the history, and roll back
