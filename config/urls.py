@@ -57,6 +57,7 @@ urlpatterns = [
     path("config/", views.config_history, name="config-history"),
     path("config/<int:pk>/", views.config_version, name="config-version"),
     path("config/<int:pk>/rollback/", views.config_rollback, name="config-rollback"),
+    path("config/<int:pk>/undo/", views.config_undo, name="config-undo"),
     path("home/", views.home, name="home"),
     path("projects/", views.project_list, name="project-list"),
     path("projects/<slug:slug>/", views.project_detail, name="project-detail"),

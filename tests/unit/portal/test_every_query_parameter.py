@@ -123,6 +123,7 @@ READS: dict[str, tuple[str, ...]] = {
     "config-history": ("model", PAGE_),
     "config-version": (),
     "config-rollback": (),
+    "config-undo": (),
     "dashboard": (),
     "dashboard-settings": (),
     "site-dashboard": (),
