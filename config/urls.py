@@ -43,6 +43,11 @@ urlpatterns = [
         api.ConfigRollback.as_view(),
         name="api-config-rollback",
     ),
+    path(
+        "api/v1/config/versions/<int:pk>/undo/",
+        api.ConfigUndo.as_view(),
+        name="api-config-undo",
+    ),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file of its own: the page
     # runs under the Content-Security-Policy, which allows no inline script.

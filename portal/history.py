@@ -381,11 +381,13 @@ def undo(*, user: User, version: ConfigVersion, reason: str) -> ConfigVersion:
         return _undo_creation(version, said)
     except ApplicationError as exc:
         item = exc.errors[0]
+        # What the object is now (or what hangs on it) refuses the undo: a conflict.
+        conflict = item.field == "version" and exc.status == 400
         raise ApplicationError(
             f"cannot undo v{version.pk}: {item.message}",
             field=item.field,
             got=item.got,
-            status=exc.status,
+            status=409 if conflict else exc.status,
         ) from None
 
 

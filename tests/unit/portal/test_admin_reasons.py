@@ -143,3 +143,26 @@ def test_editable_columns_of_a_list_are_saved_only_with_a_reason(site):
     assert RoutingRule.objects.get(pk=first.pk).enabled != first.enabled
     version = ConfigVersion.objects.first()
     assert (version.object_id, version.reason) == (first.pk, "night test")
+
+
+def test_many_to_many_fields_saved_after_the_form_carry_the_reason_too(site):
+    from scheduling.models import StorageArea
+
+    area = StorageArea.objects.filter(pools__isnull=False).distinct().first()
+    kept = list(area.pools.values_list("pk", flat=True))[:1]
+    form = {
+        "name": area.name,
+        "path": area.path,
+        "owner": area.owner,
+        "read_only": "on" if area.read_only else "",
+        "pools": kept,
+        "quota_bytes": area.quota_bytes or "",
+        "retention_days": area.retention_days or "",
+        "change_reason": "one pool mounts it now",
+    }
+    latest = ConfigVersion.objects.first().pk
+    done = _admin().post(f"/admin/scheduling/storagearea/{area.pk}/change/", form)
+    assert done.status_code == 302, _field_errors(done.content.decode())
+    made = ConfigVersion.objects.filter(pk__gt=latest, model="scheduling.storagearea")
+    assert [v.after["pools"] for v in made] == [kept]
+    assert {v.reason for v in made} == {"one pool mounts it now"}

@@ -114,6 +114,7 @@ READS: dict[str, tuple[str, ...]] = {
     "api-audit": AUDIT,
     "api-config-versions": ("model", "object_id", PAGE_),
     "api-config-rollback": (),
+    "api-config-undo": (),
     "api-schema": ("lang",),
     "api-docs": (),
     # pages

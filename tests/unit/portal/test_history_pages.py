@@ -140,3 +140,31 @@ def test_what_cannot_be_undone_says_why_and_only_a_platform_admin_undoes(site):
     assert "Undo this change" not in _text(quinn.get(f"/config/{hpc_change.pk}/"))
     assert quinn.post(f"/config/{hpc_change.pk}/undo/", {"reason": "x"}).status_code == 404
     assert Queue.objects.get(name="hpc").max_concurrency == 5
+
+
+def test_the_api_undoes_a_change_for_platform_admins_only(site):
+    first = _limit(10, "ten")
+    second = _limit(20, "twenty")
+    url = f"/api/v1/config/versions/{second.pk}/undo/"
+    for username, refused in (("quinn", 403), ("alice", 404)):
+        client = APIClient()
+        client.force_authenticate(User.objects.get(username=username))
+        assert client.post(url, {"reason": "x"}, format="json").status_code == refused
+    admin = APIClient()
+    admin.force_authenticate(User.objects.get(username="admin"))
+    missing = admin.post(url, {}, format="json")
+    assert missing.status_code == 400 and missing.json()["errors"][0]["field"] == "reason"
+    done = admin.post(url, {"reason": "too many"}, format="json")
+    assert done.status_code == 201, done.content
+    assert (done.json()["restores"], done.json()["reason"]) == (
+        first.pk,
+        f"undo v{second.pk}: too many",
+    )
+    assert Queue.objects.get(name="hpc").max_concurrency == 10
+    again = admin.post(url, {"reason": "twice"}, format="json")
+    assert again.status_code == 409
+    assert again.json()["errors"][0] == {
+        "field": "version",
+        "message": f"cannot undo v{second.pk}: it is already as v{first.pk} left it",
+        "got": None,
+    }
