@@ -192,6 +192,7 @@ def test_a_platform_admins_day(rule_id, chromium, live_server, tmp_path):
     page.locator("#versions tbody tr").first.get_by_role("link", name="undo this change").click()
     expect(page.locator("#undo table.diff td.new").first).to_contain_text("False")
     page.get_by_label("Reason for undoing it").fill("the pause was right after all")
+    shot(page, "admin-undo", tmp_path)
     page.locator("#undo-button").click()
     expect(page.locator(".flash")).to_contain_text("Undid")
     expect(page.locator("p").filter(has_text="the pause was right after all")).to_have_count(1)
