@@ -80,12 +80,12 @@ class VersionedAdmin(admin.ModelAdmin):
     def delete_view(
         self, request: HttpRequest, object_id: str, extra_context: dict | None = None
     ) -> HttpResponse:
-        if request.method != "POST" or not request.POST.get("post"):
+        # Django's view deletes on any non-empty POST, whatever its fields: each needs a reason.
+        if request.method != "POST" or not request.POST:
             return super().delete_view(request, object_id, extra_context)
         reason, error = reason_from(request.POST)
         if error is not None:
             # The confirmation again, with the error under the reason; nothing is deleted.
-            # (Django's view deletes on any non-empty POST.)
             request.POST = QueryDict()
             context = {**(extra_context or {}), "reason_error": error}
             return super().delete_view(request, object_id, context)

@@ -13,7 +13,7 @@ from django.test import Client
 from portal import history
 from portal.admin_reason import VersionedAdmin
 from portal.models import ConfigVersion
-from scheduling.models import Queue, RoutingRule
+from scheduling.models import Queue, RoutingRule, StorageArea
 
 
 def _admin() -> Client:
@@ -98,10 +98,11 @@ def test_a_deletion_asks_for_a_reason_on_its_confirmation(site):
     url = f"/admin/scheduling/routingrule/{rule.pk}/delete/"
     confirmation = _admin().get(url).content.decode()
     assert 'name="change_reason"' in confirmation
-    refused = _admin().post(url, {"post": "yes", "change_reason": "  "})
-    assert refused.status_code == 200
-    assert "Say why you make this change" in refused.content.decode()
-    assert RoutingRule.objects.filter(pk=rule.pk).exists()
+    for data in ({"post": "yes", "change_reason": "  "}, {"anything": "1"}):
+        refused = _admin().post(url, data)  # Django deletes on any non-empty POST
+        assert refused.status_code == 200
+        assert "Say why you make this change" in refused.content.decode()
+        assert RoutingRule.objects.filter(pk=rule.pk).exists()
     done = _admin().post(url, {"post": "yes", "change_reason": "the old GPU rule"})
     assert done.status_code == 302
     assert not RoutingRule.objects.filter(pk=rule.pk).exists()
@@ -146,8 +147,6 @@ def test_editable_columns_of_a_list_are_saved_only_with_a_reason(site):
 
 
 def test_many_to_many_fields_saved_after_the_form_carry_the_reason_too(site):
-    from scheduling.models import StorageArea
-
     area = StorageArea.objects.filter(pools__isnull=False).distinct().first()
     kept = list(area.pools.values_list("pk", flat=True))[:1]
     form = {

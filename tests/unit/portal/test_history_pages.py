@@ -10,6 +10,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from rest_framework.test import APIClient
 
+from portal import audit
+from portal.history_display import named
 from portal.models import ConfigVersion
 from scheduling.models import Queue, RoutingRule
 
@@ -53,8 +55,6 @@ def test_a_diff_names_related_objects(site):
     was = rule.queue.name
     hpc = Queue.objects.get(name="hpc")
     rule.queue = hpc
-    from portal import audit
-
     with audit.because("move it"):
         rule.save()
     version = ConfigVersion.objects.first()
@@ -68,8 +68,6 @@ def test_a_diff_names_related_objects(site):
 
 
 def test_a_diff_names_a_deleted_related_object_as_such(site):
-    from portal.history_display import named
-
     rows = named("scheduling.routingrule", [("queue", 999999, None), ("order", 1, 2)])
     assert rows == [("queue", "#999999 (deleted)", None), ("order", 1, 2)]
     admins = named("scheduling.queue", [("admins", [], [User.objects.get(username="quinn").pk])])
@@ -122,8 +120,6 @@ def test_what_cannot_be_undone_says_why_and_only_a_platform_admin_undoes(site):
     hpc = Queue.objects.get(name="hpc")
     [rule] = RoutingRule.objects.bulk_create([RoutingRule(order=88, queue=hpc)])  # no signals
     rule.enabled = not rule.enabled
-    from portal import audit
-
     with audit.because("flip"):
         rule.save()  # a rule older than its history: its state as found is recorded first
     same = ConfigVersion.objects.filter(object_id=rule.pk, model="scheduling.routingrule")
