@@ -14,10 +14,11 @@ from accounting.models import (
     Reconciliation,
     UsageRecord,
 )
+from portal.admin_reason import VersionedAdmin
 
 
 @admin.register(Rate)
-class RateAdmin(admin.ModelAdmin):
+class RateAdmin(VersionedAdmin):
     list_display = ["queue", "metric", "price", "currency", "valid_from", "valid_until", "note"]
     list_filter = ["metric", "queue"]
 
@@ -73,7 +74,7 @@ class CollectorAdmin(admin.ModelAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):
+class AllocationAdmin(VersionedAdmin):
     list_display = ["name", "project", "starts", "ends", "gpu_hours", "core_hours"]
     list_filter = ["project"]
     search_fields = ["name", "project__slug"]

@@ -43,6 +43,11 @@ urlpatterns = [
         api.ConfigRollback.as_view(),
         name="api-config-rollback",
     ),
+    path(
+        "api/v1/config/versions/<int:pk>/undo/",
+        api.ConfigUndo.as_view(),
+        name="api-config-undo",
+    ),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file of its own: the page
     # runs under the Content-Security-Policy, which allows no inline script.
@@ -57,6 +62,7 @@ urlpatterns = [
     path("config/", views.config_history, name="config-history"),
     path("config/<int:pk>/", views.config_version, name="config-version"),
     path("config/<int:pk>/rollback/", views.config_rollback, name="config-rollback"),
+    path("config/<int:pk>/undo/", views.config_undo, name="config-undo"),
     path("home/", views.home, name="home"),
     path("projects/", views.project_list, name="project-list"),
     path("projects/<slug:slug>/", views.project_detail, name="project-detail"),

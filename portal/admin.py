@@ -4,6 +4,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from portal import services
+from portal.admin_reason import VersionedAdmin
 from portal.models import ClusterAccount, Membership, Project
 
 
@@ -28,7 +29,7 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(VersionedAdmin):
     list_display = ["slug", "name", "pi", "share"]
     search_fields = ["slug", "name"]
     readonly_fields = ["members_page"]

@@ -27,7 +27,12 @@ from portal.selectors import (
     project_memberships,
 )
 from portal.serializers import AuditEventSerializer, ConfigVersionSerializer
-from portal.services import config_version_restore, member_add, member_remove
+from portal.services import (
+    config_version_restore,
+    config_version_undo,
+    member_add,
+    member_remove,
+)
 
 
 class AuditList(ListAPIView):
@@ -88,6 +93,21 @@ class ConfigVersionList(ListAPIView):
         return super().get(request, *args, **kwargs)
 
 
+def _version_and_reason(request: SignedInApiRequest, pk: int, verb: str):
+    _versions(request)  # the history is no page of theirs: 404
+    try:
+        version = config_version_get_visible(request.user, checked_pk(pk))
+    except ValueError:
+        version = None
+    if version is None:
+        raise ApplicationError("not found", status=404)
+    data = request.data if isinstance(request.data, dict) else {}
+    reason = data.get("reason")
+    if not isinstance(reason, str):
+        raise ApplicationError(f"required: why you {verb}", field="reason", got=reason)
+    return version, reason
+
+
 class ConfigRollback(APIView):
     @extend_schema(
         request=inline_serializer("Rollback", {"reason": serializers.CharField()}),
@@ -96,18 +116,22 @@ class ConfigRollback(APIView):
         "The answer is the new version the rollback wrote.",
     )
     def post(self, request: SignedInApiRequest, pk: int) -> Response:
-        _versions(request)  # the history is no page of theirs: 404
-        try:
-            version = config_version_get_visible(request.user, checked_pk(pk))
-        except ValueError:
-            version = None
-        if version is None:
-            raise ApplicationError("not found", status=404)
-        data = request.data if isinstance(request.data, dict) else {}
-        reason = data.get("reason")
-        if not isinstance(reason, str):
-            raise ApplicationError("required: why you roll back", field="reason", got=reason)
+        version, reason = _version_and_reason(request, pk, "roll back")
         made = config_version_restore(user=request.user, version=version, reason=reason)
+        return Response(ConfigVersionSerializer(made).data, status=201)
+
+
+class ConfigUndo(APIView):
+    @extend_schema(
+        request=inline_serializer("Undo", {"reason": serializers.CharField()}),
+        responses={201: ConfigVersionSerializer},
+        description="Undo this change (platform admins): the object goes back to its version "
+        "before it, or is deleted if this change created it. The answer is the new version "
+        "the undo wrote; 409 says why a change cannot be undone.",
+    )
+    def post(self, request: SignedInApiRequest, pk: int) -> Response:
+        version, reason = _version_and_reason(request, pk, "undo it")
+        made = config_version_undo(user=request.user, version=version, reason=reason)
         return Response(ConfigVersionSerializer(made).data, status=201)
 
 

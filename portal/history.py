@@ -331,3 +331,73 @@ def _restore(
     for name, ids in (restored.m2m_data or {}).items():
         getattr(target, name).set(ids)
     return target
+
+
+def previous_version(version: ConfigVersion) -> ConfigVersion | None:
+    """The object's version just before `version` (what undoing it goes back to)."""
+    return (
+        ConfigVersion.objects.filter(
+            model=version.model, object_id=version.object_id, pk__lt=version.pk
+        )
+        .order_by("-id")
+        .first()
+    )
+
+
+def is_baseline(version: ConfigVersion) -> bool:
+    """The state an object was found in when its history began: not a change anyone made."""
+    return version.before is None and version.author_name == "" and version.reason == BASELINE
+
+
+def undo_refusal(version: ConfigVersion, previous: ConfigVersion | None) -> str | None:
+    """Why `version` cannot be undone whatever the site is now; None when it can be tried."""
+    if previous is not None:
+        return None
+    if is_baseline(version):
+        return f"v{version.pk} is how it was found when its history began, not a change"
+    if version.before is not None:
+        return f"no version before v{version.pk} is recorded to go back to"
+    return None
+
+
+@transaction.atomic
+def undo(*, user: User, version: ConfigVersion, reason: str) -> ConfigVersion:
+    """Undo one change: the object goes back to its version before `version` (recreated if
+    the change deleted it), or is deleted if the change created it. Later changes to the same
+    object go too (the page shows them first). The undo is a new version whose reason says
+    which version it undid; it is returned."""
+    if not user.is_superuser:
+        raise ApplicationError("only a platform admin undoes configuration changes", status=403)
+    if not reason.strip():
+        raise ApplicationError("say why you undo it", field="reason")
+    said = f"undo v{version.pk}: {reason.strip()}"
+    previous = previous_version(version)
+    refusal = undo_refusal(version, previous)
+    try:
+        if refusal is not None:
+            raise ApplicationError(refusal, field="version", status=409)
+        if previous is not None:
+            return rollback(user=user, version=previous, reason=said)
+        return _undo_creation(version, said)
+    except ApplicationError as exc:
+        item = exc.errors[0]
+        # What the object is now (or what hangs on it) refuses the undo: a conflict.
+        conflict = item.field == "version" and exc.status == 400
+        raise ApplicationError(
+            f"cannot undo v{version.pk}: {item.message}",
+            field=item.field,
+            got=item.got,
+            status=409 if conflict else exc.status,
+        ) from None
+
+
+def _undo_creation(version: ConfigVersion, reason: str) -> ConfigVersion:
+    """The change made the object and nothing was recorded before it: undoing deletes it."""
+    model = apps.get_model(version.model)
+    current = model._default_manager.filter(pk=version.object_id).first()
+    if current is None:
+        raise ApplicationError("it no longer exists", field="version", status=409)
+    _only_itself(current)
+    with audit.because(reason):
+        current.delete()
+    return cast(ConfigVersion, _last(version.model, version.object_id))

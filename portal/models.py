@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import TextChoices
+from django.utils.text import capfirst
 
 from scheduling.decisions.sandboxes import egress_list_problem
 from scheduling.decisions.storage import project_slug_problem
@@ -132,6 +134,20 @@ class ConfigVersion(models.Model):
 
     def __str__(self) -> str:
         return f"v{self.pk} {self.action} {self.model} {self.object_repr}"
+
+    @property
+    def model_name(self) -> str:
+        """The versioned model as the console names it ("Classifier settings")."""
+        return model_display_name(self.model)
+
+
+def model_display_name(label: str) -> str:
+    """A model's name as the console shows it (`scheduling.classifiersettings` → "Classifier
+    settings"); the label itself for a model that is gone."""
+    try:
+        return str(capfirst(apps.get_model(label)._meta.verbose_name))
+    except (LookupError, ValueError):
+        return label
 
 
 class AppendOnly(models.QuerySet):

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
-from portal import history, roles
+from portal import history, history_display, roles
 from portal.errors import ApplicationError
 from portal.models import AuditEvent, ConfigVersion, Project
 
@@ -137,31 +137,43 @@ def config_version_get_visible(user: User, pk: int) -> ConfigVersion | None:
 
 
 def config_models() -> list[str]:
-    """The models whose changes are versioned (app_label.model), for the history's filter."""
+    """The models whose changes are versioned (app_label.model), for the API's filter."""
     return sorted(history.TRACKED)
+
+
+def config_model_choices() -> list[tuple[str, str]]:
+    """(app_label.model, name) of the versioned models, by name, for the history page."""
+    return history_display.model_choices()
 
 
 @dataclass(frozen=True)
 class VersionPlace:
-    """Where a version stands in its object's history, for its page."""
+    """Where a version stands in its object's history, for its page; related objects in
+    the diffs are named (portal/history_display.py)."""
 
     previous: int | None  # the id of the object's version before it
     later: int  # how many versions of the object came after it
     changes: list[tuple[str, Any, Any]]  # (field, before, after) this version made
     to_restore: list[tuple[str, Any, Any]]  # (field, now, then) a rollback to it would make
+    to_undo: list[tuple[str, Any, Any]]  # (field, now, then) undoing it would make
+    undo_refusal: str | None  # why it cannot be undone, whatever the site is now
 
 
 def config_version_place(version: ConfigVersion) -> VersionPlace:
     same = ConfigVersion.objects.filter(model=version.model, object_id=version.object_id)
     current = same.order_by("-id").first()
+    now = current.after if current else None
+    previous = history.previous_version(version)
+    label = version.model
     return VersionPlace(
-        previous=same.filter(pk__lt=version.pk)
-        .order_by("-id")
-        .values_list("pk", flat=True)
-        .first(),
+        previous=previous.pk if previous is not None else None,
         later=same.filter(pk__gt=version.pk).count(),
-        changes=history.diff(version.before, version.after),
-        to_restore=history.diff(current.after if current else None, version.after),
+        changes=history_display.named(label, history.diff(version.before, version.after)),
+        to_restore=history_display.named(label, history.diff(now, version.after)),
+        to_undo=history_display.named(
+            label, history.diff(now, previous.after if previous is not None else None)
+        ),
+        undo_refusal=history.undo_refusal(version, previous),
     )
 
 

@@ -1,4 +1,5 @@
-"""Writes on the organisation: who is a member of a project; rolling configuration back.
+"""Writes on the organisation: who is a member of a project; rolling configuration back
+and undoing a change.
 
 The project's lead (or a platform admin) adds and removes members, on the project page and
 through the API; every change is in the audit log.
@@ -89,3 +90,10 @@ def config_version_restore(*, user: User, version: ConfigVersion, reason: str) -
     """A platform admin makes the object what it was right after `version`, saying why; the
     rollback is itself recorded as a new version, which is returned (portal/history.py)."""
     return history.rollback(user=user, version=version, reason=reason)
+
+
+def config_version_undo(*, user: User, version: ConfigVersion, reason: str) -> ConfigVersion:
+    """A platform admin undoes one change, saying why: the object goes back to its version
+    before it (or is deleted, if the change made it); the undo is itself a new version, which
+    is returned (portal/history.py)."""
+    return history.undo(user=user, version=version, reason=reason)

@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from portal import roles
@@ -20,7 +21,7 @@ from portal.selectors import (
     audit_actions,
     audit_filter,
     audit_visible_to,
-    config_models,
+    config_model_choices,
     config_version_get_visible,
     config_version_place,
     config_versions_visible,
@@ -30,7 +31,12 @@ from portal.selectors import (
     project_memberships,
     project_storage_warnings,
 )
-from portal.services import config_version_restore, member_add, member_remove
+from portal.services import (
+    config_version_restore,
+    config_version_undo,
+    member_add,
+    member_remove,
+)
 from scheduling import usage
 
 
@@ -47,7 +53,7 @@ def config_history(request: SignedInRequest) -> HttpResponse:
     context = {
         "page": page,
         "model": model,
-        "models": config_models(),
+        "models": config_model_choices(),
         "can_roll_back": roles.is_platform_admin(request.user),
     }
     return render(request, "portal/config_history.html", context)
@@ -74,6 +80,9 @@ def config_version(request: SignedInRequest, pk: int) -> HttpResponse:
         "to_restore": place.to_restore,
         "later": place.later,
         "can_roll_back": roles.is_platform_admin(request.user) and place.later > 0,
+        "to_undo": place.to_undo,
+        "undo_refusal": place.undo_refusal,
+        "can_undo": roles.is_platform_admin(request.user),
     }
     return render(request, "portal/config_version.html", context)
 
@@ -92,6 +101,24 @@ def config_rollback(request: SignedInRequest, pk: int) -> HttpResponse:
         messages.error(request, f"{exc.errors[0].field or 'rollback'}: {exc}")
         return redirect("config-version", pk=version.pk)
     messages.success(request, f"Rolled back to v{version.pk}: recorded as v{made.pk}.")
+    return redirect("config-version", pk=made.pk)
+
+
+@login_required
+@require_POST
+def config_undo(request: SignedInRequest, pk: int) -> HttpResponse:
+    """Undo one change (the version page shows what it will do and asks why first)."""
+    version = _version(request, pk)
+    try:
+        made = config_version_undo(
+            user=request.user, version=version, reason=request.POST.get("reason", "")
+        )
+    except ApplicationError as exc:
+        if exc.status == 403:
+            raise Http404("no such page") from None
+        messages.error(request, f"{exc.errors[0].field or 'undo'}: {exc}")
+        return redirect(f"{reverse('config-version', args=[version.pk])}#undo")
+    messages.success(request, f"Undid v{version.pk}: recorded as v{made.pk}.")
     return redirect("config-version", pk=made.pk)
 
 

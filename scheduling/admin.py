@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from portal.admin import ProjectAdmin as OrganisationProjectAdmin
+from portal.admin_reason import VersionedAdmin
 from portal.models import Project
 from scheduling.models import (
     Alert,
@@ -43,19 +44,19 @@ class BorrowingInline(admin.TabularInline):
 
 
 @admin.register(Pool)
-class PoolAdmin(admin.ModelAdmin):
+class PoolAdmin(VersionedAdmin):
     list_display = ["name", "kind", "backend", "max_image_bytes"]
     inlines = [NodeInline, BorrowingInline]
 
 
 @admin.register(PoolBorrowing)
-class PoolBorrowingAdmin(admin.ModelAdmin):
+class PoolBorrowingAdmin(VersionedAdmin):
     list_display = ["borrower", "lender", "enabled", "cpus_per_free_gpu"]
     list_filter = ["enabled"]
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(VersionedAdmin):
     list_display = ["name", "pool", "cpus", "memory_mib", "gpus", "gpu_model", "switch", "state"]
     list_filter = ["pool", "state"]
     search_fields = ["name"]
@@ -86,7 +87,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(VersionedAdmin):
     list_display = [
         "name",
         "pool",
@@ -102,13 +103,13 @@ class QueueAdmin(admin.ModelAdmin):
 
 
 @admin.register(LevelRule)
-class LevelRuleAdmin(admin.ModelAdmin):
+class LevelRuleAdmin(VersionedAdmin):
     list_display = ["task_type", "queue", "start_level", "step", "every_s", "limit_level", "repeat"]
     list_filter = ["task_type", "queue"]
 
 
 @admin.register(ClassifierSettings)
-class ClassifierSettingsAdmin(admin.ModelAdmin):
+class ClassifierSettingsAdmin(VersionedAdmin):
     list_display = ["many_gpus", "long_estimate_s", "many_cpus", "short_s", "small_cpus"]
 
     def has_add_permission(self, request):
@@ -116,7 +117,7 @@ class ClassifierSettingsAdmin(admin.ModelAdmin):
 
 
 @admin.register(RoutingRule)
-class RoutingRuleAdmin(admin.ModelAdmin):
+class RoutingRuleAdmin(VersionedAdmin):
     list_display = ["order", "match_type", "min_gpus", "min_cpus", "queue", "enabled"]
     list_editable = ["enabled"]
 
@@ -149,20 +150,20 @@ class TaskAdmin(admin.ModelAdmin):
 
 
 @admin.register(StorageArea)
-class StorageAreaAdmin(admin.ModelAdmin):
+class StorageAreaAdmin(VersionedAdmin):
     # Versioned in the configuration history as pools and queues are (docs/storage.md).
     list_display = ["name", "path", "owner", "read_only", "quota_bytes", "retention_days"]
     filter_horizontal = ["pools"]
 
 
 @admin.register(ImageRegistry)
-class ImageRegistryAdmin(admin.ModelAdmin):
+class ImageRegistryAdmin(VersionedAdmin):
     # The image catalogue, versioned like pools and storage areas (docs/containers.md).
     list_display = ["host", "any_image", "note"]
 
 
 @admin.register(CatalogueImage)
-class CatalogueImageAdmin(admin.ModelAdmin):
+class CatalogueImageAdmin(VersionedAdmin):
     list_display = ["__str__", "family", "task_types", "default_for", "state", "retire_on"]
     list_filter = ["family", "state", "registry"]
     search_fields = ["repository"]
@@ -170,7 +171,7 @@ class CatalogueImageAdmin(admin.ModelAdmin):
 
 
 @admin.register(LeaseSchedule)
-class LeaseScheduleAdmin(admin.ModelAdmin):
+class LeaseScheduleAdmin(VersionedAdmin):
     list_display = ["pool", "queue", "count", "start", "duration_s", "enabled"]
     list_editable = ["enabled"]
 
@@ -212,7 +213,7 @@ class ProjectAdmin(OrganisationProjectAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(VersionedAdmin):
     list_display = [
         "project",
         "queue",

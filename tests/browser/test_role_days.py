@@ -163,21 +163,39 @@ def test_a_platform_admins_day(rule_id, chromium, live_server, tmp_path):
     page.goto(f"/admin/scheduling/routingrule/{rule_id}/change/")
     page.get_by_label("Enabled").uncheck()
     page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".errorlist")).to_contain_text("Say why")  # nothing saved without
+    page.get_by_label("Enabled").uncheck()
+    page.get_by_label("Reason for this change").fill("training pauses for the upgrade")
+    page.get_by_role("button", name="Save", exact=True).click()
     expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
 
-    # see the diff in the history, and roll back
-    page.goto("/config/?model=scheduling.routingrule")
-    page.locator("#versions tbody tr").first.get_by_role("link").click()
-    expect(page.locator("table.diff")).to_contain_text("enabled")
-    expect(page.locator("table.diff td.new").first).to_contain_text("False")
+    # see the diff in the history (the kind by its name, the reason kept), and roll back
+    page.goto("/config/")
+    page.get_by_label("Kind").select_option(label="Routing rule")
+    expect(page).to_have_url(re.compile(r"model=scheduling.routingrule"))
+    latest = page.locator("#versions tbody tr").first
+    expect(latest).to_contain_text("training pauses for the upgrade")
+    latest.get_by_role("link", name=re.compile(r"^v\d+$")).click()
+    expect(page.locator("#changes table.diff")).to_contain_text("enabled")
+    expect(page.locator("#changes table.diff td.new")).to_contain_text("False")
     shot(page, "admin-diff", tmp_path)
     page.locator("#previous-version").click()
     page.get_by_label("Why").fill("training went to the wrong queue")
     page.locator("#rollback-button").click()
     expect(page.locator(".flash")).to_contain_text("Rolled back")
     expect(page.locator("h1")).to_contain_text("Rolled back")
-    expect(page.locator("table.diff td.new").first).to_contain_text("True")
+    expect(page.locator("#changes table.diff td.new")).to_contain_text("True")
     shot(page, "admin-rollback", tmp_path)
+
+    # undo the rollback from the list: its page shows what undoing does, and asks why
+    nav(page, "History").click()
+    page.locator("#versions tbody tr").first.get_by_role("link", name="undo this change").click()
+    expect(page.locator("#undo table.diff td.new").first).to_contain_text("False")
+    page.get_by_label("Reason for undoing it").fill("the pause was right after all")
+    shot(page, "admin-undo", tmp_path)
+    page.locator("#undo-button").click()
+    expect(page.locator(".flash")).to_contain_text("Undid")
+    expect(page.locator("p").filter(has_text="the pause was right after all")).to_have_count(1)
 
     nav(page, "Audit").click()
     page.get_by_label("Action").select_option("config.rollback")

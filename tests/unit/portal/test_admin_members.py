@@ -35,6 +35,7 @@ def test_the_admin_console_shows_members_but_does_not_remove_them(site):
         **{k: v for k, v in model_to_dict(project).items() if v is not None},
         "memberships-TOTAL_FORMS": len(before),
         "memberships-INITIAL_FORMS": len(before),
+        "change_reason": "bob leaves",
     }
     for index, membership in enumerate(project.memberships.order_by("pk")):
         data[f"memberships-{index}-id"] = membership.pk
@@ -61,6 +62,7 @@ def test_a_project_made_in_the_admin_console_has_its_lead_as_member(site):
     for key in [k for k in management if k.endswith("TOTAL_FORMS")]:
         management[key] = "0"
     data = {**management, "slug": "made-here", "name": "Made", "pi": alice.pk, "share": 1}
+    data["change_reason"] = "a new group"
     assert page.post("/admin/portal/project/add/", data).status_code == 302
     made = Project.objects.get(slug="made-here")
     assert list(made.memberships.values_list("user__username", "role")) == [("alice", "pi")]

@@ -114,6 +114,7 @@ READS: dict[str, tuple[str, ...]] = {
     "api-audit": AUDIT,
     "api-config-versions": ("model", "object_id", PAGE_),
     "api-config-rollback": (),
+    "api-config-undo": (),
     "api-schema": ("lang",),
     "api-docs": (),
     # pages
@@ -123,6 +124,7 @@ READS: dict[str, tuple[str, ...]] = {
     "config-history": ("model", PAGE_),
     "config-version": (),
     "config-rollback": (),
+    "config-undo": (),
     "dashboard": (),
     "dashboard-settings": (),
     "site-dashboard": (),

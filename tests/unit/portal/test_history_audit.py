@@ -143,11 +143,18 @@ def test_history_records_changes_made_anywhere_even_the_admin_console(site):
     rule = RoutingRule.objects.filter(queue=queue).first()
     response = admin.post(
         f"/admin/scheduling/routingrule/{rule.pk}/change/",
-        {"order": rule.order, "match_type": rule.match_type, "queue": queue.pk, "enabled": ""},
+        {
+            "order": rule.order,
+            "match_type": rule.match_type,
+            "queue": queue.pk,
+            "enabled": "",
+            "change_reason": "training pauses",
+        },
     )
     assert response.status_code == 302, response.content[:500]
     version = ConfigVersion.objects.first()
     assert (version.model, version.author_name) == ("scheduling.routingrule", "admin")
+    assert version.reason == "training pauses"
     assert {f for f, *_ in version_diff(version)} == {"enabled"}
 
 

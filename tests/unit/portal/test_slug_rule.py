@@ -58,7 +58,7 @@ def test_the_admin_console_refuses_a_project_slug_no_descriptor_could_name(site)
         )
     )
     pi = User.objects.get(username="alice").pk
-    data = {**management, "name": "Broken", "pi": pi, "share": 1}
+    data = {**management, "name": "Broken", "pi": pi, "share": 1, "change_reason": "new group"}
     for key in [k for k in management if k.endswith("TOTAL_FORMS")]:
         data[key] = "0"
     refused = page.post("/admin/portal/project/add/", {**data, "slug": "-x"})

@@ -415,6 +415,7 @@ def test_a_platform_admin_edits_a_nodes_device_files_validated_and_versioned(sit
         "gpu_model": node.gpu_model,
         "switch": node.switch,
         "control_devices": "null",
+        "change_reason": "the new device layout",
     }
     url = f"/admin/scheduling/node/{node.pk}/change/"
     refused = page.post(url, {**form, "gpu_devices": "/dev/nvidia"})

@@ -190,6 +190,7 @@ def test_the_admin_console_refuses_a_second_entry_for_the_same_tag(images):
             "task_types": "[]",
             "default_for": "[]",
             "state": "active",
+            "change_reason": "a second entry",
         },
     )
     assert response.status_code == 200  # the form again, with the error

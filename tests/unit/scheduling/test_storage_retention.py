@@ -175,6 +175,7 @@ def _form(area: StorageArea, days: int) -> dict:
         "pools": [p.pk for p in area.pools.all()],
         "quota_bytes": area.quota_bytes or "",
         "retention_days": days,
+        "change_reason": "keep task folders a month",
     }
 
 

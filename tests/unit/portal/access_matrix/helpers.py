@@ -405,6 +405,13 @@ CASES = [
         data={"reason": "t"},
         api=True,
     ),
+    Case(
+        "undo a change (page)",
+        ADMIN,
+        "post",
+        lambda w: f"/config/{w.version_hpc.pk}/undo/",
+        data={"reason": "t"},
+    ),
     Case("canary page", ADMIN, "get", "/config/canary/"),
     Case("canaries (api)", ADMIN, "get", "/api/v1/canaries/", api=True),
     # what-if simulations: operators (queue admins, platform admins) see and start them
