@@ -72,12 +72,11 @@ class QueueEditForm(forms.Form):
     )
     cpu_oversubscription = forms.IntegerField(
         min_value=1,
-        max_value=64,
         label="Tasks sharing one core",
         help_text="1: every task has its cores to itself.",
     )
     max_concurrency = forms.IntegerField(
-        required=False, min_value=1, label="Running at most", help_text="Empty: no limit."
+        required=False, min_value=0, label="Running at most", help_text="Empty: no limit."
     )
     startup_timeout = DurationField(
         required=False,
