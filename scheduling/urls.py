@@ -49,6 +49,8 @@ urlpatterns = [
     path("files/<slug:area>/<path:path>", views_files.files_browse, name="files-path"),
     path("capacity/", views_capacity.capacity, name="capacity"),
     path("capacity/lend/", views_capacity.lend, name="capacity-lend"),
+    path("capacity/schedules/", views_capacity.lease_schedule, name="capacity-schedule-new"),
+    path("capacity/schedules/<int:pk>/", views_capacity.lease_schedule, name="capacity-schedule"),
     path("capacity/leases/<int:pk>/end/", views_capacity.lease_end, name="capacity-lease-end"),
     path(
         "capacity/nodes/<int:pk>/<str:state>/",

@@ -17,7 +17,16 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
 from portal import roles
-from scheduling.models import Alert, Node, NodeImageCache, NodeLease, Pool, PoolBorrowing
+from scheduling.models import (
+    Alert,
+    LeaseSchedule,
+    Node,
+    NodeImageCache,
+    NodeLease,
+    Pool,
+    PoolBorrowing,
+)
+from scheduling.selectors.occupancy import running_on
 
 # The states a node and a lease can be in, for the pages and the API to check and filter by.
 NodeStates = Node.State
@@ -111,3 +120,33 @@ def image_caches_for_pools(pools: Iterable[Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def node_rows(pools: Iterable[Pool]) -> list[dict[str, Any]]:
+    """Every node of `pools` with the cores and GPUs its running tasks hold, and those tasks,
+    for the Capacity page's table (what the portal knows: selectors/occupancy.py)."""
+    nodes = [n for p in pools for n in p.nodes.all()]
+    held: dict[str, dict[str, Any]] = {n.name: {"cpus": 0, "gpus": 0, "tasks": []} for n in nodes}
+    for occupant in running_on({n.name for n in nodes}):
+        for allocation in occupant.allocations:
+            use = held.get(allocation.node)
+            if use is None:
+                continue  # the task's other nodes are in pools this user does not see
+            use["cpus"] += allocation.cpus
+            use["gpus"] += len(allocation.gpu_indices)
+            use["tasks"].append(occupant.task)
+    return [{"node": n, "pool": n.pool, **held[n.name]} for n in nodes]
+
+
+def tasks_on_node(node: Node) -> list[Any]:
+    """The tasks running on `node` now, oldest first (what a drain lets finish)."""
+    found = sorted(running_on({node.name}), key=lambda o: o.started_at)
+    return [o.task for o in found]
+
+
+def lease_schedule_list() -> QuerySet[LeaseSchedule]:
+    return LeaseSchedule.objects.select_related("pool", "queue").order_by("start", "id")
+
+
+def lease_schedule_get(pk: int) -> LeaseSchedule | None:
+    return lease_schedule_list().filter(pk=pk).first()

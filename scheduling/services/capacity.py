@@ -16,6 +16,7 @@ from django.utils import timezone
 from portal import audit, roles
 from portal.errors import ApplicationError
 from scheduling import outbox
+from scheduling.decisions.humanize import format_duration
 from scheduling.models import Node, NodeLease, Pool, Queue
 from scheduling.selectors import site_view_invalidate
 from scheduling.selectors.occupancy import running_on
@@ -52,11 +53,15 @@ def lease_open(
             )
             return lease
     except LeaseError as exc:
-        raise ApplicationError(str(exc), field="count") from None
+        raise ApplicationError(str(exc), field=exc.field) from None
 
 
 class LeaseError(ValueError):
-    pass
+    """Why a lease cannot open, and the field of the lend form it is about."""
+
+    def __init__(self, message: str, field: str = "count") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def open_lease(
@@ -74,11 +79,15 @@ def open_lease(
     now = now or timezone.now()
     longest = settings.SWITCHYARD_LEASE_MAX_HOURS * 3600
     if queue.pool_id == pool.pk:
-        raise LeaseError("lend to a queue of another pool")
+        raise LeaseError("lend to a queue of another pool", field="queue")
     if queue.pool.backend != pool.backend:
-        raise LeaseError(f"the nodes run on {pool.backend}, the queue on {queue.pool.backend}")
+        raise LeaseError(
+            f"the nodes run on {pool.backend}, the queue on {queue.pool.backend}", field="queue"
+        )
     if not 0 < duration_s <= longest:
-        raise LeaseError(f"a lease lasts more than 0 s and at most {longest} s")
+        raise LeaseError(
+            f"a lease lasts more than 0 s and at most {format_duration(longest)}", field="until"
+        )
     busy = {a.node for o in running_on(pool=None) for a in o.allocations}
     lent = set(
         NodeLease.objects.filter(state=NodeLease.State.ACTIVE).values_list("nodes__name", flat=True)

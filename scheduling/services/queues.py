@@ -93,14 +93,17 @@ def queue_update(*, user: User, queue: Queue, data: dict[str, Any], reason: str)
     reason = (reason or "").strip()
     if not reason:
         raise ApplicationError("say why you change the queue", field="reason")
-    form = QueueForm(data, instance=Queue.objects.select_for_update().get(pk=queue.pk))
+    instance = Queue.objects.select_for_update().get(pk=queue.pk)
+    before = {name: getattr(instance, name) for name in EDITABLE}
+    form = QueueForm(data, instance=instance)
     if not form.is_valid():
         errors = [
             ErrorItem(field=name, message=" ".join(messages), got=data.get(name))  # type: ignore[arg-type]  # a bound form's ErrorList holds message strings
             for name, messages in form.errors.items()
         ]
         raise ApplicationError("invalid queue settings", errors=errors)
-    if not form.has_changed():
+    # By value, not as the form compares: a JSON field's text never equals its list.
+    if all(form.cleaned_data[name] == before[name] for name in EDITABLE):
         raise ApplicationError("nothing changed", field=None)
     with audit.because(reason):
         saved = form.save()

@@ -10,8 +10,9 @@ from django.shortcuts import redirect, render
 from portal import roles
 from portal.errors import ApplicationError
 from portal.http import SignedInRequest
+from scheduling.forms_admin import QueueEditForm
 from scheduling.selectors.queues import queue_by_name
-from scheduling.services.queues import QueueForm, queue_update
+from scheduling.services.queues import queue_form_data, queue_update
 
 
 def _queue(request: SignedInRequest, name: str):
@@ -24,23 +25,42 @@ def _queue(request: SignedInRequest, name: str):
 @login_required
 def queue_edit(request: SignedInRequest, name: str) -> HttpResponse:
     queue = _queue(request, name)
-    form = QueueForm(instance=queue)
-    reason = ""
-    if request.method == "POST":
-        reason = request.POST.get("reason", "")
-        form = QueueForm(request.POST, instance=queue)
+    posted = request.method == "POST"
+    form = QueueEditForm.for_queue(queue, request.POST if posted else None)
+    reason = request.POST.get("reason", "") if posted else ""
+    context = {"queue": queue, "form": form, "reason": reason}
+    if not posted or "add_row" in request.POST:  # another empty window row, nothing saved
+        return render(request, "scheduling/queue_edit.html", context)
+    if form.is_valid():
         try:
-            queue_update(user=request.user, queue=queue, data=request.POST, reason=reason)
+            queue_update(
+                user=request.user,
+                queue=queue,
+                data=queue_form_data(queue, form.changes()),
+                reason=reason,
+            )
         except ApplicationError as exc:
-            for item in exc.errors:
-                if item.field in form.fields:
-                    form.add_error(item.field, item.message)
-                else:
-                    messages.error(request, f"{item.field or 'queue'}: {item.message}")
+            context["page_errors"] = _place_errors(form, exc)
         else:
             messages.success(
                 request, f"Queue {queue.name} changed; the engine sees it within seconds."
             )
             return redirect("queue-list")
-    context = {"queue": queue, "form": form, "reason": reason}
-    return render(request, "scheduling/queue_edit.html", context)
+    context["not_saved"] = True
+    return render(request, "scheduling/queue_edit.html", context, status=400)
+
+
+def _place_errors(form: QueueEditForm, exc: ApplicationError) -> list[str]:
+    """Each error beside its field, once; what belongs to no field (the reason, "nothing
+    changed") is returned for the banner."""
+    rest = []
+    for item in exc.errors:
+        name, message = item.field, item.message
+        if name == "weight_schedule" and message.startswith("weight_schedule["):
+            name, _, message = message.partition(": ")  # the model names the row's field
+        field = form.field_for(name)
+        if field is not None and field not in form.errors:
+            form.add_error(field, message)
+        elif field is None:
+            rest.append(f"{'Why' if name == 'reason' else 'Queue'}: {message}")
+    return rest

@@ -169,6 +169,8 @@ READS: dict[str, tuple[str, ...]] = {
     "capacity-lend": (),
     "capacity-lease-end": (),
     "capacity-node": (),
+    "capacity-schedule-new": (),
+    "capacity-schedule": (),
     "simulation-list": (PAGE_,),
     "simulation-compare": ("run",),
     "simulation-detail": (),

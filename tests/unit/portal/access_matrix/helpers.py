@@ -20,8 +20,8 @@ from rest_framework.test import APIClient
 
 from portal.models import ConfigVersion, Membership, Project
 from scheduling.engine.capacity import open_lease
+from scheduling.forms_admin import queue_initial
 from scheduling.models import Node, NodeLease, Pool, PriorityRequest, Queue, Quota, Task
-from scheduling.services.queues import queue_form_data
 from scheduling.services.quotas import quota_set
 from simulation.models import SimulationRun
 from tests.conftest import descriptor, submit
@@ -152,6 +152,12 @@ def _queue_setting(name: str) -> object:
     return Queue.objects.get(name=name).max_concurrency
 
 
+def _queue_page(queue: Queue, **typed: str) -> dict[str, object]:
+    """The queue's page as a browser posts it, with `typed` over it (unticked boxes absent)."""
+    data = {k: "" if v is None else v for k, v in queue_initial(queue).items() if v is not False}
+    return {**data, **typed}
+
+
 CASES = [
     # tasks: see (members, the queue's admins, platform admins); change (members, admins)
     Case("task page", SEES_MATERIALS | OPERATES_HPC, "get", lambda w: f"/tasks/{w.task_m.pk}/"),
@@ -246,7 +252,7 @@ CASES = [
         "/queues/training/edit/",
         data=lambda w: {
             "reason": "test",
-            **queue_form_data(Queue.objects.get(name="training"), {"max_concurrency": 78}),
+            **_queue_page(Queue.objects.get(name="training"), max_concurrency="78"),
         },
         effect=lambda w: _queue_setting("training") == 78,
     ),
@@ -257,6 +263,7 @@ CASES = [
         OPERATES_HPC,
         "post",
         lambda w: f"/capacity/nodes/{w.node_hpc.pk}/drained/",
+        data={"confirm": "yes"},
         effect=lambda w: Node.objects.get(pk=w.node_hpc.pk).state == "drained",
     ),
     Case(
