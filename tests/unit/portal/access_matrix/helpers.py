@@ -341,8 +341,7 @@ CASES = [
         api=True,
         effect=lambda w: PriorityRequest.objects.get(pk=w.request_other[0].pk).state == "approved",
     ),
-    # projects: members see, finance reads every project (its usage spans them all); the
-    # lead manages members and shares out quotas
+    # projects: members and finance see (its usage spans them all); the lead manages them
     Case("project page", SEES_MATERIALS | {"finance"}, "get", "/projects/materials/"),
     Case(
         "project members (api)",
