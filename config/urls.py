@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from config.metrics import scrape
 from portal import api, views
+from portal import twofactor_views as two_factor
 from portal.auth import TokenCurrent, TokenObtain
 
 # A database outage is a 503 with Retry-After, on pages too (config/outage.py).
@@ -26,6 +27,9 @@ urlpatterns = [
     path("metrics", scrape.metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Two-factor: the login's code step and the account's page (docs/security.md).
+    path("login/code/", two_factor.two_factor_code, name="two-factor-code"),
+    path("account/two-factor/", two_factor.two_factor, name="two-factor"),
     path("api/v1/", include("scheduling.urls_api")),
     path("api/v1/", include("accounting.urls_api")),
     path("api/v1/auth/token/", TokenObtain.as_view(), name="api-token"),
