@@ -50,9 +50,9 @@ SWITCHYARD_GROUP_MAP = parse_group_map(
 _ldap_uri = env_str("SWITCHYARD_LDAP_URI") or ""
 
 
-def ldap_settings() -> dict[str, Any]:
-    """django-auth-ldap's AUTH_LDAP_* settings from SWITCHYARD_LDAP_*; python-ldap is imported
-    only when a directory is configured."""
+def ldap_settings(uri: str) -> dict[str, Any]:
+    """django-auth-ldap's AUTH_LDAP_* settings for the directory at `uri` from the other
+    SWITCHYARD_LDAP_* settings; python-ldap is imported only when a directory is configured."""
     import ldap
     from django_auth_ldap.config import (
         GroupOfNamesType,
@@ -79,7 +79,7 @@ def ldap_settings() -> dict[str, Any]:
             f"got {group_type!r}"
         )
     return {
-        "AUTH_LDAP_SERVER_URI": _ldap_uri,
+        "AUTH_LDAP_SERVER_URI": uri,
         "AUTH_LDAP_START_TLS": env_bool("SWITCHYARD_LDAP_START_TLS", default=False),
         # Empty: an anonymous search for the user's entry.
         "AUTH_LDAP_BIND_DN": env_str("SWITCHYARD_LDAP_BIND_DN", ""),
@@ -154,6 +154,6 @@ def library_settings() -> dict[str, Any]:
     """django-auth-ldap's AUTH_LDAP_* and mozilla-django-oidc's OIDC_* settings, for the
     configured ones; config/settings.py adds them to its own."""
     return {
-        **(ldap_settings() if _ldap_uri else {}),
+        **(ldap_settings(_ldap_uri) if _ldap_uri else {}),
         **(oidc_settings() if _oidc_client_id else {}),
     }
