@@ -107,7 +107,7 @@ def ldap_settings(uri: str) -> dict[str, Any]:
 
 # --- OpenID Connect (mozilla-django-oidc; portal/sso.py) -------------------------------------
 _oidc_client_id = env_str("SWITCHYARD_OIDC_CLIENT_ID") or ""
-SWITCHYARD_OIDC = {
+SWITCHYARD_OIDC: dict[str, Any] = {
     "enabled": bool(_oidc_client_id),
     # The name on the login page's button: "Sign in with <name>".
     "name": env_str("SWITCHYARD_OIDC_NAME", "single sign-on"),
@@ -117,8 +117,9 @@ SWITCHYARD_OIDC = {
 }
 
 
-def oidc_settings() -> dict[str, Any]:
-    """mozilla-django-oidc's OIDC_* settings from SWITCHYARD_OIDC_*."""
+def oidc_settings(client_id: str) -> dict[str, Any]:
+    """mozilla-django-oidc's OIDC_* settings for the client `client_id` from the other
+    SWITCHYARD_OIDC_* settings."""
 
     def required(name: str) -> str:
         value = env_str(f"SWITCHYARD_OIDC_{name}")
@@ -129,7 +130,7 @@ def oidc_settings() -> dict[str, Any]:
         return value
 
     return {
-        "OIDC_RP_CLIENT_ID": _oidc_client_id,
+        "OIDC_RP_CLIENT_ID": client_id,
         "OIDC_RP_CLIENT_SECRET": required("CLIENT_SECRET"),
         "OIDC_OP_AUTHORIZATION_ENDPOINT": required("AUTHORIZATION_ENDPOINT"),
         "OIDC_OP_TOKEN_ENDPOINT": required("TOKEN_ENDPOINT"),
@@ -140,6 +141,8 @@ def oidc_settings() -> dict[str, Any]:
         "OIDC_TIMEOUT": env_int("SWITCHYARD_OIDC_TIMEOUT_S", 10),
         # Accounts are made at their first sign-in; their groups decide what they may do.
         "OIDC_CREATE_USER": True,
+        # A refused sign-in goes back to the login page.
+        "LOGIN_REDIRECT_URL_FAILURE": "/login/",
     }
 
 
@@ -155,5 +158,5 @@ def library_settings() -> dict[str, Any]:
     configured ones; config/settings.py adds them to its own."""
     return {
         **(ldap_settings(_ldap_uri) if _ldap_uri else {}),
-        **(oidc_settings() if _oidc_client_id else {}),
+        **(oidc_settings(_oidc_client_id) if _oidc_client_id else {}),
     }

@@ -203,8 +203,13 @@ _STEP_PAGE = {"code": "two-factor-code", "enrol": "two-factor"}
 
 
 def safe_next(request: HttpRequest, candidate: str | None) -> str:
-    if candidate and url_has_allowed_host_and_scheme(
-        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    """Where to go after the step: a path on this site, else the task list."""
+    if (
+        candidate
+        and candidate.startswith("/")
+        and url_has_allowed_host_and_scheme(
+            candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
     ):
         return candidate
     return reverse(settings.LOGIN_REDIRECT_URL)

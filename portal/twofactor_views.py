@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
@@ -22,7 +22,7 @@ def two_factor_code(request: SignedInRequest) -> HttpResponse:
     """The login's second step, after the password."""
     next_url = twofactor.safe_next(request, request.POST.get("next") or request.GET.get("next"))
     if twofactor.pending_step(request) != "code":
-        return redirect(next_url)
+        return HttpResponseRedirect(next_url)
     error = None
     if request.method == "POST":
         try:
@@ -30,7 +30,7 @@ def two_factor_code(request: SignedInRequest) -> HttpResponse:
         except ApplicationError as exc:
             error = exc.errors[0].message
         else:
-            return redirect(next_url)
+            return HttpResponseRedirect(next_url)
     context = {"next": next_url, "error": error}
     return render(
         request, "registration/two_factor_code.html", context, status=400 if error else 200
