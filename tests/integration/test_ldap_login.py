@@ -9,7 +9,9 @@ import json
 
 import pytest
 from axes.models import AccessAttempt
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
+from django.shortcuts import resolve_url
 from django.test import Client
 
 from config.group_map import parse_group_map
@@ -100,7 +102,8 @@ def projects_of(username: str) -> dict[str, str]:
 
 def test_a_directory_user_logs_in_on_the_page_with_the_groups_mapped(directory):
     client, answer = log_in("carol", "carol-ldap-pass")
-    assert answer.status_code == 302 and answer["Location"] == "/"
+    assert answer.status_code == 302
+    assert answer["Location"] == resolve_url(django_settings.LOGIN_REDIRECT_URL)
     assert client.get("/").status_code == 200
     carol = User.objects.get(username="carol")
     assert (carol.email, carol.first_name, carol.last_name) == (
