@@ -9,6 +9,8 @@ TEST_VAR := $(CURDIR)/var/test
 .PHONY: run run-slurm test screenshots install system-deps browser-deps lint typecheck bench simulation-report live-day slurm-up slurm-down registry-up registry-down clean
 
 $(VENV)/.installed: pyproject.toml clients/pyproject.toml
+	@# python-ldap builds from source against OpenLDAP's and SASL's headers (docs/security.md).
+	@dpkg -s libldap2-dev libsasl2-dev python3-dev gcc >/dev/null 2>&1 || bash docker/install-packages.sh libldap2-dev libsasl2-dev python3-dev gcc
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
@@ -63,11 +65,17 @@ browser-deps:
 run: install system-deps
 	$(PY) manage.py up
 
+# Debian's slapd and ldap-utils for the LDAP login tests, which start a slapd of their own
+# (tests/integration/test_ldap_login.py); the package's own service is never started.
+.PHONY: ldap-deps
+ldap-deps:
+	@test -x /usr/sbin/slapd -a -x /usr/bin/ldapadd || bash docker/install-packages.sh slapd ldap-utils
+
 # Tests keep their own var/ (broker folder, local-backend root) apart from a running `make run`.
 # On TEST_WORKERS pytest-xdist workers (0: in one process): the Slurm tests, which mostly wait
 # on the cluster, one after another on one of them, the rest on the others (tests/parallel.py).
 TEST_WORKERS ?= 2
-test: install system-deps browser-deps front-deps $(TEST_VAR)/secret-key
+test: install system-deps browser-deps front-deps ldap-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob
 	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

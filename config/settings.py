@@ -22,6 +22,15 @@ from config.content_security import CONTENT_SECURITY_POLICY  # noqa: F401 - a se
 from config.credentials import credential_problems, with_password
 from config.env import env_bool, env_int, env_list, env_networks, env_str
 from config.paths import BASE_DIR, VAR_DIR
+from config.settings_auth import (  # noqa: F401 - settings, each read by name
+    OTP_TOTP_ISSUER,
+    SWITCHYARD_2FA_RECOVERY_CODES,
+    SWITCHYARD_2FA_REQUIRED_ROLES,
+    SWITCHYARD_GROUP_MAP,
+    SWITCHYARD_LOGIN_BACKENDS,
+    SWITCHYARD_OIDC,
+    library_settings,
+)
 from config.settings_backends import (  # noqa: F401 - settings, each read by name
     COMPUTE_BACKENDS,
     SWITCHYARD_IMAGE_CACHE_MAX_MB,
@@ -157,6 +166,9 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "django_otp",  # two-factor: authenticator apps and recovery codes (docs/security.md)
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "portal",
     "scheduling",
     "accounting",
@@ -182,6 +194,9 @@ MIDDLEWARE = [
     "config.middleware.QueryStringGuard",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Whether this session gave its second factor; until it has, only that step (portal/twofactor.py).
+    "django_otp.middleware.OTPMiddleware",
+    "portal.twofactor.TwoFactorGate",
     # A body over its path's limit is refused before the CSRF check or a view reads it.
     "config.middleware.BodyLimit",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -253,8 +268,10 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     # Past the per-username ceiling, paces that username's attempts (portal/auth.py).
     "portal.auth.UsernamePace",
+    *SWITCHYARD_LOGIN_BACKENDS,  # LDAP and OIDC, when configured (config/settings_auth.py)
     "django.contrib.auth.backends.ModelBackend",
 ]
+globals().update(library_settings())  # django-auth-ldap's and mozilla-django-oidc's own
 AXES_FAILURE_LIMIT = env_int("SWITCHYARD_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("SWITCHYARD_LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]

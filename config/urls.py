@@ -6,7 +6,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from config.metrics import scrape
-from portal import api, views
+from portal import api, sso, views
+from portal import twofactor_views as two_factor
 from portal.auth import TokenCurrent, TokenObtain
 
 # A database outage is a 503 with Retry-After, on pages too (config/outage.py).
@@ -24,8 +25,14 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # Prometheus scrapes here; loopback, SWITCHYARD_METRICS_ALLOW or a token (docs/operations.md).
     path("metrics", scrape.metrics, name="metrics"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", sso.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Two-factor: the login's code step and the account's page (docs/security.md).
+    path("login/code/", two_factor.two_factor_code, name="two-factor-code"),
+    path("account/two-factor/", two_factor.two_factor, name="two-factor"),
+    # OpenID Connect single sign-on, when configured (the library reverses these names).
+    path("oidc/authenticate/", sso.sign_in, name="oidc_authentication_init"),
+    path("oidc/callback/", sso.callback, name="oidc_authentication_callback"),
     path("api/v1/", include("scheduling.urls_api")),
     path("api/v1/", include("accounting.urls_api")),
     path("api/v1/auth/token/", TokenObtain.as_view(), name="api-token"),

@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
+from django_otp.plugins.otp_static.models import StaticDevice
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from portal import services
 from portal.admin_reason import VersionedAdmin
@@ -51,3 +53,26 @@ class ProjectAdmin(VersionedAdmin):
 class ClusterAccountAdmin(admin.ModelAdmin):
     list_display = ["user", "unix_username"]
     search_fields = ["user__username", "unix_username"]
+
+
+class TwoFactorDeviceAdmin(admin.ModelAdmin):
+    """A user's two-factor devices, without their secrets: a platform admin sees who has set
+    up an app and deletes it for a user who lost theirs (they set up a new one at their next
+    login). django-otp's own pages show the secret and its QR code; they are replaced here."""
+
+    list_display = ["user", "name", "confirmed", "last_used_at"]
+    list_filter = ["confirmed"]
+    search_fields = ["user__username"]
+    fields = readonly_fields = ("user", "name", "confirmed", "last_used_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+for _model in (TOTPDevice, StaticDevice):
+    if admin.site.is_registered(_model):
+        admin.site.unregister(_model)
+    admin.site.register(_model, TwoFactorDeviceAdmin)

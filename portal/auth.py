@@ -40,6 +40,7 @@ from rest_framework.views import APIView
 
 from config.proxies import client_address
 from portal.errors import ApplicationError
+from portal.twofactor import check_token_request
 
 
 class RevokeTokensOnPasswordChange:
@@ -93,7 +94,15 @@ class TokenObtain(APIView):
     @extend_schema(
         request=inline_serializer(
             "Credentials",
-            {"username": serializers.CharField(), "password": serializers.CharField()},
+            {
+                "username": serializers.CharField(),
+                "password": serializers.CharField(),
+                "otp": serializers.CharField(
+                    required=False,
+                    help_text="For an account with two-factor: the authenticator app's code "
+                    "(or a recovery code).",
+                ),
+            },
         ),
         responses={200: _TOKEN_ANSWER},
         description="A new API token (send it as `Authorization: Token <token>`). It expires "
@@ -116,6 +125,7 @@ class TokenObtain(APIView):
         user = authenticate(request._request, username=username, password=password)
         if user is None:
             raise ApplicationError("wrong username or password", status=400)
+        check_token_request(request=request._request, user=user, code=data.get("otp"))
         # A login, as far as the failure count (reset on success) and last_login go.
         user_logged_in.send(sender=user.__class__, request=request._request, user=user)
         token, instance = issue_token(user)

@@ -54,9 +54,18 @@ def cmd_login(args, out) -> int:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = getpass.getpass(f"password for {username}: ")
-    answer = Client(url, None).json(
-        "POST", "auth/token/", {"username": username, "password": password}
-    )
+    credentials = {"username": username, "password": password}
+    if args.otp:
+        credentials["otp"] = args.otp
+    try:
+        answer = Client(url, None).json("POST", "auth/token/", credentials)
+    except CliError as exc:
+        # An account with two-factor: ask for the app's code, once (docs/security.md).
+        asks_code = any(e.get("field") == "otp" for e in exc.errors)
+        if args.otp or not asks_code or not sys.stdin.isatty():
+            raise
+        credentials["otp"] = input("two-factor code: ").strip()
+        answer = Client(url, None).json("POST", "auth/token/", credentials)
     path = save_config(
         {"url": url, "username": username, "token": answer["token"], "expiry": answer["expiry"]}
     )
@@ -257,6 +266,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("login", help="get an API token and keep it (0600)")
     p.add_argument("--username", "-u")
     p.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    p.add_argument("--otp", help="an account with two-factor: the app's code (or a recovery code)")
     p.set_defaults(run=cmd_login)
     sub.add_parser("logout", help="revoke the kept token").set_defaults(run=cmd_logout)
 

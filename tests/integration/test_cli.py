@@ -164,3 +164,21 @@ def test_exit_codes_and_errors_a_script_can_use(site, cli, tmp_path):
     assert away.returncode == 6 and "cannot reach" in away.stderr
     assert cli("logout").returncode == 0
     assert cli("status").returncode == 3
+
+
+def test_login_to_an_account_with_two_factor_takes_the_apps_code(site, cli):
+    from django.contrib.auth.models import User
+    from django_otp.oath import totp
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    device = TOTPDevice.objects.create(user=User.objects.get(username="alice"), confirmed=True)
+    password = "alice-demo-pass\n"
+    # No terminal to ask on: the answer says what is missing.
+    refused = cli("login", "-u", "alice", "--password-stdin", stdin=password)
+    assert refused.returncode != 0
+    assert "otp: required: the code your app shows" in refused.stderr
+    assert not cli.config.exists()
+    code = f"{totp(device.bin_key):06d}"
+    done = cli("login", "-u", "alice", "--password-stdin", "--otp", code, stdin=password)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(cli.config.read_text())["token"]

@@ -120,6 +120,10 @@ READS: dict[str, tuple[str, ...]] = {
     # pages
     "login": ("next",),
     "logout": ("next",),
+    "two-factor-code": ("next",),
+    "two-factor": ("next",),
+    "oidc_authentication_init": ("next",),
+    "oidc_authentication_callback": ("code", "state"),
     "audit": AUDIT,
     "config-history": ("model", PAGE_),
     "config-version": (),
