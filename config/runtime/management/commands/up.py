@@ -58,6 +58,10 @@ class Command(BaseCommand):
         # One machine, a person at its terminal: its web server and worker log text, unless
         # told otherwise (docs/operations.md, "Logs").
         os.environ.setdefault("SWITCHYARD_LOG_FORMAT", "text")
+        if not no_seed:
+            # The demo's accounts have published passwords: a second factor would guard
+            # nothing and only slow trying each role. A site sets its own (docs/security.md).
+            os.environ.setdefault("SWITCHYARD_2FA_REQUIRED_ROLES", "")
         # Static files with hashed names, for the web server to cache (config/runtime/serve.py).
         web_env = {**os.environ, "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "0")}
         if not dev:
@@ -99,6 +103,12 @@ class Command(BaseCommand):
                 f"\nSwitchyard is up: http://{addr}/  (log in as alice / alice-demo-pass)"
             )
         )
+        if not no_seed:
+            self.stdout.write(
+                "Other roles: bob (lead of genomics), quinn (queue admin), finn (finance), admin "
+                "(platform admin), each with password <name>-demo-pass; two-factor codes are "
+                "not asked in the demo (SWITCHYARD_2FA_REQUIRED_ROLES)."
+            )
         self.stdout.write(f"API docs: http://{addr}/api/v1/docs/   Admin: http://{addr}/admin/")
         self.stdout.write("Press Ctrl-C to stop the web server, worker and beat.\n")
         # A SIGTERM (from a supervisor, or `timeout`) stops the children too, like Ctrl-C.
