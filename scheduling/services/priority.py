@@ -27,7 +27,14 @@ from portal.notify import notify
 from portal.selectors import project_get_for_member
 from scheduling import outbox
 from scheduling.decisions.levels import HIGH, LEVELS, MEDIUM
-from scheduling.models import TERMINAL_STATES, PriorityRequest, Queue, Task, TaskEvent
+from scheduling.models import (
+    TERMINAL_STATES,
+    UNSTARTED_STATES,
+    PriorityRequest,
+    Queue,
+    Task,
+    TaskEvent,
+)
 from scheduling.selectors.requests import can_decide
 
 R = PriorityRequest.State
@@ -101,6 +108,14 @@ def priority_request_create(
         if task.is_terminal:
             raise ApplicationError(
                 f"the task has already ended ({task.state})", field="task", status=409
+            )
+        if task.state not in UNSTARTED_STATES:  # the policy pass levels only work that waits
+            raise ApplicationError(
+                f"the task has already started ({task.state}): a level orders only tasks "
+                "that wait to start",
+                field="task",
+                got=task.state,
+                status=409,
             )
         if task.level >= number:
             raise ApplicationError(
