@@ -44,9 +44,8 @@
     var button = document.getElementById("bulk-cancel-button");
     if (!button) return;
     button.disabled = ticked.size === 0;
-    button.textContent = ticked.size
-      ? button.getAttribute("data-count-label").replace("{n}", ticked.size)
-      : "Cancel the ticked tasks";
+    var n = ticked.size;
+    button.textContent = n ? "Cancel " + n + (n === 1 ? " task" : " tasks") : "Cancel the ticked tasks";
   }
   document.addEventListener("change", function (e) {
     var el = e.target;
