@@ -55,7 +55,6 @@ def task_bulk_cancel(request: SignedInRequest) -> HttpResponse:
             "rows": [
                 (t, holds(t, nodes.get(t.pk, [])), node_span(nodes.get(t.pk, []))) for t in mine
             ],
-            "ended": [t for t in mine if t.is_terminal],
             "others": others,
             "back": _back(request),
         }

@@ -8,7 +8,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -43,7 +42,12 @@ from scheduling.selectors import (
 )
 from scheduling.selectors.logs import task_log
 from scheduling.selectors.sandboxes import sandbox_of_task, sandboxes_of_task
-from scheduling.selectors.task_filters import filter_choices, filter_tasks, parse_task_filters
+from scheduling.selectors.task_filters import (
+    filter_choices,
+    filter_tasks,
+    parse_task_filters,
+    task_page,
+)
 from scheduling.selectors.waiting import explain
 from scheduling.spec import TASK_TYPES
 
@@ -53,13 +57,13 @@ LOG_LIMIT = 256 * 1024
 @login_required
 def task_list(request: SignedInRequest) -> HttpResponse:
     filters, filter_errors = parse_task_filters(request.GET)
-    tasks = filter_tasks(task_list_for_user(request.user), filters).order_by("-id")
-    page = Paginator(tasks, 50).get_page(request.GET.get("page"))
+    tasks = filter_tasks(task_list_for_user(request.user), filters)
+    page, listed = task_page(tasks, request.GET.get("page"))
     # htmx polls the rows every 2 s; it gets only the <tr>s, not the page around them.
     template = "scheduling/task_rows.html" if request.htmx else "scheduling/task_list.html"
     context = {
         "page": page,
-        "rows": task_rows(page.object_list, timezone.now()),
+        "rows": task_rows(listed, timezone.now()),
         "filters": filters,
         "filter_errors": filter_errors,
         "query": filters.query(),

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from scheduling.models import Attempt, Task
 from tests.browser.test_priority_flow import log_in
+from tests.browser.test_role_days import shot
 from tests.conftest import descriptor, submit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -40,7 +41,7 @@ def listed(site) -> dict[str, int]:
     return ids
 
 
-def test_filters_and_a_confirmed_bulk_cancel(listed, page):
+def test_filters_and_a_confirmed_bulk_cancel(listed, page, tmp_path):
     log_in(page, "alice", "alice-demo-pass")
     page.goto("/")
     rows = page.locator("#task-rows tr[id^=task-]")
@@ -62,6 +63,7 @@ def test_filters_and_a_confirmed_bulk_cancel(listed, page):
     # tick two rows; the ticks outlive the refresh; the button counts them
     page.goto("/?q=md")
     expect(rows).to_have_count(2)
+    expect(page.locator("#bulk-cancel-button")).to_be_disabled()  # nothing ticked yet
     for name in ("md-a", "md-b"):
         page.locator(f"#task-{listed[name]} input.tick").check()
     button = page.locator("#bulk-cancel-button")
@@ -81,6 +83,7 @@ def test_filters_and_a_confirmed_bulk_cancel(listed, page):
     expect(affected).to_contain_text("16 GPUs on gpu003-gpu004")
     expect(affected).to_contain_text("its job ends now")
     expect(affected).to_contain_text("it leaves the queue")
+    shot(page, "researcher-bulk-cancel", tmp_path)
     page.go_back()
     expect(page.locator(f"#task-{listed['md-b']} .state")).to_have_text("waiting")
     page.goto("/?q=md")
