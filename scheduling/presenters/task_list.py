@@ -133,3 +133,9 @@ def cancel_question(task: Task, nodes: Sequence[str]) -> str:
     if task.state == S.QUEUED:
         return "Cancel this queued task? Its job is taken out of the scheduler before it starts."
     return f"Cancel this {task.state} task? It has not started; it leaves the queue."
+
+
+def names(tasks: Sequence[Task], most: int = 10) -> str:
+    """`a, b, c` and, past `most`, `… and 12 more`: a message stays one line."""
+    more = f" and {len(tasks) - most} more" if len(tasks) > most else ""
+    return ", ".join(t.name for t in tasks[:most]) + more

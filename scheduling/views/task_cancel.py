@@ -14,7 +14,13 @@ from portal.errors import ApplicationError
 from portal.http import SignedInRequest
 from portal.parsing import checked_pk
 from scheduling import services
-from scheduling.presenters.task_list import cancel_question, current_nodes, holds, node_span
+from scheduling.presenters.task_list import (
+    cancel_question,
+    current_nodes,
+    holds,
+    names,
+    node_span,
+)
 from scheduling.selectors import task_get_for_user, tasks_split_for_change
 
 MAX_BULK = 500  # ten pages of the list; more is a workflow's or a script's job (the API)
@@ -60,10 +66,12 @@ def task_bulk_cancel(request: SignedInRequest) -> HttpResponse:
         }
         return render(request, "scheduling/task_bulk_cancel.html", context)
     report = services.task_cancel_many(user=request.user, tasks=mine, others=others)
-    if report.cancelled:
-        names = ", ".join(t.name for t in report.cancelled[:10])
-        more = f" and {len(report.cancelled) - 10} more" if len(report.cancelled) > 10 else ""
-        messages.success(request, f"Cancelled {len(report.cancelled)}: {names}{more}.")
+    ended = [t for t in report.cancelled if not t.cancelling]
+    ending = [t for t in report.cancelled if t.cancelling]
+    if ended:
+        messages.success(request, f"Cancelled {len(ended)}: {names(ended)}.")
+    if ending:  # a worker ends their jobs; the list shows them "cancelling" until then
+        messages.success(request, f"Being cancelled {len(ending)}: {names(ending)}.")
     for task, why in report.refused:
         messages.error(request, f"Not cancelled: {task.name} (#{task.pk}): {why}.")
     return redirect(_back(request))

@@ -92,6 +92,7 @@ def test_filters_and_a_confirmed_bulk_cancel(listed, page, tmp_path):
     page.locator("#bulk-cancel-button").click()
     page.locator("#bulk-confirm-button").click()
     expect(page).to_have_url(re.compile(r"/\?q=md$"))
-    expect(page.get_by_text("Cancelled 2: ")).to_be_visible()
+    expect(page.get_by_text("Cancelled 1: md-b.")).to_be_visible()
+    expect(page.get_by_text("Being cancelled 1: md-a.")).to_be_visible()
     expect(page.locator(f"#task-{listed['md-b']} .state")).to_have_text("cancelled")
     expect(page.locator(f"#task-{listed['md-a']} .state")).to_have_text("cancelling")

@@ -75,6 +75,8 @@ def test_bulk_cancel_lists_what_it_affects_then_cancels_only_on_confirmation(bro
     assert Task.objects.get(pk=big.pk).cancel_requested_at is None
     done = browser.post("/tasks/cancel/", {**ticked, "confirm": "yes"})
     assert done.status_code == 302 and done["Location"] == "/?state=running&q=big"
+    said = browser.get(done["Location"]).content.decode()
+    assert "Cancelled 1: sweep-1." in said and "Being cancelled 1: big-train." in said
     assert Task.objects.get(pk=waiting.pk).state == "cancelled"
     assert Task.objects.get(pk=big.pk).cancel_requested_at is not None
 
