@@ -193,6 +193,17 @@ def priority_request_decide(
         )
     if approve and request.until <= now:
         raise ApplicationError("the request has expired", field="until", status=409)
+    if approve and request.task_id:
+        started = Task.objects.filter(pk=request.task_id).exclude(state__in=UNSTARTED_STATES)
+        state = started.values_list("state", flat=True).first()
+        if state is not None:  # approved, it would show beside a level that never moved
+            raise ApplicationError(
+                f"task #{request.task_id} has already started ({state}): a level orders "
+                "only tasks that wait to start; reject the request or let it expire",
+                field="task",
+                got=state,
+                status=409,
+            )
     to = R.APPROVED if approve else R.REJECTED
     comment = (comment or "").strip()[:MAX_REASON]
     with transaction.atomic():

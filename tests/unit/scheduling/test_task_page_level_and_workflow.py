@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from scheduling.models import Task, Workflow
 from tests.conftest import descriptor, submit
@@ -61,6 +62,23 @@ def test_after_approval_the_page_shows_the_new_level_beside_approved(browser, ap
     page = browser.get(f"/tasks/{task.pk}/").content.decode()
     assert 'state-approved">approved<' in page
     assert 'id="task-level-name">high<' in page
+
+
+def test_a_request_whose_task_started_meanwhile_is_not_approved(browser, api):
+    task = _task(api)
+    Task.objects.filter(pk=task.pk).update(state="waiting")
+    browser.post(f"/tasks/{task.pk}/priority/", {"level": "high", "reason": "paper", "until": "3h"})
+    request = task.priority_requests.get()
+    Task.objects.filter(pk=task.pk).update(state="running", started_at=timezone.now())
+    quinn = APIClient()
+    quinn.force_authenticate(User.objects.get(username="quinn"))
+    response = quinn.post(f"/api/v1/priority-requests/{request.pk}/approve/", {}, format="json")
+    assert response.status_code == 409
+    error = response.json()["errors"][0]
+    assert error["field"] == "task" and error["got"] == "running"
+    assert "reject the request or let it expire" in error["message"]
+    request.refresh_from_db()
+    assert request.state == "pending"
 
 
 @pytest.fixture
