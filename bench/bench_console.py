@@ -41,6 +41,13 @@ PAGES = [
     ("site dashboard, live fragment", "admin", "/dashboard/site/", True),
     ("task list, first page (researcher)", "alice", "/", False),
     ("task list, first page (platform admin: all)", "admin", "/", False),
+    # The filters (docs/console.md): a project, a name search and a state at once.
+    (
+        "task list, filtered (researcher)",
+        "alice",
+        "/?project=materials&q=bench-9&state=succeeded",
+        False,
+    ),
     ("audit log (platform admin)", "admin", "/audit/", False),
     ("configuration history", "admin", "/config/", False),
 ]

@@ -7,6 +7,7 @@ from scheduling.views import policy as views_policy
 from scheduling.views import queues as views_queues
 from scheduling.views import quotas as views_quotas
 from scheduling.views import sandboxes as views_sandboxes
+from scheduling.views import task_cancel as views_cancel
 from scheduling.views import tasks as views
 from scheduling.views import workflows as views_workflows
 
@@ -16,7 +17,8 @@ urlpatterns = [
     path("tasks/new/folders/", views.task_submit_folders, name="task-submit-folders"),
     path("tasks/new/preview/", views.task_submit_preview, name="task-submit-preview"),
     path("tasks/<int:pk>/", views.task_detail, name="task-detail"),
-    path("tasks/<int:pk>/cancel/", views.task_cancel, name="task-cancel"),
+    path("tasks/<int:pk>/cancel/", views_cancel.task_cancel, name="task-cancel"),
+    path("tasks/cancel/", views_cancel.task_bulk_cancel, name="task-bulk-cancel"),
     path("workflows/", views_workflows.workflow_list, name="workflow-list"),
     path("workflows/<int:pk>/", views_workflows.workflow_detail, name="workflow-detail"),
     path("workflows/<int:pk>/cancel/", views_workflows.workflow_cancel, name="workflow-cancel"),

@@ -36,6 +36,7 @@ from scheduling.models.storage import StorageArea
 from scheduling.models.tasks import (
     ACTIVE_STATES,
     TERMINAL_STATES,
+    UNSTARTED_STATES,
     Attempt,
     AttemptState,
     Hold,
@@ -61,6 +62,7 @@ __all__ = [
     "NodeImageCache",
     "NodeLease",
     "TERMINAL_STATES",
+    "UNSTARTED_STATES",
     "Attempt",
     "Canary",
     "AttemptState",

@@ -38,6 +38,8 @@ class Hold(TextChoices):
 
 TERMINAL_STATES = frozenset(TaskState(s) for s in lifecycle.TERMINAL)
 ACTIVE_STATES = frozenset(TaskState(s) for s in lifecycle.ACTIVE)
+# Not started yet: the states a level still orders (the policy pass relevels only these).
+UNSTARTED_STATES = frozenset({TaskState.PENDING, TaskState.WAITING, TaskState.QUEUED})
 
 
 _SALT_ALPHABET = string.ascii_lowercase + string.digits

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from scheduling.selectors.access import (
     can_change_task,
+    can_see_workflow,
     task_get_for_user,
     task_list_for_user,
+    tasks_split_for_change,
     tasks_visible_by_ids,
     workflow_get_for_user,
     workflow_list_for_user,
@@ -25,6 +27,7 @@ __all__ = [
     "SiteView",
     "borrowing_for_backend",
     "can_change_task",
+    "can_see_workflow",
     "node_view",
     "node_views_for_backend",
     "queue_policy",
@@ -32,6 +35,7 @@ __all__ = [
     "site_view_invalidate",
     "task_get_for_user",
     "task_list_for_user",
+    "tasks_split_for_change",
     "tasks_visible_by_ids",
     "workflow_get_for_user",
     "workflow_list_for_user",

@@ -64,6 +64,17 @@ def can_change_task(user: User, task: Task) -> bool:
     )
 
 
+def tasks_split_for_change(user: User, ids: Iterable[int]) -> tuple[list[Task], list[Task]]:
+    """Of the tasks with these ids that the user sees: those they may change, and those they
+    only see (a queue admin's view of other projects' tasks). Ids they cannot see are left
+    out, as if they did not exist."""
+    seen = list(task_list_for_user(user).filter(pk__in=list(ids)).order_by("-id"))
+    if user.is_superuser:
+        return seen, []
+    mine = set(_member_projects(user).values_list("project_id", flat=True))
+    return [t for t in seen if t.project_id in mine], [t for t in seen if t.project_id not in mine]
+
+
 def tasks_visible_by_ids(user: User, ids: Iterable[int], *, field: str) -> list[Task]:
     """The tasks with these ids, all of which the user must be able to see.
 
@@ -87,6 +98,14 @@ def workflow_list_for_user(user: User) -> QuerySet[Workflow]:
     if user.is_superuser:
         return flows
     return flows.filter(project_id__in=_member_projects(user))
+
+
+def can_see_workflow(user: User, workflow_id: int | None) -> bool:
+    """Whether the workflow's page would answer for the user (its link is shown only then:
+    a queue admin sees a task of their queue, not the rest of its workflow)."""
+    if workflow_id is None:
+        return False
+    return workflow_list_for_user(user).filter(pk=workflow_id).exists()
 
 
 def workflow_get_for_user(user: User, pk: int | str) -> Workflow:

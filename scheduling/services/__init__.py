@@ -8,6 +8,7 @@ from __future__ import annotations
 from scheduling.services.capacity import lease_end, lease_open, nodes_set_state
 from scheduling.services.preview import submit_preview
 from scheduling.services.priority import priority_request_create, priority_request_decide
+from scheduling.services.task_cancel_many import CancelReport, task_cancel_many
 from scheduling.services.tasks import (
     Decided,
     task_cancel,
@@ -35,6 +36,8 @@ __all__ = [
     "priority_request_decide",
     "submit_preview",
     "task_cancel",
+    "task_cancel_many",
+    "CancelReport",
     "task_create",
     "task_decide",
     "task_request_cancel",

@@ -27,7 +27,14 @@ from portal.notify import notify
 from portal.selectors import project_get_for_member
 from scheduling import outbox
 from scheduling.decisions.levels import HIGH, LEVELS, MEDIUM
-from scheduling.models import TERMINAL_STATES, PriorityRequest, Queue, Task, TaskEvent
+from scheduling.models import (
+    TERMINAL_STATES,
+    UNSTARTED_STATES,
+    PriorityRequest,
+    Queue,
+    Task,
+    TaskEvent,
+)
 from scheduling.selectors.requests import can_decide
 
 R = PriorityRequest.State
@@ -101,6 +108,14 @@ def priority_request_create(
         if task.is_terminal:
             raise ApplicationError(
                 f"the task has already ended ({task.state})", field="task", status=409
+            )
+        if task.state not in UNSTARTED_STATES:  # the policy pass levels only work that waits
+            raise ApplicationError(
+                f"the task has already started ({task.state}): a level orders only tasks "
+                "that wait to start",
+                field="task",
+                got=task.state,
+                status=409,
             )
         if task.level >= number:
             raise ApplicationError(
@@ -178,6 +193,17 @@ def priority_request_decide(
         )
     if approve and request.until <= now:
         raise ApplicationError("the request has expired", field="until", status=409)
+    if approve and request.task_id:
+        started = Task.objects.filter(pk=request.task_id).exclude(state__in=UNSTARTED_STATES)
+        state = started.values_list("state", flat=True).first()
+        if state is not None:  # approved, it would show beside a level that never moved
+            raise ApplicationError(
+                f"task #{request.task_id} has already started ({state}): a level orders "
+                "only tasks that wait to start; reject the request or let it expire",
+                field="task",
+                got=state,
+                status=409,
+            )
     to = R.APPROVED if approve else R.REJECTED
     comment = (comment or "").strip()[:MAX_REASON]
     with transaction.atomic():

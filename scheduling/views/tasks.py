@@ -1,5 +1,5 @@
-"""Task pages: the list, one task, submitting and cancelling. Thin: a selector or one service
-per view, then a template or a fragment."""
+"""Task pages: the list, one task and submitting (cancelling: views/task_cancel.py). Thin:
+a selector or one service per view, then a template or a fragment."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.errors import ApplicationError, ErrorItem
@@ -32,29 +32,47 @@ from scheduling.presenters.resubmit import form_fields
 from scheduling.presenters.runtimes import task_prediction
 from scheduling.presenters.starters import EXAMPLE_PROJECT, STARTERS, example, starter_initial
 from scheduling.presenters.states import TASK_STATE_CHOICES
+from scheduling.presenters.task_list import rows as task_rows
+from scheduling.presenters.task_list import unstarted
 from scheduling.selectors import (
     can_change_task,
+    can_see_workflow,
     task_get_for_user,
     task_list_for_user,
 )
 from scheduling.selectors.logs import task_log
 from scheduling.selectors.sandboxes import sandbox_of_task, sandboxes_of_task
+from scheduling.selectors.task_filters import (
+    filter_choices,
+    filter_tasks,
+    parse_task_filters,
+    task_page,
+)
 from scheduling.selectors.waiting import explain
+from scheduling.spec import TASK_TYPES
 
 LOG_LIMIT = 256 * 1024
 
 
 @login_required
 def task_list(request: SignedInRequest) -> HttpResponse:
-    tasks = task_list_for_user(request.user).order_by("-id")
-    state = request.GET.get("state") or ""
-    if state:
-        tasks = tasks.filter(state=state)
-    page = Paginator(tasks, 50).get_page(request.GET.get("page"))
+    filters, filter_errors = parse_task_filters(request.GET)
+    tasks = filter_tasks(task_list_for_user(request.user), filters)
+    page, listed = task_page(tasks, request.GET.get("page"))
     # htmx polls the rows every 2 s; it gets only the <tr>s, not the page around them.
     template = "scheduling/task_rows.html" if request.htmx else "scheduling/task_list.html"
-    context = {"page": page, "state": state, "states": TASK_STATE_CHOICES}
-    return render(request, template, context)
+    context = {
+        "page": page,
+        "rows": task_rows(listed, timezone.now()),
+        "filters": filters,
+        "filter_errors": filter_errors,
+        "query": filters.query(),
+        "states": TASK_STATE_CHOICES,
+        "types": TASK_TYPES,
+        # The refresh swaps rows only: the filters' lists are read for the whole page.
+        **({} if request.htmx else filter_choices(request.user)),
+    }
+    return render(request, template, context, status=400 if filter_errors else 200)
 
 
 @login_required
@@ -77,7 +95,10 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         "wait": explain(task),
         "level": LEVELS[task.level],
         "can_change": (can_change := can_change_task(request.user, task)),
-        "can_ask": can_change and not task.is_terminal and task.level < HIGH,
+        # A level orders waiting work only: once started, a task has what it needs.
+        "can_ask": can_change and unstarted(task) and task.level < HIGH,
+        "unstarted": unstarted(task),
+        "workflow_visible": can_see_workflow(request.user, task.workflow_id),
         "requests": task.priority_requests.select_related("decided_by").order_by("-id"),
         "efficiency": task_efficiency(task) if task.is_terminal else None,
         "gpu_use": task_gpu_use(task) if task.is_terminal else None,
@@ -90,20 +111,6 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     # While the task lives, htmx re-fetches the status block (state, timeline, log) every 2 s.
     template = "scheduling/task_status.html" if request.htmx else "scheduling/task_detail.html"
     return render(request, template, context)
-
-
-@login_required
-@require_POST
-def task_cancel(request: SignedInRequest, pk: int) -> HttpResponse:
-    task = task_get_for_user(request.user, pk, change=True)
-    try:
-        services.task_cancel(user=request.user, task=task)
-    except ApplicationError as exc:
-        messages.error(request, str(exc))
-    else:
-        done = "is being cancelled" if task.cancelling else "is cancelled"
-        messages.success(request, f"Task {task.name} {done}.")
-    return redirect("task-detail", pk=task.pk)
 
 
 @login_required

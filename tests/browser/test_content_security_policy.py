@@ -46,7 +46,7 @@ def test_the_main_pages_and_the_api_docs_run_with_no_policy_violation(task_id, p
     # The state filter submits itself without an inline handler.
     page.goto("/")
     page.wait_for_load_state("load")
-    page.locator("#state-filter").select_option("succeeded")
+    page.locator("#f-state").select_option("succeeded")
     expect(page).to_have_url(re.compile(r"state=succeeded"))
 
     answer = page.goto("/api/v1/docs/")

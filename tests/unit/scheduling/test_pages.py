@@ -242,9 +242,10 @@ def test_cancel_on_a_pending_task_cancels_it_and_hides_the_button(browser, resea
     assert 'id="cancel"' not in page and "cancelled by alice" in page
 
 
-def test_cancel_needs_a_post(browser, researcher):
+def test_a_get_of_cancel_only_asks(browser, researcher):
     task = _task(researcher, name="get-cancel")
-    assert browser.get(f"/tasks/{task.pk}/cancel/").status_code == 405
+    response = browser.get(f"/tasks/{task.pk}/cancel/")
+    assert response.status_code == 200 and 'id="cancel-confirm-button"' in _page(response)
     task.refresh_from_db()
     assert task.state == "pending"
 

@@ -285,8 +285,8 @@ def test_the_inbox_page_lets_a_queue_admin_decide(site, api, client, worker):
     task = _submit(api, name="sim", type="hpc-simulation")
     request_id = _ask(api, task).json()["id"]
     running = _submit(api, name="already-running", type="hpc-simulation")
+    late_id = _ask(api, running).json()["id"]  # asked while it waited; it started since
     Task.objects.filter(pk=running.pk).update(state="running", started_at=timezone.now())
-    late_id = _ask(api, running).json()["id"]
     client.force_login(User.objects.get(username="quinn"))
     page = client.get("/priority-requests/").content.decode()
     assert f'id="request-{request_id}"' in page and "paper deadline" in page
