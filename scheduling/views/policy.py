@@ -24,6 +24,7 @@ from scheduling.decisions.humanize import format_duration
 from scheduling.decisions.levels import LEVELS, rule_for
 from scheduling.decisions.order import format_window
 from scheduling.presenters.runtimes import queue_prediction_text
+from scheduling.presenters.task_list import unstarted
 from scheduling.selectors import site_view, task_get_for_user
 from scheduling.selectors.capacity import lenders_by_pool
 from scheduling.selectors.policy import site_minute
@@ -96,6 +97,8 @@ def _standing(requests: list[Any]) -> list[Any]:
             "since": since,
             "running": task.state == "running",
             "place": places.get(task.pk),
+            # A raise applies to a task that has not started: past that only a rejection.
+            "started": not unstarted(task),
         }
     return requests
 

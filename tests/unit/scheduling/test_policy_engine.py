@@ -299,6 +299,8 @@ def test_the_inbox_page_lets_a_queue_admin_decide(site, api, client, worker):
     late = page[page.index(f'id="request-{late_id}"') :]
     late = late[: late.index("</tr>")]
     assert 'state-running">running</span>' in late and "for " in late and "waiting in" not in late
+    # A level no longer applies to it: the request is closed, not approved.
+    assert f'id="approve-{late_id}"' not in late and "Close it" in late
     with worker():
         response = client.post(
             f"/priority-requests/{request_id}/approve/", {"comment": "go"}, follow=True
