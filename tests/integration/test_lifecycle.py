@@ -60,8 +60,13 @@ def test_failure_timeout_and_cancel_reach_their_states(api, start_worker):
     wait_for(
         lambda: Task.objects.get(pk=victim).state == "running", timeout=30, what="victim running"
     )
-    # 202: the worker cancels the job; the request itself calls no backend.
-    assert api.post(f"/api/v1/tasks/{victim}/cancel/").status_code == 202
+    # 202: the worker cancels the job; the request itself calls no backend. A worker quick
+    # enough to have done it before the answer was written makes it a 200 with the task
+    # cancelled already (the API's documented meaning).
+    answer = api.post(f"/api/v1/tasks/{victim}/cancel/")
+    assert (answer.status_code, answer.json()["cancelling"]) in ((202, True), (200, False))
+    if answer.status_code == 200:
+        assert answer.json()["state"] == "cancelled"
 
     failed = _final(failing, proc)
     assert (failed.state, failed.exit_code) == ("failed", 3)
