@@ -385,7 +385,11 @@ def test_the_front_redirects_to_https_sets_forwarded_headers_and_serves_static(f
         front, front.https, f"GET /login/ HTTP/1.1\r\n{forged}", tls=True, source="127.0.0.2"
     )
     assert status == 200
-    assert "127.0.0.1 127.0.0.2 GET /login/" in front.access_log.read_text()
+    # gunicorn writes its access line after the answer has gone: wait for it.
+    deadline = time.monotonic() + 10
+    while "127.0.0.1 127.0.0.2 GET /login/" not in front.access_log.read_text():
+        assert time.monotonic() < deadline, front.access_log.read_text()
+        time.sleep(0.1)
     assert "203.0.113.9" not in front.access_log.read_text()
     status, headers, body = request(
         front, front.https, "GET /static/switchyard.css HTTP/1.1\r\n", tls=True
