@@ -199,12 +199,29 @@ def test_stopping_the_session_ends_the_proxy_and_its_relay(job_root, servers):
     proxies = _children(keeper)
     assert len(proxies) == 1 and alive(proxies[0])
     assert os.stat(sock).st_uid == run_as()[0] and os.stat(sock).st_mode & 0o777 == 0o600
+    assert run_as()[0] in _listening_uids(handle[2])  # the relay, as the session's account
     egress.stop(handle)
     assert not alive(keeper) and not alive(proxies[0])
     with pytest.raises(OSError), socket.socket(socket.AF_UNIX) as s:
         s.connect(sock)
-    with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", handle[2]), timeout=2)
+    # Nothing of the session's account listens on the relay's port any more (a connect could
+    # reach another test's server that the freed port was given to meanwhile).
+    assert run_as()[0] not in _listening_uids(handle[2])
+
+
+def _listening_uids(port: int) -> set[int]:
+    """The accounts whose sockets listen on TCP `port` (from /proc/net/tcp and tcp6)."""
+    uids = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                uids.add(int(fields[7]))
+    return uids
 
 
 def _children(pid: int) -> list[int]:
