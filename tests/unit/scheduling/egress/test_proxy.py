@@ -199,19 +199,20 @@ def test_stopping_the_session_ends_the_proxy_and_its_relay(job_root, servers):
     proxies = _children(keeper)
     assert len(proxies) == 1 and alive(proxies[0])
     assert os.stat(sock).st_uid == run_as()[0] and os.stat(sock).st_mode & 0o777 == 0o600
-    assert run_as()[0] in _listening_uids(handle[2])  # the relay, as the session's account
+    relay = _listening(handle[2])  # the relay's socket, as the session's account
+    assert relay and {uid for uid, _ in relay} == {run_as()[0]}
     egress.stop(handle)
     assert not alive(keeper) and not alive(proxies[0])
     with pytest.raises(OSError), socket.socket(socket.AF_UNIX) as s:
         s.connect(sock)
-    # Nothing of the session's account listens on the relay's port any more (a connect could
-    # reach another test's server that the freed port was given to meanwhile).
-    assert run_as()[0] not in _listening_uids(handle[2])
+    # The relay's socket is gone (a connect, or the port alone, could reach another test's
+    # relay or server that the freed port was given to meanwhile: its socket is another one).
+    assert not relay & _listening(handle[2])
 
 
-def _listening_uids(port: int) -> set[int]:
-    """The accounts whose sockets listen on TCP `port` (from /proc/net/tcp and tcp6)."""
-    uids = set()
+def _listening(port: int) -> set[tuple[int, int]]:
+    """(account, socket inode) of each socket listening on TCP `port` (/proc/net/tcp, tcp6)."""
+    found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -220,8 +221,8 @@ def _listening_uids(port: int) -> set[int]:
         for line in lines:
             fields = line.split()
             if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
-                uids.add(int(fields[7]))
-    return uids
+                found.add((int(fields[7]), int(fields[9])))
+    return found
 
 
 def _children(pid: int) -> list[int]:
