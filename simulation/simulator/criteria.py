@@ -1,16 +1,19 @@
 """The success criteria, measured on the validation day under each policy (docs/simulation.md).
 
 Each criterion is measured the same way for every policy; pass/fail is Switchyard's value
-against the target. Two targets name a "before", and the FIFO run (one queue over the whole
-site) on the same day is it: the flow-time row asks at least 30 % shorter than FIFO's, the GPU
-row over 60 % and above FIFO's. Each row says in one sentence how it is measured and, where it
-fails, what in Switchyard's run caused it (`simulation/simulator/diagnose.py`).
+against the target. Two targets name a "before". The GPU row's is the FIFO run (one queue
+over the whole site) of the same day: over 60 % and above FIFO's. The flow-time row's is the
+project's HPC run and training run one after the other, as a project ran them when the two
+could not share the site: the same day under FIFO with the training submitted when the HPC
+run ends (`serial_flow_time`); the row asks at least 30 % shorter. Each row says in one
+sentence how it is measured and, where it fails, what in Switchyard's run caused it
+(`simulation/simulator/diagnose.py`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduling.sites.default import default_site
 from simulation.simulator import diagnose
@@ -36,9 +39,11 @@ class Criterion:
     target: str
     unit: str
     measure: Callable[[Run, dict], float | None]
-    passes: Callable[[float, float | None], bool]  # (switchyard, fifo) → met?
+    passes: Callable[[float, float | None], bool]  # (switchyard, the before) → met?
     how: str  # how it is measured, one sentence
     why: Callable[[diagnose.Day], str]  # where it fails: what in Switchyard's run caused it
+    # The before, where it is not FIFO's own value: measured from the day's jobs and site.
+    before: Callable[[list[SimJob], Site], float | None] | None = None
 
 
 def _waits(run: Run, kind: str, *, room_only: bool = False) -> list[float]:
@@ -71,6 +76,24 @@ def _hpc_preemptions(run: Run, s: dict) -> float:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def serial_flow_time(jobs: list[SimJob], site: Site, *, rounds: int = 5) -> float | None:
+    """The pair's flow time run one after the other: the day under FIFO with the training
+    submitted the moment the HPC run ends. The HPC run's end can move when the training
+    leaves its place in the queue, so the training follows it until it stays put (at most
+    `rounds` runs); None if either never ran."""
+    hpc, training = PAIR
+    at: float | None = None
+    run = simulate(jobs, site, "fifo")
+    for _ in range(rounds):
+        outcome = run.outcomes.get(hpc)
+        if outcome is None or outcome.end == at:
+            break
+        at = outcome.end
+        moved = [replace(j, submit=at) if j.key == training else j for j in jobs]
+        run = simulate(moved, site, "fifo")
+    return flow_time(run, PAIR)
 
 
 def _max_burst_training(run: Run, _: dict) -> float | None:
@@ -132,13 +155,15 @@ CRITERIA = (
     ),
     Criterion(
         "HPC + training flow time (one project)",
-        ">= 30 % shorter than FIFO",
+        ">= 30 % shorter than one after the other (the before)",
         "s",
         lambda run, s: flow_time(run, PAIR),
-        lambda v, f: f is not None and v <= 0.7 * f,
+        lambda v, before: before is not None and v <= 0.7 * before,
         "From the first submit to the last end of the climate project's 256-core HPC run "
-        "and 4-node training, both of the launch mix.",
+        "and 4-node training, both of the launch mix; the before is the same day under FIFO "
+        "with the training submitted when the HPC run ended (the two one after the other).",
         diagnose.pair_flow,
+        before=serial_flow_time,
     ),
 )
 
@@ -161,11 +186,15 @@ def validation_day_report(
     for c in CRITERIA:
         values = {p: c.measure(runs[p], summaries[p]) for p in POLICIES}
         mine = values["switchyard"]
-        passed = mine is not None and c.passes(mine, values["fifo"])
+        before = c.before(jobs, site) if c.before else values["fifo"]
+        passed = mine is not None and c.passes(mine, before)
+        target = c.target
+        if c.before:
+            target += f": {format_value(before, c.unit)}"
         rows.append(
             {
                 "criterion": c.name,
-                "target": c.target,
+                "target": target,
                 "unit": c.unit,
                 "values": values,
                 "passed": passed,

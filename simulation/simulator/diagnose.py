@@ -175,7 +175,40 @@ def burst_training(day: Day) -> str:
         missing = next(k for k in BURST_TRAINING if k not in run.outcomes)
         return _waited(day, missing, f"Training {missing}")
     worst = max(done, key=lambda o: o.wait)
-    return _waited(day, worst.key, f"Training {worst.key}") + _baselines(day, worst.key)
+    said = _waited(day, worst.key, f"Training {worst.key}") + _baselines(day, worst.key)
+    soonest = soonest_both(day)
+    if soonest is None:
+        return said
+    wait, free, total = soonest
+    return (
+        f"{said} First in line, with nothing preempted, both could have started at the "
+        f"earliest {_duration(wait)} after they arrived (their pool had {free} of its {total} "
+        "nodes free then; running work held the rest)."
+    )
+
+
+def soonest_both(day: Day) -> tuple[float, int, int] | None:
+    """The soonest the mix's trainings could both have started, under any order that
+    preempts nothing, from their pool as Switchyard's run had it when they arrived: the
+    moment the last of the whole nodes they need together was freed by the work running on
+    it then (training is never preempted). With how many of the pool's nodes were free on
+    arrival, and how many it has; None if they never ran."""
+    run = day.mine
+    if any(k not in run.outcomes for k in BURST_TRAINING):
+        return None
+    jobs = [day.jobs[k] for k in BURST_TRAINING]
+    at = max(j.submit for j in jobs)
+    free_at = {node: at for node in day.pool_nodes(BURST_TRAINING[0])}
+    for span in run.spans:
+        if span.start <= at < span.end:
+            for a in span.allocations:
+                if a.node in free_at:
+                    free_at[a.node] = max(free_at[a.node], span.end)
+    need = sum(j.spec.resources.nodes or 1 for j in jobs)
+    times = sorted(free_at.values())
+    if len(times) < need:
+        return None
+    return times[need - 1] - at, sum(1 for t in times if t == at), len(times)
 
 
 def hpc_preempted(day: Day) -> str:

@@ -152,12 +152,12 @@ def test_the_quota_api_shows_limit_and_use_and_hides_other_projects(api, outside
         "used": 16,
         "over_quota": "queue",
         "period": None,
-        "borrowing_limit": 64,
-        "lending_limit": 16,
+        "borrowing_limit": 96,
+        "lending_limit": None,
         "borrowed": 0,
         "on_borrowed_room": {"running": 0, "waiting": 0},
-        "text": "project materials uses 16/32 GPUs in queue training; may borrow up to 64 "
-        "GPUs over its quota; lends at most 16 of what it does not use",
+        "text": "project materials uses 16/32 GPUs in queue training; may borrow up to 96 "
+        "GPUs over its quota; lends all of what it does not use",
     }
     assert outsider_api.get("/api/v1/projects/materials/quotas/").status_code == 404
 

@@ -2,9 +2,9 @@
 so on the task page, the Queues page and the API; a held borrower starts when a lender's
 own work ends; the limits are set, validated and versioned with the quota.
 
-The default site's training quota: 32 GPUs per project, borrowing up to 64 more, lending at
-most 16; the demo has three projects (materials, climate, genomics), so materials may
-borrow 2 × 16 = 32 while the others are idle.
+The default site's training quota: 32 GPUs per project, borrowing up to 96 more, lending
+all it does not use; the demo has three projects (materials, climate, genomics), so
+materials may borrow 2 × 32 = 64 while the others are idle.
 """
 
 from __future__ import annotations
@@ -119,11 +119,11 @@ def test_a_held_borrower_starts_when_a_lenders_own_work_ends(api):
 
 
 def test_asking_more_than_its_quota_and_all_it_may_borrow_is_a_400(api):
-    big = {**TRAINING, "resources": {"nodes": 9, "gpus": 72, "cpus": 72}}
+    big = {**TRAINING, "resources": {"nodes": 13, "gpus": 104, "cpus": 104}}
     response = submit(api, descriptor(name="huge", **big))
     assert response.status_code == 400
     assert response.json()["errors"][0]["message"] == (
-        "asks 72 GPUs, but project materials may hold at most 64 GPUs in queue training with "
+        "asks 104 GPUs, but project materials may hold at most 96 GPUs in queue training with "
         "what it may borrow"
     )
 
@@ -157,15 +157,17 @@ def test_the_admin_form_refuses_a_members_quota_that_borrows(site):
 def test_manage_quota_sets_the_limits_keeps_them_and_versions_them(site, capsys):
     call_command(
         "quota", "set", "genomics", "training", "gpus", "32",
-        "--borrowing-limit", "8", "--lending-limit", "all",
+        "--borrowing-limit", "8", "--lending-limit", "8",
     )  # fmt: skip
     call_command("quota", "set", "genomics", "training", "gpus", "40")  # limits kept
     quota = Quota.objects.get(project__slug="genomics", queue__name="training")
-    assert (quota.limit, quota.borrowing_limit, quota.lending_limit) == (40, 8, None)
+    assert (quota.limit, quota.borrowing_limit, quota.lending_limit) == (40, 8, 8)
     versions = ConfigVersion.objects.filter(model="scheduling.quota", object_id=quota.pk)
     changes = [(v.before or {}, v.after or {}) for v in versions.order_by("id")][-2:]
-    assert [(b["borrowing_limit"], a["borrowing_limit"]) for b, a in changes] == [(64, 8), (8, 8)]
-    assert [a["lending_limit"] for _, a in changes] == [None, None]
+    assert [(b["borrowing_limit"], a["borrowing_limit"]) for b, a in changes] == [(96, 8), (8, 8)]
+    assert [(b["lending_limit"], a["lending_limit"]) for b, a in changes] == [(None, 8), (8, 8)]
+    call_command("quota", "set", "genomics", "training", "gpus", "40", "--lending-limit", "all")
+    assert Quota.objects.get(pk=quota.pk).lending_limit is None
     call_command("quota", "list", "--project", "genomics")
     assert "may borrow up to 8 GPUs over its quota; lends all of what it does not use" in (
         capsys.readouterr().out

@@ -9,7 +9,12 @@ from scheduling.decisions.types import NodeView, QueuePolicy
 from scheduling.sites.default import default_site
 from scheduling.sites.types import QuotaTemplate
 from simulation.simulator import diagnose
-from simulation.simulator.criteria import BURST_TRAINING, CRITERIA, validation_day_report
+from simulation.simulator.criteria import (
+    BURST_TRAINING,
+    CRITERIA,
+    serial_flow_time,
+    validation_day_report,
+)
 from simulation.simulator.engine import simulate
 from simulation.simulator.model import AGENT_STARTUP_S, POLICIES, Site
 from simulation.simulator.workloads import (
@@ -99,4 +104,58 @@ def test_a_big_job_that_found_its_pool_full_says_how_much_room_it_found():
     assert diagnose._waited(_day(CPU_NODE, jobs), "b", "The HPC run b") == (
         "The HPC run b (4 cores) waited 99 s: its pool had 0 of 4 cores free when it arrived, "
         "and no room freed for it."
+    )
+
+
+TWO_POOLS = Site(
+    pools={
+        "hpc": (NodeView("c1", cpus=4, memory_mib=16384),),
+        "gpu": (NodeView("g1", cpus=8, memory_mib=65536, gpus=8),),
+    },
+    queues={
+        "hpc": QueuePolicy(name="hpc", pool="hpc", task_types=()),
+        "training": QueuePolicy(name="training", pool="gpu", task_types=()),
+    },
+)
+
+
+def test_the_flow_rows_before_runs_the_pair_one_after_the_other_under_fifo():
+    jobs = [
+        job("hpc-0", "hpc-simulation", "hpc", 0, 100, 200, cpus=4),
+        job("train-0", "ai-training", "training", 5, 50, 100, cpus=8, gpus=8),
+    ]
+    fifo = simulate(jobs, TWO_POOLS, "fifo")
+    assert fifo.outcomes["train-0"].start == 5  # both pools free: FIFO runs them side by side
+    assert serial_flow_time(jobs, TWO_POOLS) == 150  # the training submitted at the run's end
+    flow = _criterion("HPC + training flow time")
+    assert flow.before is serial_flow_time
+    assert flow.passes(100, 150) and not flow.passes(110, 150)  # at least 30 % shorter
+
+
+def test_the_flow_row_shows_its_before_beside_its_target():
+    [row] = [r for r in validation_day_report(1)["criteria"] if r["criterion"].startswith("HPC +")]
+    before = serial_flow_time(validation_day(1), SITE)
+    assert before is not None and row["target"].endswith(f": {before / 60:,.1f} min")
+    assert row["passed"] is (row["values"]["switchyard"] <= 0.7 * before)
+
+
+GPU_POOL = Site(
+    pools={"gpu": tuple(NodeView(f"g{i}", cpus=8, memory_mib=65536, gpus=8) for i in (1, 2, 3))},
+    queues={"training": QueuePolicy(name="training", pool="gpu", task_types=())},
+)
+
+
+def test_the_launch_mix_fail_says_how_soon_both_could_have_started_first_in_line():
+    whole = {"cpus": 8, "gpus": 8, "nodes": 1}
+    jobs = [
+        job(key, "ai-training", "training", 0, runtime, 300, **whole)
+        for key, runtime in (("a", 100), ("b", 50), ("c", 200))
+    ] + [job(key, "ai-training", "training", 10, 30, 60, **whole) for key in BURST_TRAINING]
+    day = _day(GPU_POOL, jobs)
+    # Nodes free at 50 (b), 100 (a) and 200 (c): the two need two of them, so 100 - 10.
+    assert diagnose.soonest_both(day) == (90, 0, 3)
+    assert diagnose.burst_training(day).endswith(
+        "First in line, with nothing preempted, both could have started at the earliest 90 s "
+        "after they arrived (their pool had 0 of its 3 nodes free then; running work held the "
+        "rest)."
     )
