@@ -197,6 +197,7 @@ def validation_day_report(
                 "target": target,
                 "unit": c.unit,
                 "values": values,
+                "before": before,  # what `passes` compared with: FIFO's value, or measured
                 "passed": passed,
                 "how": c.how,
                 "why": "" if passed else c.why(day),
