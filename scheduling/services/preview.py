@@ -139,7 +139,8 @@ def _task(user: User, spec: TaskSpec, site: SiteView) -> TaskPreview:
 
 def _decided(user: User, spec: TaskSpec, site: SiteView, *, prefix: str) -> TaskPreview:
     try:
-        decided = task_decide(spec, field_prefix=prefix, user=user)
+        # No canary draw: the preview shows the current rules and says a canary may differ.
+        decided = task_decide(spec, field_prefix=prefix, user=user, draw=False)
     except ApplicationError as exc:
         return _with_errors(_shape(spec, site), exc)
     return TaskPreview(

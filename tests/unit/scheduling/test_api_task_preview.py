@@ -8,6 +8,7 @@ from unittest import mock
 
 import pytest
 import yaml
+from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
@@ -17,6 +18,7 @@ from scheduling.api.task_preview import TaskPreviewView
 from scheduling.api.tasks import TaskListCreate
 from scheduling.models import Queue, Quota, Task
 from scheduling.selectors import site_view_invalidate
+from scheduling.services.canary import current_rule_set
 from tests.conftest import descriptor, submit
 
 pytestmark = pytest.mark.django_db
@@ -200,6 +202,22 @@ def test_the_page_and_the_api_call_the_one_preview_service(api, browser):
         browser.post("/tasks/new/preview/", {"descriptor": json.dumps(HPC)})
     assert spy.call_count == 2
     assert spy.call_args_list[0].kwargs["task_only"] is True
+
+
+def test_an_active_canary_is_named_and_takes_no_preview(api, site):
+    admin = APIClient()
+    admin.force_authenticate(User.objects.get(username="admin"))
+    rules = {**current_rule_set(), "name": "all", "share_percent": 100, "reason": "try"}
+    started = admin.post(
+        "/api/v1/canaries/", data=json.dumps(rules), content_type="application/json"
+    )
+    assert started.status_code == 201, started.content
+    site_view_invalidate()
+    assert "(canary #" in Task.objects.get(pk=submit(api, HPC).json()["id"]).routing_reason
+    for _ in range(5):
+        shown = _preview(api, HPC).json()
+        assert "(canary #" not in shown["routing_reason"]
+        assert shown["canary"].startswith(f"canary #{started.json()['id']} routes 100%")
 
 
 def test_the_schema_documents_it(api):
