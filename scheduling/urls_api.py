@@ -8,12 +8,14 @@ from scheduling.api import policy as api_policy
 from scheduling.api import queues as api_queues
 from scheduling.api import quotas as api_quotas
 from scheduling.api import sandboxes as api_sandboxes
+from scheduling.api import task_preview as api_task_preview
 from scheduling.api import tasks as api
 from scheduling.api import workflows as api_workflows
 
 urlpatterns = [
     path("tasks/", api.TaskListCreate.as_view(), name="api-task-list"),
     path("tasks/batch/", api.TaskBatch.as_view(), name="api-task-batch"),
+    path("tasks/preview/", api_task_preview.TaskPreviewView.as_view(), name="api-task-preview"),
     path("tasks/<int:pk>/", api.TaskDetail.as_view(), name="api-task-detail"),
     path("tasks/<int:pk>/cancel/", api.TaskCancel.as_view(), name="api-task-cancel"),
     path("tasks/<int:pk>/log/", api.TaskLog.as_view(), name="api-task-log"),

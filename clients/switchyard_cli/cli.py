@@ -40,6 +40,7 @@ from switchyard_cli.client import (
     load_config,
     save_config,
 )
+from switchyard_cli.preview import preview_text
 
 # -- commands ---------------------------------------------------------------------------
 
@@ -115,6 +116,8 @@ def _is_workflow(data: bytes) -> bool:
 def cmd_submit(args, out) -> int:
     data, media = read_document(args.file)
     kind = "workflows" if _is_workflow(data) else "tasks"
+    if args.dry_run:
+        return _dry_run(args, out, data, media, kind)
     api = client(args)
     made = api.call("POST", f"{kind}/", body=data, content_type=media)
     what = "workflow" if kind == "workflows" else "task"
@@ -125,6 +128,24 @@ def cmd_submit(args, out) -> int:
     )
     if args.wait and kind == "tasks":
         return _wait(args, out, made["id"])
+    return OK
+
+
+def _dry_run(args, out, data: bytes, media: str, kind: str) -> int:
+    """What submitting would do, from the portal's preview; a refusal is printed as the
+    submit's would be (on stderr, its exit code), after what the preview could tell."""
+    if kind != "tasks":
+        raise CliError(
+            "--dry-run previews one task; a workflow's tasks are previewed on the Submit page",
+            BAD_INPUT,
+        )
+    try:
+        preview = client(args).call("POST", "tasks/preview/", body=data, content_type=media)
+    except CliError as exc:
+        if isinstance(exc.body, dict) and "accepted" in exc.body:
+            out.emit(exc.body, preview_text(exc.body))
+        raise
+    out.emit(preview, preview_text(preview))
     return OK
 
 
@@ -272,7 +293,13 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("submit", help="submit a task or workflow descriptor (YAML or JSON)")
     p.add_argument("file", help="the descriptor file, or - for stdin")
-    p.add_argument("--wait", action="store_true", help="then wait for the task to end")
+    either = p.add_mutually_exclusive_group()
+    either.add_argument("--wait", action="store_true", help="then wait for the task to end")
+    either.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="submit nothing: show the type, queue, quotas and start it would get",
+    )
     _waiting(p)
     p.set_defaults(run=cmd_submit)
 

@@ -31,10 +31,13 @@ _STATUS_EXIT = {
 
 
 class CliError(Exception):
-    def __init__(self, message: str, code: int, errors: list[dict] | None = None) -> None:
+    def __init__(
+        self, message: str, code: int, errors: list[dict] | None = None, body: Any = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.errors = errors or []
+        self.body = body  # the portal's answer, where it said more than its errors
 
 
 def config_path() -> Path:
@@ -165,7 +168,7 @@ def http_error(exc: urllib.error.HTTPError) -> CliError:
     if exc.code == 401:
         message += " (log in again: switchyard login)"
     code = _STATUS_EXIT.get(exc.code, UNREACHABLE if exc.code >= 500 else BAD_INPUT)
-    return CliError(message, code, errors or [])
+    return CliError(message, code, errors or [], body)
 
 
 def client(args) -> Client:

@@ -38,8 +38,26 @@ _BUDGET_UNITS = {"gpu_hours": "GPU-hours", "core_hours": "core-hours"}
 
 
 @dataclass(frozen=True, slots=True)
+class Room:
+    """One quota the task counts against and its room now; shown as `text`."""
+
+    text: str  # `project materials uses 8/32 GPUs in queue training: room for 24 more GPUs`
+    project: str
+    user: str | None  # None: the whole project's quota
+    queue: str
+    resource: str  # gpus | cpus | tasks | gpu_hours | core_hours
+    limit: int
+    used: float
+    left: float
+    period: str | None = None  # a budget's: month, quarter, …
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
 class Outlook:
-    quotas: tuple[str, ...]  # each quota it counts against, with its room now
+    quotas: tuple[Room, ...]  # each quota it counts against, with its room now
     admission: str  # what admission would say now
     held: bool  # admission would hold it for its quota
     position: int | None = None  # 1 = next to start among the queue's waiting tasks
@@ -81,14 +99,26 @@ def outlook(
     return Outlook(lines, admission, False, position, waiting, start, at_once)
 
 
-def _room(rule: QuotaRule, usage: Usage) -> str:
+def _room(rule: QuotaRule, usage: Usage) -> Room:
     """`project materials uses 8/32 GPUs in queue training: room for 24 more`."""
     used = usage.amount(rule.resource)
     left = max(0.0, rule.limit - used)
-    if rule.resource in BUDGETS:
-        return f"{quota_text(rule, used)}: {left:g} {_BUDGET_UNITS[rule.resource]} left"
-    unit = _UNITS[rule.resource]
-    return f"{quota_text(rule, used)}: room for {left:g} more {unit}"
+    budget = rule.resource in BUDGETS
+    if budget:
+        text = f"{quota_text(rule, used)}: {left:g} {_BUDGET_UNITS[rule.resource]} left"
+    else:
+        text = f"{quota_text(rule, used)}: room for {left:g} more {_UNITS[rule.resource]}"
+    return Room(
+        text,
+        rule.project,
+        rule.user,
+        rule.queue,
+        rule.resource,
+        rule.limit,
+        used,
+        left,
+        rule.period if budget else None,
+    )
 
 
 def _start(

@@ -1,4 +1,5 @@
-"""What a submission would become, without storing anything: the submit page's live preview.
+"""What a submission would become, without storing anything: the submit page's live preview,
+and the API's (`POST /api/v1/tasks/preview/`, which `switchyard submit --dry-run` calls).
 
 It runs the checks a real submission runs, in the same order and through the same functions
 (`task_decide`: classify, route, check against the queue and its pool, image, paths, quotas;
@@ -26,7 +27,7 @@ from portal.errors import ApplicationError, ErrorItem
 from portal.selectors import project_get_for_member
 from scheduling import decisions
 from scheduling.decisions.refit import other_fits
-from scheduling.descriptor import DescriptorError, load_descriptor
+from scheduling.descriptor import DescriptorError, load_descriptor, load_task
 from scheduling.selectors import SiteView, site_view, tasks_visible_by_ids
 from scheduling.selectors.outlook import Outlook, outlook
 from scheduling.services.priority import priority_requests_room
@@ -48,6 +49,7 @@ class TaskPreview:
     # write that type (and an estimate, where its queue requires one).
     others: tuple[tuple[str, str], ...] = ()
     errors: tuple[ErrorItem, ...] = ()
+    status: int = 200  # with errors: the HTTP status the submit would answer (400, 409, …)
     outlook: Outlook | None = None  # quotas and start; for an accepted single task
 
     @property
@@ -62,17 +64,31 @@ class Preview:
     errors: tuple[ErrorItem, ...] = ()  # the descriptor's own, or the project's
     canary: str = ""
     at: datetime = field(default_factory=timezone.now)
+    error_status: int = 400  # with `errors`: the HTTP status the submit would answer
 
     @property
     def accepted(self) -> bool:
         return not self.errors and all(t.accepted for t in self.tasks)
 
+    @property
+    def status(self) -> int:
+        """What the submit would answer: 200 where it would store it, else its refusal's
+        status (the descriptor's or project's first, then the first refused task's)."""
+        if self.errors:
+            return self.error_status
+        return next((t.status for t in self.tasks if not t.accepted), 200)
 
-def submit_preview(*, user: User, text: str | bytes, fmt: str | None = None) -> Preview:
+
+def submit_preview(
+    *, user: User, text: str | bytes, fmt: str | None = None, task_only: bool = False
+) -> Preview:
     """What submitting `text` as `user` would do now; stores nothing, raises nothing a
-    submission's checks raise (they come back as the preview's errors)."""
+    submission's checks raise (they come back as the preview's errors). `task_only`: read it
+    as `task_submit` does (the API's `POST /api/v1/tasks/`), a Task descriptor alone; else as
+    the submit page does, a Task or a Workflow."""
+    load = load_task if task_only else load_descriptor
     try:
-        spec = load_descriptor(text, fmt=fmt, max_bytes=settings.SWITCHYARD_DESCRIPTOR_MAX_BYTES)
+        spec = load(text, fmt=fmt, max_bytes=settings.SWITCHYARD_DESCRIPTOR_MAX_BYTES)
     except DescriptorError as exc:
         return Preview("", errors=tuple(ErrorItem(e.field, e.message, e.got) for e in exc.errors))
     site = site_view()
@@ -89,7 +105,8 @@ def submit_preview(*, user: User, text: str | bytes, fmt: str | None = None) -> 
             tasks = spec.tasks if not isinstance(spec, TaskSpec) else (spec,)
             shapes = tuple(_shape(t, site) for t in tasks)
             kind = "task" if isinstance(spec, TaskSpec) else "workflow"
-            return Preview(kind, shapes, errors=tuple(exc.errors), canary=canary)
+            errors = tuple(exc.errors)
+            return Preview(kind, shapes, errors, canary, error_status=exc.status)
     if isinstance(spec, TaskSpec):
         return Preview("task", (_task(user, spec, site),), canary=canary)
     previews = tuple(
@@ -122,7 +139,8 @@ def _task(user: User, spec: TaskSpec, site: SiteView) -> TaskPreview:
 
 def _decided(user: User, spec: TaskSpec, site: SiteView, *, prefix: str) -> TaskPreview:
     try:
-        decided = task_decide(spec, field_prefix=prefix, user=user)
+        # No canary draw: the preview shows the current rules and says a canary may differ.
+        decided = task_decide(spec, field_prefix=prefix, user=user, draw=False)
     except ApplicationError as exc:
         return _with_errors(_shape(spec, site), exc)
     return TaskPreview(
@@ -160,4 +178,4 @@ def _others(spec: TaskSpec, task_type: str, site: SiteView) -> tuple[tuple[str, 
 
 
 def _with_errors(preview: TaskPreview, exc: ApplicationError) -> TaskPreview:
-    return dataclasses.replace(preview, errors=tuple(exc.errors))
+    return dataclasses.replace(preview, errors=tuple(exc.errors), status=exc.status)

@@ -83,15 +83,18 @@ class Decided:
 
 
 @timed_decision
-def task_decide(spec: TaskSpec, *, field_prefix: str = "", user: User | None = None) -> Decided:
+def task_decide(
+    spec: TaskSpec, *, field_prefix: str = "", user: User | None = None, draw: bool = True
+) -> Decided:
     """Classify, route and check one spec against the site, or raise naming the field.
 
     With the submitting `user`, the task's quotas are checked too: a task asking more than a
     quota allows at all is refused, and so is one over a quota that refuses (docs/policy.md).
+    `draw=False` (the preview): an active canary takes no share; the current rules decide.
     """
     site = site_view()
     canary = None
-    if site.canary is not None and in_canary(random.random(), site.canary[1]):
+    if draw and site.canary is not None and in_canary(random.random(), site.canary[1]):
         canary = site.canary[0]
     classified = decisions.classify(spec, site.classifier)
     routed = decisions.route(spec, classified.type, site.arm(canary).rules, site.queues)

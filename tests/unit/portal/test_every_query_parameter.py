@@ -69,6 +69,7 @@ READS: dict[str, tuple[str, ...]] = {
     # API
     "api-task-list": ("state", "project", "queue", "type", "workflow", PAGE_),
     "api-task-batch": (),
+    "api-task-preview": (),
     "api-task-detail": (),
     "api-task-cancel": (),
     "api-task-log": ("offset", "limit"),
