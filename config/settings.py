@@ -365,6 +365,7 @@ REST_FRAMEWORK = {
         "auth": env_str("SWITCHYARD_AUTH_RATE", "30/min"),
         "sandbox": env_str("SWITCHYARD_SANDBOX_RATE", "200/s"),
         "sandbox-create": env_str("SWITCHYARD_SANDBOX_CREATE_RATE", "10/s"),
+        "preview": env_str("SWITCHYARD_PREVIEW_RATE", "5/s"),  # per user (docs/api.md)
     },
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }

@@ -189,10 +189,20 @@ def test_it_asks_to_be_signed_in_and_answers_only_posts(api, site):
     assert api.get(PREVIEW).status_code == 405
 
 
-def test_it_takes_the_submits_auth_permissions_and_throttles():
-    for name in ("authentication_classes", "permission_classes", "throttle_classes"):
+def test_it_takes_the_submits_auth_and_permissions_and_counts_each_users_previews(
+    api, outsider_api, monkeypatch
+):
+    for name in ("authentication_classes", "permission_classes", "parser_classes"):
         assert getattr(TaskPreviewView, name) == getattr(TaskListCreate, name)
-    assert TaskPreviewView.parser_classes == TaskListCreate.parser_classes
+    from django.core.cache.backends.locmem import LocMemCache
+    from rest_framework.throttling import ScopedRateThrottle
+
+    monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", {"preview": "2/min"})
+    # Its own counts: the site's cache may be shared with other tests' users of the same id.
+    monkeypatch.setattr(ScopedRateThrottle, "cache", LocMemCache("preview-throttle", {}))
+    answers = [_preview(api, HPC).status_code for _ in range(3)]
+    assert answers == [200, 200, 429]
+    assert _preview(outsider_api, HPC).status_code != 429  # another user's count is its own
 
 
 def test_the_page_and_the_api_call_the_one_preview_service(api, browser):
