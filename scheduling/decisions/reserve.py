@@ -323,11 +323,11 @@ class Plan:
         ends_of_reserved = {r.ends for r in self.reservations if r.ends is not None}
         # What each reservation holds per node, its allocations taken together.
         holds = [_per_node(r.allocations) for r in self.reservations]
-        i = 0
+        i, n = 0, len(ending)
         for t in sorted({*end_times, *ends_of_reserved}):
             if t <= self.now:
                 continue
-            while i < len(ending) and end_times[i] <= t:
+            while i < n and end_times[i] <= t:
                 a = ending[i].allocation
                 i += 1
                 if a.node not in views:
