@@ -233,7 +233,12 @@ def _place_packed(spec: TaskSpec, free: list[_Free]) -> Placement | None:
     memory = res.memory_mib
 
     if res.nodes is None or res.nodes == 1:
-        fit = [f for f in free if f.fits(res.cpus, res.gpus, memory)]
+        need_cpus, need_gpus = res.cpus, res.gpus  # f.fits(), inlined: place() is hot
+        fit = [
+            f
+            for f in free
+            if f.cpus >= need_cpus and len(f.gpus) >= need_gpus and f.memory >= memory
+        ]
         if fit:
             best = min(fit, key=_best_fit_key(spec))
             return Placement((best.allocate(res.cpus, res.gpus, memory),))

@@ -19,7 +19,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scheduling.decisions.place import cpu_ratio, place, usable_cpus
+from scheduling.decisions.place import cpu_ratio, place
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
 
@@ -85,19 +85,31 @@ def node_range(names: Sequence[str]) -> str:
     return ", ".join(names)
 
 
-def _intersect(a: NodeView, b: NodeView) -> NodeView:
+# A reserved node as it will be at its reservation's start, the reservation holding its
+# part: free CPUs, free memory, the free GPU indices, and whether it is up.
+Left = tuple[int, int, tuple[int, ...], bool]
+
+
+def _left(v: NodeView) -> Left:
+    gpus = v.free_gpus if v.free_gpus is not None else tuple(range(v.gpus))
+    return (_cpus(v), _memory(v), gpus, v.available)
+
+
+def _less(left: Left, a: NodeAllocation) -> Left:
+    """`left` once `a` holds room on it."""
+    cpus, memory, gpus, up = left
+    if a.gpu_indices:
+        gpus = tuple(i for i in gpus if i not in a.gpu_indices)
+    return (cpus - a.cpus, memory - a.memory_mib, gpus, up)
+
+
+def _intersect(a: NodeView, b: Left) -> NodeView:
     """What is free on a node both now (`a`) and at a reservation's start (`b`)."""
     mine = a.free_gpus if a.free_gpus is not None else tuple(range(a.gpus))
-    if b.free_gpus is not None and len(mine):
-        theirs = set(b.free_gpus)
+    if len(mine):
+        theirs = set(b[2])
         mine = tuple(i for i in mine if i in theirs)
-    return _view(
-        a,
-        min(_cpus(a), _cpus(b)),
-        min(_memory(a), _memory(b)),
-        mine,
-        a.available and b.available,
-    )
+    return _view(a, min(_cpus(a), b[0]), min(_memory(a), b[1]), mine, a.available and b[3])
 
 
 def _cpus(v: NodeView) -> int:
@@ -151,10 +163,11 @@ class Plan:
         self.blocked: set[str] = set()
         self.whole_pass = True
         # Per reservation, its nodes as they will be free at its start once it holds them.
-        self._shadows: list[dict[str, NodeView]] = []
-        # constrain()'s answers for the views it was last given, by the reservations that
-        # applied; a start changes both, and clears them.
-        self._constrained: dict[tuple, tuple[list[NodeView], tuple[list[NodeView], int, int]]] = {}
+        self._shadows: list[dict[str, Left]] = []
+        # constrain()'s and totals()'s answers for the views they were last given, by the
+        # reservations that applied (and the ratio); a start changes both, and clears them.
+        self._constrained: dict[tuple, tuple[list[NodeView], list[NodeView]]] = {}
+        self._totals: dict[tuple, tuple[list[NodeView], tuple[int, int]]] = {}
 
     @property
     def full(self) -> bool:
@@ -177,7 +190,7 @@ class Plan:
         for i, r in enumerate(self.reservations):
             if r.key == key:
                 del self.reservations[i], self._shadows[i]
-                self._constrained.clear()
+                self._forget()
                 return
 
     def yield_to(self, key: str) -> None:
@@ -191,53 +204,82 @@ class Plan:
         if behind:
             self.release(behind[-1])
 
+    def _active(self, ends: float | None, own: str | None) -> tuple[int, ...]:
+        """The reservations a job ending at `ends` meets (the job's `own` aside)."""
+        limit = math.inf if ends is None else ends
+        return tuple(i for i, r in enumerate(self.reservations) if r.at < limit and r.key != own)
+
+    def _forget(self) -> None:
+        self._constrained.clear()
+        self._totals.clear()
+
     def constrain(
         self, views: list[NodeView], ends: float | None, *, own: str | None = None
     ) -> list[NodeView]:
         """The free views a job ending at `ends` may use: on each reserved node whose
         reservation begins before it ends, only what the reservation leaves free (the job's
-        `own` reservation aside)."""
-        return self.room(views, ends, own=own)[0]
-
-    def room(
-        self, views: list[NodeView], ends: float | None, ratio: int = 1, *, own: str | None = None
-    ) -> tuple[list[NodeView], int, int]:
-        """`constrain`'s views, and the CPUs (at oversubscription `ratio`) and GPUs they hold
-        in all: a job asking more cannot fit, and `place()` need not be asked. The views are
-        `views` itself where no reservation applies."""
-        limit = math.inf if ends is None else ends
-        active = tuple(i for i, r in enumerate(self.reservations) if r.at < limit and r.key != own)
+        `own` reservation aside). `views` itself where no reservation applies."""
+        active = self._active(ends, own)
         if not active:
-            return views, -1, -1
-        cached = self._constrained.get((active, ratio))
+            return views
+        cached = self._constrained.get(active)
         if cached is not None and cached[0] is views:
             return cached[1]
-        out, cpus, gpus = [], 0, 0
+        shadows = [self._shadows[i] for i in active]
+        out = []
         for v in views:
-            for i in active:
-                shadow = self._shadows[i]
-                if v.name in shadow:
-                    v = _intersect(v, shadow[v.name])
+            for shadow in shadows:
+                left = shadow.get(v.name)
+                if left is not None:
+                    v = _intersect(v, left)
             out.append(v)
-            if v.available:
-                cpus += max(0, usable_cpus(v, ratio))
-                gpus += len(v.free_gpus or ())
-        answer = (out, cpus, gpus)
-        self._constrained[(active, ratio)] = (views, answer)
+        self._constrained[active] = (views, out)
+        return out
+
+    def totals(
+        self, views: list[NodeView], ends: float | None, ratio: int = 1, *, own: str | None = None
+    ) -> tuple[int, int]:
+        """The CPUs (at oversubscription `ratio`) and GPUs `constrain`'s views hold in all,
+        without building them: a job asking more cannot fit, and `place()` need not be
+        asked. (-1, -1) where no reservation applies."""
+        active = self._active(ends, own)
+        if not active:
+            return -1, -1
+        cached = self._totals.get((active, ratio))
+        if cached is not None and cached[0] is views:
+            return cached[1]
+        shadows = [self._shadows[i] for i in active]
+        cpus = gpus = 0
+        for v in views:
+            free, mine, up = _cpus(v), v.free_gpus, v.available
+            for shadow in shadows:
+                left = shadow.get(v.name)
+                if left is not None:  # as _intersect
+                    if mine is None:
+                        mine = tuple(range(v.gpus))
+                    if len(mine):
+                        theirs = set(left[2])
+                        mine = tuple(i for i in mine if i in theirs)
+                    free, up = min(free, left[0]), up and left[3]
+            if up:
+                cpus += max(0, free + v.cpus * (ratio - 1))
+                gpus += len(mine or ())
+        answer = (cpus, gpus)
+        self._totals[(active, ratio)] = (views, answer)
         return answer
 
     def start(self, placement: Placement, ends: float | None) -> None:
         """A job starts now on `placement` until `ends`: it holds room in every reservation
         that begins before then."""
         self._started.extend(Busy(a, ends) for a in placement.allocations)
-        self._constrained.clear()
+        self._forget()
         limit = math.inf if ends is None else ends
         for r, shadow in zip(self.reservations, self._shadows, strict=True):
             if r.at >= limit:
                 continue
             for a in placement.allocations:
                 if a.node in shadow:
-                    shadow[a.node] = _take(shadow[a.node], a)
+                    shadow[a.node] = _less(shadow[a.node], a)
 
     # -- reserving ------------------------------------------------------------------------
 
@@ -266,58 +308,76 @@ class Plan:
         need_cpus, need_gpus = spec.resources.cpus, spec.resources.gpus
         # Free CPUs per node as ends give them back; the views follow only when place() is
         # asked (most ends leave too little room to ask it).
-        free_cpus = {name: _cpus(v) for name, v in views.items()}
-        extra = {name: v.cpus * (ratio - 1) for name, v in views.items()}
-        up = {name for name, v in views.items() if v.available}
-        cpus = sum(max(0, free_cpus[n] + extra[n]) for n in up)
-        gpus = sum(len(views[n].free_gpus or ()) for n in up)
+        free_cpus: dict[str, int] = {}
+        extra: dict[str, int] = {}
+        up: set[str] = set()
+        cpus = gpus = 0
+        for name, v in views.items():
+            free_cpus[name] = _cpus(v)
+            extra[name] = v.cpus * (ratio - 1)
+            if v.available:
+                up.add(name)
+                cpus += max(0, free_cpus[name] + extra[name])
+                gpus += len(v.free_gpus or ())
         given: dict[str, list[NodeAllocation]] = {}  # ended, not yet in `views`
         ends_of_reserved = {r.ends for r in self.reservations if r.ends is not None}
-        i = 0
+        # What each reservation holds per node, its allocations taken together.
+        holds = [_per_node(r.allocations) for r in self.reservations]
+        i, n = 0, len(ending)
         for t in sorted({*end_times, *ends_of_reserved}):
             if t <= self.now:
                 continue
-            while i < len(ending) and end_times[i] <= t:
+            while i < n and end_times[i] <= t:
                 a = ending[i].allocation
                 i += 1
                 if a.node not in views:
                     continue
                 given.setdefault(a.node, []).append(a)
+                before = free_cpus[a.node] + extra[a.node]
+                free_cpus[a.node] += a.cpus
                 if a.node in up:
-                    before = max(0, free_cpus[a.node] + extra[a.node])
-                    free_cpus[a.node] += a.cpus
-                    cpus += max(0, free_cpus[a.node] + extra[a.node]) - before
+                    # what the node adds to the total: all of it, unless it was (and may
+                    # still be) oversubscribed past its share
+                    cpus += a.cpus if before >= 0 else max(0, before + a.cpus)
                     gpus += len(a.gpu_indices)
-                else:
-                    free_cpus[a.node] += a.cpus
             if cpus < need_cpus or gpus < need_gpus:
                 continue
-            for name, allocations in given.items():
-                for a in allocations:
-                    views[name] = _give(views[name], a)
-            given.clear()
             window_end = math.inf if runtime_s is None else t + runtime_s
-            at_t = views
             overlapping = [
-                r for r in self.reservations if r.at < window_end and (r.ends is None or r.ends > t)
+                holds[k]
+                for k, r in enumerate(self.reservations)
+                if r.at < window_end and (r.ends is None or r.ends > t)
             ]
-            if overlapping:
+            taken = _together(overlapping)
+            # The CPUs the reservations leave: a job asking more cannot fit, and neither the
+            # views nor place() are needed.
+            left = cpus
+            for name, (held_cpus, _, _) in taken.items():
+                if name in up:
+                    room = free_cpus[name] + extra[name]
+                    left += max(0, room - held_cpus) - max(0, room)
+            if left < need_cpus:
+                continue
+            for name, allocations in given.items():
+                views[name] = _give_all(views[name], allocations)
+            given.clear()
+            at_t = views
+            if taken:
                 at_t = dict(views)
-                for r in overlapping:
-                    for a in r.allocations:
-                        if a.node in at_t:
-                            at_t[a.node] = _take(at_t[a.node], a)
+                for name, held in taken.items():
+                    if name in at_t:
+                        at_t[name] = _take_all(at_t[name], *held)
             placement = place(spec, queue, list(at_t.values()), now=t)
             if placement is None:
                 continue
             ends = None if runtime_s is None else t + runtime_s
             reservation = Reservation(key, t, ends, placement.allocations)
-            shadow: dict[str, NodeView] = {}
+            shadow: dict[str, Left] = {}
             for a in placement.allocations:
-                shadow[a.node] = _take(shadow.get(a.node, at_t[a.node]), a)
+                shadow[a.node] = _less(shadow.get(a.node) or _left(at_t[a.node]), a)
             self.reservations.append(reservation)
             self._shadows.append(shadow)
-            self._constrained.clear()
+            self._forget()
             return reservation
         return None
 
@@ -342,17 +402,46 @@ def _view(v: NodeView, cpus: int, memory: int, gpus: tuple[int, ...], available:
     )
 
 
-def _give(view: NodeView, a: NodeAllocation) -> NodeView:
-    """`view` once `a` has ended."""
-    gpus = view.free_gpus if view.free_gpus is not None else tuple(range(view.gpus))
-    if a.gpu_indices:
-        gpus = tuple(sorted({*gpus, *a.gpu_indices}))
-    return _view(view, _cpus(view) + a.cpus, _memory(view) + a.memory_mib, gpus, view.available)
+def _per_node(allocations: Iterable[NodeAllocation]) -> dict[str, tuple[int, int, frozenset]]:
+    """The CPUs, memory and GPU indices `allocations` hold on each node, together."""
+    out: dict[str, tuple[int, int, frozenset]] = {}
+    for a in allocations:
+        cpus, memory, gpus = out.get(a.node, (0, 0, frozenset()))
+        out[a.node] = (cpus + a.cpus, memory + a.memory_mib, gpus | set(a.gpu_indices))
+    return out
 
 
-def _take(view: NodeView, a: NodeAllocation) -> NodeView:
-    """`view` once `a` holds room on it."""
+def _together(
+    holds: Sequence[dict[str, tuple[int, int, frozenset]]],
+) -> dict[str, tuple[int, int, frozenset]]:
+    if len(holds) == 1:
+        return holds[0]
+    out: dict[str, tuple[int, int, frozenset]] = {}
+    for hold in holds:
+        for name, (cpus, memory, gpus) in hold.items():
+            c, m, g = out.get(name, (0, 0, frozenset()))
+            out[name] = (c + cpus, m + memory, g | gpus)
+    return out
+
+
+def _give_all(view: NodeView, allocations: Sequence[NodeAllocation]) -> NodeView:
+    """`view` once every one of `allocations` has ended."""
     gpus = view.free_gpus if view.free_gpus is not None else tuple(range(view.gpus))
-    if a.gpu_indices:
-        gpus = tuple(i for i in gpus if i not in a.gpu_indices)
-    return _view(view, _cpus(view) - a.cpus, _memory(view) - a.memory_mib, gpus, view.available)
+    cpus, memory = _cpus(view), _memory(view)
+    indices: list[int] = []
+    for a in allocations:
+        cpus += a.cpus
+        memory += a.memory_mib
+        indices += a.gpu_indices
+    if indices:
+        gpus = tuple(sorted({*gpus, *indices}))
+    return _view(view, cpus, memory, gpus, view.available)
+
+
+def _take_all(view: NodeView, cpus: int, memory: int, indices: frozenset) -> NodeView:
+    """`view` once `cpus`, `memory` and the GPUs `indices` are held on it (its
+    allocations on it, taken together)."""
+    gpus = view.free_gpus if view.free_gpus is not None else tuple(range(view.gpus))
+    if indices:
+        gpus = tuple(i for i in gpus if i not in indices)
+    return _view(view, _cpus(view) - cpus, _memory(view) - memory, gpus, view.available)

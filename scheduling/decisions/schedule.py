@@ -209,13 +209,16 @@ def schedule_pass(
             if before[0] > -math.inf and plan is not None:  # type: ignore[index]
                 plan.passed.add(job.key)
         elif placement is None and free.may_fit(job.spec, cpu_ratio(queue)):
-            listed = held = free.listed()
+            listed = free.listed()
+            cpus = gpus = -1  # what the reservations leave in all; -1: none applies
             if plan is not None:
-                held, cpus, gpus = plan.room(listed, ends, cpu_ratio(queue))
+                cpus, gpus = plan.totals(listed, ends, cpu_ratio(queue))
             r = job.spec.resources
-            if held is listed or (r.cpus <= cpus and r.gpus <= gpus):
-                placement = place(job.spec, queue, held, now=now)
-            if placement is None and plan is not None and held is not listed:
+            if cpus < 0:
+                placement = place(job.spec, queue, listed, now=now)
+            elif r.cpus <= cpus and r.gpus <= gpus and plan is not None:
+                placement = place(job.spec, queue, plan.constrain(listed, ends), now=now)
+            if placement is None and cpus >= 0 and plan is not None:
                 plan.passed.add(job.key)  # room enough now, but not beside the reservations
         if placement is None:
             if not late:

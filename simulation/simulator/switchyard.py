@@ -266,7 +266,7 @@ class SitePolicy(Leases, Groups, CrossPool):
                     # Even its shortest job meets reservations that leave too little beside
                     # (and none is left to give it).
                     soonest = now + self.shortest[(pool, shape, rank)][0][0]
-                    _, cpus, gpus = plan.room(room.listed(), soonest, ratios[shape[0]])
+                    cpus, gpus = plan.totals(room.listed(), soonest, ratios[shape[0]])
                     if cpus >= 0 and (shape[1] > cpus or shape[2] > gpus):
                         stuck.add((shape, rank))
                         continue
