@@ -126,6 +126,21 @@ def site(db):
     site_view_invalidate()
 
 
+@pytest.fixture
+def cli_portal(site, live_server, monkeypatch, tmp_path) -> str:
+    """A live portal on the demo site, and the command-line client (and the Python client)
+    pointed at it as alice, with a token and no config file of its own; its URL."""
+    from django.contrib.auth.models import User
+
+    from portal.auth import issue_token
+
+    token, _ = issue_token(User.objects.get(username="alice"))
+    monkeypatch.setenv("SWITCHYARD_URL", live_server.url)
+    monkeypatch.setenv("SWITCHYARD_TOKEN", token)
+    monkeypatch.setenv("SWITCHYARD_CONFIG", str(tmp_path / "none.json"))
+    return live_server.url
+
+
 def move_storage_areas(root: Path) -> None:
     """Point the demo site's storage areas below `root`, so each test has folders of its own."""
     from django.conf import settings

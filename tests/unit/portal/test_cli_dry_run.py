@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from django.contrib.auth.models import User
 from switchyard_cli import cli
 from switchyard_cli.client import BAD_INPUT, CONFLICT, OK
 
-from portal.auth import issue_token
 from portal.models import AuditEvent
 from scheduling.models import Quota, Task
 from scheduling.selectors import site_view_invalidate
@@ -26,22 +24,13 @@ TRAINING = descriptor(
 )
 
 
-@pytest.fixture
-def portal(site, live_server, monkeypatch, tmp_path):
-    token, _ = issue_token(User.objects.get(username="alice"))
-    monkeypatch.setenv("SWITCHYARD_URL", live_server.url)
-    monkeypatch.setenv("SWITCHYARD_TOKEN", token)
-    monkeypatch.setenv("SWITCHYARD_CONFIG", str(tmp_path / "none.json"))
-    return live_server.url
-
-
 def _file(tmp_path, doc: dict, name: str = "job.yaml"):
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc) if name.endswith(".yaml") else json.dumps(doc))
     return str(path)
 
 
-def test_it_shows_type_queue_quotas_and_start_and_submits_nothing(portal, tmp_path, capsys):
+def test_it_shows_type_queue_quotas_and_start_and_submits_nothing(cli_portal, tmp_path, capsys):
     audit = AuditEvent.objects.count()
     assert cli.main(["submit", "--dry-run", _file(tmp_path, TRAINING)]) == OK
     shown = capsys.readouterr().out
@@ -55,14 +44,14 @@ def test_it_shows_type_queue_quotas_and_start_and_submits_nothing(portal, tmp_pa
     assert Task.objects.count() == 0 and AuditEvent.objects.count() == audit
 
 
-def test_a_guessed_type_is_named_with_its_rule_and_what_to_declare(portal, tmp_path, capsys):
+def test_a_guessed_type_is_named_with_its_rule_and_what_to_declare(cli_portal, tmp_path, capsys):
     assert cli.main(["submit", "--dry-run", _file(tmp_path, descriptor(), "job.json")]) == OK
     shown = capsys.readouterr().out
     assert "type:    agent (guessed)" in shown and "→ agent" in shown
     assert "or declare `type: hpc-simulation` (queue hpc takes it)" in shown
 
 
-def test_the_json_output_is_the_apis_preview_and_matches_the_submit(portal, tmp_path, capsys):
+def test_the_json_output_is_the_apis_preview_and_matches_the_submit(cli_portal, tmp_path, capsys):
     job = _file(tmp_path, TRAINING)
     assert cli.main(["-o", "json", "submit", "--dry-run", job]) == OK
     preview = json.loads(capsys.readouterr().out)
@@ -71,7 +60,7 @@ def test_the_json_output_is_the_apis_preview_and_matches_the_submit(portal, tmp_
     assert (preview["type"], preview["queue"]) == (task.type, task.queue.name)
 
 
-def test_a_refusal_exits_as_the_submit_would_with_its_error(portal, tmp_path, capsys):
+def test_a_refusal_exits_as_the_submit_would_with_its_error(cli_portal, tmp_path, capsys):
     refused = descriptor(resources={"gpus": 8, "cpus": 16}, walltime="3h")
     assert cli.main(["submit", "--dry-run", _file(tmp_path, refused)]) == BAD_INPUT
     captured = capsys.readouterr()
@@ -92,7 +81,7 @@ def _training_quota(**fields) -> None:
     Task.objects.update(admitted=True, state="running")
 
 
-def test_a_held_task_says_it_waits_for_its_quota(portal, tmp_path, capsys):
+def test_a_held_task_says_it_waits_for_its_quota(cli_portal, tmp_path, capsys):
     _training_quota()
     capsys.readouterr()
     assert cli.main(["submit", "--dry-run", _file(tmp_path, TRAINING)]) == OK
@@ -102,7 +91,7 @@ def test_a_held_task_says_it_waits_for_its_quota(portal, tmp_path, capsys):
     assert Task.objects.count() == 1
 
 
-def test_a_workflow_is_not_sent(portal, tmp_path, capsys):
+def test_a_workflow_is_not_sent(cli_portal, tmp_path, capsys):
     flow = {"apiVersion": "switchyard/v1", "kind": "Workflow", "name": "w", "tasks": []}
     assert cli.main(["submit", "--dry-run", _file(tmp_path, flow)]) == BAD_INPUT
     assert "--dry-run previews one task" in capsys.readouterr().err
@@ -114,7 +103,7 @@ def test_dry_run_and_wait_do_not_go_together(capsys):
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_a_quota_that_refuses_exits_as_the_submit_would(portal, tmp_path, capsys):
+def test_a_quota_that_refuses_exits_as_the_submit_would(cli_portal, tmp_path, capsys):
     _training_quota(over_quota="reject")
     job = _file(tmp_path, TRAINING)
     assert cli.main(["submit", "--dry-run", job]) == CONFLICT

@@ -13,23 +13,13 @@ from switchyard_cli import cli
 from switchyard_cli.client import CONFLICT, NOT_FOUND, CliError
 from switchyard_cli.sandbox import Sandbox
 
-from portal.auth import issue_token
 from scheduling.models import Sandbox as SandboxRow
 from scheduling.services import sandbox_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def portal(site, live_server, monkeypatch, tmp_path):
-    token, _ = issue_token(User.objects.get(username="alice"))
-    monkeypatch.setenv("SWITCHYARD_URL", live_server.url)
-    monkeypatch.setenv("SWITCHYARD_TOKEN", token)
-    monkeypatch.setenv("SWITCHYARD_CONFIG", str(tmp_path / "none.json"))
-    return live_server.url
-
-
-def test_the_python_client_builds_on_its_own_files_and_deletes_on_exit(portal):
+def test_the_python_client_builds_on_its_own_files_and_deletes_on_exit(cli_portal):
     with Sandbox.create("materials") as box:
         assert box.state == "ready"
         box.write("step1.txt", "one\n")
@@ -48,7 +38,7 @@ def test_the_python_client_builds_on_its_own_files_and_deletes_on_exit(portal):
     assert caught.value.code == CONFLICT
 
 
-def test_the_command_line(portal, capsys):
+def test_the_command_line(cli_portal, capsys):
     assert cli.main(["-o", "json", "sandbox", "create", "--project", "materials"]) == 0
     sid = json.loads(capsys.readouterr().out)["id"]
     assert cli.main(["sandbox", "exec", sid, "--", "echo", "hi"]) == 0
@@ -60,7 +50,7 @@ def test_the_command_line(portal, capsys):
     assert cli.main(["sandbox", "show", "sbx-0"]) == NOT_FOUND
 
 
-def test_the_client_waits_and_tries_again_while_the_portal_answers_busy(portal, settings):
+def test_the_client_waits_and_tries_again_while_the_portal_answers_busy(cli_portal, settings):
     settings.SWITCHYARD_SANDBOX_CALLS_PER_USER = 3
     alice = User.objects.get(username="alice")
     box = Sandbox.create("materials")
