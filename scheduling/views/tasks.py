@@ -3,6 +3,7 @@ a selector or one service per view, then a template or a fragment."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_POST
 from portal.errors import ApplicationError, ErrorItem
 from portal.http import SignedInRequest
 from portal.selectors import project_list_for_user
+from portal.throttles import throttled
 from scheduling import services
 from scheduling.decisions.humanize import count, format_duration, format_memory
 from scheduling.decisions.levels import HIGH, LEVELS
@@ -160,7 +162,18 @@ def task_submit(request: SignedInRequest) -> HttpResponse:
 @require_POST
 def task_submit_preview(request: SignedInRequest) -> HttpResponse:
     """The submit page's live preview (htmx, as the fields change): what submitting the form
-    as it stands would do. Stores nothing; bad input is shown in the fragment, never a 500."""
+    as it stands would do. Stores nothing; bad input is shown in the fragment, never a 500.
+    Counted with the user's API previews (`SWITCHYARD_PREVIEW_RATE`): past it, a 429 that
+    htmx does not swap in, so the last preview stays on the page."""
+    wait = throttled(request, "preview")
+    if wait is not None:
+        response = HttpResponse(
+            f"Too many previews: try again in {math.ceil(wait)} s.",
+            status=429,
+            content_type="text/plain",
+        )
+        response["Retry-After"] = str(math.ceil(wait))
+        return response
     projects = list(
         project_list_for_user(request.user).order_by("slug").values_list("slug", flat=True)
     )

@@ -205,6 +205,29 @@ def test_it_takes_the_submits_auth_and_permissions_and_counts_each_users_preview
     assert _preview(outsider_api, HPC).status_code != 429  # another user's count is its own
 
 
+def test_the_submit_pages_previews_count_with_the_users_api_previews(
+    api, browser, outsider_browser, monkeypatch
+):
+    """One count per user for both doors: past it the page's preview is a 429 (which htmx
+    leaves unswapped: the last preview stays) with when to try again, and does no work."""
+    from django.core.cache.backends.locmem import LocMemCache
+    from rest_framework.throttling import ScopedRateThrottle
+
+    monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", {"preview": "2/min"})
+    monkeypatch.setattr(ScopedRateThrottle, "cache", LocMemCache("preview-throttle-page", {}))
+    page = {"descriptor": json.dumps(HPC)}
+    assert _preview(api, HPC).status_code == 200
+    assert browser.post("/tasks/new/preview/", page).status_code == 200
+    with mock.patch.object(services, "submit_preview", autospec=True) as spy:
+        refused = browser.post("/tasks/new/preview/", page)
+        assert _preview(api, HPC).status_code == 429
+    assert refused.status_code == 429, refused.content
+    assert 0 < int(refused["Retry-After"]) <= 60
+    assert refused.content.decode().startswith("Too many previews: try again in ")
+    assert spy.call_count == 0
+    assert outsider_browser.post("/tasks/new/preview/", page).status_code == 200
+
+
 def test_the_page_and_the_api_call_the_one_preview_service(api, browser):
     real = services.submit_preview
     with mock.patch.object(services, "submit_preview", autospec=True, side_effect=real) as spy:
