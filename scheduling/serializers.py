@@ -10,8 +10,10 @@ from portal import roles
 from scheduling import sealed
 from scheduling.decisions import lifecycle
 from scheduling.decisions.levels import LEVELS
+from scheduling.forms_admin import duration_text
 from scheduling.models import (
     Attempt,
+    LeaseSchedule,
     Node,
     NodeLease,
     Pool,
@@ -305,3 +307,17 @@ class LeaseSerializer(serializers.ModelSerializer):
 
     def get_created_by(self, lease: NodeLease) -> str | None:
         return lease.created_by.get_username() if lease.created_by else None
+
+
+class LeaseScheduleSerializer(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool.name")
+    queue = serializers.CharField(source="queue.name")
+    start = serializers.TimeField(format="%H:%M", help_text="every day at, site time")
+    duration = serializers.SerializerMethodField(help_text="how long each lease lasts: 6h, 1h30m")
+
+    class Meta:
+        model = LeaseSchedule
+        fields = ["id", "pool", "queue", "count", "start", "duration", "duration_s", "enabled"]
+
+    def get_duration(self, schedule: LeaseSchedule) -> str:
+        return duration_text(schedule.duration_s)

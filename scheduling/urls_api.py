@@ -4,6 +4,7 @@ from scheduling.api import canary as api_canary
 from scheduling.api import capacity as api_capacity
 from scheduling.api import files as api_files
 from scheduling.api import images as api_images
+from scheduling.api import lease_schedules as api_lease_schedules
 from scheduling.api import policy as api_policy
 from scheduling.api import queues as api_queues
 from scheduling.api import quotas as api_quotas
@@ -47,6 +48,16 @@ urlpatterns = [
     path("leases/", api_capacity.LeaseList.as_view(), name="api-leases"),
     path("leases/<int:pk>/", api_capacity.LeaseDetail.as_view(), name="api-lease"),
     path("leases/<int:pk>/end/", api_capacity.LeaseEnd.as_view(), name="api-lease-end"),
+    path(
+        "lease-schedules/",
+        api_lease_schedules.LeaseScheduleList.as_view(),
+        name="api-lease-schedules",
+    ),
+    path(
+        "lease-schedules/<int:pk>/",
+        api_lease_schedules.LeaseScheduleDetail.as_view(),
+        name="api-lease-schedule",
+    ),
     path("projects/<slug:slug>/quotas/", api_quotas.ProjectQuotas.as_view(), name="api-quotas"),
     path("canaries/", api_canary.CanaryList.as_view(), name="api-canaries"),
     path(

@@ -90,6 +90,8 @@ READS: dict[str, tuple[str, ...]] = {
     "api-leases": ("state", PAGE_),
     "api-lease": (),
     "api-lease-end": (),
+    "api-lease-schedules": (),
+    "api-lease-schedule": (),
     "api-quotas": (),
     "api-members": (),
     "api-member": (),
