@@ -59,6 +59,9 @@ def _save(request: SignedInApiRequest, schedule):
     if unknown:
         expected = ", ".join((*FIELDS, "reason"))
         raise ApplicationError(f"unknown field; expected {expected}", field=unknown[0])
+    if "enabled" in data and not isinstance(data["enabled"], bool):
+        # The form's checkbox would read any text but "false" as on.
+        raise ApplicationError("must be true or false", field="enabled", got=data["enabled"])
     current = LeaseScheduleForm.for_schedule(schedule)
     values: dict[str, Any] = {name: current[name].initial for name in FIELDS}
     values.update((name, data[name]) for name in FIELDS if name in data)

@@ -83,6 +83,7 @@ def test_a_platform_admin_adds_changes_and_removes_one_each_a_version_with_its_r
         ({"pool": "atlantis"}, "pool"),
         ({"queue": "inference-agent"}, "queue"),  # a queue of the lending pool itself
         ({"reason": ""}, "reason"),
+        ({"enabled": "no"}, "enabled"),  # a checkbox would read it as on
         ({"colour": "red"}, "colour"),  # a field it does not know
     ],
 )
