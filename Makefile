@@ -74,9 +74,9 @@ ldap-deps:
 # Tests keep their own var/ (broker folder, local-backend root) apart from a running `make run`.
 # On TEST_WORKERS pytest-xdist workers (0: in one process): the Slurm tests, which mostly wait
 # on the cluster, one after another on one of them, the rest on the others (tests/parallel.py).
-# Three on two cores: much of the suite waits (on Slurm, on walltimes), and the third worker
-# runs meanwhile (README.md, "Development").
-TEST_WORKERS ?= 3
+# Two on two cores: a third made the run no shorter and the machine's load heavier
+# (README.md, "Development").
+TEST_WORKERS ?= 2
 test: install system-deps browser-deps front-deps ldap-deps $(TEST_VAR)/secret-key
 	@bash docker/job-accounts.sh sy-alice sy-bob
 	SWITCHYARD_VAR_DIR=$(TEST_VAR) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
