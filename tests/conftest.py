@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,7 +79,27 @@ def remove_job_root(root: Path) -> None:
     # A launcher would leave by itself once its socket is gone, but only seconds later.
     for run in (root / "run", *root.glob("*/run")):
         stop_launcher(str(run.parent))
+    for jobs in (root / "jobs", *root.glob("*/jobs")):
+        _stop_jobs(jobs)
     remove_tree(str(root))
+
+
+def _stop_jobs(jobs: Path) -> None:
+    """Kill what each job under `jobs` still runs, and its supervisor: a live sandbox (a warm
+    one a test's worker started, say) waits for work until it is stopped, and would outlive
+    the test by the rest of the run, its supervisor polling all the while."""
+    from scheduling.backends.local.jobstore import JobStore
+    from scheduling.backends.local.launch import signal_child
+    from scheduling.backends.local.shim import proc_start_time
+
+    store = JobStore(str(jobs.parent))
+    for folder in jobs.iterdir() if jobs.is_dir() else ():
+        state = store.read_state(folder.name) or {}
+        signal_child(state, signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError):
+            pid, start = map(int, (folder / "shim.pid").read_text().split())
+            if proc_start_time(pid) == start:
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
