@@ -92,10 +92,13 @@ def _stop_jobs(jobs: Path) -> None:
     from scheduling.backends.local.launch import signal_child
     from scheduling.backends.local.shim import proc_start_time
 
+    if not jobs.is_dir():
+        return
     store = JobStore(str(jobs.parent))
-    for folder in jobs.iterdir() if jobs.is_dir() else ():
-        state = store.read_state(folder.name) or {}
-        signal_child(state, signal.SIGKILL)
+    for folder in jobs.iterdir():
+        # Best effort, as a cleanup is: a job half-written or already gone has nothing to stop.
+        with contextlib.suppress(OSError, ValueError):
+            signal_child(store.read_state(folder.name) or {}, signal.SIGKILL)
         with contextlib.suppress(OSError, ValueError):
             pid, start = map(int, (folder / "shim.pid").read_text().split())
             if proc_start_time(pid) == start:
