@@ -307,3 +307,16 @@ class LeaseScheduleForm(forms.Form):
     def field_for(self, field: str | None) -> str | None:
         name = "duration" if field == "duration_s" else field
         return name if name in self.fields else None
+
+    def schedule_values(self) -> dict[str, Any]:
+        """The valid form as `lease_schedule_save` takes it (the page and the API both save
+        through it)."""
+        data = self.cleaned_data
+        return {
+            "pool": data["pool"],
+            "queue": data["queue"],
+            "count": data["count"],
+            "start": data["start"],
+            "duration_s": data["duration"],
+            "enabled": data["enabled"],
+        }

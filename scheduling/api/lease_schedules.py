@@ -7,6 +7,7 @@ the two doors refuse alike, and each change is a configuration version with its 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -41,10 +42,8 @@ WRITE = inline_serializer(
 def _schedule(request: SignedInApiRequest, pk: int):
     found = None
     if roles.is_platform_admin(request.user):
-        try:
+        with contextlib.suppress(ValueError):  # an id no database holds
             found = lease_schedule_get(checked_pk(pk))
-        except ValueError:  # an id no database holds
-            found = None
     if found is None:
         raise ApplicationError("no such lease schedule", status=404)
     return found
@@ -74,22 +73,18 @@ def _save(request: SignedInApiRequest, schedule):
             for name, messages in form.errors.items()
         ]
         raise ApplicationError("invalid lease schedule", errors=errors)
-    cleaned = form.cleaned_data
     try:
         return lease_schedule_save(
             user=request.user,
             schedule=schedule,
-            pool=cleaned["pool"],
-            queue=cleaned["queue"],
-            count=cleaned["count"],
-            start=cleaned["start"],
-            duration_s=cleaned["duration"],
-            enabled=cleaned["enabled"],
             reason=str(data.get("reason") or ""),
+            **form.schedule_values(),
         )
-    except ApplicationError as exc:  # the model's checks name its column, not what was sent
+    except ApplicationError as exc:  # the model's checks name its column: the form's field
         exc.errors = [
-            ErrorItem("duration", e.message, data.get("duration")) if e.field == "duration_s" else e
+            ErrorItem(name, e.message, data.get(name))
+            if (name := form.field_for(e.field)) not in (None, e.field)
+            else e
             for e in exc.errors
         ]
         raise

@@ -175,17 +175,8 @@ def lease_schedule(request: SignedInRequest, pk: int | None = None) -> HttpRespo
             messages.success(request, f"Nightly lease #{pk} removed.")
             return redirect("capacity")
         if form.is_valid():
-            data = form.cleaned_data
             saved = lease_schedule_save(
-                user=request.user,
-                schedule=schedule,
-                pool=data["pool"],
-                queue=data["queue"],
-                count=data["count"],
-                start=data["start"],
-                duration_s=data["duration"],
-                enabled=data["enabled"],
-                reason=reason,
+                user=request.user, schedule=schedule, reason=reason, **form.schedule_values()
             )
             messages.success(request, f"Nightly lease #{saved.pk} saved: {saved}.")
             return redirect("capacity")
