@@ -25,6 +25,8 @@ API_PORT = 7080
 # The descriptor the agent finds its listening socket on (the supervisor dup2()s it there).
 LISTEN_FD = 3
 SOCKET_NAME = "session.sock"
+# The name a socket is bound under until it listens (listen()).
+PASSING_SUFFIX = ".new"
 # A Unix socket address holds at most 107 bytes; a longer path is bound through its folder.
 _SUN_PATH_MAX = 100
 BACKLOG = 128
@@ -32,25 +34,31 @@ BACKLOG = 128
 
 def listen(path: str) -> socket.socket:
     """Bind and listen on `path` (replacing a stale socket file), mode 0600: only the account
-    that binds it (the portal's) may connect; the sandbox gets the listening descriptor."""
+    that binds it (the portal's) may connect; the sandbox gets the listening descriptor. The
+    socket is bound under a passing name and renamed to `path` once it listens, so a client
+    that finds `path` is never refused for being early: a refusal means its agent has gone."""
+    passing = path + PASSING_SUFFIX
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        os.unlink(passing)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     folder_fd = None
     try:
-        address = path
-        if len(os.fsencode(path)) > _SUN_PATH_MAX:
-            folder_fd = os.open(os.path.dirname(path), os.O_PATH | os.O_CLOEXEC)
-            address = f"/proc/self/fd/{folder_fd}/{os.path.basename(path)}"
+        address = passing
+        if len(os.fsencode(passing)) > _SUN_PATH_MAX:
+            folder_fd = os.open(os.path.dirname(passing), os.O_PATH | os.O_CLOEXEC)
+            address = f"/proc/self/fd/{folder_fd}/{os.path.basename(passing)}"
         old = os.umask(0o177)
         try:
             sock.bind(address)
         finally:
             os.umask(old)
-        os.chmod(path, 0o600)
+        os.chmod(passing, 0o600)
         sock.listen(BACKLOG)
+        os.rename(passing, path)
     except BaseException:
         sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(passing)
         raise
     finally:
         if folder_fd is not None:

@@ -68,7 +68,10 @@ _ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 # What an exec's step runs on the node, as the job's account (`python3 -I -S -c RELAY folder
 # wait_s`). Exit 3: no agent listens there (the session has ended); 4: the folder is not the
-# account's own; 5: the request was cut short.
+# account's own; 5: the request was cut short; 6: no socket there yet after `wait_s` (the job
+# has started but its watcher has not bound the socket: a loaded node; or it is ending, which
+# srun says on the next try). The socket appears only once it listens (box.listen), so a
+# refusal is an agent that has gone.
 RELAY = r"""
 import os, socket, sys, time
 folder, wait = sys.argv[1], float(sys.argv[2])
@@ -105,7 +108,7 @@ while True:
         break
     except FileNotFoundError:
         if time.monotonic() > deadline:
-            end(3, "no agent listens: the session has ended")
+            end(6, "no agent listens yet: the session is starting")
         time.sleep(0.01)
     except ConnectionRefusedError:
         end(3, "no agent listens: the session has ended")
@@ -122,6 +125,7 @@ while True:
 """.replace("SOCKET", repr(box.SOCKET_NAME))
 
 GONE_EXIT = 3
+NOT_YET_EXIT = 6
 # What srun says of a job that has ended or never was (then the session has ended).
 _GONE = (
     "has expired",
@@ -403,6 +407,8 @@ def _why(proc: subprocess.Popen, exc: BackendError, backend_id: str) -> BackendE
     text = (err or b"").decode("utf-8", "replace").strip()
     if proc.returncode == GONE_EXIT or any(m in text for m in _GONE):
         return SessionGone(f"the session {backend_id} has ended")
+    if proc.returncode == NOT_YET_EXIT:
+        return BackendError(f"the session {backend_id} is starting: its agent is not listening yet")
     if _PENDING in text:
         return BackendError(f"the session {backend_id} is starting: its job waits for its node")
     if proc.returncode:

@@ -87,6 +87,7 @@ def finish():
     repr(
         (
             box.SOCKET_NAME,
+            box.SOCKET_NAME + box.PASSING_SUFFIX,
             "agent.py",
             "forward.py",
             EGRESS_SOCKET_NAME,

@@ -18,10 +18,16 @@ import time
 import pytest
 
 from scheduling.backends import SubmitRequest
-from scheduling.backends.base import BackendError, ExecRequest
+from scheduling.backends.base import BackendError, ExecRequest, SessionGone
 from scheduling.backends.session import box, egress, wire
 from scheduling.backends.slurm import SlurmBackend, imagejob
-from scheduling.backends.slurm.session import GONE_EXIT, RELAY, session_folder
+from scheduling.backends.slurm.session import (
+    GONE_EXIT,
+    NOT_YET_EXIT,
+    RELAY,
+    _why,
+    session_folder,
+)
 from scheduling.decisions.types import QueuePolicy
 from scheduling.spec import Resources, TaskSpec
 
@@ -116,10 +122,44 @@ def test_the_script_runs_the_agent_behind_a_socket_only_its_account_reaches(back
     finally:
         os.killpg(job.pid, signal.SIGTERM)  # what scancel sends first
         job.wait(timeout=20)
-    # The watcher removed the folder; a relay then finds no agent and says so.
+    # The watcher removed the folder. A relay finding none cannot tell a job that is ending
+    # from one whose watcher has not bound its socket yet (a loaded node): it says "not yet",
+    # and srun's next step says which (the job has ended: SessionGone).
     assert not os.path.exists(folder)
-    gone = relay(folder, ping_frame())
-    assert gone.returncode == GONE_EXIT and b"no agent listens" in gone.stderr
+    early = relay(folder, ping_frame())
+    assert early.returncode == NOT_YET_EXIT and b"no agent listens yet" in early.stderr
+    assert isinstance(_why(finished(early), BackendError("x"), "7:sy-7-1"), BackendError)
+    assert not isinstance(_why(finished(early), BackendError("x"), "7:sy-7-1"), SessionGone)
+
+
+def test_a_socket_that_refuses_is_an_agent_that_has_gone(backend):
+    """The socket appears only once it listens (box.listen), so a refusal is never a session
+    that is starting: it has ended, and the caller is told so."""
+    folder = session_folder(backend.session_dir, "sy-9-1")
+    account = pwd.getpwnam(JOB_ACCOUNT)
+    os.mkdir(folder, 0o700)
+    os.chown(folder, account.pw_uid, account.pw_gid)
+    stale = box.listen(f"{folder}/{box.SOCKET_NAME}")
+    os.chown(f"{folder}/{box.SOCKET_NAME}", account.pw_uid, account.pw_gid)
+    stale.close()  # the agent went; its socket file stayed
+    done = relay(folder, ping_frame())
+    assert done.returncode == GONE_EXIT and b"no agent listens" in done.stderr
+    assert isinstance(_why(finished(done), BackendError("x"), "9:sy-9-1"), SessionGone)
+
+
+def finished(done: subprocess.CompletedProcess) -> subprocess.Popen:
+    """An ended process that said what `done` said, for _why (which reads srun's stderr)."""
+    return subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            'printf %s "$1" >&2; exit "$2"',
+            "sh",
+            done.stderr.decode(),
+            str(done.returncode),
+        ],
+        stderr=subprocess.PIPE,
+    )
 
 
 def test_a_relay_refuses_a_folder_that_is_not_its_accounts_own(backend):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import stat
 import struct
 import subprocess
 import threading
@@ -225,4 +227,21 @@ def test_exec_output_over_the_callers_cap_is_refused(tmp_path):
     threading.Thread(target=answer_once, daemon=True).start()
     with pytest.raises(BackendError, match="cap"):
         wire.exec_in(path, ExecRequest(argv=("true",), max_output=100))
+    server.close()
+
+
+def test_a_socket_appears_only_once_it_listens_and_replaces_a_stale_one(tmp_path):
+    """box.listen binds under a passing name and renames: a client that finds the path is
+    never refused for being early, so a refusal always means the agent has gone."""
+    path = str(tmp_path / "s.sock")
+    stale = box.listen(path)
+    stale.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.socket(socket.AF_UNIX).connect(path)
+    server = box.listen(path)
+    assert sorted(os.listdir(tmp_path)) == ["s.sock"]  # nothing left under the passing name
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(path)
+    client.close()
     server.close()
