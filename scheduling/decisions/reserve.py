@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -85,6 +86,24 @@ def node_range(names: Sequence[str]) -> str:
     return ", ".join(names)
 
 
+@dataclass(frozen=True, slots=True)
+class Made:
+    """A reservation as `Plan.make` made it, with everything that decided it: the job's
+    request and planned runtime, the pool's nodes, the reservations made before it, the room
+    still held at its start and what it left free there. A later plan asked to reserve for
+    the same job, where all of that is the same and no earlier time fits, would make the
+    same reservation: it takes this one (`Plan(made=...)`)."""
+
+    reservation: Reservation
+    spec: TaskSpec
+    queue: QueuePolicy
+    runtime_s: float | None
+    nodes: tuple
+    before: tuple
+    held: Counter
+    shadow: dict
+
+
 # A reserved node as it will be at its reservation's start, the reservation holding its
 # part: free CPUs, free memory, the free GPU indices, and whether it is up.
 Left = tuple[int, int, tuple[int, ...], bool]
@@ -135,6 +154,11 @@ class Plan:
     when a reservation must be made); `reserve` how many jobs that cannot start get one (1:
     EASY; more: conservative backfilling of the first few). `start` records each job the
     pass starts, with its planned end, so later reservations and checks see it.
+
+    `made`: an earlier plan's reservations of this pool as they were made (`Plan.kept`),
+    which `make` takes again where nothing that decided one has changed. Only for a caller
+    whose `busy` holds every allocation on the pool's nodes (the simulator): the room at a
+    reservation's start is then the nodes less what is still held then.
     """
 
     def __init__(
@@ -145,6 +169,7 @@ class Plan:
         now: float,
         reserve: int = RESERVED_JOBS,
         drained: Mapping[str, str] | AbstractSet[str] = frozenset(),
+        made: Mapping[str, Made] | None = None,
     ) -> None:
         self.nodes = {
             n.name: dataclasses.replace(n, available=False) if n.name in drained else n
@@ -168,6 +193,10 @@ class Plan:
         # reservations that applied (and the ratio); a start changes both, and clears them.
         self._constrained: dict[tuple, tuple[list[NodeView], list[NodeView]]] = {}
         self._totals: dict[tuple, tuple[list[NodeView], tuple[int, int]]] = {}
+        # The reservations this plan made or took again, and an earlier plan's to take again.
+        self.made: dict[str, Made] = {}
+        self._earlier = made or {}
+        self._node_key = tuple(self.nodes.values()) if made is not None else ()
 
     @property
     def full(self) -> bool:
@@ -320,6 +349,18 @@ class Plan:
                 cpus += max(0, free_cpus[name] + extra[name])
                 gpus += len(v.free_gpus or ())
         given: dict[str, list[NodeAllocation]] = {}  # ended, not yet in `views`
+        prior = tuple((r.key, r.at, r.ends, r.allocations) for r in self.reservations)
+        earlier = self._earlier.get(key)
+        if earlier is not None and not (
+            earlier.spec is spec
+            and earlier.queue == queue
+            and earlier.runtime_s == runtime_s
+            and earlier.reservation.at > self.now
+            and earlier.before == prior
+            and earlier.nodes == self._node_key
+            and earlier.held == _held_at(running, earlier.reservation.at)
+        ):
+            earlier = None
         ends_of_reserved = {r.ends for r in self.reservations if r.ends is not None}
         # What each reservation holds per node, its allocations taken together.
         holds = [_per_node(r.allocations) for r in self.reservations]
@@ -340,6 +381,11 @@ class Plan:
                     # still be) oversubscribed past its share
                     cpus += a.cpus if before >= 0 else max(0, before + a.cpus)
                     gpus += len(a.gpu_indices)
+            if earlier is not None and t >= earlier.reservation.at:
+                if t == earlier.reservation.at:
+                    # Nothing earlier fits, and the room then is as it was: the same one.
+                    return self._add(earlier, dict(earlier.shadow))
+                earlier = None
             if cpus < need_cpus or gpus < need_gpus:
                 continue
             window_end = math.inf if runtime_s is None else t + runtime_s
@@ -375,11 +421,39 @@ class Plan:
             shadow: dict[str, Left] = {}
             for a in placement.allocations:
                 shadow[a.node] = _less(shadow.get(a.node) or _left(at_t[a.node]), a)
+            if self._node_key:  # the caller takes reservations again (`made`)
+                made = Made(
+                    reservation,
+                    spec,
+                    queue,
+                    runtime_s,
+                    self._node_key,
+                    prior,
+                    _held_at(running, t),
+                    dict(shadow),
+                )
+                return self._add(made, shadow)
             self.reservations.append(reservation)
             self._shadows.append(shadow)
             self._forget()
             return reservation
         return None
+
+    def _add(self, made: Made, shadow: dict[str, Left]) -> Reservation:
+        self.reservations.append(made.reservation)
+        self._shadows.append(shadow)
+        self.made[made.reservation.key] = made
+        self._forget()
+        return made.reservation
+
+    def kept(self) -> dict[str, Made]:
+        """The reservations this plan holds as they were made, for the next plan's `made`."""
+        return {r.key: self.made[r.key] for r in self.reservations if r.key in self.made}
+
+
+def _held_at(running: Iterable[Busy], t: float) -> Counter:
+    """The allocations still held at `t` (the room then is the nodes less these)."""
+    return Counter(b.allocation for b in running if b.ends_at is None or b.ends_at > t)
 
 
 def _end(b: Busy) -> float:

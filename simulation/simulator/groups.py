@@ -93,7 +93,10 @@ class Groups(Predictions):
                     if a.node in names
                 ]
 
-            plan = self.plans[pool] = Plan(nodes, busy, now=now, drained=self.sim.down)
+            # A reservation the last plan made stays where nothing that decided it changed
+            # (jobs that ended as planned, or started beside it): it is not made again.
+            kept = plan.kept() if plan is not None else {}
+            plan = self.plans[pool] = Plan(nodes, busy, now=now, drained=self.sim.down, made=kept)
             self.since[pool] = since
         plan.now = now
         plan.passed.clear()

@@ -3,6 +3,7 @@ backfill")."""
 
 from __future__ import annotations
 
+from scheduling.decisions.place import free_view
 from scheduling.decisions.reserve import Busy, Plan, node_range
 from scheduling.decisions.schedule import Start, Wait, WaitingJob, schedule_pass
 from scheduling.decisions.types import NodeAllocation, NodeView, QueuePolicy
@@ -144,3 +145,30 @@ def test_node_ranges_read_as_ranges():
     assert node_range(["gpu009", "gpu007", "gpu008", "gpu010"]) == "gpu007-gpu010"
     assert node_range(["n1", "n3", "n4"]) == "n1, n3, n4"
     assert node_range(["a"]) == "a"
+
+
+def test_a_later_plan_takes_a_reservation_again_only_where_nothing_that_decided_it_changed():
+    free = {n.name: free_view(n, RUNNING[n.name]) for n in NODES}
+    big = _job("big", 8, 60).spec
+    first = Plan(NODES, BUSY, now=0.0, made={})
+    made = first.make("big", big, Q, 60.0, free)
+    assert made is not None and made.at == 100.0
+
+    def again(now=10.0, runtime=60.0, busy=BUSY, before=None, room=free):
+        plan = Plan(NODES, busy, now=now, made=first.kept())
+        if before is not None:
+            plan.make(*before)
+        return plan.make("big", big, Q, runtime, room)
+
+    assert again() is made  # B's end at 50 is as planned: nothing earlier, the same room
+    # A new prediction, room still held at its start, another's reservation made before it,
+    # or a start already past: each is made anew.
+    assert again(runtime=90.0).ends == 190.0
+    started = NodeAllocation("n2", 1, 1024)  # started since, beside it, until 120
+    room = {**free, "n2": free_view(NODES[1], [B, started])}
+    assert again(busy=[*BUSY, Busy(started, 120.0)], room=room).at == 120.0
+    other = _job("other", 2, 300).spec
+    assert again(before=("other", other, Q, 300.0, free)) is not made
+    assert again(now=100.0) is not made
+    # Without `made` (the live engine's plans) nothing is kept.
+    assert Plan(NODES, BUSY, now=0.0).kept() == {}
