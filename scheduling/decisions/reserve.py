@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -100,8 +99,10 @@ class Made:
     runtime_s: float | None
     nodes: tuple
     before: tuple
-    held: Counter
+    held: frozenset  # the allocations still held at its start (by identity: `alive`)
     shadow: dict
+    running: frozenset  # (allocation, planned end) of the work running when it was made
+    alive: tuple  # that work, kept, so that no other allocation takes one's identity
 
 
 # A reserved node as it will be at its reservation's start, the reservation holding its
@@ -330,6 +331,26 @@ class Plan:
         self._busy = [b for b in self._running() if b.ends_at is None or b.ends_at > self.now]
         self._started = [b for b in self._started if b.ends_at is None or b.ends_at > self.now]
         running = self._busy + self._started
+        prior = tuple((r.key, r.at, r.ends, r.allocations) for r in self.reservations)
+        earlier = self._earlier.get(key)
+        if earlier is not None and not (
+            earlier.spec is spec
+            and earlier.queue == queue
+            and earlier.runtime_s == runtime_s
+            and earlier.reservation.at > self.now
+            and earlier.before == prior
+            and earlier.nodes == self._node_key
+            and earlier.held == _held_at(running, earlier.reservation.at)
+        ):
+            earlier = None
+        if earlier is not None:
+            # Whatever gave room back before its start when it was made still runs, to the
+            # same planned end: room before then never grew, so no earlier time fits (a
+            # fit needs room, and it found none); and the room then is as it was.
+            going = {(id(b.allocation), b.ends_at) for b in running}
+            now = self.now
+            if all(k in going for k in earlier.running if k[1] is None or k[1] > now):
+                return self._add(earlier, dict(earlier.shadow))
         ending = sorted((b for b in running if b.ends_at is not None), key=_end)
         end_times = [_end(b) for b in ending]  # the same order, read once
         views = {name: free[name] for name in self.nodes if name in free}
@@ -349,18 +370,6 @@ class Plan:
                 cpus += max(0, free_cpus[name] + extra[name])
                 gpus += len(v.free_gpus or ())
         given: dict[str, list[NodeAllocation]] = {}  # ended, not yet in `views`
-        prior = tuple((r.key, r.at, r.ends, r.allocations) for r in self.reservations)
-        earlier = self._earlier.get(key)
-        if earlier is not None and not (
-            earlier.spec is spec
-            and earlier.queue == queue
-            and earlier.runtime_s == runtime_s
-            and earlier.reservation.at > self.now
-            and earlier.before == prior
-            and earlier.nodes == self._node_key
-            and earlier.held == _held_at(running, earlier.reservation.at)
-        ):
-            earlier = None
         ends_of_reserved = {r.ends for r in self.reservations if r.ends is not None}
         # What each reservation holds per node, its allocations taken together.
         holds = [_per_node(r.allocations) for r in self.reservations]
@@ -431,6 +440,8 @@ class Plan:
                     prior,
                     _held_at(running, t),
                     dict(shadow),
+                    frozenset((id(b.allocation), b.ends_at) for b in running),
+                    tuple(running),
                 )
                 return self._add(made, shadow)
             self.reservations.append(reservation)
@@ -451,9 +462,11 @@ class Plan:
         return {r.key: self.made[r.key] for r in self.reservations if r.key in self.made}
 
 
-def _held_at(running: Iterable[Busy], t: float) -> Counter:
-    """The allocations still held at `t` (the room then is the nodes less these)."""
-    return Counter(b.allocation for b in running if b.ends_at is None or b.ends_at > t)
+def _held_at(running: Iterable[Busy], t: float) -> frozenset[int]:
+    """The allocations still held at `t` (the room then is the nodes less these), by
+    identity: an allocation is one job's, never made again (a job started again gets new
+    ones), and a plan's `Made` keeps those it names alive."""
+    return frozenset(id(b.allocation) for b in running if b.ends_at is None or b.ends_at > t)
 
 
 def _end(b: Busy) -> float:

@@ -162,7 +162,7 @@ def test_a_later_plan_takes_a_reservation_again_only_where_nothing_that_decided_
 
     assert again() is made  # B's end at 50 is as planned: nothing earlier, the same room
     # A new prediction, room still held at its start, another's reservation made before it,
-    # or a start already past: each is made anew.
+    # a start already past, or work that ended before its plan: each is made anew.
     assert again(runtime=90.0).ends == 190.0
     started = NodeAllocation("n2", 1, 1024)  # started since, beside it, until 120
     room = {**free, "n2": free_view(NODES[1], [B, started])}
@@ -170,5 +170,8 @@ def test_a_later_plan_takes_a_reservation_again_only_where_nothing_that_decided_
     other = _job("other", 2, 300).spec
     assert again(before=("other", other, Q, 300.0, free)) is not made
     assert again(now=100.0) is not made
+    # A ended early (at 10, planned 100): room came back sooner, and so does the reservation.
+    n1_empty = {**free, "n1": free_view(NODES[0], [])}
+    assert again(busy=[Busy(B, 50.0)], room=n1_empty).at == 50.0
     # Without `made` (the live engine's plans) nothing is kept.
     assert Plan(NODES, BUSY, now=0.0).kept() == {}
