@@ -19,6 +19,17 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from scheduling.decisions.noderoom import (
+    Left,
+    free_cpus_of,
+    give_all,
+    intersect,
+    left_at,
+    less,
+    per_node,
+    take_all,
+    together,
+)
 from scheduling.decisions.place import cpu_ratio, place
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
@@ -103,41 +114,6 @@ class Made:
     shadow: dict
     running: frozenset  # (allocation, planned end) of the work running when it was made
     alive: tuple  # that work, kept, so that no other allocation takes one's identity
-
-
-# A reserved node as it will be at its reservation's start, the reservation holding its
-# part: free CPUs, free memory, the free GPU indices, and whether it is up.
-Left = tuple[int, int, tuple[int, ...], bool]
-
-
-def _left(v: NodeView) -> Left:
-    gpus = v.free_gpus if v.free_gpus is not None else tuple(range(v.gpus))
-    return (_cpus(v), _memory(v), gpus, v.available)
-
-
-def _less(left: Left, a: NodeAllocation) -> Left:
-    """`left` once `a` holds room on it."""
-    cpus, memory, gpus, up = left
-    if a.gpu_indices:
-        gpus = tuple(i for i in gpus if i not in a.gpu_indices)
-    return (cpus - a.cpus, memory - a.memory_mib, gpus, up)
-
-
-def _intersect(a: NodeView, b: Left) -> NodeView:
-    """What is free on a node both now (`a`) and at a reservation's start (`b`)."""
-    mine = a.free_gpus if a.free_gpus is not None else tuple(range(a.gpus))
-    if len(mine):
-        theirs = set(b[2])
-        mine = tuple(i for i in mine if i in theirs)
-    return _view(a, min(_cpus(a), b[0]), min(_memory(a), b[1]), mine, a.available and b[3])
-
-
-def _cpus(v: NodeView) -> int:
-    return v.cpus if v.free_cpus is None else v.free_cpus
-
-
-def _memory(v: NodeView) -> int:
-    return v.memory_mib if v.free_memory_mib is None else v.free_memory_mib
 
 
 # How many of a pool's jobs that cannot start get a reservation (1 would be EASY): the first
@@ -261,7 +237,7 @@ class Plan:
             for shadow in shadows:
                 left = shadow.get(v.name)
                 if left is not None:
-                    v = _intersect(v, left)
+                    v = intersect(v, left)
             out.append(v)
         self._constrained[active] = (views, out)
         return out
@@ -281,7 +257,7 @@ class Plan:
         shadows = [self._shadows[i] for i in active]
         cpus = gpus = 0
         for v in views:
-            free, mine, up = _cpus(v), v.free_gpus, v.available
+            free, mine, up = free_cpus_of(v), v.free_gpus, v.available
             for shadow in shadows:
                 left = shadow.get(v.name)
                 if left is not None:  # as _intersect
@@ -309,7 +285,7 @@ class Plan:
                 continue
             for a in placement.allocations:
                 if a.node in shadow:
-                    shadow[a.node] = _less(shadow[a.node], a)
+                    shadow[a.node] = less(shadow[a.node], a)
 
     # -- reserving ------------------------------------------------------------------------
 
@@ -363,7 +339,7 @@ class Plan:
         up: set[str] = set()
         cpus = gpus = 0
         for name, v in views.items():
-            free_cpus[name] = _cpus(v)
+            free_cpus[name] = free_cpus_of(v)
             extra[name] = v.cpus * (ratio - 1)
             if v.available:
                 up.add(name)
@@ -372,7 +348,7 @@ class Plan:
         given: dict[str, list[NodeAllocation]] = {}  # ended, not yet in `views`
         ends_of_reserved = {r.ends for r in self.reservations if r.ends is not None}
         # What each reservation holds per node, its allocations taken together.
-        holds = [_per_node(r.allocations) for r in self.reservations]
+        holds = [per_node(r.allocations) for r in self.reservations]
         i, n = 0, len(ending)
         for t in sorted({*end_times, *ends_of_reserved}):
             if t <= self.now:
@@ -403,7 +379,7 @@ class Plan:
                 for k, r in enumerate(self.reservations)
                 if r.at < window_end and (r.ends is None or r.ends > t)
             ]
-            taken = _together(overlapping)
+            taken = together(overlapping)
             # The CPUs the reservations leave: a job asking more cannot fit, and neither the
             # views nor place() are needed.
             left = cpus
@@ -414,14 +390,14 @@ class Plan:
             if left < need_cpus:
                 continue
             for name, allocations in given.items():
-                views[name] = _give_all(views[name], allocations)
+                views[name] = give_all(views[name], allocations)
             given.clear()
             at_t = views
             if taken:
                 at_t = dict(views)
                 for name, held in taken.items():
                     if name in at_t:
-                        at_t[name] = _take_all(at_t[name], *held)
+                        at_t[name] = take_all(at_t[name], *held)
             placement = place(spec, queue, list(at_t.values()), now=t)
             if placement is None:
                 continue
@@ -429,7 +405,7 @@ class Plan:
             reservation = Reservation(key, t, ends, placement.allocations)
             shadow: dict[str, Left] = {}
             for a in placement.allocations:
-                shadow[a.node] = _less(shadow.get(a.node) or _left(at_t[a.node]), a)
+                shadow[a.node] = less(shadow.get(a.node) or left_at(at_t[a.node]), a)
             if self._node_key:  # the caller takes reservations again (`made`)
                 made = Made(
                     reservation,
@@ -471,64 +447,3 @@ def _held_at(running: Iterable[Busy], t: float) -> frozenset[int]:
 
 def _end(b: Busy) -> float:
     return b.ends_at if b.ends_at is not None else math.inf
-
-
-def _view(v: NodeView, cpus: int, memory: int, gpus: tuple[int, ...], available: bool) -> NodeView:
-    return NodeView(
-        v.name,
-        v.cpus,
-        v.memory_mib,
-        v.gpus,
-        cpus,
-        memory,
-        gpus,
-        v.gpu_model,
-        v.switch,
-        available,
-        v.available_until,
-    )
-
-
-def _per_node(allocations: Iterable[NodeAllocation]) -> dict[str, tuple[int, int, frozenset]]:
-    """The CPUs, memory and GPU indices `allocations` hold on each node, together."""
-    out: dict[str, tuple[int, int, frozenset]] = {}
-    for a in allocations:
-        cpus, memory, gpus = out.get(a.node, (0, 0, frozenset()))
-        out[a.node] = (cpus + a.cpus, memory + a.memory_mib, gpus | set(a.gpu_indices))
-    return out
-
-
-def _together(
-    holds: Sequence[dict[str, tuple[int, int, frozenset]]],
-) -> dict[str, tuple[int, int, frozenset]]:
-    if len(holds) == 1:
-        return holds[0]
-    out: dict[str, tuple[int, int, frozenset]] = {}
-    for hold in holds:
-        for name, (cpus, memory, gpus) in hold.items():
-            c, m, g = out.get(name, (0, 0, frozenset()))
-            out[name] = (c + cpus, m + memory, g | gpus)
-    return out
-
-
-def _give_all(view: NodeView, allocations: Sequence[NodeAllocation]) -> NodeView:
-    """`view` once every one of `allocations` has ended."""
-    gpus = view.free_gpus if view.free_gpus is not None else tuple(range(view.gpus))
-    cpus, memory = _cpus(view), _memory(view)
-    indices: list[int] = []
-    for a in allocations:
-        cpus += a.cpus
-        memory += a.memory_mib
-        indices += a.gpu_indices
-    if indices:
-        gpus = tuple(sorted({*gpus, *indices}))
-    return _view(view, cpus, memory, gpus, view.available)
-
-
-def _take_all(view: NodeView, cpus: int, memory: int, indices: frozenset) -> NodeView:
-    """`view` once `cpus`, `memory` and the GPUs `indices` are held on it (its
-    allocations on it, taken together)."""
-    gpus = view.free_gpus if view.free_gpus is not None else tuple(range(view.gpus))
-    if indices:
-        gpus = tuple(i for i in gpus if i not in indices)
-    return _view(view, _cpus(view) - cpus, _memory(view) - memory, gpus, view.available)
