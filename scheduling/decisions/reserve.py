@@ -260,7 +260,7 @@ class Plan:
             free, mine, up = free_cpus_of(v), v.free_gpus, v.available
             for shadow in shadows:
                 left = shadow.get(v.name)
-                if left is not None:  # as _intersect
+                if left is not None:  # as intersect()
                     if mine is None:
                         mine = tuple(range(v.gpus))
                     if len(mine):
