@@ -49,6 +49,17 @@ def _schedule(request: SignedInApiRequest, pk: int):
     return found
 
 
+def _reason(data: dict) -> str:
+    """The request's `reason`, which must be text (the service refuses an empty one); a
+    number or a list is refused rather than written into the history as its repr."""
+    reason = data.get("reason", "")
+    if not isinstance(reason, str):
+        raise ApplicationError(
+            "must be text: why you change the schedule", field="reason", got=reason
+        )
+    return reason
+
+
 def _save(request: SignedInApiRequest, schedule):
     """Create (`schedule` None) or change a schedule from the request's JSON: the fields
     given over the schedule's own (a new one: the page's defaults), checked by the page's
@@ -77,7 +88,7 @@ def _save(request: SignedInApiRequest, schedule):
         return lease_schedule_save(
             user=request.user,
             schedule=schedule,
-            reason=str(data.get("reason") or ""),
+            reason=_reason(data),
             **form.schedule_values(),
         )
     except ApplicationError as exc:  # the model's checks name its column: the form's field
@@ -135,6 +146,6 @@ class LeaseScheduleDetail(APIView):
     )
     def delete(self, request: SignedInApiRequest, pk: int) -> Response:
         schedule = _schedule(request, pk)
-        reason = json_object(request).get("reason") if request.data else ""
-        lease_schedule_delete(user=request.user, schedule=schedule, reason=str(reason or ""))
+        reason = _reason(json_object(request) if request.data else {})
+        lease_schedule_delete(user=request.user, schedule=schedule, reason=reason)
         return Response(status=status.HTTP_204_NO_CONTENT)

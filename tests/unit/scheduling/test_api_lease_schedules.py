@@ -63,6 +63,9 @@ def test_a_platform_admin_adds_changes_and_removes_one_each_a_version_with_its_r
     assert (schedule.count, schedule.enabled, schedule.duration_s) == (3, False, 5 * 3600)
     assert admin.get(one).json()["start"] == "21:30"  # what was not sent stays
 
+    refused = admin.delete(one, {"reason": 7}, format="json")  # a reason must be text
+    assert refused.status_code == 400 and refused.json()["errors"][0]["field"] == "reason"
+    assert admin.get(one).status_code == 200
     assert admin.delete(one, {"reason": "summer"}, format="json").status_code == 204
     assert not LeaseSchedule.objects.filter(pk=shown["id"]).exists()
     assert admin.get(one).status_code == 404
@@ -83,6 +86,8 @@ def test_a_platform_admin_adds_changes_and_removes_one_each_a_version_with_its_r
         ({"pool": "atlantis"}, "pool"),
         ({"queue": "inference-agent"}, "queue"),  # a queue of the lending pool itself
         ({"reason": ""}, "reason"),
+        ({"reason": 5}, "reason"),  # not written into the history as "5"
+        ({"reason": ["why"]}, "reason"),
         ({"enabled": "no"}, "enabled"),  # a checkbox would read it as on
         ({"colour": "red"}, "colour"),  # a field it does not know
     ],
