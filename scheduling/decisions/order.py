@@ -128,15 +128,24 @@ def decayed_usage(runs: Iterable[Run], now: float, half_life_s: float) -> float:
 
     The integral of the decay over each run, so a long run counts its early part less.
     """
-    k = math.log(2) / half_life_s
+    k = decay_rate(half_life_s)
     total = 0.0
     for run in runs:
         end = now if run.end is None else min(run.end, now)
-        if end <= run.start:
-            continue
-        # ∫ from start to end of exp(−k (now − t)) dt
-        total += run.units * (math.exp(-k * (now - end)) - math.exp(-k * (now - run.start))) / k
+        if end > run.start:
+            total += decayed(run.units, run.start, end, now, k)
     return total
+
+
+def decay_rate(half_life_s: float) -> float:
+    """k of exp(−k · age), for a half life."""
+    return math.log(2) / half_life_s
+
+
+def decayed(units: float, start: float, end: float, now: float, k: float) -> float:
+    """One run's `decayed_usage` from `start` to `end` (≤ now, > start) at rate `k`: the
+    integral from start to end of exp(−k (now − t)) dt, times its units."""
+    return units * (math.exp(-k * (now - end)) - math.exp(-k * (now - start))) / k
 
 
 def share_factors(usage: Mapping[str, float], shares: Mapping[str, float]) -> dict[str, float]:

@@ -56,8 +56,7 @@ class Reservation:
 
     def describe(self) -> str:
         """`reserved from 2026-01-05 14:20 UTC on gpu007-gpu010`."""
-        when = datetime.fromtimestamp(self.at, tz=UTC).strftime(RESERVED_AT)
-        return f"{RESERVED_FROM}{when} on {_node_range(self.nodes)}"
+        return f"{RESERVED_FROM}{_when(self.at)} on {_node_range(self.nodes)}"
 
 
 RESERVED_FROM = "reserved from "
@@ -74,6 +73,13 @@ def reserved_at(reason: str) -> datetime | None:
         return datetime.strptime(stamp, RESERVED_AT).replace(tzinfo=UTC)
     except ValueError:
         return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _when(at: float) -> str:
+    """A reservation's start in its reason's words, remembered: a pool's reservations are
+    described again at every pass that made them, mostly at the same times."""
+    return datetime.fromtimestamp(at, tz=UTC).strftime(RESERVED_AT)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -155,6 +161,8 @@ class Plan:
         self._busy_source = busy
         self._busy: list[Busy] | None = None
         self._started: list[Busy] = []  # what this pass started, with its planned ends
+        # `_alive`'s answer, as of a time: (now, running, its pairs)
+        self._alive_at: tuple[float, list[Busy], set] | None = None
         self.now = now
         self.reserve = reserve
         self.reservations: list[Reservation] = []
@@ -278,6 +286,7 @@ class Plan:
         """A job starts now on `placement` until `ends`: it holds room in every reservation
         that begins before then."""
         self._started.extend(Busy(a, ends) for a in placement.allocations)
+        self._alive_at = None
         self._forget()
         limit = math.inf if ends is None else ends
         for r, shadow in zip(self.reservations, self._shadows, strict=True):
@@ -303,10 +312,7 @@ class Plan:
 
         A sweep over the planned ends in time order: each end gives its room back to its
         node; `place()` is asked only where the free total could hold the job."""
-        # What has ended by its plan holds nothing any more: drop it for good.
-        self._busy = [b for b in self._running() if b.ends_at is None or b.ends_at > self.now]
-        self._started = [b for b in self._started if b.ends_at is None or b.ends_at > self.now]
-        running = self._busy + self._started
+        running, going = self._alive()
         prior = tuple((r.key, r.at, r.ends, r.allocations) for r in self.reservations)
         earlier = self._earlier.get(key)
         if earlier is not None and not (
@@ -323,9 +329,9 @@ class Plan:
             # Whatever gave room back before its start when it was made still runs, to the
             # same planned end: room before then never grew, so no earlier time fits (a
             # fit needs room, and it found none); and the room then is as it was.
-            going = {(id(b.allocation), b.ends_at) for b in running}
             now = self.now
-            if all(k in going for k in earlier.running if k[1] is None or k[1] > now):
+            gone = earlier.running - going  # ended, or planned to end otherwise now
+            if all(k[1] is not None and k[1] <= now for k in gone):
                 return self._add(earlier, dict(earlier.shadow))
         ending = sorted((b for b in running if b.ends_at is not None), key=_end)
         end_times = [_end(b) for b in ending]  # the same order, read once
@@ -425,6 +431,18 @@ class Plan:
             self._forget()
             return reservation
         return None
+
+    def _alive(self) -> tuple[list[Busy], set[tuple[int, float | None]]]:
+        """The work that holds room after `now` (what has ended by its plan holds nothing any
+        more: dropped for good), and its (allocation's identity, planned end) pairs; kept
+        until a job starts or `now` moves."""
+        if self._alive_at is None or self._alive_at[0] != self.now:
+            now = self.now
+            self._busy = [b for b in self._running() if b.ends_at is None or b.ends_at > now]
+            self._started = [b for b in self._started if b.ends_at is None or b.ends_at > now]
+            running = self._busy + self._started
+            self._alive_at = (now, running, {(id(b.allocation), b.ends_at) for b in running})
+        return self._alive_at[1], self._alive_at[2]
 
     def _add(self, made: Made, shadow: dict[str, Left]) -> Reservation:
         self.reservations.append(made.reservation)

@@ -5,6 +5,12 @@ in the order (`rank`: level, type, project), each group in submit order, with it
 runtimes sorted: a pass offers a group's jobs in turn and stops at the first that cannot
 start. `SitePolicy` (switchyard.py) keeps the books; this half files the jobs, makes each
 pool's plan, and offers the jobs behind its reservations shortest first.
+
+Two orders are kept as jobs come and go, so that a pass touches only the groups it reaches:
+each queue and rank's groups by their first job (`firsts`: a pass over every job in the
+order of value then submit order opens a group only when its first job comes up), and each
+queue's shapes by the CPUs they ask (`needs`: behind the reservations only shapes the room
+can hold are looked at).
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ import bisect
 import dataclasses
 import heapq
 import itertools
+import math
+from collections import defaultdict
 
 from scheduling.decisions.order import priority_value, weight_at
-from scheduling.decisions.place import free_view, place
+from scheduling.decisions.place import cpu_ratio, free_view, place
 from scheduling.decisions.reserve import Busy, Plan
-from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
+from scheduling.decisions.schedule import Fail, PoolRoom, Start, WaitingJob, schedule_pass
 from scheduling.spec import Resources, TaskSpec
 from simulation.simulator.model import SimJob
 from simulation.simulator.predicted import Predictions
@@ -31,7 +39,7 @@ def shape_of(job: SimJob) -> tuple:
     return (job.queue, r.cpus, r.gpus, r.memory_mib, r.nodes, r.gpu_type)
 
 
-def push(heads: list, stream: tuple, tie, seq: dict[str, int]) -> None:
+def push(heads: list, stream: tuple, tie: itertools.count, seq: dict[str, int]) -> None:
     """The stream's next job onto the heap, in schedule_pass's order (priority, then seq)."""
     job = next(stream[3], None)
     if job is not None:
@@ -51,7 +59,43 @@ class Groups(Predictions):
     shortest: dict[tuple, list[tuple[float, int, str]]]
     plans: dict[str, Plan]
     since: dict[str, set[str]]
+    # Per pool, per queue and rank, its groups by their first job's submit order: (seq,
+    # shape), sorted; and each group's first seq.
+    firsts: dict[str, dict[tuple, list[tuple[int, tuple]]]]
+    first_seq: dict[tuple, int]
+    # Per pool, per queue, the shapes its jobs wait with by the CPUs they ask: (CPUs, number,
+    # shape), sorted (`shape_number` numbers them); the pool's shapes that fit not even its
+    # nodes emptied, with those nodes.
+    needs: dict[str, dict[str, list[tuple[int, int, tuple]]]]
+    shape_number: dict[tuple, int]
+    _unfit: dict[str, tuple[tuple, set[tuple]]]
+    tie: itertools.count
+    # Per running job, its room held as `Busy` rows, by its planned end and allocations (made
+    # again only when either changes); dropped when it stops.
+    _held: dict[str, tuple[float, tuple, list[Busy]]]
     _ever: dict[str, tuple]
+
+    def _filing(self) -> None:
+        # The waiting jobs per pool: by request (`shape_of`), then by rank in the order
+        # (level, type, project, borrowed), each group in submit order (`seq`); where each
+        # job is kept; the groups a level change left out of submit order.
+        self.groups = defaultdict(dict)
+        self.where = {}
+        self.unsorted = set()
+        self._ever = {}  # pool → (its nodes, emptied, shape → never fits)
+        # Each pool's reservations, kept from pass to pass until room is freed there, and the
+        # jobs started since the plan was made (it counts them already).
+        self.plans = {}
+        self.since = {}
+        # Each group's planned runtimes, sorted: whether any of it may end before a time.
+        self.shortest = defaultdict(list)
+        self._held = {}
+        self.firsts = defaultdict(dict)
+        self.first_seq = {}
+        self.tie = itertools.count()
+        self.needs = defaultdict(dict)
+        self.shape_number = {}
+        self._unfit = {}
 
     def _start(self, job: SimJob, placement, now: float) -> None: ...  # SitePolicy's
 
@@ -84,14 +128,21 @@ class Groups(Predictions):
             names = {n.name for n in nodes}
             running = self.sim.running
 
+            held = self._held
+
             def busy() -> list[Busy]:
-                return [
-                    Busy(a, o.planned_end)
-                    for key, o in running.items()
-                    if key not in since
-                    for a in o.allocations
-                    if a.node in names
-                ]
+                out: list[Busy] = []
+                for key, o in running.items():
+                    if key not in since:
+                        kept = held.get(key)
+                        if kept is None or kept[0] != o.planned_end or kept[1] is not o.allocations:
+                            kept = held[key] = (
+                                o.planned_end,
+                                o.allocations,
+                                [Busy(a, o.planned_end) for a in o.allocations],
+                            )
+                        out.extend(b for b in kept[2] if b.allocation.node in names)
+                return out
 
             # A reservation the last plan made stays where nothing that decided it changed
             # (jobs that ended as planned, or started beside it): it is not made again.
@@ -142,12 +193,18 @@ class Groups(Predictions):
     def _bucket(self, job: SimJob) -> None:
         pool = self.pool_of_queue[job.queue]
         shape, rank = shape_of(job), self._rank(job)
+        if shape not in self.groups[pool]:
+            self._need(pool, shape, add=True)
         members = self.groups[pool].setdefault(shape, {}).setdefault(rank, {})
-        if members and self.seq[next(reversed(members))] > self.seq[job.key]:
+        seq = self.seq[job.key]
+        if members and self.seq[next(reversed(members))] > seq:
             self.unsorted.add((pool, shape, rank))  # moved here by a level change
         members[job.key] = job
         self.where[job.key] = (pool, shape, rank)
         bisect.insort(self.shortest[(pool, shape, rank)], self._runtime_key(job))
+        first = self.first_seq.get((pool, shape, rank))
+        if first is None or seq < first:
+            self._first_is(pool, shape, rank, first, seq)
 
     def _unbucket(self, job: SimJob) -> None:
         pool, shape, rank = self.where.pop(job.key)
@@ -156,11 +213,93 @@ class Groups(Predictions):
         if not planned:
             del self.shortest[(pool, shape, rank)]
         ranks = self.groups[pool][shape]
-        del ranks[rank][job.key]
-        if not ranks[rank]:
+        members = ranks[rank]
+        del members[job.key]
+        if not members:
             del ranks[rank]
             if not ranks:
                 del self.groups[pool][shape]
+                self._need(pool, shape, add=False)
+        seq = self.seq[job.key]
+        if self.first_seq[(pool, shape, rank)] == seq:
+            if not members:
+                self._first_is(pool, shape, rank, seq, None)
+            elif (pool, shape, rank) in self.unsorted:
+                self._first_is(pool, shape, rank, seq, min(self.seq[k] for k in members))
+            else:
+                self._first_is(pool, shape, rank, seq, self.seq[next(iter(members))])
+
+    def _need(self, pool: str, shape: tuple, *, add: bool) -> None:
+        """File (or drop) a shape the pool's jobs wait with, by the CPUs it asks (`needs`)."""
+        number = self.shape_number.setdefault(shape, len(self.shape_number))
+        order = self.needs[pool].setdefault(shape[0], [])
+        if add:
+            bisect.insort(order, (shape[1], number, shape))  # (CPUs, number): unique
+            nodes, unfit = self._unfit.get(pool) or ((), set())  # none yet: made next pass
+            current = nodes is self.sim.pool_nodes(pool)
+            if current and self._never(pool, nodes)(shape, self.sim.site.queues[shape[0]]):
+                unfit.add(shape)
+        else:
+            del order[bisect.bisect_left(order, (shape[1], number))]
+
+    def _may_fit(self, pool: str, room: PoolRoom, never) -> list[tuple]:
+        """The pool's waiting shapes that may fit its room now, or fit it never (the pass
+        must fail those): those asking no more CPUs than the room has for their queue,
+        found by `needs`, and the shapes that fit not even the pool emptied. The rest are
+        too big for the room."""
+        queues, groups = self.sim.site.queues, self.groups.get(pool, {})
+        nodes = self.sim.pool_nodes(pool)
+        unfit = self._unfit.get(pool)
+        if unfit is None or unfit[0] is not nodes:
+            unfit = self._unfit[pool] = (nodes, {s for s in groups if never(s, queues[s[0]])})
+        shapes: list[tuple] = []
+        most: dict[str, int] = {}
+        for queue, order in self.needs[pool].items():
+            most[queue] = room.cpus(cpu_ratio(queues[queue]))
+            end = bisect.bisect_right(order, (most[queue], math.inf))
+            shapes.extend(shape for _, _, shape in order[:end])
+        shapes.extend(s for s in unfit[1] if s in groups and s[1] > most[s[0]])
+        return shapes
+
+    def _first_is(self, pool: str, shape: tuple, rank: tuple, was, seq) -> None:
+        """The group's first job in submit order is now `seq` (was `was`; None: none), in
+        its queue and rank's order of groups (`firsts`)."""
+        orders = self.firsts[pool]
+        order = orders.setdefault((shape[0], rank), [])
+        if was is not None:
+            del order[bisect.bisect_left(order, (was,))]
+        if seq is None:
+            del self.first_seq[(pool, shape, rank)]
+            if not order:
+                del orders[(shape[0], rank)]
+        else:
+            bisect.insort(order, (seq, shape))  # seqs are unique: shapes never compared
+            self.first_seq[(pool, shape, rank)] = seq
+
+    def _heads(self, pool: str, value) -> list:
+        """The start of a pass over every waiting job of the pool in the order schedule_pass
+        takes them (its value, then submit order): a heap holding each queue and rank's
+        first group, as (-value, seq, tie, None, cursor). `_open` turns a cursor popped
+        into that group's stream of jobs, and queues the next group of its rank: the order
+        of `push`ing every group's stream, without touching the groups never reached."""
+        heads = [
+            (-prio, order[0][0], next(self.tie), None, (list(order), 0, rank, prio))
+            for (queue, rank), order in self.firsts[pool].items()
+            for prio in (value(queue, rank),)
+        ]
+        heapq.heapify(heads)
+        return heads
+
+    def _open(self, pool: str, heads: list, cursor: tuple) -> tuple[SimJob, tuple]:
+        """A cursor `_heads` queued, popped: its group's first job and stream of the rest."""
+        order, k, rank, prio = cursor
+        if k + 1 < len(order):
+            entry = (-prio, order[k + 1][0], next(self.tie), None, (order, k + 1, rank, prio))
+            heapq.heappush(heads, entry)
+        shape = order[k][1]
+        self._sort(pool, shape, rank)
+        stream = iter(self.groups[pool][shape][rank].values())
+        return next(stream), (shape, rank, prio, stream)
 
     def _sort(self, pool: str, shape: tuple, rank: tuple) -> None:
         if (pool, shape, rank) in self.unsorted:
@@ -179,7 +318,8 @@ class Groups(Predictions):
         that cannot start, since a longer one of the same request meets the same
         reservations or more. `only`: the jobs to offer (new arrivals), or None for all."""
         sim, site = self.sim, self.sim.site
-        (nodes, room, plan), (value, too_big), (stuck, decided, done) = where, rank_of, books
+        (nodes, room, plan), (value, too_big, crowded, never), books = where, rank_of, books
+        stuck, decided, done = books
         heads: list = []
         tie = itertools.count()
 
@@ -188,16 +328,33 @@ class Groups(Predictions):
             while i < len(members):
                 planned, seq, key = members[i]
                 if key in sim.waiting and key not in decided and (only is None or key in only):
+                    if crowded(group[0], planned):  # as schedule_pass would find: it waits,
+                        stuck.add(group)  # and so would every longer job of the group
+                        return
                     prio = value(group[0][0], group[1])
                     heapq.heappush(heads, (planned, -prio, seq, next(tie), key, group, i))
                     return
                 i += 1
 
-        for shape, ranks in self.groups.get(pool, {}).items():
-            if not too_big(shape):
-                for rank in ranks:
-                    if (shape, rank) not in stuck:
-                        push_next((shape, rank), 0)
+        if only is None:
+            groups = self.groups[pool]
+            for shape in self._may_fit(pool, room, never):
+                if not too_big(shape):
+                    for rank in groups[shape]:
+                        if (shape, rank) not in stuck:
+                            push_next((shape, rank), 0)
+        else:  # each group from its first job to offer, found by its runtime
+            first: dict[tuple, int] = {}
+            for key in only:
+                job = sim.waiting.get(key)
+                if job is not None and key not in decided:
+                    group = self.where[key][1:]
+                    members = self.shortest[(pool, *group)]
+                    i = bisect.bisect_left(members, self._runtime_key(job))
+                    first[group] = min(i, first.get(group, i))
+            for group, i in first.items():
+                if group not in stuck and not too_big(group[0]):
+                    push_next(group, i)
         size = 8
         while heads:
             batch: list[WaitingJob] = []
@@ -214,6 +371,8 @@ class Groups(Predictions):
                 )
                 push_next(group, i + 1)
             size *= 2
+            if not batch:
+                break
             decisions = schedule_pass(
                 batch,
                 pools={pool: nodes},

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from scheduling.decisions.place import free_view
+from scheduling.decisions.schedule import PoolRoom
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement
 from simulation.simulator.model import Outcome, Run, SimJob, Site, Span
 
@@ -34,6 +35,10 @@ class Sim:
         self.down: set[str] = set()
         self.allocations: dict[str, list[NodeAllocation]] = {name: [] for name in self.nodes}
         self._views: dict[str, NodeView] = {}
+        # Each pool's free views with their totals (`pool_room`), and per pool the nodes whose
+        # view changed since its room last saw them.
+        self._rooms: dict[str, PoolRoom] = {}
+        self._changed: dict[str, set[str]] = {}
         self.waiting: dict[str, SimJob] = {}  # in the order they became ready
         self.ready: dict[str, float] = {}
         self.running: dict[str, Outcome] = {}
@@ -60,9 +65,13 @@ class Sim:
             view = self._views[name] = free_view(self.nodes[name], self.allocations[name])
         return view
 
+    def _forget_view(self, name: str) -> None:
+        self._views.pop(name, None)
+        self._changed.setdefault(self.pool_of.get(name, WHOLE_SITE), set()).add(name)
+
     def touch(self, name: str) -> None:
         """Room on node `name` changed: its pool needs a full pass."""
-        self._views.pop(name, None)
+        self._forget_view(name)
         pool = self.pool_of.get(name, WHOLE_SITE)
         self.dirty.add(pool)
         self.freed.add(pool)
@@ -73,6 +82,19 @@ class Sim:
             names = self._members[pool] = [n for n, p in self.pool_of.items() if p == pool]
         cached, view = self._views, self.view
         return [cached.get(name) or view(name) for name in names]
+
+    def pool_room(self, pool: str) -> PoolRoom:
+        """The pool's free views now, with their totals: one `PoolRoom` kept from pass to
+        pass, brought up to date where a node's view changed (a pass that starts work
+        updates it as it goes; this makes it the views of `view` again)."""
+        room = self._rooms.get(pool)
+        changed = self._changed.pop(pool, ())
+        if room is None:
+            room = self._rooms[pool] = PoolRoom({v.name: v for v in self.views(pool)})
+        else:
+            for name in changed:
+                room.update(self.view(name))
+        return room
 
     def pool_nodes(self, pool: str) -> tuple[NodeView, ...]:
         """The pool's nodes as they are now (one tuple until a node changes: passes know it)."""
@@ -87,12 +109,14 @@ class Sim:
         self.pool_of[name] = pool
         self._members.clear()
         self._pool_nodes.clear()
+        self._rooms.clear()
         self.touch(name)
 
     def set_node(self, node: NodeView) -> None:
         """The node as it is from now on (down, up, lent until a time)."""
         self.nodes[node.name] = node
         self._pool_nodes.clear()
+        self._rooms.clear()
         self.touch(node.name)
 
     def holders(self, name: str) -> list[str]:
@@ -124,7 +148,7 @@ class Sim:
         self.per_queue[job.queue] += 1
         for a in placement.allocations:
             self.allocations[a.node].append(a)
-            self._views.pop(a.node, None)
+            self._forget_view(a.node)
         self.at(outcome.end, END, job.key, self.attempt[job.key])
 
     def stop(self, key: str, now: float, ended: str) -> SimJob:

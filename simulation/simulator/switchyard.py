@@ -22,6 +22,8 @@ from scheduling.decisions.lend import Loan
 from scheduling.decisions.levels import Waiting, cap_of, level, next_change, rule_for
 from scheduling.decisions.order import Run as UsageRun
 from scheduling.decisions.order import (
+    decay_rate,
+    decayed,
     decayed_usage,
     order_key,
     share_factors,
@@ -31,9 +33,7 @@ from scheduling.decisions.place import cpu_ratio, place
 from scheduling.decisions.predict import History
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
-from scheduling.decisions.reserve import Plan
 from scheduling.decisions.schedule import (
-    PoolRoom,
     WaitingJob,
     schedule_pass,
 )
@@ -61,11 +61,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         self._lend()
         self.preemptible = {q.pool for q in site.queues.values() if q.preemptible}
         self.pool_of_queue = {q.name: q.pool for q in site.queues.values()}
-        # The waiting jobs per pool: by request (`groups.shape_of`), then by rank in the order (level,
-        # type, project), each group in submit order (`seq`); where each job is kept.
-        self.groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]] = defaultdict(dict)
-        self.where: dict[str, tuple[str, tuple, tuple]] = {}
-        self.unsorted: set[tuple] = set()
+        self._filing()  # groups.py: the waiting jobs, filed
         self.fresh: dict[str, dict[str, SimJob]] = defaultdict(dict)  # ready since the last pass
         self.level: dict[str, int] = {}
         self.seq: dict[str, int] = {}
@@ -77,13 +73,6 @@ class SitePolicy(Leases, Groups, CrossPool):
         # runs going on now.
         self.spent: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
         self.going: dict[str, dict[str, UsageRun]] = defaultdict(dict)
-        self._ever: dict[str, tuple] = {}  # pool → (its nodes, emptied, shape → never fits)
-        # Each pool's reservations, kept from pass to pass until room is freed there, and the
-        # jobs started since the plan was made (it counts them already).
-        self.plans: dict[str, Plan] = {}
-        # Each group's planned runtimes, sorted: whether any of it may end before a time.
-        self.shortest: dict[tuple, list[tuple[float, int, str]]] = defaultdict(list)
-        self.since: dict[str, set[str]] = {}
         self.history, self.predicted, self.work = History(), {}, {}  # docs/predictions.md
         for i, lease in enumerate(site.leases):
             hour, minute = (int(x) for x in lease.start.split(":"))
@@ -185,8 +174,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         groups = self.groups.get(pool)
         if not groups:
             return
-        views = sim.views(pool)
-        room = PoolRoom({v.name: v for v in views})
+        room = sim.pool_room(pool)
         ratios = {name: cpu_ratio(q) for name, q in site.queues.items()}
         minute = self._minute(now)
         shares: dict[str, dict[str, float]] = {}
@@ -203,38 +191,36 @@ class SitePolicy(Leases, Groups, CrossPool):
         never = self._never(pool, nodes)  # shape → True if it fits not even the emptied pool
         plan = self._plan(pool, nodes, now, fresh=pool not in sim.freed)
 
+        big: set[tuple] = set()  # too big: room only shrinks in a pass, so they stay so
+
         def too_big(shape: tuple) -> bool:  # for the room now, yet it could fit some day
+            if shape in big:
+                return True
             if shape[2] <= room.gpus and shape[1] <= room.cpus(ratios[shape[0]]):
                 return False
-            return not never(shape, site.queues[shape[0]])  # else schedule_pass must fail it
+            if never(shape, site.queues[shape[0]]):
+                return False  # schedule_pass must fail it
+            big.add(shape)
+            return True
+
+        def crowded(shape: tuple, planned: float) -> bool:
+            """Whether a job of `shape` that runs `planned` seconds meets reservations that
+            leave too little beside them (and could fit some day: else it must be failed)."""
+            cpus, gpus = plan.totals(room.listed(), now + planned, ratios[shape[0]])
+            if cpus < 0 or (shape[1] <= cpus and shape[2] <= gpus):
+                return False
+            return not never(shape, site.queues[shape[0]])
 
         def hopeless(shape: tuple) -> bool:  # too big, and not one that may get a reservation
             if len(plan.blocked) < plan.reserve and (plan.whole_pass or not plan.full):
                 return False
             return too_big(shape)
 
-        heads: list = []  # (-value, seq, tie, stream): the next job of each stream
-        tie = itertools.count()
-        if pool in sim.freed:
+        heads: list = []  # (-value, seq, tie, job, stream): the next job of each stream
+        tie = self.tie
+        if pool in sim.freed:  # every waiting job is offered, against a plan made anew
             sim.freed.discard(pool)
-            # Too big for the room now, a group can only take a reservation: worth offering
-            # only if it comes before the job holding one (else nothing this pass frees
-            # room for it, and none of it would start).
-            holder = None
-            if plan.full and plan.reservations and plan.reservations[-1].key in self.where:
-                key = plan.reservations[-1].key
-                _, h_shape, h_rank = self.where[key]
-                holder = (-value(h_shape[0], h_rank), self.seq[key])
-            for shape, ranks in groups.items():
-                skip = holder is not None and too_big(shape)
-                for rank, members in ranks.items():
-                    prio = value(shape[0], rank)
-                    self._sort(pool, shape, rank)
-                    if skip and holder is not None:
-                        first = next(iter(members.values()))
-                        if (-prio, self.seq[first.key]) > holder:
-                            continue
-                    push(heads, (shape, rank, prio, iter(members.values())), tie, self.seq)
+            heads = self._heads(pool, value)
         else:
             for job in fresh.values():
                 if job.key in sim.waiting:
@@ -256,6 +242,8 @@ class SitePolicy(Leases, Groups, CrossPool):
             batch: list[WaitingJob] = []
             while heads and len(batch) < size:
                 _, _, _, job, stream = heapq.heappop(heads)
+                if job is None:  # a group reached: its jobs join the heap
+                    job, stream = self._open(pool, heads, stream)
                 shape, rank, prio, _ = stream
                 if (shape, rank) in stuck:
                     continue
@@ -317,7 +305,12 @@ class SitePolicy(Leases, Groups, CrossPool):
         if shortest_first and plan.full:
             only = None if plan.whole_pass else set(fresh)
             self._backfill_shortest(
-                pool, now, (nodes, room, plan), (value, too_big), (stuck, decided, done), only
+                pool,
+                now,
+                (nodes, room, plan),
+                (value, too_big, crowded, never),
+                (stuck, decided, done),
+                only,
             )
         for job in done:
             self._unbucket(job)
@@ -396,6 +389,7 @@ class SitePolicy(Leases, Groups, CrossPool):
 
     def _stopped(self, job: SimJob, now: float) -> None:
         self._home_freed(job)  # crosspool.py
+        self._held.pop(job.key, None)
         run = self.going[job.queue].pop(job.key, None)
         if run is None:
             return
@@ -413,9 +407,13 @@ class SitePolicy(Leases, Groups, CrossPool):
             project: spent * 2 ** (-(now - since) / half)
             for project, (spent, since) in self.spent[queue].items()
         }
-        for key, run in self.going[queue].items():
-            project = self.sim.jobs[key].project
-            usage[project] = usage.get(project, 0.0) + decayed_usage([run], now, half)
+        k, jobs = decay_rate(half), self.sim.jobs
+        for key, run in self.going[queue].items():  # decayed_usage([run], ...), inlined
+            project = jobs[key].project
+            used = usage.get(project, 0.0)
+            if now > run.start:
+                used += decayed(run.units, run.start, now, now, k)
+            usage[project] = used
         return share_factors(usage, self.sim.site.shares)
 
     def _ready(self, job: SimJob, now: float) -> None:
