@@ -204,7 +204,7 @@ def borrow_after(
         if isinstance(extra, Borrowed):
             out.append(extra)
         elif extra is not None and isinstance(d, Wait):
-            out.append(dataclasses.replace(d, reason=f"{d.reason}; {extra.reason}"))
+            out.append(dataclasses.replace(d, why=f"{d.reason}; {extra.reason}"))
         else:
             out.append(d)
     return out

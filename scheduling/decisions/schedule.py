@@ -14,11 +14,13 @@ returns succeeds: a start that fails leaves its capacity idle until the next pas
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Any
 
 from scheduling.decisions.place import cpu_ratio, free_view, place, usable_cpus
 from scheduling.decisions.reserve import RESERVED_JOBS, Busy, Plan, Reservation
@@ -52,8 +54,14 @@ class Start:
 @dataclass(frozen=True, slots=True)
 class Wait:
     key: str
-    reason: str
+    # Why, or what works it out when `reason` is read: a pass decides many waits whose
+    # words nobody reads (the simulator's), and a reservation's take a while to write.
+    why: str | Callable[[], str]
     reserved: Reservation | None = None  # room held for it from a later time
+
+    @property
+    def reason(self) -> str:
+        return self.why if isinstance(self.why, str) else self.why()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +110,7 @@ def schedule_pass(
     `Plan`. Without either the pass backfills with no reservation.
     """
     booked: dict[str, list[NodeAllocation]] = {}  # nodes this pass placed on: all they hold
-    per_queue = Counter(running)
+    started: Counter[str] = Counter()  # jobs this pass started per queue, beside `running`
     decisions: list[Decision] = []
     # Per pool, once per pass: whether a request could ever fit (the pool emptied, every
     # node up), and the free views now, kept current as jobs are placed.
@@ -110,9 +118,9 @@ def schedule_pass(
     ideal: dict[str, list[NodeView]] = {}
     base: dict[str, dict[str, NodeView]] = {}
     room: dict[str, PoolRoom] = {}
-    reasons: dict[tuple, str] = {}
+    reasons: dict[tuple, _Once] = {}
     plan_of: dict[str, Plan] = {}
-    downs: dict[str, list[str]] = {}  # pool → its nodes drained or down, for the reasons
+    downs: dict[str, _Once] = {}  # pool → its nodes drained or down, for the reasons
     failed_at: dict[tuple, tuple[float, float]] = {}  # request → (end, walltime) that failed
     # request → the shortest planned runtime for which no reservation could be made (a
     # longer one of the same request meets more in its window: none either)
@@ -159,7 +167,10 @@ def schedule_pass(
         if not fits:
             decisions.append(Fail(job.key, never_fits(job, nodes)))
             continue
-        if queue.max_concurrency is not None and per_queue[queue.name] >= queue.max_concurrency:
+        if (
+            queue.max_concurrency is not None
+            and running.get(queue.name, 0) + started[queue.name] >= queue.max_concurrency
+        ):
             reason = f"queue {queue.name} runs its maximum of {queue.max_concurrency} jobs"
             decisions.append(Wait(job.key, reason))
             continue
@@ -191,7 +202,7 @@ def schedule_pass(
             placement = place(job.spec, queue, own, now=now)
             if placement is None:
                 plan.blocked.add(job.key)
-                decisions.append(Wait(job.key, f"{mine.describe()} ({asked(job)})", mine))
+                decisions.append(Wait(job.key, _reserved_reason(mine, job), mine))
                 continue
             plan.release(job.key)
         # A job of this request that ends no later (and whose walltime is no longer: lent
@@ -212,7 +223,7 @@ def schedule_pass(
             listed = free.listed()
             cpus = gpus = -1  # what the reservations leave in all; -1: none applies
             if plan is not None:
-                cpus, gpus = plan.totals(listed, ends, cpu_ratio(queue))
+                cpus, gpus = plan.totals(listed, ends, cpu_ratio(queue), room=free)
             r = job.spec.resources
             if cpus < 0:
                 placement = place(job.spec, queue, listed, now=now)
@@ -245,15 +256,12 @@ def schedule_pass(
                 if reservation is None:
                     unreservable[shape] = span
                 else:
-                    reason = f"{reservation.describe()} ({asked(job)})"
-                    decisions.append(Wait(job.key, reason, reservation))
+                    decisions.append(Wait(job.key, _reserved_reason(reservation, job), reservation))
                     continue
             if shape not in reasons:  # the same words for the same request
                 if pool not in downs:
-                    downs[pool] = sorted(
-                        n.name for n in nodes if n.name in drained or not n.available
-                    )
-                reasons[shape] = waiting_reason(job, downs[pool])
+                    downs[pool] = _Once(_down_names(nodes, frozenset(drained)))
+                reasons[shape] = _Once(functools.partial(waiting_reason, job, downs[pool]))
             decisions.append(Wait(job.key, reasons[shape]))
             continue
         if plan is not None:
@@ -269,7 +277,7 @@ def schedule_pass(
             if node.name in drained:
                 node = dataclasses.replace(node, available=False)
             free.update(free_view(node, booked[a.node]))
-        per_queue[queue.name] += 1
+        started[queue.name] += 1
     return decisions
 
 
@@ -372,9 +380,36 @@ def never_fits(job: WaitingJob, nodes: Sequence[NodeView]) -> str:
     )
 
 
-def waiting_reason(job: WaitingJob, down: Sequence[str]) -> str:
-    """Why `job` waits for room; `down`: the names of its pool's nodes drained or down."""
+def waiting_reason(job: WaitingJob, down: Sequence[str] | Callable[[], Sequence[str]]) -> str:
+    """Why `job` waits for room; `down`: the names of its pool's nodes drained or down (or
+    what lists them)."""
     reason = f"waiting for resources in pool {job.queue.pool} ({asked(job)})"
-    if down:
-        reason += f"; drained or down: {', '.join(down)}"
+    names = down() if callable(down) else down
+    if names:
+        reason += f"; drained or down: {', '.join(names)}"
     return reason
+
+
+class _Once:
+    """A reason's words (or a part of them), worked out when first read, then kept: a pass
+    decides many waits whose reasons nobody reads (the simulator's)."""
+
+    __slots__ = ("_make", "_made")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._made: Any = None
+
+    def __call__(self) -> Any:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+
+def _down_names(nodes: Sequence[NodeView], drained: AbstractSet[str]) -> Callable[[], list[str]]:
+    return lambda: sorted(n.name for n in nodes if n.name in drained or not n.available)
+
+
+def _reserved_reason(reservation: Reservation, job: WaitingJob) -> Callable[[], str]:
+    """`reserved from … on … (what it asks)`, when read."""
+    return lambda: f"{reservation.describe()} ({asked(job)})"

@@ -70,9 +70,9 @@ class Groups(Predictions):
     shape_number: dict[tuple, int]
     _unfit: dict[str, tuple[tuple, set[tuple]]]
     tie: itertools.count
-    # Per running job, its room held as `Busy` rows, by its planned end and allocations (made
-    # again only when either changes); dropped when it stops.
-    _held: dict[str, tuple[float, tuple, list[Busy]]]
+    # Per running job, its room held on a pool's nodes as `Busy` rows, by its planned end,
+    # allocations and those nodes (made again only when one changes); dropped when it stops.
+    _held: dict[str, tuple[float, tuple, tuple, list[Busy]]]
     _ever: dict[str, tuple]
 
     def _filing(self) -> None:
@@ -96,6 +96,7 @@ class Groups(Predictions):
         self.needs = defaultdict(dict)
         self.shape_number = {}
         self._unfit = {}
+        self._lent_of: tuple[tuple | None, bool] = (None, False)
 
     def _start(self, job: SimJob, placement, now: float) -> None: ...  # SitePolicy's
 
@@ -135,13 +136,17 @@ class Groups(Predictions):
                 for key, o in running.items():
                     if key not in since:
                         kept = held.get(key)
-                        if kept is None or kept[0] != o.planned_end or kept[1] is not o.allocations:
-                            kept = held[key] = (
-                                o.planned_end,
-                                o.allocations,
-                                [Busy(a, o.planned_end) for a in o.allocations],
-                            )
-                        out.extend(b for b in kept[2] if b.allocation.node in names)
+                        if (
+                            kept is None
+                            or kept[0] != o.planned_end
+                            or kept[1] is not o.allocations
+                            or kept[2] is not nodes
+                        ):
+                            rows = [
+                                Busy(a, o.planned_end) for a in o.allocations if a.node in names
+                            ]
+                            kept = held[key] = (o.planned_end, o.allocations, nodes, rows)
+                        out += kept[3]
                 return out
 
             # A reservation the last plan made stays where nothing that decided it changed
@@ -184,6 +189,12 @@ class Groups(Predictions):
             return known[shape]
 
         return never
+
+    def _lent(self, nodes: tuple) -> bool:
+        """Whether any of the pool's nodes is lent until a time (kept until the nodes change)."""
+        if self._lent_of[0] is not nodes:
+            self._lent_of = (nodes, any(n.available_until is not None for n in nodes))
+        return self._lent_of[1]
 
     def _rank(self, job: SimJob) -> tuple:
         """Its place in the order: level, type, project, and whether it was admitted on

@@ -61,6 +61,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         self._lend()
         self.preemptible = {q.pool for q in site.queues.values() if q.preemptible}
         self.pool_of_queue = {q.name: q.pool for q in site.queues.values()}
+        self.ratios = {name: cpu_ratio(q) for name, q in site.queues.items()}
         self._filing()  # groups.py: the waiting jobs, filed
         self.fresh: dict[str, dict[str, SimJob]] = defaultdict(dict)  # ready since the last pass
         self.level: dict[str, int] = {}
@@ -175,7 +176,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         if not groups:
             return
         room = sim.pool_room(pool)
-        ratios = {name: cpu_ratio(q) for name, q in site.queues.items()}
+        ratios = self.ratios
         minute = self._minute(now)
         shares: dict[str, dict[str, float]] = {}
         values: dict[tuple, int] = {}
@@ -206,7 +207,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         def crowded(shape: tuple, planned: float) -> bool:
             """Whether a job of `shape` that runs `planned` seconds meets reservations that
             leave too little beside them (and could fit some day: else it must be failed)."""
-            cpus, gpus = plan.totals(room.listed(), now + planned, ratios[shape[0]])
+            cpus, gpus = plan.totals(room.listed(), now + planned, ratios[shape[0]], room=room)
             if cpus < 0 or (shape[1] <= cpus and shape[2] <= gpus):
                 return False
             return not never(shape, site.queues[shape[0]])
@@ -232,7 +233,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         cut: dict[tuple, float] = {}  # group → the end from which its jobs cannot start
         # On a lent node only work that ends before the lease does may start: there one job
         # of a shape may wait while a shorter one starts.
-        lent = any(n.available_until is not None for n in nodes)
+        lent = self._lent(nodes)
         shortest_first = site.backfill == "shortest"
         while heads:
             if shortest_first and plan.full:
@@ -254,7 +255,7 @@ class SitePolicy(Leases, Groups, CrossPool):
                     # Even its shortest job meets reservations that leave too little beside
                     # (and none is left to give it).
                     soonest = now + self.shortest[(pool, shape, rank)][0][0]
-                    cpus, gpus = plan.totals(room.listed(), soonest, ratios[shape[0]])
+                    cpus, gpus = plan.totals(room.listed(), soonest, ratios[shape[0]], room=room)
                     if cpus >= 0 and (shape[1] > cpus or shape[2] > gpus):
                         stuck.add((shape, rank))
                         continue
