@@ -231,7 +231,7 @@ class Plan:
     def _active(self, ends: float | None, own: str | None) -> tuple[int, ...]:
         """The reservations a job ending at `ends` meets (the job's `own` aside)."""
         limit = math.inf if ends is None else ends
-        return tuple(i for i, r in enumerate(self.reservations) if r.at < limit and r.key != own)
+        return tuple([i for i, r in enumerate(self.reservations) if r.at < limit and r.key != own])
 
     def _forget(self) -> None:
         self._constrained.clear()
