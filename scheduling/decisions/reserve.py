@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 from scheduling.decisions.noderoom import (
     Left,
@@ -34,15 +33,6 @@ from scheduling.decisions.noderoom import (
 from scheduling.decisions.place import cpu_ratio, place
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement, QueuePolicy
 from scheduling.spec import TaskSpec
-
-
-class Room(Protocol):
-    """A pool's free views with their totals kept current (`schedule.PoolRoom`)."""
-
-    views: dict[str, NodeView]
-    gpus: int
-
-    def cpus(self, ratio: int) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,18 +251,11 @@ class Plan:
         return out
 
     def totals(
-        self,
-        views: list[NodeView],
-        ends: float | None,
-        ratio: int = 1,
-        *,
-        own: str | None = None,
-        room: Room | None = None,
+        self, views: list[NodeView], ends: float | None, ratio: int = 1, *, own: str | None = None
     ) -> tuple[int, int]:
         """The CPUs (at oversubscription `ratio`) and GPUs `constrain`'s views hold in all,
         without building them: a job asking more cannot fit, and `place()` need not be
-        asked. (-1, -1) where no reservation applies. `room`: the `PoolRoom` whose views
-        `views` are (its totals kept current); then only the reserved nodes are looked at."""
+        asked. (-1, -1) where no reservation applies."""
         active = self._active(ends, own)
         if not active:
             return -1, -1
@@ -281,18 +264,7 @@ class Plan:
             return cached[1]
         shadows = [self._shadows[i] for i in active]
         cpus = gpus = 0
-        looked: Iterable[NodeView] = views
-        if room is not None:
-            # The room's totals, less what its reserved nodes count there, plus what the
-            # reservations leave them.
-            cpus, gpus = room.cpus(ratio), room.gpus
-            reserved = {name for shadow in shadows for name in shadow}
-            looked = [room.views[name] for name in reserved if name in room.views]
-            for v in looked:
-                if v.available:
-                    cpus -= max(0, free_cpus_of(v) + v.cpus * (ratio - 1))
-                    gpus -= len(v.free_gpus or ())
-        for v in looked:
+        for v in views:
             free, mine, up = free_cpus_of(v), v.free_gpus, v.available
             for shadow in shadows:
                 left = shadow.get(v.name)

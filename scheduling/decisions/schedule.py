@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
 
 from scheduling.decisions.place import cpu_ratio, free_view, place, usable_cpus
 from scheduling.decisions.reserve import RESERVED_JOBS, Busy, Plan, Reservation
@@ -118,9 +117,9 @@ def schedule_pass(
     ideal: dict[str, list[NodeView]] = {}
     base: dict[str, dict[str, NodeView]] = {}
     room: dict[str, PoolRoom] = {}
-    reasons: dict[tuple, _Once] = {}
+    reasons: dict[tuple, Callable[[], str]] = {}
     plan_of: dict[str, Plan] = {}
-    downs: dict[str, _Once] = {}  # pool → its nodes drained or down, for the reasons
+    downs: dict[str, Callable[[], list[str]]] = {}  # pool → its nodes drained or down
     failed_at: dict[tuple, tuple[float, float]] = {}  # request → (end, walltime) that failed
     # request → the shortest planned runtime for which no reservation could be made (a
     # longer one of the same request meets more in its window: none either)
@@ -223,7 +222,7 @@ def schedule_pass(
             listed = free.listed()
             cpus = gpus = -1  # what the reservations leave in all; -1: none applies
             if plan is not None:
-                cpus, gpus = plan.totals(listed, ends, cpu_ratio(queue), room=free)
+                cpus, gpus = plan.totals(listed, ends, cpu_ratio(queue))
             r = job.spec.resources
             if cpus < 0:
                 placement = place(job.spec, queue, listed, now=now)
@@ -260,8 +259,11 @@ def schedule_pass(
                     continue
             if shape not in reasons:  # the same words for the same request
                 if pool not in downs:
-                    downs[pool] = _Once(_down_names(nodes, frozenset(drained)))
-                reasons[shape] = _Once(functools.partial(waiting_reason, job, downs[pool]))
+                    downs[pool] = functools.cache(_down_names(nodes, frozenset(drained)))
+                # Written once, when first read: the simulator reads none.
+                reasons[shape] = functools.cache(
+                    functools.partial(waiting_reason, job, downs[pool])
+                )
             decisions.append(Wait(job.key, reasons[shape]))
             continue
         if plan is not None:
@@ -388,22 +390,6 @@ def waiting_reason(job: WaitingJob, down: Sequence[str] | Callable[[], Sequence[
     if names:
         reason += f"; drained or down: {', '.join(names)}"
     return reason
-
-
-class _Once:
-    """A reason's words (or a part of them), worked out when first read, then kept: a pass
-    decides many waits whose reasons nobody reads (the simulator's)."""
-
-    __slots__ = ("_make", "_made")
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self._made: Any = None
-
-    def __call__(self) -> Any:
-        if self._made is None:
-            self._made = self._make()
-        return self._made
 
 
 def _down_names(nodes: Sequence[NodeView], drained: AbstractSet[str]) -> Callable[[], list[str]]:

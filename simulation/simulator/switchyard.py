@@ -207,7 +207,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         def crowded(shape: tuple, planned: float) -> bool:
             """Whether a job of `shape` that runs `planned` seconds meets reservations that
             leave too little beside them (and could fit some day: else it must be failed)."""
-            cpus, gpus = plan.totals(room.listed(), now + planned, ratios[shape[0]], room=room)
+            cpus, gpus = plan.totals(room.listed(), now + planned, ratios[shape[0]])
             if cpus < 0 or (shape[1] <= cpus and shape[2] <= gpus):
                 return False
             return not never(shape, site.queues[shape[0]])
@@ -255,7 +255,7 @@ class SitePolicy(Leases, Groups, CrossPool):
                     # Even its shortest job meets reservations that leave too little beside
                     # (and none is left to give it).
                     soonest = now + self.shortest[(pool, shape, rank)][0][0]
-                    cpus, gpus = plan.totals(room.listed(), soonest, ratios[shape[0]], room=room)
+                    cpus, gpus = plan.totals(room.listed(), soonest, ratios[shape[0]])
                     if cpus >= 0 and (shape[1] > cpus or shape[2] > gpus):
                         stuck.add((shape, rank))
                         continue
