@@ -48,7 +48,8 @@ def free_view(node: NodeView, allocations: Iterable[NodeAllocation]) -> NodeView
             continue
         used_cpus += a.cpus
         used_memory += a.memory_mib
-        used_gpus.update(a.gpu_indices)
+        if a.gpu_indices:
+            used_gpus.update(a.gpu_indices)
     return NodeView(
         name=node.name,
         cpus=node.cpus,
@@ -56,7 +57,7 @@ def free_view(node: NodeView, allocations: Iterable[NodeAllocation]) -> NodeView
         gpus=node.gpus,
         free_cpus=node.cpus - used_cpus,
         free_memory_mib=node.memory_mib - used_memory,
-        free_gpus=tuple(i for i in range(node.gpus) if i not in used_gpus),
+        free_gpus=tuple(i for i in range(node.gpus) if i not in used_gpus) if node.gpus else (),
         gpu_model=node.gpu_model,
         switch=node.switch,
         available=node.available,
