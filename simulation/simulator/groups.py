@@ -373,6 +373,9 @@ class Groups(Predictions):
                 planned, prio, seq, _, key, group, i = heapq.heappop(heads)
                 if group in stuck:
                     continue
+                if too_big(group[0]):  # the room shrank since it was pushed: as schedule_pass
+                    stuck.add(group)  # would find, it waits, and so does the rest of its group
+                    continue
                 job = sim.waiting[key]
                 queue = site.queues[group[0][0]]
                 batch.append(
