@@ -324,3 +324,44 @@ def test_a_reservation_taken_again_from_the_last_plan_is_the_one_made_anew(monke
         m.setattr(Plan, "kept", lambda self: {})
         anew = _digest(simulate(jobs, swf_site(), "switchyard"))
     assert kept == anew
+
+
+def test_a_waiting_job_the_pool_shrank_under_is_refused_behind_the_reservations(monkeypatch):
+    """A lease takes a pool's idle node while a job asking all three of its nodes waits behind
+    two that hold its reservations: the job can never start on the pool as it is now, and
+    one pass over every waiting job refuses it at once. The fast pass must offer it although
+    the room holds it not (the shapes that fit not even the emptied pool), and not leave it
+    waiting for the lease to end."""
+    site = Site(
+        pools={
+            "cpu": tuple(NodeView(f"c{i}", cpus=8, memory_mib=16 * GIB) for i in range(3)),
+            "other": (NodeView("o0", cpus=8, memory_mib=16 * GIB),),
+        },
+        queues={
+            "q": QueuePolicy(name="q", pool="cpu", task_types=()),
+            "o": QueuePolicy(name="o", pool="other", task_types=()),
+        },
+        leases=(LeaseTemplate("cpu", "o", 1, "08:01", 1000),),
+        start_minute=8 * 60,
+    )
+
+    def job(key: str, cpus: int, runtime: int) -> SimJob:
+        spec = TaskSpec(
+            name=key,
+            project="p",
+            resources=Resources(cpus=cpus, memory_mib=GIB),
+            walltime_s=runtime,
+        )
+        return SimJob(key, spec, "hpc-simulation", "q", 0, runtime)
+
+    # 1r and 2r hold c0 and c1 until 3000, 3a and 4b (16 CPUs) reserve after them, 5x asks 24
+    # (keys in submit order: jobs that arrive together are taken by key).
+    jobs = [job("1r", 8, 3000), job("2r", 8, 3000), job("3a", 16, 100), job("4b", 16, 100)]
+    jobs.append(job("5x", 24, 100))
+    fast = simulate(jobs, site, "switchyard")
+    assert fast.leases == [(60.0, 1060.0, ("c2",))]
+    assert "can ever hold" in fast.never.get("5x", "") and "5x" not in fast.outcomes
+    with monkeypatch.context() as m:
+        m.setattr(engine, "SitePolicy", OneCall)
+        reference = simulate(jobs, site, "switchyard")
+    assert _digest(fast) == _digest(reference)
