@@ -52,6 +52,14 @@ def umask(request: SubmitRequest) -> int:
 # reason, naming the input, is in the file INPUT_REASON of its job folder.
 INPUT_EXIT = 66
 INPUT_REASON = "input-reason"
+UNCHECKED = "the working folder and inputs could not be checked: no python3 on this node"
+
+
+def is_prelude_reason(text: str) -> bool:
+    """Whether `text` has the form of a reason the lines before a job's sandbox give (below):
+    the job's account writes that file, so only these forms are shown as the job's reason."""
+    starts = ("input /", "the working folder /", "the task's own folder /", UNCHECKED)
+    return "\n" not in text and text.startswith(starts)
 
 
 def input_links(request: SubmitRequest, default: str) -> list[tuple[str, str]]:
@@ -143,10 +151,9 @@ def script_lines(request: SubmitRequest, default: str) -> list[str]:
         source = f.read()
     plan = json.dumps(prepare_plan(request, default), separators=(",", ":"))
     reason = shlex.quote(posixpath.join(default, INPUT_REASON))
-    unchecked = "the working folder and inputs could not be checked: no python3 on this node"
     return [
         f"umask {umask(request):03o}",
         f"m=$(python3 -I -S -c {shlex.quote(source)} {shlex.quote(plan)}) || "
-        f'{{ m="${{m:-{unchecked}}}"; echo "$m" >&2; printf %s "$m" > {reason}; '
+        f'{{ m="${{m:-{UNCHECKED}}}"; echo "$m" >&2; printf %s "$m" > {reason}; '
         f"exit {INPUT_EXIT}; }}",
     ]

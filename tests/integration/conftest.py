@@ -24,7 +24,6 @@ from django.db import connection
 
 from config.runtime.workers import worker_argv
 from scheduling.outbox import PUBLISHER
-from scheduling.selectors import site_view_invalidate
 from tests.conftest import ROOT, move_storage_areas, no_lease_schedules
 
 
@@ -62,11 +61,27 @@ def local_root(settings, job_root) -> Path:
 
 
 @pytest.fixture
-def site(transactional_db, local_root):
-    """The default site on the local backend, committed so a worker process sees it."""
+def site(transactional_db, local_root) -> Iterator[Path]:
+    """The default site on the local backend, committed so a worker process sees it, its
+    storage areas in a fresh folder of this test's (`fresh_storage_areas`, yielded)."""
     call_command("seed_demo", backend="local", quiet=True)
     no_lease_schedules()
-    site_view_invalidate()
+    with fresh_storage_areas() as root:
+        yield root
+
+
+@contextlib.contextmanager
+def fresh_storage_areas() -> Iterator[Path]:
+    """The demo site's storage areas moved to a fresh folder (the jobs' accounts pass through
+    the var dir to it), removed afterwards. A task's own folder is `tasks/<id>`, and ids
+    repeat across test databases (one per test process, one per run): a folder an earlier
+    test left under that name, made by another account, fails the task as planted."""
+    root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
+    move_storage_areas(root)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -82,19 +97,16 @@ def alice_account(site) -> None:
 
 
 @pytest.fixture
-def storage_root(site) -> Iterator[Path]:
-    """The demo site's storage areas moved to a fresh folder of this test's (the jobs'
-    accounts pass through the var dir to it), with alice's folders made as a worker makes
-    them when she first opens Files. Request it before a worker starts."""
+def storage_root(site) -> Path:
+    """The demo site's storage areas' fresh folder of this test's (the `site` fixture's),
+    with alice's folders made as a worker makes them when she first opens Files. Request it
+    before a worker starts."""
     from django.contrib.auth.models import User
 
     from scheduling.engine.storage import prepare_user
 
-    root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
-    move_storage_areas(root)
     prepare_user(User.objects.get(username="alice").pk)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    return site
 
 
 @pytest.fixture

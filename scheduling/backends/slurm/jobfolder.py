@@ -13,7 +13,7 @@ from pathlib import Path
 
 from scheduling.backends.base import Job, JobState, SubmitRequest
 from scheduling.backends.slurm.watch import prepare_usage_file
-from scheduling.backends.storage import INPUT_EXIT, INPUT_REASON
+from scheduling.backends.storage import INPUT_EXIT, INPUT_REASON, is_prelude_reason
 
 
 def prepare_job_folder(
@@ -39,8 +39,8 @@ def prepare_job_folder(
 
 
 def with_input_reason(workdir: Path, job: Job) -> Job:
-    """`job`, with the reason its script wrote when it failed for an input (it names the
-    input) in place of "exit code 66". The file is the job account's: opened without
+    """`job`, with the reason its script wrote when it failed before its sandbox (an input,
+    its working folder: the reason names it) in place of "exit code 66". The file is the job account's: opened without
     following a link, a regular file's first bytes only, and only a reason of that form."""
     if job.state is not JobState.FAILED or job.exit_code != INPUT_EXIT:
         return job
@@ -54,6 +54,6 @@ def with_input_reason(workdir: Path, job: Job) -> Job:
     finally:
         os.close(fd)
     reason = text.decode("utf-8", "replace").strip()
-    if not reason.startswith("input /") or "\n" in reason:
+    if not is_prelude_reason(reason):
         return job
     return dataclasses.replace(job, reason=reason)

@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from scheduling.models import TERMINAL_STATES, Node, Pool, Task, TaskState
 from scheduling.selectors import site_view_invalidate
 from scheduling.sites.slurm import ClusterSettings
 from tests.conftest import ROOT, descriptor, in_ci, no_lease_schedules, submit
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import fresh_storage_areas, wait_for
 
 STATE_DIR = Path(os.environ.get("SWITCHYARD_SLURM_DIR", "/var/tmp/switchyard-slurm"))
 CLUSTER_SH = ROOT / "docker" / "slurm" / "cluster.sh"
@@ -76,8 +77,9 @@ def slurm(slurm_env, settings, job_root, monkeypatch):
 
 
 @pytest.fixture
-def site(transactional_db, slurm, local_root):
-    """The default site with every pool on Slurm, committed so a worker sees it."""
+def site(transactional_db, slurm, local_root) -> Iterator[Path]:
+    """The default site with every pool on Slurm, committed so a worker sees it, its storage
+    areas in a fresh folder of this test's (`fresh_storage_areas`, yielded)."""
     resume_portal_drains(slurm)
     call_command("seed_demo", backend="slurm", quiet=True)
     # The cluster's GPUs are its fake device files (docker/slurm/cluster.sh makes them).
@@ -86,18 +88,18 @@ def site(transactional_db, slurm, local_root):
         gpu_devices=cluster.gpu_device_pattern, control_devices=list(cluster.control_devices)
     )
     no_lease_schedules()
-    site_view_invalidate()
-    yield
-    # Leave the cluster as we found it: a job left behind would hold nodes (or, once its
-    # tmp folder is gone, sit in the queue as "launch failed requeued held").
-    for backend_id in (
-        Task.objects.filter(backend="slurm")
-        .exclude(backend_id="")
-        .exclude(state__in=TERMINAL_STATES)
-        .values_list("backend_id", flat=True)
-    ):
-        with contextlib.suppress(Exception):
-            slurm.cancel(backend_id)
+    with fresh_storage_areas() as root:
+        yield root
+        # Leave the cluster as we found it: a job left behind would hold nodes (or, once
+        # its tmp folder is gone, sit in the queue as "launch failed requeued held").
+        for backend_id in (
+            Task.objects.filter(backend="slurm")
+            .exclude(backend_id="")
+            .exclude(state__in=TERMINAL_STATES)
+            .values_list("backend_id", flat=True)
+        ):
+            with contextlib.suppress(Exception):
+                slurm.cancel(backend_id)
 
 
 def resume_portal_drains(slurm) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from scheduling import engine
-from scheduling.backends.base import JobState, SubmitRequest
+from scheduling.backends.base import Job, JobState, SubmitRequest
+from scheduling.backends.slurm.jobfolder import with_input_reason
 from scheduling.backends.storage import INPUT_EXIT, INPUT_REASON, script_lines
 from scheduling.decisions.storage import JobStorage, Mount
 from scheduling.decisions.types import QueuePolicy
@@ -160,6 +161,9 @@ def test_the_slurm_script_refuses_a_tasks_folder_someone_else_made_first(two_pro
     status, out, reason = slurm_prelude(two_projects, [], str(planted))
     assert status == INPUT_EXIT and "STARTED" not in out, out
     assert reason.startswith(f"the task's own folder {planted} was there before"), reason
+    # The task shows that reason, not "exit code 66".
+    failed = Job("5:k1", JobState.FAILED, reason="exit code 66", exit_code=INPUT_EXIT)
+    assert with_input_reason(two_projects / "jobs", failed).reason == reason
     # A later attempt of the same task finds the folder its own account made: reused.
     os.chown(planted, os.geteuid(), os.getegid())
     status, out, _ = slurm_prelude(two_projects, [], str(planted))
@@ -188,3 +192,12 @@ def test_code_planted_in_the_next_tasks_folder_is_never_run(api, areas):
     log = task_log(task=task)
     assert "RAN-PLANTED" not in log, log
     assert (planted / "train.py").read_text() == "print('planted')\n"  # left alone
+
+
+def test_a_reason_file_of_another_form_is_not_shown(tmp_path):
+    """The job's account writes the reason file: a text of no form the lines before its
+    sandbox write stays unshown."""
+    (tmp_path / "k1").mkdir()
+    (tmp_path / "k1" / INPUT_REASON).write_text("your account is suspended: pay at evil.example")
+    failed = Job("5:k1", JobState.FAILED, reason="exit code 66", exit_code=INPUT_EXIT)
+    assert with_input_reason(tmp_path, failed).reason == "exit code 66"
