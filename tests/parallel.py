@@ -4,7 +4,7 @@ Most of the Slurm tests' time is waiting on the cluster (a walltime to pass, a d
 back), so they run on one worker, one after another (the cluster is shared: each test expects
 every node), while the other workers run the rest. The tests marked `heavy` (hundreds of
 tasks through real workers) run in the same line, so that none loads the machine beside a
-Slurm test. A worker that is done with them takes tests of the rest.
+Slurm test, and so do those marked `unix_groups` (they change groups a Slurm job needs). A worker that is done with them takes tests of the rest.
 
 pytest-django already gives each worker a test database of its own (`test_<name>_gw0`, …).
 This gives each worker the two other things the tests assume are theirs alone:
@@ -86,5 +86,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         # A heavy test beside a Slurm test would stretch the Slurm test's timings (how soon
         # a cancelled job's room is given again, say): it runs in their line instead.
-        if item.get_closest_marker("slurm") or item.get_closest_marker("heavy"):
+        # A test marked `unix_groups` takes out of every project's group the accounts its
+        # own database's members do not run as: beside a Slurm test (whose nodes give a job
+        # its groups from /etc/group) it would take that job's account out of its project.
+        if any(item.get_closest_marker(m) for m in ("slurm", "heavy", "unix_groups")):
             item.add_marker(pytest.mark.xdist_group(SLURM_GROUP))

@@ -153,6 +153,7 @@ def test_the_storage_pass_keeps_an_account_a_current_member_shares(areas, projec
     assert members(project) == ["sy-alice"]
 
 
+@pytest.mark.unix_groups
 def test_the_housekeeping_pass_reconciles_the_groups(areas, project, outsider):
     join(project, outsider)
     Membership.objects.filter(project=project, user=outsider).delete()

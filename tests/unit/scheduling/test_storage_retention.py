@@ -77,6 +77,7 @@ def outside(areas) -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.unix_groups  # the pass it ends with reconciles every project's group too
 def test_an_area_removes_ended_tasks_folders_past_its_retention_and_nothing_else(
     api, outsider_api, areas, outside
 ):
