@@ -88,8 +88,9 @@ def taken_link(path: str, link: str) -> str:
 
 def workdir_refused(path: str) -> str:
     return (
-        f"the working folder {path} could not be made: something on its way is not a folder "
-        "or is a symbolic link (links are not followed): the command did not start"
+        f"the working folder {path} could not be made: something on its way is not a folder, "
+        "is a symbolic link (links are not followed) or is closed to the job's account: the "
+        "command did not start"
     )
 
 

@@ -351,6 +351,10 @@ def slurm_conf(
         "MinJobAge=300",
         "InactiveLimit=0",
         "SlurmdTimeout=30",  # a stopped slurmd: not responding in ~10 s, down in 30
+        # A job gets its account's groups as /etc/group has them when it starts: an account
+        # joins a project's group with the member (and leaves it with them), where Slurm
+        # would keep an account's groups for 600 s (the default) from its last job's start.
+        "GroupUpdateTime=0",
         "",
         "# Jobs in images: each node's Prolog pulls the job's image into its cache.",
         *image_lines(cluster.prolog, cluster.epilog, cluster.image_pull_timeout_s),

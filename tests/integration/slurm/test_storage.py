@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import grp
 import pwd
+import subprocess
 
 import pytest
+from django.contrib.auth.models import User
 
+from portal.models import Membership, Project
 from scheduling.engine import get_backend
 from scheduling.files.folders import project_group
+from scheduling.models import Quota
 from tests.integration.slurm.conftest import drive, submit_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
@@ -83,3 +87,31 @@ def test_a_slurm_job_reads_an_uploaded_input_as_dot_name_and_a_missing_one_fails
     assert link.lstat().st_uid == pwd.getpwnam("sy-alice").pw_uid
     assert failed.state == "failed", failed.reason
     assert f"input {gone} is missing" in failed.reason, failed.reason
+
+
+def test_a_member_who_just_joined_a_project_has_its_group_in_their_next_job(
+    api, alice_account, storage_root
+):
+    """A node's slurmd keeps an account's groups from a job's start for GroupUpdateTime (600
+    s by default): the portal's slurm.conf sets 0, so alice's first job in a project she has
+    just joined, right after a job of hers in another, can enter the project's folder."""
+    before = submit_task(api, name="before", command=["true"])  # in materials
+    [task] = drive([before], timeout=90)
+    assert task.state == "succeeded", task.reason
+    alice = User.objects.get(username="alice")
+    joined = Project.objects.create(slug="newcomers", name="Newcomers", pi=alice)
+    Membership.objects.create(project=joined, user=alice, role=Membership.Role.PI)
+    for quota in Quota.objects.filter(project__slug="materials", user=None):
+        quota.pk, quota.project = None, joined  # the same room to submit as materials has
+        quota.save()
+    try:
+        pk = submit_task(api, name="first", project="newcomers", command=["true"])
+        [task] = drive([pk], timeout=90)
+        # Its own folder is made by the job inside the project's folder, which only the
+        # project's group may enter: without the group, "the working folder … could not be
+        # made" (exit 66).
+        assert task.state == "succeeded", task.reason
+        folder = storage_root / "projects" / "newcomers" / "tasks" / str(pk)
+        assert folder.stat().st_uid == pwd.getpwnam("sy-alice").pw_uid
+    finally:
+        subprocess.run(["groupdel", project_group("newcomers")], check=False, capture_output=True)

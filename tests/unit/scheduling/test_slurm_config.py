@@ -189,6 +189,9 @@ def test_cluster_wide_settings():
     assert conf["PriorityType"] == "priority/multifactor"
     assert conf["TopologyPlugin"] == "topology/tree"
     assert conf["AccountingStorageEnforce"] == "associations"
+    # A job gets its account's project groups as they are at its start, not as a node
+    # cached them at an earlier job's (tests/integration/slurm/test_storage.py runs it).
+    assert conf["GroupUpdateTime"] == "0"
     # Every path the daemons write lives under the one state directory.
     for key in (
         "StateSaveLocation",
