@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from scheduling.backends.jobnet import host_addresses
+from tests.parallel import worker_number
 
 TEST_PORT = 8080
 # The test host answers this on every connection: a job that reads it reached the host.
@@ -69,7 +70,10 @@ class TestHost:
 def test_host() -> Iterator[TestHost]:
     """Make the namespace, its veth pair and the server; remove them afterwards."""
     tag = f"syjn{os.getpid() % 100000}"
-    net = f"198.18.{os.getpid() % 250}"
+    # A network of each test process's own: its pid's remainder alone could be another
+    # process's too (xdist's workers each get a number: 100 + it).
+    number = worker_number()
+    net = f"198.18.{100 + number if number is not None else os.getpid() % 100}"
     host = TestHost(f"{net}.1", f"{net}.2", f"{net}.3", f"{net}.4", f"{net}.5")
     ns = f"{tag}-ns"
 
