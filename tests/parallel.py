@@ -4,7 +4,8 @@ Most of the Slurm tests' time is waiting on the cluster (a walltime to pass, a d
 back), so they run on one worker, one after another (the cluster is shared: each test expects
 every node), while the other workers run the rest. The tests marked `heavy` (hundreds of
 tasks through real workers) run in the same line, so that none loads the machine beside a
-Slurm test, and so do those marked `unix_groups` (they change groups a Slurm job needs). A worker that is done with them takes tests of the rest.
+Slurm test, and so do those marked `unix_groups` (they change groups a Slurm job needs). A
+worker that is done with them takes tests of the rest.
 
 pytest-django already gives each worker a test database of its own (`test_<name>_gw0`, …).
 This gives each worker the two other things the tests assume are theirs alone:

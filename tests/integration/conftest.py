@@ -73,9 +73,11 @@ def site(transactional_db, local_root) -> Iterator[Path]:
 @contextlib.contextmanager
 def fresh_storage_areas() -> Iterator[Path]:
     """The demo site's storage areas moved to a fresh folder (the jobs' accounts pass through
-    the var dir to it), removed afterwards. A task's own folder is `tasks/<id>`, and ids
-    repeat across test databases (one per test process, one per run): a folder an earlier
-    test left under that name, made by another account, fails the task as planted."""
+    the var dir to it), removed afterwards: nothing an earlier test left in a project's
+    folder is in this one's way. A task's own folder is `tasks/<id>`, and each run's test
+    database hands the same ids out again: a run in one process (no xdist worker to empty
+    its var folder) would find an earlier run's folder of that name, maybe another
+    account's, and the task would refuse it as planted."""
     root = Path(settings.VAR_DIR) / "storage-tests" / uuid.uuid4().hex[:10]
     move_storage_areas(root)
     try:

@@ -40,8 +40,9 @@ def prepare_job_folder(
 
 def with_input_reason(workdir: Path, job: Job) -> Job:
     """`job`, with the reason its script wrote when it failed before its sandbox (an input,
-    its working folder: the reason names it) in place of "exit code 66". The file is the job account's: opened without
-    following a link, a regular file's first bytes only, and only a reason of that form."""
+    its working folder: the reason names it) in place of "exit code 66". The file is the job
+    account's: opened without following a link, a regular file's first bytes only, and only
+    a reason of those forms (`is_prelude_reason`)."""
     if job.state is not JobState.FAILED or job.exit_code != INPUT_EXIT:
         return job
     path = workdir / job.backend_id.partition(":")[2] / INPUT_REASON
