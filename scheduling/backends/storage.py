@@ -48,8 +48,9 @@ def umask(request: SubmitRequest) -> int:
     return PROJECT_UMASK if has_project_folder(request) else PRIVATE_UMASK
 
 
-# A job's exit status when one of its inputs could not be linked (sysexits' EX_NOINPUT); the
-# reason, naming the input, is in the file INPUT_REASON of its job folder.
+# A job's exit status when its working folder could not be made or one of its inputs could
+# not be linked (sysexits' EX_NOINPUT); the reason, naming the folder or the input, is in the
+# file INPUT_REASON of its job folder.
 INPUT_EXIT = 66
 INPUT_REASON = "input-reason"
 UNCHECKED = "the working folder and inputs could not be checked: no python3 on this node"

@@ -16,7 +16,17 @@ import pytest
 from scheduling import engine
 from scheduling.backends.base import Job, JobState, SubmitRequest
 from scheduling.backends.slurm.jobfolder import with_input_reason
-from scheduling.backends.storage import INPUT_EXIT, INPUT_REASON, script_lines
+from scheduling.backends.storage import (
+    INPUT_EXIT,
+    INPUT_REASON,
+    UNCHECKED,
+    is_prelude_reason,
+    missing_input,
+    script_lines,
+    taken_link,
+    workdir_refused,
+    workdir_taken,
+)
 from scheduling.decisions.storage import JobStorage, Mount
 from scheduling.decisions.types import QueuePolicy
 from scheduling.descriptor import parse_task
@@ -201,3 +211,17 @@ def test_a_reason_file_of_another_form_is_not_shown(tmp_path):
     (tmp_path / "k1" / INPUT_REASON).write_text("your account is suspended: pay at evil.example")
     failed = Job("5:k1", JobState.FAILED, reason="exit code 66", exit_code=INPUT_EXIT)
     assert with_input_reason(tmp_path, failed).reason == "exit code 66"
+
+
+def test_every_reason_the_prelude_writes_is_one_a_slurm_task_shows():
+    """The forms `is_prelude_reason` accepts are the messages' own beginnings: a message
+    reworded without it would fall back to "exit code 66" on Slurm."""
+    path = "/p/materials/run/x.py"
+    for reason in (
+        missing_input(path),
+        taken_link(path, "/p/materials/run/x.py"),
+        workdir_refused("/p/materials/run"),
+        workdir_taken("/p/materials/tasks/7"),
+        UNCHECKED,
+    ):
+        assert is_prelude_reason(reason), reason
