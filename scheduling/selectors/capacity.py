@@ -26,6 +26,7 @@ from scheduling.models import (
     Pool,
     PoolBorrowing,
 )
+from scheduling.selectors.access import task_list_for_user
 from scheduling.selectors.occupancy import running_on
 
 # The states a node and a lease can be in, for the pages and the API to check and filter by.
@@ -122,26 +123,46 @@ def image_caches_for_pools(pools: Iterable[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def node_rows(pools: Iterable[Pool]) -> list[dict[str, Any]]:
-    """Every node of `pools` with the cores and GPUs its running tasks hold, and those tasks,
-    for the Capacity page's table (what the portal knows: selectors/occupancy.py)."""
+def node_rows(pools: Iterable[Pool], user: User) -> list[dict[str, Any]]:
+    """Every node of `pools` with the cores and GPUs its running tasks hold, and those of the
+    tasks `user` may see (`others`: how many more run there), for the Capacity page's table
+    (what the portal knows: selectors/occupancy.py). A queue admin's pool may run another
+    queue's work (borrowed cores, a lease): its room counts, its name and owner stay hidden
+    as its own page is."""
     nodes = [n for p in pools for n in p.nodes.all()]
-    held: dict[str, dict[str, Any]] = {n.name: {"cpus": 0, "gpus": 0, "tasks": []} for n in nodes}
-    for occupant in running_on({n.name for n in nodes}):
+    held: dict[str, dict[str, Any]] = {
+        n.name: {"cpus": 0, "gpus": 0, "tasks": [], "others": 0} for n in nodes
+    }
+    occupants = running_on({n.name for n in nodes})
+    seen = _visible(user, [o.task for o in occupants])
+    for occupant in occupants:
         for allocation in occupant.allocations:
             use = held.get(allocation.node)
             if use is None:
                 continue  # the task's other nodes are in pools this user does not see
             use["cpus"] += allocation.cpus
             use["gpus"] += len(allocation.gpu_indices)
-            use["tasks"].append(occupant.task)
+            if occupant.task.pk in seen:
+                use["tasks"].append(occupant.task)
+            else:
+                use["others"] += 1
     return [{"node": n, "pool": n.pool, **held[n.name]} for n in nodes]
 
 
-def tasks_on_node(node: Node) -> list[Any]:
-    """The tasks running on `node` now, oldest first (what a drain lets finish)."""
-    found = sorted(running_on({node.name}), key=lambda o: o.started_at)
-    return [o.task for o in found]
+def tasks_on_node(node: Node, user: User) -> tuple[list[Any], int]:
+    """The tasks running on `node` now that `user` may see, oldest first (what a drain lets
+    finish), and how many others run there."""
+    found = [o.task for o in sorted(running_on({node.name}), key=lambda o: o.started_at)]
+    seen = _visible(user, found)
+    return [t for t in found if t.pk in seen], sum(t.pk not in seen for t in found)
+
+
+def _visible(user: User, tasks: list[Any]) -> set[int]:
+    """Which of `tasks` `user` may see (the task list's own rule)."""
+    if not tasks:
+        return set()
+    pks = [t.pk for t in tasks]
+    return set(task_list_for_user(user).filter(pk__in=pks).values_list("pk", flat=True))
 
 
 def lease_schedule_list() -> QuerySet[LeaseSchedule]:

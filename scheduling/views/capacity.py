@@ -61,7 +61,7 @@ def _page(request: SignedInRequest, status: int = 200, **extra: Any) -> HttpResp
     context = {
         "platform_admin": admin,
         "pools": pools,
-        "nodes": node_rows(pools),
+        "nodes": node_rows(pools, request.user),
         "queues": queue_list_by_name(),
         "active": leases.filter(state=LeaseStates.ACTIVE),
         "past": leases.filter(state=LeaseStates.ENDED)[:20],
@@ -97,7 +97,8 @@ def node_state(request: SignedInRequest, pk: int, state: str) -> HttpResponse:
     reason = request.POST.get("reason", "").strip()
     if state != NodeStates.UP and request.POST.get("confirm") != "yes":
         # What runs there is said before anything changes (docs/capacity.md).
-        context = {"node": node, "state": state, "reason": reason, "tasks": tasks_on_node(node)}
+        tasks, others = tasks_on_node(node, request.user)
+        context = {"node": node, "state": state, "reason": reason, "tasks": tasks, "others": others}
         return render(request, "scheduling/node_confirm.html", context)
     services.nodes_set_state(
         nodes=[node],

@@ -12,7 +12,7 @@ from portal.models import ConfigVersion
 from scheduling import engine
 from scheduling.backends import JobState
 from scheduling.engine import get_backend
-from scheduling.models import LeaseSchedule, Node, Task
+from scheduling.models import LeaseSchedule, Node, Queue, Task
 from tests.conftest import descriptor, submit
 
 pytestmark = pytest.mark.django_db
@@ -161,3 +161,36 @@ def test_a_queue_admin_neither_sees_nor_edits_nightly_leases(site):
     prefix = f"s{schedule.pk}"
     response = quinn.post(f"/capacity/schedules/{schedule.pk}/", _schedule_data(prefix))
     assert response.status_code == 404
+
+
+def test_a_queue_admin_sees_the_room_but_not_the_names_of_another_queues_work(site, api):
+    """HPC work may borrow a training node's idle cores: the training queue's admin sees the
+    cores it holds, not the task, which does not exist for them (its own page is a 404)."""
+    quinn = User.objects.get(username="quinn")
+    quinn.administered_queues.set(Queue.objects.filter(name="training"))
+    node = Node.objects.filter(pool__name="gpu-train").order_by("name").first()
+    response = submit(
+        api,
+        descriptor(
+            name="secret-run", type="hpc-simulation", resources={"cpus": 2, "memory": "1Gi"}
+        ),
+    )
+    task = Task.objects.get(pk=response.json()["id"])
+    engine.task_dispatch(task.pk)
+    task.refresh_from_db()
+    get_backend("fake").finish(task.backend_id, JobState.RUNNING, nodes=(node.name,))
+    engine.backend_poll("fake")
+    client = _client("quinn")
+    assert client.get(f"/tasks/{task.pk}/").status_code == 404
+    row = _row(client.get("/capacity/").content.decode(), node.name)
+    assert f"2 / {node.cpus}" in row
+    assert "secret-run" not in row and f"#{task.pk}" not in row
+    assert "1 other task (another queue's)" in row
+    asked = client.post(f"/capacity/nodes/{node.pk}/drained/", {"reason": "fan"})
+    page = asked.content.decode()
+    assert "1 task runs there:" in page and "1 of another queue's;" in page
+    assert "secret-run" not in page and "alice" not in page.split('id="confirm-what"')[1]
+    # the platform admin sees it by name
+    assert f"#{task.pk} secret-run" in _row(
+        _client("admin").get("/capacity/").content.decode(), node.name
+    )
