@@ -26,7 +26,22 @@ from scheduling.models import Queue
 log = logging.getLogger(__name__)
 
 
-class DirectoryBackend(LDAPBackend):
+class ActiveAccountsOnly:
+    """An account switched off (`is_active` false) neither logs in nor keeps the sessions it
+    had, as with Django's own backend: django-auth-ldap's and mozilla-django-oidc's backends
+    check neither, so a directory or single sign-on user switched off in the admin console kept
+    every page of a session begun before (the API refused it: DRF checks)."""
+
+    def authenticate(self, request, **credentials):
+        user = super().authenticate(request, **credentials)
+        return user if user is not None and user.is_active else None
+
+    def get_user(self, user_id):
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
+
+class DirectoryBackend(ActiveAccountsOnly, LDAPBackend):
     """django-auth-ldap's backend (the password checked by a bind as the user's entry), and
     after a good password the user's groups applied."""
 

@@ -17,7 +17,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
-from portal.directory import groups_apply
+from portal.directory import ActiveAccountsOnly, groups_apply
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def claim_groups(claims: dict) -> list[str]:
     return [group for group in value if isinstance(group, str)] if isinstance(value, list) else []
 
 
-class SingleSignOnBackend(OIDCAuthenticationBackend):
+class SingleSignOnBackend(ActiveAccountsOnly, OIDCAuthenticationBackend):
     """The account is the one named by the username claim (`preferred_username` by default);
     made at the first sign-in, with no password of its own. An account with a local password
     is never taken over by a provider's user of the same name: its owner logs in with it."""

@@ -13,6 +13,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.shortcuts import resolve_url
 from django.test import Client
+from knox.models import AuthToken
 
 from config.group_map import parse_group_map
 from config.settings_auth import ldap_settings
@@ -167,3 +168,19 @@ def test_local_passwords_still_work_beside_the_directory(directory):
     _, answer = log_in("alice", "alice-demo-pass")
     assert answer.status_code == 302
     assert projects_of("alice") == {"materials": "pi", "climate": "pi"}
+
+
+def test_a_directory_account_switched_off_loses_its_session_and_gets_no_token(directory):
+    client, _ = log_in("carol", "carol-ldap-pass")
+    assert client.get("/").status_code == 200
+    User.objects.filter(username="carol").update(is_active=False)
+    assert client.get("/").status_code == 302  # the session is over
+    _, answer = log_in("carol", "carol-ldap-pass")
+    assert answer.status_code == 200  # the login page again, not a login
+    token = Client().post(
+        "/api/v1/auth/token/",
+        {"username": "carol", "password": "carol-ldap-pass"},
+        content_type="application/json",
+    )
+    assert token.status_code == 400
+    assert not AuthToken.objects.filter(user__username="carol").exists()

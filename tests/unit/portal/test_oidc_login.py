@@ -242,3 +242,11 @@ def test_a_local_account_is_not_taken_over_by_the_providers_user_of_that_name(ss
 def test_a_sign_in_without_a_username_claim_is_refused(sso, client):
     claims = {key: value for key, value in CAROL.items() if key != "preferred_username"}
     _refused(client, sign_in(client, sso, claims))
+
+
+def test_an_account_switched_off_loses_its_session_and_signs_in_no_more(sso, client):
+    sign_in(client, sso, CAROL)
+    assert client.get("/queues/").status_code == 200
+    User.objects.filter(username="carol").update(is_active=False)
+    assert client.get("/queues/").status_code == 302  # the session is over
+    _refused(client, sign_in(client, sso, CAROL))
