@@ -135,7 +135,7 @@ class Client:
         if body is not None:
             request.add_header("Content-Type", content_type)
         if self.token:
-            request.add_header("Authorization", f"Token {self.token}")
+            request.add_unredirected_header("Authorization", f"Token {self.token}")
         try:
             with urllib.request.urlopen(request, timeout=60) as answer:
                 raw = answer.read()

@@ -45,7 +45,7 @@ def _open(api: Client, method: str, url: str, **kwargs: Any):
     request = urllib.request.Request(url, method=method, **kwargs)
     request.add_header("Accept", "application/json")
     if api.token:
-        request.add_header("Authorization", f"Token {api.token}")
+        request.add_unredirected_header("Authorization", f"Token {api.token}")
     try:
         return urllib.request.urlopen(request, timeout=60)
     except urllib.error.HTTPError as exc:

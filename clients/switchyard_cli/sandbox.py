@@ -83,7 +83,7 @@ class Api:
         if params:
             url += "?" + urllib.parse.urlencode(params)
         request = urllib.request.Request(url, data=body, method=method)
-        request.add_header("Authorization", f"Token {self.token}")
+        request.add_unredirected_header("Authorization", f"Token {self.token}")
         request.add_header("Accept", "application/json")
         if body is not None:
             request.add_header("Content-Type", kind or "application/json")

@@ -59,6 +59,50 @@ def test_an_answer_that_is_not_the_portals_is_exit_6_not_a_traceback(tmp_path, m
         server.shutdown()
 
 
+class _Elsewhere(BaseHTTPRequestHandler):
+    """Sends every request on to another address, and notes the headers it was sent."""
+
+    seen: list[dict[str, str]] = []
+    target = ""
+
+    def do_GET(self):  # noqa: N802 - the standard library's name
+        type(self).seen.append(dict(self.headers))
+        if type(self).target:
+            self.send_response(302)
+            self.send_header("Location", type(self).target + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_redirect_never_carries_the_token_on():
+    """urllib keeps a request's headers on a redirect, to whatever host it names: the token is
+    sent only to the address the client was given."""
+    there = type("There", (_Elsewhere,), {"seen": [], "target": ""})
+    here = type("Here", (_Elsewhere,), {"seen": []})
+    servers = [HTTPServer(("127.0.0.1", 0), there), HTTPServer(("127.0.0.1", 0), here)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        here.target = f"http://127.0.0.1:{servers[0].server_address[1]}"
+        api = client.Client(f"http://127.0.0.1:{servers[1].server_address[1]}", "secret-token")
+        api.call("GET", "tasks/")
+        assert here.seen[0]["Authorization"] == "Token secret-token"
+        assert there.seen and "Authorization" not in there.seen[0]
+    finally:
+        for server in servers:
+            server.shutdown()
+
+
 def test_the_token_file_is_private_and_replaces_no_symlink(tmp_path, monkeypatch):
     monkeypatch.setenv("SWITCHYARD_CONFIG", str(tmp_path / "dir" / "config.json"))
     (tmp_path / "dir").mkdir()
