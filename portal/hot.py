@@ -24,9 +24,11 @@ from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication
 from knox.crypto import hash_token
 from knox.models import AuthToken
+from rest_framework import exceptions
 
 from portal.models import Membership, Project
 from portal.selectors import project_get_for_user
+from portal.twofactor import token_refusal
 
 MAX_ENTRIES = 10_000
 
@@ -77,6 +79,9 @@ class CachedTokenAuthentication(TokenAuthentication):
                 # A copy: a request may set attributes on its user (role caches).
                 return copy.copy(user), row
         user, row = super().authenticate_credentials(token)
+        refused = token_refusal(user)  # a role that requires two-factor, given since
+        if refused:
+            raise exceptions.PermissionDenied(refused)
         TOKENS.put(digest, (copy.copy(user), row))
         return user, row
 

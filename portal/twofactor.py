@@ -24,23 +24,32 @@ from django_otp import login as otp_login
 from django_otp import user_has_device
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
+from knox.models import AuthToken
 
 from portal import audit, roles
 from portal.errors import ApplicationError
 
-# The session remembers that this login needs no further step (verified, or not asked).
+# The session remembers that this login needs no further step: it gave its code, or it was
+# not asked (no app set up, no role that requires one), which holds only while that is so.
 _PASSED = "switchyard_2fa_passed"
+_NOT_ASKED = "switchyard_2fa_not_asked"
 _APP = "authenticator app"
 _RECOVERY = "recovery codes"
 
 
-def user_roles(user: User) -> set[str]:
-    """The user's roles, as SWITCHYARD_2FA_REQUIRED_ROLES names them."""
-    return {name.replace(" ", "-") for name in roles.role_names(user)}
+# Each role SWITCHYARD_2FA_REQUIRED_ROLES may name, asked alone: a session that was not asked
+# for a code is asked again at every request whether its account has such a role now.
+_HAS_ROLE = {
+    "platform-admin": roles.is_platform_admin,
+    "queue-admin": lambda user: bool(roles.administered_queue_ids(user)),
+    "finance": roles.is_finance,
+    "project-lead": lambda user: user.memberships.filter(role="pi").exists(),
+    "researcher": lambda user: user.memberships.exists(),
+}
 
 
 def two_factor_required(user: User) -> bool:
-    return bool(user_roles(user) & set(settings.SWITCHYARD_2FA_REQUIRED_ROLES))
+    return any(_HAS_ROLE[role](user) for role in settings.SWITCHYARD_2FA_REQUIRED_ROLES)
 
 
 def has_two_factor(user: User) -> bool:
@@ -49,22 +58,34 @@ def has_two_factor(user: User) -> bool:
 
 def pending_step(request: HttpRequest) -> str | None:
     """What a signed-in session must do before anything else: "code" (give a code), "enrol"
-    (set up an authenticator app: their role requires one), or None."""
+    (set up an authenticator app: their role requires one), or None. A session that was not
+    asked (no app, no such role) is asked as soon as its account is given a role that
+    requires two-factor, not at its next login."""
     user = request.user
     if not user.is_authenticated or request.session.get(_PASSED) == user.pk:
         return None
+    not_asked = request.session.get(_NOT_ASKED) == user.pk
+    required = two_factor_required(user)
+    if not_asked and not required:
+        return None
     # is_verified: added by django-otp's middleware.
     if user.is_verified():  # type: ignore[attr-defined]
-        step = None
-    elif has_two_factor(user):
-        step = "code"
-    elif two_factor_required(user):
-        step = "enrol"
-    else:
-        step = None
-    if step is None:
         request.session[_PASSED] = user.pk
-    return step
+        return None
+    if has_two_factor(user) and (required or not not_asked):
+        return "code"
+    if required:
+        return "enrol"
+    request.session[_NOT_ASKED] = user.pk
+    return None
+
+
+def token_refusal(user: User) -> str | None:
+    """Why an API token of `user` may not be used now: their role requires two-factor and
+    they have none set up (a token issued before they were given that role), else None."""
+    if two_factor_required(user) and not has_two_factor(user):
+        return "your role requires two-factor: set it up on the portal's two-factor page first"
+    return None
 
 
 # --- Enrolment ------------------------------------------------------------------------------
@@ -108,8 +129,9 @@ def _clean_code(code: object) -> str:
 
 @transaction.atomic
 def enrol_confirm(*, request: HttpRequest, code: object) -> list[str]:
-    """The first code from the app confirms its secret; the session counts as verified and the
-    recovery codes are returned, to be shown once (they are stored only as a device's tokens)."""
+    """The first code from the app confirms its secret; the session counts as verified, the
+    account's API tokens are revoked, and the recovery codes are returned, to be shown once
+    (they are stored only as a device's tokens)."""
     user = request.user
     text = _clean_code(code)
     device = TOTPDevice.objects.select_for_update().filter(user=user, confirmed=False).first()
@@ -120,6 +142,9 @@ def enrol_confirm(*, request: HttpRequest, code: object) -> list[str]:
     device.confirmed = True
     device.save(update_fields=["confirmed"])
     otp_login(request, device)
+    # The account's API tokens were issued with its password alone: they end here, and new
+    # ones ask for a code.
+    AuthToken.objects.filter(user=user).delete()
     return _recovery_codes_new(user)  # type: ignore[arg-type]
 
 

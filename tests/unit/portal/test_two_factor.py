@@ -10,6 +10,7 @@ import time
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.shortcuts import resolve_url
 from django.test import Client
 from django_otp.oath import totp
@@ -200,6 +201,30 @@ def test_a_required_role_gets_no_token_before_enrolling(site, client, required):
     answer = client.post("/api/v1/auth/token/", body, content_type="application/json")
     assert answer.status_code == 403
     assert "requires two-factor" in answer.json()["errors"][0]["message"]
+
+
+def test_a_role_that_requires_it_given_later_asks_at_once(site, client, required):
+    """A researcher's session and token from before they were made a platform admin: the
+    session is sent to enrol at its next request, the token refused, and ended when they
+    enrol."""
+    log_in(client, "alice", "alice-demo-pass")
+    assert client.get("/queues/").status_code == 200  # not asked: no such role
+    body = {"username": "alice", "password": "alice-demo-pass"}
+    token = client.post("/api/v1/auth/token/", body, content_type="application/json")
+    token = token.json()["token"]
+    alice = User.objects.get(username="alice")
+    alice.is_superuser = alice.is_staff = True
+    alice.save()
+    page = client.get("/queues/")
+    assert page.status_code == 302 and page["Location"].startswith("/account/two-factor/")
+    refused = Client().get("/api/v1/tasks/", HTTP_AUTHORIZATION=f"Token {token}")
+    assert refused.status_code == 403
+    assert "requires two-factor" in refused.json()["errors"][0]["message"]
+    enrol(client)
+    assert client.get("/queues/").status_code == 200
+    # Issued with the password alone, it ended with the enrolment: a new one asks a code.
+    answer = Client().get("/api/v1/tasks/", HTTP_AUTHORIZATION=f"Token {token}")
+    assert answer.status_code == 401
 
 
 def test_wrong_codes_are_throttled(site, client, required):
