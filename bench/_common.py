@@ -357,7 +357,8 @@ def dispatched_ids(var_dir: Path) -> list[int]:
 
 
 def worker_argv(var_dir: Path) -> list[str]:
-    # What `manage.py up` starts, at INFO to see "ready".
+    # The worker `manage.py up` starts, at INFO to see "ready", with beat inside it (`up` runs
+    # beat on its own: with metrics files, which the benches leave off, -B cannot).
     return workers.worker_argv(
         beat_schedule=var_dir / "celerybeat-schedule", loglevel="INFO", python=PY
     )

@@ -7,7 +7,7 @@ on PostgreSQL and Redis). Prints one JSON line; `run()` returns the same dict fo
 
 Starts the real stack as subprocesses on a fresh SWITCHYARD_VAR_DIR (migrated and seeded like
 `manage.py up` does): gunicorn (config/runtime/serve.py) and `celery -A config worker -B
---concurrency=2`, with beat polling the backends every SWITCHYARD_POLL_MS = 100 ms. Then, in
+--concurrency=2` (beat inside the worker; `up` runs it on its own), with beat polling the backends every SWITCHYARD_POLL_MS = 100 ms. Then, in
 three phases on that one stack, it submits agent tasks (`type: agent`, 1 cpu, walltime 5m,
 `sleep 0.1`) over HTTP, open-loop at a steady rate from 4 keep-alive connections, and waits for
 each phase's tasks to end before the next phase:

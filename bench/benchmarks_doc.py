@@ -402,8 +402,8 @@ def write_doc(
             "## Agent submit → running (local backend)",
             "",
             "The real stack as subprocesses on a fresh var dir: gunicorn (config/runtime/serve.py) "
-            "and `celery -A config worker -B --concurrency=2` (as `manage.py up` "
-            "starts them). Agent tasks (`type: agent`, 1 cpu, walltime 5m, `sleep 0.1`, run in "
+            "and `celery -A config worker -B --concurrency=2` (the worker `manage.py up` "
+            "starts, with beat inside it; `up` runs beat as a process of its own). Agent tasks (`type: agent`, 1 cpu, walltime 5m, `sleep 0.1`, run in "
             "bubblewrap) are submitted over HTTP open-loop at a steady rate from 4 keep-alive "
             "connections; each phase waits for all its tasks to end. The inference-agent pool "
             "(15 nodes, CPU oversubscription 1:4) never runs short of room.",

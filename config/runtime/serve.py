@@ -19,6 +19,9 @@ from config.env import env_networks
 # written them with this set; see STORAGES in config/settings.py.
 STATIC_MANIFEST_ENV = "SWITCHYARD_STATIC_MANIFEST"
 
+# How long a stopping web server lets the requests in flight finish.
+GRACEFUL_TIMEOUT_S = 20
+
 
 def default_workers() -> int:
     """Processes: one per core plus one, so one may wait on the database while the others
@@ -57,7 +60,7 @@ def web_argv(
         "--timeout",
         "120",
         "--graceful-timeout",
-        "20",
+        str(GRACEFUL_TIMEOUT_S),
         "--keep-alive",
         "5",
         # Request-line and header limits: an oversized header is refused before Django.

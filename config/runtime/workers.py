@@ -16,7 +16,10 @@ def worker_argv(
     hostname: str | None = None,
     python: str = sys.executable,
 ) -> list[str]:
-    """`celery -A config worker` reading both queues; `beat_schedule` also runs beat in it.
+    """`celery -A config worker` reading both queues; `beat_schedule` also runs beat in it
+    (`-B`: tests and benches only; a beat forked from the worker closes the files it inherits,
+    which prometheus_client's multiprocess mode then fails on: `manage.py up` and a deployment
+    run `beat_argv` on its own).
 
     Gossip and mingle are off: the portal uses neither (no remote revokes, no worker
     events); without them a worker starts a second sooner, and a broker restart leaves no

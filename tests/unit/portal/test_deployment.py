@@ -257,8 +257,10 @@ def test_each_role_starts_from_its_container_command(var_env, tmp_path):
 
 
 def test_make_runs_portal_stops_everything_it_started_the_local_launcher_too(var_env, tmp_path):
-    """`manage.py up` (what `make run` runs) on its own var dir: once up, a SIGTERM stops the
-    web server, the worker and beat, and the local backend's launcher goes with them."""
+    """`manage.py up` (what `make run` runs) on its own var dir, metrics on: beat keeps
+    sending (a beat forked inside the worker died at its first tick on the metrics files it
+    had inherited, closed); a SIGTERM stops the web server, the worker and beat, and the local
+    backend's launcher goes with them."""
     from scheduling.backends.local import launcher
 
     var = Path(var_env["SWITCHYARD_VAR_DIR"])
@@ -281,7 +283,7 @@ def test_make_runs_portal_stops_everything_it_started_the_local_launcher_too(var
                 "--addr",
                 f"127.0.0.1:{port}",
             ],
-            env=var_env,
+            env=var_env | {"SWITCHYARD_METRICS": "1"},
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -290,6 +292,9 @@ def test_make_runs_portal_stops_everything_it_started_the_local_launcher_too(var
     try:
         _until(proc, log, r"Switchyard is up", timeout=120)
         _until(proc, log, r"sending the periodic passes", timeout=60)  # the worker and beat
+        time.sleep(3)  # its next ticks: `up` stops everything when one of its processes ends
+        assert proc.poll() is None, log.read_text()
+        assert "Traceback" not in log.read_text()
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=30) is not None
     finally:

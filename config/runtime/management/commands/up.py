@@ -7,6 +7,7 @@ which reloads on code changes and is for development only (docs/deployment.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,8 +20,8 @@ from django.core.management.base import BaseCommand
 
 from config.metrics import files as metrics_files
 from config.runtime.demo_images import start_demo_registry
-from config.runtime.serve import STATIC_MANIFEST_ENV, web_argv
-from config.runtime.workers import worker_argv
+from config.runtime.serve import GRACEFUL_TIMEOUT_S, STATIC_MANIFEST_ENV, web_argv
+from config.runtime.workers import beat_argv, worker_argv
 from scheduling.usage import close_backends
 
 
@@ -90,13 +91,25 @@ class Command(BaseCommand):
         root, enabled = settings.SWITCHYARD_METRICS_DIR, settings.SWITCHYARD_METRICS
         web_env |= metrics_files.role_env(root, "web", enabled=enabled)
         worker_env |= metrics_files.role_env(root, "worker", enabled=enabled)
+        beat_env = {**os.environ} | metrics_files.role_env(root, "beat", enabled=enabled)
+        # Beat in a process of its own, as a deployment runs it (`manage.py serve beat`): one
+        # inside the worker (`-B`) is forked from it and closes every file it inherits, the
+        # worker's metrics files among them, and died at its first tick writing to them.
         procs = {
             "worker": subprocess.Popen(
-                worker_argv(beat_schedule=settings.VAR_DIR / "celerybeat-schedule"),
-                cwd=settings.BASE_DIR,
-                env=worker_env,
+                worker_argv(beat_schedule=None), cwd=settings.BASE_DIR, env=worker_env
             ),
-            "web": subprocess.Popen(web, cwd=settings.BASE_DIR, env=web_env),
+            "beat": subprocess.Popen(
+                beat_argv(schedule=settings.VAR_DIR / "celerybeat-schedule"),
+                cwd=settings.BASE_DIR,
+                env=beat_env,
+            ),
+            # gunicorn in a session of its own: Ctrl-C reaches only this command, which
+            # stops it; the terminal's SIGINT to its workers as well, beside the master's
+            # own signal, could leave one stuck in its handlers, still holding the port.
+            "web": subprocess.Popen(
+                web, cwd=settings.BASE_DIR, env=web_env, start_new_session=not dev
+            ),
         }
         self.stdout.write(
             self.style.SUCCESS(
@@ -124,11 +137,15 @@ class Command(BaseCommand):
             for p in procs.values():
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)
-            for p in procs.values():
+            for name, p in procs.items():
                 try:
-                    p.wait(timeout=10)
+                    # gunicorn lets a request finish for its graceful timeout
+                    p.wait(timeout=GRACEFUL_TIMEOUT_S + 5 if name == "web" else 10)
                 except subprocess.TimeoutExpired:
                     p.kill()
+            if not dev:  # any web worker left behind by its master
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(procs["web"].pid, signal.SIGKILL)
             # The local backends' launchers would leave after two idle minutes; they go now.
             # Jobs still running keep their supervisors (they outlive the worker).
             close_backends()
