@@ -37,7 +37,7 @@ from config.runtime import serve, workers  # noqa: E402 - the one web and worker
 PY = sys.executable
 MANAGE = str(ROOT / "manage.py")
 HOST = "127.0.0.1"
-DEMO_USER, DEMO_PASSWORD = "alice", "alice-demo-pass"  # seed_demo's researcher (materials)
+DEMO_USER, DEMO_PASSWORD = "alice", "alice-demo-pass"  # seed_demo's lead of materials
 
 
 # -- statistics ------------------------------------------------------------------------------

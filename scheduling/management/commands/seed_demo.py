@@ -32,8 +32,8 @@ from scheduling.sites import default_site
 
 # username, password, role text, staff, superuser, group
 ACCOUNTS = [
-    ("alice", "alice-demo-pass", "researcher (materials, climate)", False, False, None),
-    ("bob", "bob-demo-pass", "researcher (genomics)", False, False, None),
+    ("alice", "alice-demo-pass", "lead of materials and climate", False, False, None),
+    ("bob", "bob-demo-pass", "lead of genomics", False, False, None),
     ("quinn", "quinn-demo-pass", "queue admin", False, False, "queue-admin"),
     ("admin", "admin-demo-pass", "platform admin", True, True, "platform-admin"),
     ("finn", "finn-demo-pass", "finance", False, False, "finance"),
@@ -71,10 +71,24 @@ class Command(BaseCommand):
             "--backend", default="local", help="compute backend alias for every pool"
         )
         parser.add_argument("--quiet", action="store_true", help="print nothing")
+        parser.add_argument(
+            "--if-new",
+            action="store_true",
+            help="leave a demo site written before (with this backend) as it is, changes "
+            "kept: only give each demo account a new API token, printed",
+        )
 
     @transaction.atomic
-    def handle(self, *args, backend: str, quiet: bool, **options):
+    def handle(self, *args, backend: str, quiet: bool, if_new: bool = False, **options):
         site = default_site()
+        if if_new and _seeded(site, backend):
+            if not quiet:
+                self.stdout.write(
+                    "The demo site as it was left, changes kept (`manage.py seed_demo` writes "
+                    "it afresh)."
+                )
+                self._accounts([(*account[:3], issue_token(user)[0]) for account, user in _demo()])
+            return
         pools = {}
         for spec in site.pools:
             # The demo's GPUs are virtual (counted, without device files): a site with
@@ -207,9 +221,25 @@ class Command(BaseCommand):
             f"{len(queues)} queues, {len(site.rules)} routing rules, {len(site.level_rules)} "
             f"level rules, {len(site.project_quotas)} quota(s) per project (backend: {backend})."
         )
+        self._accounts(lines)
+
+    def _accounts(self, lines: list[tuple[str, str, str, str]]) -> None:
         self.stdout.write("Demo accounts (username / password / role / API token):")
         for username, password, role, token in lines:
             self.stdout.write(f"  {username:<6} {password:<16} {role:<32} {token}")
+
+
+def _seeded(site, backend: str) -> bool:
+    """Whether the demo site is in the database already, its pools on `backend`."""
+    names = {pool.name for pool in site.pools}
+    have = Pool.objects.filter(name__in=names, backend=backend).count()
+    return have == len(names) and len(_demo()) == len(ACCOUNTS)
+
+
+def _demo() -> list[tuple[tuple, User]]:
+    """The demo accounts that exist, each with its row of ACCOUNTS."""
+    users = User.objects.in_bulk([account[0] for account in ACCOUNTS], field_name="username")
+    return [(account, users[account[0]]) for account in ACCOUNTS if account[0] in users]
 
 
 def _seed_catalogue(site, pools: dict[str, Pool]) -> None:

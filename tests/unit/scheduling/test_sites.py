@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import subprocess
 import sys
 from collections import Counter
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from knox.models import AuthToken
 
 from scheduling.decisions import QueuePolicy, Routed, RoutingRuleView, route
 from scheduling.decisions.storage import AreaView
@@ -225,3 +227,20 @@ def test_seed_demo_run_again_changes_nothing(db):
     assert_database_is_the_site("fake")
     assert dict(Node.objects.values_list("name", "pk")) == node_ids
     assert dict(Queue.objects.values_list("name", "pk")) == queue_ids
+
+
+def test_seed_demo_if_new_keeps_a_site_written_before_with_its_changes(db):
+    """What a second `make run` does: the queue an admin changed stays changed, the tokens
+    given before keep working, and each demo account gets a new one, printed."""
+    call_command("seed_demo", backend="fake", quiet=True)
+    Queue.objects.filter(name="hpc").update(max_walltime_s=86400)
+    before = AuthToken.objects.count()
+    out = io.StringIO()
+    call_command("seed_demo", backend="fake", if_new=True, stdout=out)
+    assert Queue.objects.get(name="hpc").max_walltime_s == 86400
+    assert AuthToken.objects.count() == before + 5
+    assert "changes kept" in out.getvalue()
+    assert "alice  alice-demo-pass  lead of materials and climate" in out.getvalue()
+    # on another backend, or not written before: written
+    call_command("seed_demo", backend="local", if_new=True, quiet=True)
+    assert_database_is_the_site("local")

@@ -1,4 +1,5 @@
-"""Run the whole portal on this machine: web server, Celery worker and beat, seeded demo site.
+"""Run the whole portal on this machine: web server, Celery worker and beat, seeded demo site
+(written at the first start, kept as it is at the next ones: `--reseed` writes it afresh).
 
 Ctrl-C stops everything. The embedded default needs no server: SQLite and a filesystem broker.
 The web server is gunicorn (config/runtime/serve.py); `--dev` serves with Django's runserver instead,
@@ -30,7 +31,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000")
-        parser.add_argument("--no-seed", action="store_true")
+        parser.add_argument("--no-seed", action="store_true", help="no demo site or accounts")
+        parser.add_argument(
+            "--reseed",
+            action="store_true",
+            help="write the demo site afresh (by default a start keeps the one written before, "
+            "with the changes made since)",
+        )
         parser.add_argument(
             "--no-images",
             action="store_true",
@@ -75,7 +82,7 @@ class Command(BaseCommand):
             check=True,
         )
         if not no_seed:
-            call_command("seed_demo", backend=backend)
+            call_command("seed_demo", backend=backend, if_new=not options["reseed"])
 
         if dev:
             web = [*manage, "runserver", addr]
