@@ -8,14 +8,17 @@ so no backend ever imports the ORM.
 from __future__ import annotations
 
 import functools
+import logging
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from scheduling.backends import Backend
+from scheduling.backends import Backend, BackendError
 from scheduling.engine.backend_metrics import instrument
 from scheduling.selectors import borrowing_for_backend, node_views_for_backend
+
+log = logging.getLogger(__name__)
 
 
 def get_backend(alias: str) -> Backend:
@@ -58,6 +61,14 @@ def _build(alias: str, _key: str) -> Backend:
 
 def close_backends() -> None:
     """Close every configured backend (the local backend stops its launcher), as when
-    `manage.py up` stops, like Django's `close_caches`; the jobs themselves go on."""
+    `manage.py up` stops, like Django's `close_caches`; the jobs themselves go on. A backend's
+    warm sandboxes on this machine go first: unclaimed, they would wait hours for a portal
+    that is gone (the next start warms new ones)."""
     for alias in configured_aliases():
-        get_backend(alias).close()
+        backend = get_backend(alias)
+        if backend.runs_on_this_host:
+            try:
+                backend.keep_warm([])
+            except BackendError as exc:
+                log.warning("%s: its warm sandboxes were not stopped: %s", alias, exc)
+        backend.close()

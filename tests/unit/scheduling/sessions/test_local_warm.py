@@ -12,6 +12,7 @@ import pytest
 
 from scheduling.backends.base import JobState, SessionGone, WarmSpec
 from scheduling.backends.local import LocalBackend, warm
+from scheduling.engine.registry import close_backends
 from tests.unit.scheduling.local_backend.helpers import JOB_UID, finished, state_file
 from tests.unit.scheduling.sessions.helpers import in_namespace, run, session
 
@@ -126,6 +127,26 @@ def test_a_pool_scaled_to_zero_leaves_no_warm_sandbox_running(make):
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
     backend.housekeep()
     assert warm.instances(backend.store) == []
+
+
+def test_when_the_portal_stops_its_warm_sandboxes_stop_too(make, settings):
+    """`manage.py up` closes the backends as it stops: unclaimed warm sandboxes would wait
+    hours for a portal that is gone."""
+    backend = make()
+    settings.COMPUTE_BACKENDS = {
+        "local": {
+            "BACKEND": "scheduling.backends.local.LocalBackend",
+            "RUNS_ON_THIS_HOST": True,
+            "OPTIONS": {"root": backend.root},
+        }
+    }
+    backend.keep_warm([SYSTEM])
+    pids = [state_file(backend, key)["sandbox_pid"] for key in wait_ready(backend, 2)]
+    close_backends()
+    end = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
 
 
 def test_cancelling_a_claimed_warm_sandbox_by_its_own_key_ends_its_session(make):
