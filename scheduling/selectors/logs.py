@@ -7,6 +7,8 @@ so a page or an API call reads a file and never calls a backend.
 
 from __future__ import annotations
 
+import os
+
 from portal.errors import ApplicationError
 from scheduling.logtext import decode_log, raw_length
 from scheduling.models import Attempt, Task
@@ -17,8 +19,19 @@ LIMIT = 1 << 20
 def task_log(*, task: Task, offset: int = 0, limit: int = LIMIT) -> str:
     """The output of the task's current (or last) attempt so far, `limit` bytes from `offset`
     ("" before the job has written any). Unreadable: ApplicationError 503."""
+    return _read(task, offset, limit)[0]
+
+
+def task_log_end(*, task: Task, limit: int = LIMIT) -> tuple[str, int]:
+    """The last `limit` bytes of the task's log, and how many bytes before them are left out
+    (a failure's reason is usually at the end)."""
+    return _read(task, None, limit)
+
+
+def _read(task: Task, offset: int | None, limit: int) -> tuple[str, int]:
+    """`limit` bytes from `offset` (None: the last ones), and where they start."""
     if not task.backend_id:
-        return ""
+        return "", 0
     path = (
         Attempt.objects.filter(task=task, backend_id=task.backend_id)
         .order_by("-number")
@@ -26,13 +39,15 @@ def task_log(*, task: Task, offset: int = 0, limit: int = LIMIT) -> str:
         .first()
     )
     if not path:
-        return ""
+        return "", 0
     try:
         with open(path, "rb") as f:
+            if offset is None:
+                offset = max(0, f.seek(0, os.SEEK_END) - max(0, limit))
             f.seek(max(0, offset))
-            return decode_log(f.read(max(0, limit)))
+            return decode_log(f.read(max(0, limit))), max(0, offset)
     except (FileNotFoundError, NotADirectoryError):
-        return ""
+        return "", 0
     except OSError as exc:
         raise ApplicationError(f"the log could not be read: {exc}", status=503) from exc
 

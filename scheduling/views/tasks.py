@@ -42,7 +42,7 @@ from scheduling.selectors import (
     task_get_for_user,
     task_list_for_user,
 )
-from scheduling.selectors.logs import task_log
+from scheduling.selectors.logs import task_log_end
 from scheduling.selectors.sandboxes import sandbox_of_task, sandboxes_of_task
 from scheduling.selectors.task_filters import (
     filter_choices,
@@ -81,10 +81,10 @@ def task_list(request: SignedInRequest) -> HttpResponse:
 def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     task = task_get_for_user(request.user, pk)
     try:
-        log = task_log(task=task, limit=LOG_LIMIT)
+        log, log_skipped = task_log_end(task=task, limit=LOG_LIMIT)
         log_error = ""
     except ApplicationError as exc:  # the backend is away: the rest of the page still helps
-        log, log_error = "", str(exc)
+        log, log_skipped, log_error = "", 0, str(exc)
     context = {
         "task": task,
         "asked": _asked(task.spec),
@@ -92,6 +92,7 @@ def task_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         "events": task.events.all(),
         "attempts": task.attempt_set.all(),
         "log": log,
+        "log_skipped": log_skipped,
         "log_error": log_error,
         "live": not task.is_terminal,
         "wait": explain(task),

@@ -62,3 +62,17 @@ def test_an_unreadable_log_answers_503(api):
     response = api.get(f"/api/v1/tasks/{task.pk}/log/")
     assert response.status_code == 503
     assert response.json()["errors"][0]["message"].startswith("the log could not be read")
+
+
+def test_the_page_shows_a_long_logs_end_and_says_what_it_left_out(api, client, researcher):
+    """A failure's reason is usually at the end of its output: past the page's 256 KiB the
+    page shows the end, and says where the rest is."""
+    task = _local_task(api, ["python3", "-c", "[print(f'line {i}') for i in range(60000)]"])
+    client.force_login(researcher)
+    page = client.get(f"/tasks/{task.pk}/").content.decode()
+    shown = page.split('id="task-log">', 1)[1].split("</pre>", 1)[0]
+    assert shown.rstrip().endswith("line 59999")
+    assert "line 0\n" not in shown
+    assert 'id="log-skipped"' in page and f"switchyard logs {task.pk}" in page
+    short = _local_task(api, ["echo", "short"])
+    assert 'id="log-skipped"' not in client.get(f"/tasks/{short.pk}/").content.decode()
