@@ -54,3 +54,13 @@ def server_error(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         log.warning("answered 503: the database is unavailable (%s)", exc)
         return outage_response(request)
     return defaults.server_error(request, *args, **kwargs)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """The site's 404 handler: under /api/ a path that names nothing answers in the API's one
+    error shape, as a DRF view's 404 does; elsewhere Django's page."""
+    if request.path.startswith("/api/"):
+        message = f"no such API path: {request.path}"
+        body = {"errors": [{"field": None, "message": message, "got": None}]}
+        return JsonResponse(body, status=404)
+    return defaults.page_not_found(request, exception)  # type: ignore[arg-type]

@@ -12,6 +12,8 @@ from portal.auth import TokenCurrent, TokenObtain
 
 # A database outage is a 503 with Retry-After, on pages too (config/outage.py).
 handler500 = "config.outage.server_error"
+# An API path that names nothing answers JSON, in the API's error shape.
+handler404 = "config.outage.not_found"
 
 
 def favicon(request: HttpRequest) -> HttpResponse:

@@ -33,6 +33,16 @@ def test_an_unknown_address_signed_out_offers_the_login(site):
     assert "<h1>Not found</h1>" in html and "/login/?next=/no/such/page/" in html
 
 
+def test_an_api_path_that_names_nothing_answers_in_the_apis_error_shape(api):
+    answer = api.get("/api/v1/no-such-thing/")
+    assert answer.status_code == 404 and answer["Content-Type"] == "application/json"
+    assert answer.json() == {
+        "errors": [
+            {"field": None, "message": "no such API path: /api/v1/no-such-thing/", "got": None}
+        ]
+    }
+
+
 def test_a_refusal_says_why_and_that_nothing_changed(site):
     # A plain member sees the project's quotas but does not set them.
     carol = User.objects.create_user("carol")
