@@ -63,4 +63,4 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
         message = f"no such API path: {request.path}"
         body = {"errors": [{"field": None, "message": message, "got": None}]}
         return JsonResponse(body, status=404)
-    return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
+    return defaults.page_not_found(request, exception)
