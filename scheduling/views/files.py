@@ -68,6 +68,10 @@ def files_browse(
         info = {"type": "missing"}
     if info["type"] == "file":
         return _file(request, folder, rest, info)
+    if info["type"] not in ("folder", "missing"):  # a link (a job may have made it), a FIFO…
+        name = rest.rstrip("/").rpartition("/")[2]
+        messages.error(request, f"{name} is a {info['type']}: Files opens only files and folders")
+        return redirect(files_url(folder, rest.rstrip("/").rpartition("/")[0]))
     listing: dict = {"entries": [], "truncated": False, "limit": 0}
     if info["type"] == "folder":
         listing = folder_listing(request.user, folder, rest)

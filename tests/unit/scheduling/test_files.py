@@ -205,3 +205,15 @@ def test_a_folder_name_that_leaves_its_folder_is_refused_by_the_api_and_the_page
     assert removed.status_code in (302, 400), (name, removed.status_code)
     assert sorted(p.name for p in (areas / "projects").rglob("*")) == before
     assert (areas / "projects" / "materials").is_dir()
+
+
+def test_the_page_of_a_link_says_it_is_one_and_offers_no_upload_into_it(browser: Client, areas):
+    own = areas / "projects" / "materials"
+    own.mkdir(parents=True, exist_ok=True)
+    if not os.path.lexists(own / "elsewhere"):
+        os.symlink("/etc", own / "elsewhere")
+    page = browser.get("/files/projects/materials/elsewhere/", follow=True)
+    html = page.content.decode()
+    assert page.redirect_chain[0][0].rstrip("/") == "/files/projects/materials"
+    assert "elsewhere is a link: Files opens only files and folders" in html
+    assert "passwd" not in html
