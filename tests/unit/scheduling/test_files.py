@@ -207,7 +207,7 @@ def test_a_folder_name_that_leaves_its_folder_is_refused_by_the_api_and_the_page
     assert (areas / "projects" / "materials").is_dir()
 
 
-def test_the_page_of_a_link_says_it_is_one_and_offers_no_upload_into_it(browser: Client, areas):
+def test_the_page_of_a_link_goes_back_to_its_folder_saying_what_it_is(browser: Client, areas):
     own = areas / "projects" / "materials"
     own.mkdir(parents=True, exist_ok=True)
     if not os.path.lexists(own / "elsewhere"):
