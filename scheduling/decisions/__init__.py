@@ -7,6 +7,7 @@ in words a researcher reads, with the numbers that decided it.
 from __future__ import annotations
 
 from scheduling.decisions.check import NodeShape, PoolCapacity, check, pool_capacity
+from scheduling.decisions.check import asked as check_asked
 from scheduling.decisions.classify import DEFAULT_CLASSIFIER, ClassifierPolicy, classify
 from scheduling.decisions.humanize import format_duration, format_memory
 from scheduling.decisions.place import PACK, WHOLE_NODE, cpu_ratio, free_view, place, usable_cpus
@@ -38,6 +39,7 @@ __all__ = [
     "Routed",
     "RoutingRuleView",
     "check",
+    "check_asked",
     "classify",
     "cpu_ratio",
     "describe_rule",

@@ -103,6 +103,22 @@ def check(
     return _check_resources(spec, queue, pool)
 
 
+def asked(spec: TaskSpec, field: str | None) -> object:
+    """What `spec` asks in the field a refusal names (its `got`), written as the refusal
+    writes it; None for a field that is not one of the task's own."""
+    r = spec.resources
+    values: dict[str, object] = {
+        "walltime": spec.walltime_s and format_duration(spec.walltime_s),
+        "estimate": spec.estimate_s and format_duration(spec.estimate_s),
+        "resources.cpus": r.cpus,
+        "resources.gpus": r.gpus,
+        "resources.memory": format_memory(r.memory_mib),
+        "resources.nodes": r.nodes,
+        "resources.gpu_type": r.gpu_type,
+    }
+    return values.get(field or "")
+
+
 def _offers(shape: NodeShape, ratio: int) -> str:
     if ratio == 1:
         return str(shape.cpus)

@@ -110,6 +110,7 @@ def task_decide(
         raise ApplicationError(
             refused.reason + _guessed(spec, classified, site, canary),
             field=prefixed(field_prefix, refused.field),
+            got=decisions.check_asked(spec, refused.field),
         )
     field = prefixed(field_prefix, "sandboxes") or "sandboxes"
     batch_sandboxes_check(spec, queue=routed.queue, backend=backend, field=field)

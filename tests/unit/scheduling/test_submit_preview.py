@@ -108,7 +108,7 @@ def test_a_refusal_of_a_guessed_type_says_so_and_names_the_type_that_fits(api):
     response = submit(api, descriptor(resources={"gpus": 8, "cpus": 16}, walltime="3h"))
     assert response.status_code == 400
     (error,) = response.json()["errors"]
-    assert error["field"] == "walltime"
+    assert (error["field"], error["got"]) == ("walltime", "3h")
     assert error["message"].startswith(
         "walltime 3h exceeds queue inference-agent's maximum of 1h; its type ai-inference was "
         "guessed, not given (8 GPUs, but no estimate to show it is long training"
