@@ -29,7 +29,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             headers={"Retry-After": str(outage.RETRY_AFTER_SECONDS), "Cache-Control": "no-store"},
         )
     if isinstance(exc, Http404):
-        return Response(_errors(None, "not found"), status=404)
+        # The selectors' own words ("no such task"), the same whether the thing is missing or
+        # not the caller's to see.
+        return Response(_errors(None, str(exc) or "not found"), status=404)
     if isinstance(exc, RequestDataTooBig):
         # A form field past DATA_UPLOAD_MAX_MEMORY_SIZE: Django's own answer is an HTML page.
         return Response(_errors(None, f"the request is too large: {exc}"), status=413)

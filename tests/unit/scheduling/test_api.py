@@ -173,7 +173,10 @@ def test_another_projects_task_is_a_404_everywhere(api, outsider_api):
         outsider_api.post(f"/api/v1/tasks/{task_id}/cancel/"),
     ):
         assert response.status_code == 404
-        assert response.json() == {"errors": [{"field": None, "message": "not found", "got": None}]}
+        error = {"field": None, "message": "no such task", "got": None}
+        assert response.json() == {"errors": [error]}
+    # the words of a task that does not exist at all
+    assert outsider_api.get("/api/v1/tasks/999999/").json() == {"errors": [error]}
     assert Task.objects.get(pk=task_id).state == "pending"
 
 
