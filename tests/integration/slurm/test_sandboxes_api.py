@@ -77,7 +77,11 @@ def test_a_slurm_sandbox_through_the_api_from_create_to_delete_metered_to_the_se
     instance = UsageRecord.objects.get(attempt=attempt, metric="instance")
     lifetime_ms = (sandbox.ended_at - sandbox.ready_at).total_seconds() * 1000
     assert lifetime_ms > 1200
-    assert abs(instance.quantity - lifetime_ms) <= 1000, (instance.quantity, lifetime_ms)
+    # sacct gives the job's start and end in whole seconds, so what it accounts is the job's
+    # own time to within a second; the portal's lifetime (agent ready, then the delete seen
+    # done) lies a moment inside or outside the job's. The two agree to within the second of
+    # truncation and that moment (CI once measured 1,004.5 ms apart: 3 s against 4.0045 s).
+    assert abs(instance.quantity - lifetime_ms) < 1500, (instance.quantity, lifetime_ms)
 
 
 def test_an_idle_slurm_sandbox_is_reclaimed_with_every_process_it_started(cluster_site, api):
