@@ -10,9 +10,10 @@ network.
 The ranks are started inside the sandbox by `RANK_RUNNER`, a bash program (bash is in every
 sandbox; the project's Python is not): each rank in a process group of its own with its rank's
 variables, its output prefixed `[rank N] ` into the job's one log. The job ends when every rank
-has ended. The first rank that fails stops the others (SIGTERM to their groups, SIGKILL after
-the grace period) and the runner exits with that rank's code, its last line saying which rank
-it was (the supervisor makes that line the job's reason, jobwait.py). A cancel or the
+has ended. The first rank that fails stops the others (SIGTERM to their groups, and to a
+rank still starting, not yet in one; SIGKILL after the grace period) and the runner exits
+with that rank's code, its last line saying which rank it was (the supervisor makes that
+line the job's reason, jobwait.py). A cancel or the
 walltime reach every process of the sandbox, ranks included, as for a one-node job.
 
 Every job gets the rank environment, a one-node job as rank 0 of 1: `SWITCHYARD_NODE_RANK`,
@@ -55,8 +56,14 @@ shift
 gpus=()
 while [ "$1" != -- ]; do gpus+=("$1"); shift; done
 shift
-n=${#gpus[@]} ranks=() seds=() failed= code=0 stopping= killer=
-stop() { local p; for p in "${ranks[@]}"; do kill -"$1" -- "-$p" 2>/dev/null; done; }
+n=${#gpus[@]} ranks=() left=() seds=() failed= code=0 stopping= killer=
+# A rank's group, and a rank not yet reaped by its pid too: until its `setsid` has run it is
+# in no group of its own, and a stop sent only to the group would miss it (it would then run on).
+stop() {
+  local p
+  for p in "${ranks[@]}"; do kill -"$1" -- "-$p" 2>/dev/null; done
+  for p in "${left[@]}"; do kill -"$1" "$p" 2>/dev/null; done
+}
 trap 'stopping=1 code=143; stop TERM' TERM INT HUP  # 143: as if SIGTERM had ended it
 dir=$(mktemp -d) || exit 1
 for ((r = 0; r < n; r++)); do

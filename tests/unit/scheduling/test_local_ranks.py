@@ -3,15 +3,20 @@ the real sandbox, a real TCP rendezvous between them (scheduling/backends/local/
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
+import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from scheduling.backends.base import JobState, SubmitRequest
 from scheduling.backends.local import LocalBackend
+from scheduling.backends.local.ranks import RANK_RUNNER
 from scheduling.decisions.types import NodeView
 from tests.unit.scheduling.local_backend.helpers import (
     alive,
@@ -178,3 +183,25 @@ def test_a_one_node_job_is_rank_0_of_1_and_keeps_its_own_master_port(backend):
     assert job.state is JobState.SUCCEEDED, job.reason
     # One process, unprefixed; the rank is the backend's, the port the descriptor's.
     assert backend.log("one") == "0/1/1 127.0.0.1:31000\n"
+
+
+def test_a_rank_still_starting_when_another_fails_is_stopped_too(tmp_path):
+    """Rank 1 fails while rank 0 is not yet in a process group of its own (its `setsid` is
+    slow, as on a loaded machine): the stop reaches it by its pid, and the job ends."""
+    real = shutil.which("setsid")
+    shim = tmp_path / "setsid"
+    shim.write_text(f'#!/bin/bash\n[ "$RANK" = 0 ] && sleep 1\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    script = 'if [ "$RANK" = 1 ]; then exit 5; fi\ntrap "" TERM\nsleep 300\n'
+    argv = ["bash", "-c", RANK_RUNNER, "runner", "0.3", "", "", "--", "bash", "-c", script]
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    runner = subprocess.Popen(
+        argv, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        _, err = runner.communicate(timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert runner.returncode == 5, err
+    assert "rank 1 of 2 failed (exit code 5): the other ranks were stopped" in err
