@@ -47,7 +47,7 @@ class DirectoryBackend(ActiveAccountsOnly, LDAPBackend):
 
     def authenticate_ldap_user(self, ldap_user, password):
         user = super().authenticate_ldap_user(ldap_user, password)
-        if user is not None:
+        if user is not None and user.is_active:  # a switched-off account's login changes nothing
             groups_apply(user=user, groups=ldap_user.group_dns, source="ldap")
         return user
 

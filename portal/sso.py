@@ -82,6 +82,8 @@ class SingleSignOnBackend(ActiveAccountsOnly, OIDCAuthenticationBackend):
         return self.update_user(user, claims)
 
     def update_user(self, user, claims: dict) -> Any:
+        if not user.is_active:  # refused (ActiveAccountsOnly): its sign-in changes nothing
+            return user
         self._names(user, claims)
         groups_apply(user=user, groups=claim_groups(claims), source="oidc")
         return user

@@ -31,7 +31,7 @@ from portal.errors import ApplicationError
 
 # The session remembers that this login needs no further step: it gave its code, or it was
 # not asked (no app set up, no role that requires one), which holds only while that is so.
-_PASSED = "switchyard_2fa_passed"
+_PASSED = "switchyard_2fa_verified"  # not the old key, which also marked "not asked"
 _NOT_ASKED = "switchyard_2fa_not_asked"
 _APP = "authenticator app"
 _RECOVERY = "recovery codes"
