@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from scheduling.backends import Backend, BackendError
+from scheduling.backends import Backend
 from scheduling.engine.backend_metrics import instrument
 from scheduling.selectors import borrowing_for_backend, node_views_for_backend
 
@@ -66,9 +66,10 @@ def close_backends() -> None:
     that is gone (the next start warms new ones)."""
     for alias in configured_aliases():
         backend = get_backend(alias)
-        if backend.runs_on_this_host:
-            try:
+        try:
+            if backend.runs_on_this_host:
                 backend.keep_warm([])
-            except BackendError as exc:
-                log.warning("%s: its warm sandboxes were not stopped: %s", alias, exc)
-        backend.close()
+        except Exception as exc:  # noqa: BLE001 - stopping: say it, and close the rest
+            log.warning("%s: its warm sandboxes were not stopped: %s", alias, exc)
+        finally:
+            backend.close()

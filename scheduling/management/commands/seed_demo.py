@@ -81,13 +81,26 @@ class Command(BaseCommand):
     @transaction.atomic
     def handle(self, *args, backend: str, quiet: bool, if_new: bool = False, **options):
         site = default_site()
-        if if_new and _seeded(site, backend):
+        if if_new and _written(site):
             if not quiet:
                 self.stdout.write(
                     "The demo site as it was left, changes kept (`manage.py seed_demo` writes "
                     "it afresh)."
                 )
-                self._accounts([(*account[:3], issue_token(user)[0]) for account, user in _demo()])
+                others = _other_backends(site, backend)
+                if others:
+                    self.stdout.write(
+                        f"Its pools run on {', '.join(others)}, not {backend}: "
+                        "`manage.py seed_demo --backend ...` (or `up --reseed`) moves them."
+                    )
+                self._accounts(
+                    [
+                        (*account[:3], issue_token(user)[0])
+                        for account, user in _demo()
+                        if user.is_active
+                    ],
+                    note=" (passwords as the demo set them, unless changed since)",
+                )
             return
         pools = {}
         for spec in site.pools:
@@ -223,17 +236,26 @@ class Command(BaseCommand):
         )
         self._accounts(lines)
 
-    def _accounts(self, lines: list[tuple[str, str, str, str]]) -> None:
-        self.stdout.write("Demo accounts (username / password / role / API token):")
+    def _accounts(self, lines: list[tuple[str, str, str, str]], note: str = "") -> None:
+        self.stdout.write(f"Demo accounts (username / password / role / API token){note}:")
         for username, password, role, token in lines:
             self.stdout.write(f"  {username:<6} {password:<16} {role:<32} {token}")
 
 
-def _seeded(site, backend: str) -> bool:
-    """Whether the demo site is in the database already, its pools on `backend`."""
-    names = {pool.name for pool in site.pools}
-    have = Pool.objects.filter(name__in=names, backend=backend).count()
-    return have == len(names) and len(_demo()) == len(ACCOUNTS)
+def _written(site) -> bool:
+    """Whether the demo was written here before: any of its pools or accounts (an admin may
+    since have renamed or removed some, which a start keeps as they are)."""
+    return (
+        Pool.objects.filter(name__in=[pool.name for pool in site.pools]).exists()
+        or User.objects.filter(username__in=[account[0] for account in ACCOUNTS]).exists()
+    )
+
+
+def _other_backends(site, backend: str) -> list[str]:
+    """The backends the demo's pools run on, other than `backend`."""
+    names = [pool.name for pool in site.pools]
+    found = Pool.objects.filter(name__in=names).exclude(backend=backend)
+    return sorted(set(found.values_list("backend", flat=True)))
 
 
 def _demo() -> list[tuple[tuple, User]]:

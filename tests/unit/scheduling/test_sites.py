@@ -241,6 +241,14 @@ def test_seed_demo_if_new_keeps_a_site_written_before_with_its_changes(db):
     assert AuthToken.objects.count() == before + 5
     assert "changes kept" in out.getvalue()
     assert "alice  alice-demo-pass  lead of materials and climate" in out.getvalue()
-    # on another backend, or not written before: written
-    call_command("seed_demo", backend="local", if_new=True, quiet=True)
+    # a demo pool removed since, and another backend asked: kept, and said
+    Pool.objects.filter(name="cpu-hpc").update(name="cpu-old")
+    out = io.StringIO()
+    call_command("seed_demo", backend="local", if_new=True, stdout=out)
+    assert Pool.objects.filter(name="cpu-old").exists()
+    assert Queue.objects.get(name="hpc").max_walltime_s == 86400
+    assert "Its pools run on fake, not local" in out.getvalue()
+    # written afresh when asked
+    Pool.objects.filter(name="cpu-old").update(name="cpu-hpc")
+    call_command("seed_demo", backend="local", quiet=True)
     assert_database_is_the_site("local")

@@ -141,6 +141,11 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
+            # A second Ctrl-C (or SIGTERM) must not cut the stop short: gunicorn, in its own
+            # session, is stopped only here.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            web_ran = procs["web"].poll() is None  # its group is still its own
             for p in procs.values():
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)
@@ -150,7 +155,7 @@ class Command(BaseCommand):
                     p.wait(timeout=GRACEFUL_TIMEOUT_S + 5 if name == "web" else 10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-            if not dev:  # any web worker left behind by its master
+            if web_ran and not dev:  # any web worker left behind by its master
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(procs["web"].pid, signal.SIGKILL)
             # The local backends' launchers would leave after two idle minutes; they go now.
