@@ -57,14 +57,17 @@ gpus=()
 while [ "$1" != -- ]; do gpus+=("$1"); shift; done
 shift
 n=${#gpus[@]} ranks=() left=() seds=() failed= code=0 stopping= killer=
-# A rank's group, and a rank not yet reaped by its pid too: until its `setsid` has run it is
-# in no group of its own, and a stop sent only to the group would miss it (it would then run on).
+# Each rank's group; a rank not yet reaped whose group is not there yet (its `setsid` has not
+# run) by its pid, once: a stop sent to the group alone would miss it, and it would run on.
 stop() {
   local p
-  for p in "${ranks[@]}"; do kill -"$1" -- "-$p" 2>/dev/null; done
-  for p in "${left[@]}"; do kill -"$1" "$p" 2>/dev/null; done
+  for p in "${ranks[@]}"; do
+    kill -"$1" -- "-$p" 2>/dev/null && continue
+    case " ${left[*]} " in *" $p "*) kill -"$1" "$p" 2>/dev/null ;; esac
+  done
 }
 trap 'stopping=1 code=143; stop TERM' TERM INT HUP  # 143: as if SIGTERM had ended it
+trap 'stop KILL' USR1  # the grace is over: with the ranks left now
 dir=$(mktemp -d) || exit 1
 for ((r = 0; r < n; r++)); do
   mkfifo "$dir/$r" || exit 1
@@ -85,6 +88,7 @@ while [ ${#left[@]} -gt 0 ]; do
   rc=$?
   if [ -z "$ended" ]; then
     [ "$rc" -gt 128 ] && continue  # a signal the trap took
+    left=()
     break  # none of them is left to wait for
   fi
   rest=()
@@ -94,7 +98,7 @@ while [ ${#left[@]} -gt 0 ]; do
     for ((r = 0; r < n; r++)); do [ "${ranks[r]}" = "$ended" ] && failed=$r; done
     code=$rc
     stop TERM
-    (sleep "$grace"; stop KILL) &
+    (sleep "$grace"; kill -USR1 $$) &
     killer=$!
   fi
 done
