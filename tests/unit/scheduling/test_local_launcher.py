@@ -27,6 +27,7 @@ from tests.conftest import in_ci
 from tests.unit.scheduling.local_backend.helpers import (
     SMALL,
     alive,
+    configured,
     finished,
     request,
     running,
@@ -152,11 +153,7 @@ def test_closing_the_backends_stops_the_launcher_and_closes_every_other_one(make
     # What `manage.py up` does when it stops: each configured backend's close().
     backend = make()
     settings.COMPUTE_BACKENDS = {
-        "local": {
-            "BACKEND": "scheduling.backends.local.LocalBackend",
-            "RUNS_ON_THIS_HOST": True,
-            "OPTIONS": {"root": backend.root},
-        },
+        **configured(backend),
         "fake": {"BACKEND": "scheduling.backends.fake.FakeBackend", "OPTIONS": {}},
     }
     backend.submit(request("kept-1", ["sleep", "30"]))

@@ -112,3 +112,15 @@ def group_gone(pgid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
+
+
+def configured(backend: LocalBackend) -> dict:
+    """`backend` as settings.COMPUTE_BACKENDS names it (`local`), for code that builds its
+    backends from the settings (`close_backends`)."""
+    return {
+        "local": {
+            "BACKEND": "scheduling.backends.local.LocalBackend",
+            "RUNS_ON_THIS_HOST": True,
+            "OPTIONS": {"root": backend.root},
+        }
+    }

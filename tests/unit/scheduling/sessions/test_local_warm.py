@@ -13,7 +13,7 @@ import pytest
 from scheduling.backends.base import JobState, SessionGone, WarmSpec
 from scheduling.backends.local import LocalBackend, warm
 from scheduling.engine.registry import close_backends
-from tests.unit.scheduling.local_backend.helpers import JOB_UID, finished, state_file
+from tests.unit.scheduling.local_backend.helpers import JOB_UID, configured, finished, state_file
 from tests.unit.scheduling.sessions.helpers import in_namespace, run, session
 
 SYSTEM = WarmSpec(template="", cpus=1, memory_mb=256, count=2)
@@ -133,13 +133,7 @@ def test_when_the_portal_stops_its_warm_sandboxes_stop_too(make, settings):
     """`manage.py up` closes the backends as it stops: unclaimed warm sandboxes would wait
     hours for a portal that is gone."""
     backend = make()
-    settings.COMPUTE_BACKENDS = {
-        "local": {
-            "BACKEND": "scheduling.backends.local.LocalBackend",
-            "RUNS_ON_THIS_HOST": True,
-            "OPTIONS": {"root": backend.root},
-        }
-    }
+    settings.COMPUTE_BACKENDS = configured(backend)
     backend.keep_warm([SYSTEM])
     pids = [state_file(backend, key)["sandbox_pid"] for key in wait_ready(backend, 2)]
     close_backends()
