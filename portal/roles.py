@@ -53,6 +53,19 @@ def administers_pool(user: User, pool_id: int) -> bool:
     return is_platform_admin(user) or pool_id in administered_pool_ids(user)
 
 
+def is_queue_admin(user: User) -> bool:
+    return bool(administered_queue_ids(user))
+
+
+def leads_a_project(user: User) -> bool:
+    return bool(user.is_authenticated and user.memberships.filter(role="pi").exists())
+
+
+def is_researcher(user: User) -> bool:
+    """A member of at least one project."""
+    return bool(user.is_authenticated and user.memberships.exists())
+
+
 def is_operator(user: User) -> bool:
     """A platform admin or a queue admin: who sees the operator pages (the header's links)."""
     return is_platform_admin(user) or bool(administered_queue_ids(user))
@@ -64,22 +77,21 @@ def leads_project(user: User, project) -> bool:
     return bool(user.is_authenticated and project.memberships.filter(user=user, role="pi").exists())
 
 
+# Every role, by the name the header shows, and who holds it.
+ROLES = {
+    "platform admin": is_platform_admin,
+    "queue admin": is_queue_admin,
+    "finance": is_finance,
+    "project lead": leads_a_project,
+    "researcher": is_researcher,
+}
+
+
 def role_names(user: User) -> list[str]:
     """What the user is, for the page header: every role that applies."""
     if not user.is_authenticated:
         return []
-    names = []
-    if is_platform_admin(user):
-        names.append("platform admin")
-    if administered_queue_ids(user):
-        names.append("queue admin")
-    if is_finance(user):
-        names.append("finance")
-    if user.memberships.filter(role="pi").exists():
-        names.append("project lead")
-    if user.memberships.exists():
-        names.append("researcher")
-    return names
+    return [name for name, holds in ROLES.items() if holds(user)]
 
 
 def context(request) -> dict:

@@ -37,19 +37,12 @@ _APP = "authenticator app"
 _RECOVERY = "recovery codes"
 
 
-# Each role SWITCHYARD_2FA_REQUIRED_ROLES may name, asked alone: a session that was not asked
-# for a code is asked again at every request whether its account has such a role now.
-_HAS_ROLE = {
-    "platform-admin": roles.is_platform_admin,
-    "queue-admin": lambda user: bool(roles.administered_queue_ids(user)),
-    "finance": roles.is_finance,
-    "project-lead": lambda user: user.memberships.filter(role="pi").exists(),
-    "researcher": lambda user: user.memberships.exists(),
-}
-
-
 def two_factor_required(user: User) -> bool:
-    return any(_HAS_ROLE[role](user) for role in settings.SWITCHYARD_2FA_REQUIRED_ROLES)
+    """Whether the user holds a role SWITCHYARD_2FA_REQUIRED_ROLES names (`queue-admin` for
+    the role "queue admin"), each asked alone: a session that was not asked for a code asks
+    this at every request."""
+    required = settings.SWITCHYARD_2FA_REQUIRED_ROLES
+    return any(roles.ROLES[role.replace("-", " ")](user) for role in required)
 
 
 def has_two_factor(user: User) -> bool:

@@ -259,3 +259,10 @@ def test_an_unknown_role_in_the_setting_is_refused_by_name(tmp_path):
     assert done.returncode != 0
     assert "SWITCHYARD_2FA_REQUIRED_ROLES: expected a comma-separated list of" in done.stderr
     assert "got 'admins'" in done.stderr
+
+
+def test_every_role_the_setting_may_name_is_a_role_of_the_console():
+    from config.group_map import ROLE_NAMES
+    from portal import roles
+
+    assert {name.replace("-", " ") for name in ROLE_NAMES} == set(roles.ROLES)
