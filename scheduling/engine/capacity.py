@@ -23,13 +23,14 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from scheduling import outbox
-from scheduling.backends import BackendError
+from scheduling.backends import BackendError, Job, JobState
 from scheduling.backends.base import LeaseView
 from scheduling.decisions.humanize import format_duration
 from scheduling.decisions.levels import LEVELS
 from scheduling.decisions.place import free_view, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.engine.admission import release_held
+from scheduling.engine.follow import apply_jobs
 from scheduling.engine.images import prepull_timeouts
 from scheduling.engine.registry import get_backend
 from scheduling.models import (
@@ -176,6 +177,8 @@ def preempt(now: datetime) -> int:
             )
             if decision is None:
                 continue
+            if not _as_the_backend_says(task, [by_key[key] for key in decision.victims]):
+                break  # the picture was a poll behind: the next pass decides on the new one
             what = f"task #{task.pk} ({task.name}, {LEVELS[task.level]}-level {task.type})"
             done = [
                 key
@@ -206,6 +209,32 @@ def preempt(now: datetime) -> int:
                 )
             )
     return preempted
+
+
+def _as_the_backend_says(waiting: Task, victims: list[Task]) -> bool:
+    """Whether the backend still has `waiting` pending and every victim running.
+
+    The portal learns of starts and ends a poll late. A task its backend has just started,
+    or room a job's end has just freed, would otherwise cost running work a preemption for
+    nothing. Asked only when a preemption is decided (one poll of these few jobs); what the
+    backend says is applied at once. Unreachable: nothing is preempted this pass.
+    """
+    tasks: dict[str, list[Task]] = {}
+    for task in (waiting, *victims):
+        tasks.setdefault(task.backend, []).append(task)
+    said: list[tuple[Task, Job]] = []
+    for alias, group in tasks.items():
+        try:
+            jobs = get_backend(alias).poll([t.backend_id for t in group if t.backend_id])
+        except BackendError as exc:
+            log.warning("preemption put off: backend %s did not answer: %s", alias, exc)
+            return False
+        said += [(t, jobs[t.backend_id]) for t in group if t.backend_id in jobs]
+    apply_jobs(said)
+    state = {task.pk: job.state for task, job in said}
+    return state.get(waiting.pk) is JobState.PENDING and all(
+        state.get(victim.pk) is JobState.RUNNING for victim in victims
+    )
 
 
 # -- leases -------------------------------------------------------------------------------

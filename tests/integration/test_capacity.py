@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from scheduling.models import Alert, Attempt, Node, NodeLease, Task
+from scheduling.models import Alert, Attempt, Node, NodeLease, Task, TaskEvent
 from scheduling.selectors import site_view
 from scheduling.selectors.site import site_view_invalidate
 from tests.conftest import descriptor, submit
@@ -66,6 +66,12 @@ def settle(ids: list[int], worker, *, timeout: float, what: str, done=lambda t: 
             f"{t.name}={t.state} ({t.reason})" for t in Task.objects.filter(pk__in=ids)
         )
         raise AssertionError(f"{what}: {states}\n{worker_log(worker)}") from None
+
+
+def story(tasks: list[Task]) -> str:
+    """Every event of these tasks in time order: what a failed assertion on them prints."""
+    events = TaskEvent.objects.filter(task__in=tasks).select_related("task").order_by("at", "pk")
+    return "\n".join(f"{e.at:%H:%M:%S.%f} {e.task.name}: {e.message}" for e in events)
 
 
 @pytest.fixture
@@ -124,7 +130,7 @@ def test_a_burst_of_agents_preempts_running_inference_only_and_everything_succee
     assert {t.name: t.state for t in tasks} == {t.name: "succeeded" for t in tasks}
     by_name = {t.name: t for t in tasks}
     preempted = sorted(t.name for t in tasks if t.preemptions)
-    assert len(preempted) == 2 and all(n.startswith("infer-") for n in preempted)
+    assert len(preempted) == 2 and all(n.startswith("infer-") for n in preempted), story(tasks)
     assert by_name["train"].preemptions == 0 and by_name["hpc"].preemptions == 0
     assert all(by_name[f"agent-{i}"].preemptions == 0 for i in range(2))
     for name in preempted:

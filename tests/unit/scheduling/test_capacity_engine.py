@@ -126,6 +126,51 @@ def test_a_second_pass_does_not_preempt_again_for_the_same_task(api, one_inferen
     assert Task.objects.filter(state="running").count() == 3
 
 
+def test_a_task_its_backend_has_started_meanwhile_preempts_nothing(api, one_inference_node):
+    low = [_run(_submit(api, f"low{i}", LOW, **INFERENCE), "inf001") for i in range(4)]
+    high = _submit(api, "urgent", HIGH, **INFERENCE)
+    # A job ended and the urgent task took its GPU; the portal has not polled since.
+    backend = get_backend("fake")
+    backend.finish(low[0].backend_id, JobState.SUCCEEDED, exit_code=0)
+    backend.finish(high.backend_id, JobState.RUNNING, nodes=("inf001",))
+
+    assert capacity_pass(_later())["preempted"] == 0
+
+    assert Task.objects.filter(preemptions__gt=0).count() == 0
+    assert [c for c in backend.calls if c[0] == "cancel"] == []
+    high.refresh_from_db()
+    assert high.state == "running"  # the backend's word, applied at once
+
+
+def test_a_victim_whose_job_has_just_ended_is_not_requeued(api, one_inference_node):
+    low = [_run(_submit(api, f"low{i}", LOW, **INFERENCE), "inf001") for i in range(4)]
+    _submit(api, "urgent", HIGH, **INFERENCE)
+    # The most recently started one (the victim) has just ended: its GPU is free already.
+    get_backend("fake").finish(low[3].backend_id, JobState.SUCCEEDED, exit_code=0)
+
+    assert capacity_pass(_later())["preempted"] == 0
+    low[3].refresh_from_db()
+    assert (low[3].state, low[3].preemptions) == ("succeeded", 0)
+    # The next pass decides on what runs now: the urgent task fits, nothing is stopped.
+    assert capacity_pass(_later(2))["preempted"] == 0
+    assert Task.objects.filter(pk__in=[t.pk for t in low[:3]], state="running").count() == 3
+
+
+def test_an_unreachable_backend_puts_a_preemption_off(api, one_inference_node, monkeypatch):
+    for i in range(4):
+        _run(_submit(api, f"low{i}", LOW, **INFERENCE), "inf001")
+    _submit(api, "urgent", HIGH, **INFERENCE)
+
+    def unreachable(self, backend_ids):
+        raise BackendError("scheduler unreachable")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(FakeBackend, "poll", unreachable)
+        assert capacity_pass(_later())["preempted"] == 0
+    assert Task.objects.filter(state="running").count() == 4
+    assert capacity_pass(_later(2))["preempted"] == 1  # reachable again
+
+
 def test_equal_levels_never_preempt_and_young_waits_are_left_to_the_backend(
     api, one_inference_node, settings
 ):
