@@ -125,7 +125,8 @@ def preempt(now: datetime) -> int:
     """Waiting higher-level work takes the room of lower-level preemptible work it needs.
 
     Only in pools with a preemptible queue; only tasks waiting in their backend for longer
-    than `SWITCHYARD_PREEMPT_AFTER_S` (the backend may start them meanwhile on its own).
+    than `SWITCHYARD_PREEMPT_AFTER_S` (the backend may start them meanwhile on its own); and
+    only while the backend says the task still waits and its victims still run.
     """
     site = site_view()
     preemptible_pools = {q.pool for q in site.queues.values() if q.preemptible}
