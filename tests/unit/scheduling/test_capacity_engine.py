@@ -476,6 +476,15 @@ def test_a_task_not_started_in_time_is_alerted_and_resubmitted(api, site):
     assert other.state == "queued" and other.reason.startswith("not started within 5min")
 
 
+def test_a_task_started_since_the_last_poll_is_not_timed_out(api, site):
+    task = _submit(api, "just-started", **INFERENCE)
+    get_backend("fake").finish(task.backend_id, JobState.RUNNING, nodes=("inf001",))
+    assert capacity_pass(_later(301))["startup_timeouts"] == 0
+    task.refresh_from_db()
+    assert (task.state, task.preemptions) == ("running", 0)
+    assert not Alert.objects.filter(task=task).exists()
+
+
 def test_a_task_waiting_for_room_is_not_timed_out(api, one_inference_node):
     for i in range(4):
         _run(_submit(api, f"busy{i}", **INFERENCE), "inf001")
