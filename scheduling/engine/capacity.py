@@ -213,29 +213,48 @@ def preempt(now: datetime) -> int:
 
 
 def _as_the_backend_says(waiting: Task, victims: list[Task]) -> bool:
-    """Whether the backend still has `waiting` pending and every victim running.
+    """Whether the backend still has `waiting` pending and every victim running (asked only
+    when a preemption or a start-up timeout is decided). Unreachable: not this pass."""
+    state = _ask_backends([waiting, *victims])
+    return (
+        state is not None
+        and state.get(waiting.pk) is JobState.PENDING
+        and all(state.get(victim.pk) is JobState.RUNNING for victim in victims)
+    )
 
-    The portal learns of starts and ends a poll late. A task its backend has just started,
-    or room a job's end has just freed, would otherwise cost running work a preemption for
-    nothing. Asked only when a preemption is decided (one poll of these few jobs); what the
-    backend says is applied at once. Unreachable: nothing is preempted this pass.
+
+def _still_running(tasks: list[Task]) -> list[Task]:
+    """Of running tasks about to be requeued, those whose jobs still run: one that has just
+    ended is recorded as it ended, never run again. A backend that does not answer cannot
+    tell: all are kept, as before there was this check."""
+    state = _ask_backends(tasks)
+    if state is None:
+        return tasks
+    return [task for task in tasks if state.get(task.pk) is JobState.RUNNING]
+
+
+def _ask_backends(tasks: list[Task]) -> dict[int, JobState] | None:
+    """What the backends say of these tasks' jobs now, applied at once; None when one does
+    not answer.
+
+    The portal learns of a start or an end a poll late. Stopping work on that picture would
+    preempt for a task its backend has just started, stop a second task for room a job's end
+    has just freed, or run a finished task again. One poll of these few jobs per backend.
     """
-    tasks: dict[str, list[Task]] = {}
-    for task in (waiting, *victims):
-        tasks.setdefault(task.backend, []).append(task)
+    by_alias: dict[str, list[Task]] = {}
+    for task in tasks:
+        if task.backend_id:
+            by_alias.setdefault(task.backend, []).append(task)
     said: list[tuple[Task, Job]] = []
-    for alias, group in tasks.items():
+    for alias, group in by_alias.items():
         try:
-            jobs = get_backend(alias).poll([t.backend_id for t in group if t.backend_id])
+            jobs = get_backend(alias).poll([t.backend_id for t in group])
         except BackendError as exc:
-            log.warning("preemption put off: backend %s did not answer: %s", alias, exc)
-            return False
+            log.warning("capacity pass: backend %s did not answer: %s", alias, exc)
+            return None
         said += [(t, jobs[t.backend_id]) for t in group if t.backend_id in jobs]
     apply_jobs(said)
-    state = {task.pk: job.state for task, job in said}
-    return state.get(waiting.pk) is JobState.PENDING and all(
-        state.get(victim.pk) is JobState.RUNNING for victim in victims
-    )
+    return {task.pk: job.state for task, job in said}
 
 
 # -- leases -------------------------------------------------------------------------------
@@ -311,10 +330,12 @@ def reclaim_due_leases(now: datetime) -> int:
         backend = get_backend(lease.pool.backend)
         ended = _end_in_backend(backend, view)
         names = set(view.nodes)
+        borrowers = [  # the borrower's work (the lender's is moot)
+            o.task for o in running_on(names) if o.task.queue.pool_id != lease.pool_id
+        ]
         requeued = sum(
-            requeue(o.task, reason=f"lease #{lease.pk} ended: its nodes were taken back")
-            for o in running_on(names)
-            if o.task.queue.pool_id != lease.pool_id  # the borrower's (the lender's is moot)
+            requeue(task, reason=f"lease #{lease.pk} ended: its nodes were taken back")
+            for task in _still_running(borrowers)
         )
         if requeued:
             NodeLease.objects.filter(pk=lease.pk).update(requeued=F("requeued") + requeued)
@@ -351,7 +372,8 @@ def requeue_strays(now: datetime) -> int:
         )
     )
     lenders = set(PoolBorrowing.objects.values_list("lender__name", "borrower__name"))
-    strays = 0
+    strays: list[Task] = []
+    foreign_to: dict[int, str] = {}  # task → the nodes it holds that are not its pool's
     site = site_view()
     for occupant in running_on(None):
         task = occupant.task
@@ -367,10 +389,12 @@ def requeue_strays(now: datetime) -> int:
             and (a.gpu_indices or (pools[a.node], queue.pool) not in lenders)
         ]
         if foreign:
-            strays += requeue(
-                task, reason=f"{', '.join(foreign)} went back to its pool; not lent any more"
-            )
-    return strays
+            strays.append(task)
+            foreign_to[task.pk] = ", ".join(foreign)
+    return sum(
+        requeue(task, reason=f"{foreign_to[task.pk]} went back to its pool; not lent any more")
+        for task in _still_running(strays)
+    )
 
 
 def _lease_view(lease: NodeLease):

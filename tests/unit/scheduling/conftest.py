@@ -1,5 +1,6 @@
 """The local backend's tests share one way to build backends (`make`); the storage tests
-the demo site's areas in a folder of their own (`areas`)."""
+the demo site's areas in a folder of their own (`areas`); the capacity tests a pool of one
+inference node (`one_inference_node`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from portal.models import ClusterAccount
 from scheduling.backends.local import LocalBackend
 from scheduling.decisions.types import NodeView
 from scheduling.engine.storage import prepare_user
-from scheduling.models import Pool
+from scheduling.models import Node, Pool
 from scheduling.selectors import site_view_invalidate
 from tests.conftest import move_storage_areas
 from tests.gpufake import nvidia_smi  # noqa: F401 - a fixture (NVIDIA's tool, recorded)
@@ -66,3 +67,13 @@ def areas(site) -> Iterator[Path]:
         prepare_user(User.objects.get(username=name).pk)
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def one_inference_node(site, settings):
+    """The inference pool shrunk to inf001 (4 GPUs); preemption considered at once."""
+    settings.SWITCHYARD_PREEMPT_AFTER_S = 0
+    Node.objects.filter(pool__name="inference-agent").exclude(name="inf001").update(
+        state=Node.State.DRAINED
+    )
+    site_view_invalidate()

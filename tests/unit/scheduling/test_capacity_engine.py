@@ -34,27 +34,16 @@ from scheduling.models import (
 )
 from scheduling.selectors import site_view, site_view_invalidate
 from scheduling.services.capacity import open_lease
-from tests.conftest import descriptor, submit
+from tests.unit.scheduling.capacity_helpers import (
+    INFERENCE,
+    TRAINING,
+    later,
+    lend,
+    run_on,
+    submit_queued,
+)
 
 pytestmark = pytest.mark.django_db
-
-INFERENCE = {"type": "ai-inference", "walltime": "10m", "resources": {"gpus": 1, "cpus": 1}}
-TRAINING = {
-    "type": "ai-training",
-    "estimate": "1h",
-    "walltime": "2h",
-    "resources": {"nodes": 1, "gpus": 4, "cpus": 8, "memory": "8Gi"},
-}
-
-
-@pytest.fixture
-def one_inference_node(site, settings):
-    """The inference pool shrunk to inf001 (4 GPUs); preemption considered at once."""
-    settings.SWITCHYARD_PREEMPT_AFTER_S = 0
-    Node.objects.filter(pool__name="inference-agent").exclude(name="inf001").update(
-        state=Node.State.DRAINED
-    )
-    site_view_invalidate()
 
 
 @pytest.fixture
@@ -64,40 +53,16 @@ def admin_api(site) -> APIClient:
     return client
 
 
-def _submit(api, name: str, level: int | None = None, **fields) -> Task:
-    response = submit(api, descriptor(name=name, **fields))
-    assert response.status_code == 201, response.json()
-    task = Task.objects.get(pk=response.json()["id"])
-    if level is not None:
-        Task.objects.filter(pk=task.pk).update(level=level)
-    engine.task_dispatch(task.pk)
-    task.refresh_from_db()
-    assert task.state == "queued", task.reason
-    return task
-
-
-def _run(task: Task, *nodes: str) -> Task:
-    get_backend("fake").finish(task.backend_id, JobState.RUNNING, nodes=nodes)
-    engine.backend_poll("fake")
-    task.refresh_from_db()
-    assert task.state == "running"
-    return task
-
-
-def _later(seconds: float = 1) -> datetime:
-    return timezone.now() + timedelta(seconds=seconds)
-
-
 # -- preemption ---------------------------------------------------------------------------
 
 
 def test_a_waiting_high_level_task_preempts_the_lowest_running_inference_task(
     api, one_inference_node
 ):
-    low = [_run(_submit(api, f"low{i}", LOW, **INFERENCE), "inf001") for i in range(4)]
-    high = _submit(api, "urgent", HIGH, **INFERENCE)
+    low = [run_on(submit_queued(api, f"low{i}", LOW, **INFERENCE), "inf001") for i in range(4)]
+    high = submit_queued(api, "urgent", HIGH, **INFERENCE)
 
-    assert capacity_pass(_later())["preempted"] == 1
+    assert capacity_pass(later())["preempted"] == 1
 
     victims = Task.objects.filter(pk__in=[t.pk for t in low], state="pending")
     [victim] = victims
@@ -118,69 +83,24 @@ def test_a_waiting_high_level_task_preempts_the_lowest_running_inference_task(
 
 def test_a_second_pass_does_not_preempt_again_for_the_same_task(api, one_inference_node):
     for i in range(4):
-        _run(_submit(api, f"low{i}", LOW, **INFERENCE), "inf001")
-    _submit(api, "urgent", HIGH, **INFERENCE)
-    assert capacity_pass(_later())["preempted"] == 1
+        run_on(submit_queued(api, f"low{i}", LOW, **INFERENCE), "inf001")
+    submit_queued(api, "urgent", HIGH, **INFERENCE)
+    assert capacity_pass(later())["preempted"] == 1
     # The freed GPU waits for the urgent task: nothing more is preempted for it.
-    assert capacity_pass(_later(2))["preempted"] == 0
+    assert capacity_pass(later(2))["preempted"] == 0
     assert Task.objects.filter(state="running").count() == 3
-
-
-def test_a_task_its_backend_has_started_meanwhile_preempts_nothing(api, one_inference_node):
-    low = [_run(_submit(api, f"low{i}", LOW, **INFERENCE), "inf001") for i in range(4)]
-    high = _submit(api, "urgent", HIGH, **INFERENCE)
-    # A job ended and the urgent task took its GPU; the portal has not polled since.
-    backend = get_backend("fake")
-    backend.finish(low[0].backend_id, JobState.SUCCEEDED, exit_code=0)
-    backend.finish(high.backend_id, JobState.RUNNING, nodes=("inf001",))
-
-    assert capacity_pass(_later())["preempted"] == 0
-
-    assert Task.objects.filter(preemptions__gt=0).count() == 0
-    assert [c for c in backend.calls if c[0] == "cancel"] == []
-    high.refresh_from_db()
-    assert high.state == "running"  # the backend's word, applied at once
-
-
-def test_a_victim_whose_job_has_just_ended_is_not_requeued(api, one_inference_node):
-    low = [_run(_submit(api, f"low{i}", LOW, **INFERENCE), "inf001") for i in range(4)]
-    _submit(api, "urgent", HIGH, **INFERENCE)
-    # The most recently started one (the victim) has just ended: its GPU is free already.
-    get_backend("fake").finish(low[3].backend_id, JobState.SUCCEEDED, exit_code=0)
-
-    assert capacity_pass(_later())["preempted"] == 0
-    low[3].refresh_from_db()
-    assert (low[3].state, low[3].preemptions) == ("succeeded", 0)
-    # The next pass decides on what runs now: the urgent task fits, nothing is stopped.
-    assert capacity_pass(_later(2))["preempted"] == 0
-    assert Task.objects.filter(pk__in=[t.pk for t in low[:3]], state="running").count() == 3
-
-
-def test_an_unreachable_backend_puts_a_preemption_off(api, one_inference_node, monkeypatch):
-    for i in range(4):
-        _run(_submit(api, f"low{i}", LOW, **INFERENCE), "inf001")
-    _submit(api, "urgent", HIGH, **INFERENCE)
-
-    def unreachable(self, backend_ids):
-        raise BackendError("scheduler unreachable")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(FakeBackend, "poll", unreachable)
-        assert capacity_pass(_later())["preempted"] == 0
-    assert Task.objects.filter(state="running").count() == 4
-    assert capacity_pass(_later(2))["preempted"] == 1  # reachable again
 
 
 def test_equal_levels_never_preempt_and_young_waits_are_left_to_the_backend(
     api, one_inference_node, settings
 ):
     for i in range(4):
-        _run(_submit(api, f"med{i}", HIGH, **INFERENCE), "inf001")
-    _submit(api, "same", HIGH, **INFERENCE)
-    assert capacity_pass(_later())["preempted"] == 0
+        run_on(submit_queued(api, f"med{i}", HIGH, **INFERENCE), "inf001")
+    submit_queued(api, "same", HIGH, **INFERENCE)
+    assert capacity_pass(later())["preempted"] == 0
     settings.SWITCHYARD_PREEMPT_AFTER_S = 3600
     Task.objects.filter(state="running").update(level=LOW)
-    assert capacity_pass(_later())["preempted"] == 0  # it has not waited an hour
+    assert capacity_pass(later())["preempted"] == 0  # it has not waited an hour
 
 
 def test_training_is_never_preempted_even_in_a_preemptible_queue(api, site, settings):
@@ -190,9 +110,9 @@ def test_training_is_never_preempted_even_in_a_preemptible_queue(api, site, sett
     nodes = list(Node.objects.filter(pool__name="gpu-train").values_list("name", flat=True))
     Node.objects.filter(pool__name="gpu-train").exclude(name=nodes[0]).update(state="drained")
     site_view_invalidate()
-    running = _run(_submit(api, "long", LOW, **TRAINING), nodes[0])
-    _submit(api, "urgent", HIGH, **TRAINING)
-    assert capacity_pass(_later())["preempted"] == 0
+    running = run_on(submit_queued(api, "long", LOW, **TRAINING), nodes[0])
+    submit_queued(api, "urgent", HIGH, **TRAINING)
+    assert capacity_pass(later())["preempted"] == 0
     running.refresh_from_db()
     assert (running.state, running.preemptions) == ("running", 0)
 
@@ -200,18 +120,9 @@ def test_training_is_never_preempted_even_in_a_preemptible_queue(api, site, sett
 # -- leases -------------------------------------------------------------------------------
 
 
-def _lease(count: int = 2, hours: float = 4) -> NodeLease:
-    return open_lease(
-        pool=Pool.objects.get(name="inference-agent"),
-        queue=Queue.objects.select_related("pool").get(name="training"),
-        count=count,
-        duration_s=int(hours * 3600),
-    )
-
-
 def test_a_lease_moves_idle_nodes_to_the_borrowing_pool_until_its_end(api, site):
-    busy = _run(_submit(api, "busy", **INFERENCE), "inf001")
-    lease = _lease(2)
+    busy = run_on(submit_queued(api, "busy", **INFERENCE), "inf001")
+    lease = lend(2)
     lent = sorted(n.name for n in lease.nodes.all())
     assert lent == ["inf002", "inf003"]  # GPU nodes first; busy ones are not lent
     site_view_invalidate()
@@ -220,17 +131,17 @@ def test_a_lease_moves_idle_nodes_to_the_borrowing_pool_until_its_end(api, site)
     assert set(lent) <= set(training)
     assert training[lent[0]].available_until == lease.ends_at.timestamp()
     assert not set(lent) & {n.name for n in view.pool_nodes["inference-agent"]}
-    assert capacity_pass(_later())["leases_applied"] == 1
+    assert capacity_pass(later())["leases_applied"] == 1
     assert any(c[0] == "apply_lease" for c in get_backend("fake").calls)
     busy.refresh_from_db()
     assert busy.state == "running"
 
 
 def test_at_the_end_of_a_lease_work_left_there_is_requeued_and_the_nodes_return(api, site):
-    lease = _lease(1, hours=1)
+    lease = lend(1, hours=1)
     [lent] = [n.name for n in lease.nodes.all()]
-    task = _run(
-        _submit(api, "borrower", **{**TRAINING, "walltime": "50m", "estimate": "40m"}), lent
+    task = run_on(
+        submit_queued(api, "borrower", **{**TRAINING, "walltime": "50m", "estimate": "40m"}), lent
     )
 
     result = capacity_pass(lease.ends_at + timedelta(seconds=1))
@@ -249,10 +160,10 @@ def test_at_the_end_of_a_lease_work_left_there_is_requeued_and_the_nodes_return(
 
 
 def test_a_backend_that_keeps_the_nodes_a_while_ends_the_lease_a_pass_later(api, site, monkeypatch):
-    lease = _lease(1, hours=1)
+    lease = lend(1, hours=1)
     [lent] = [n.name for n in lease.nodes.all()]
-    task = _run(
-        _submit(api, "borrower", **{**TRAINING, "walltime": "50m", "estimate": "40m"}), lent
+    task = run_on(
+        submit_queued(api, "borrower", **{**TRAINING, "walltime": "50m", "estimate": "40m"}), lent
     )
     refusals = []
 
@@ -263,8 +174,8 @@ def test_a_backend_that_keeps_the_nodes_a_while_ends_the_lease_a_pass_later(api,
         self._record("end_lease", view.name, view.nodes)
 
     monkeypatch.setattr(FakeBackend, "end_lease", end_lease)
-    later = lease.ends_at + timedelta(seconds=1)
-    assert capacity_pass(later)["leases_reclaimed"] == 1  # asked again once the work left
+    after = lease.ends_at + timedelta(seconds=1)
+    assert capacity_pass(after)["leases_reclaimed"] == 1  # asked again once the work left
     lease.refresh_from_db()
     assert (lease.state, lease.requeued) == ("ended", 1)
     task.refresh_from_db()
@@ -272,9 +183,9 @@ def test_a_backend_that_keeps_the_nodes_a_while_ends_the_lease_a_pass_later(api,
 
 
 def test_work_found_on_a_node_that_went_back_to_its_pool_is_requeued(api, site):
-    task = _run(_submit(api, "stray", **TRAINING), "inf007")  # not lent to training
-    own = _run(_submit(api, "own", **INFERENCE), "inf008")
-    assert capacity_pass(_later())["strays"] == 1
+    task = run_on(submit_queued(api, "stray", **TRAINING), "inf007")  # not lent to training
+    own = run_on(submit_queued(api, "own", **INFERENCE), "inf008")
+    assert capacity_pass(later())["strays"] == 1
     task.refresh_from_db()
     assert task.state == "pending"
     assert task.reason.startswith("inf007 went back to its pool")
@@ -284,10 +195,10 @@ def test_work_found_on_a_node_that_went_back_to_its_pool_is_requeued(api, site):
 
 def test_cpu_work_on_the_idle_cores_of_a_pool_its_own_borrows_from_is_no_stray(api, site):
     hpc = {"type": "hpc-simulation", "walltime": "10m", "resources": {"cpus": 4}}
-    borrowed = _run(_submit(api, "borrowed", **hpc), "agt001")  # cpu-hpc may borrow there
+    borrowed = run_on(submit_queued(api, "borrowed", **hpc), "agt001")  # cpu-hpc may borrow there
     PoolBorrowing.objects.filter(lender__name="gpu-train").delete()
-    stray = _run(_submit(api, "stray", **hpc), "gpu001")  # no such pair any more
-    assert capacity_pass(_later())["strays"] == 1
+    stray = run_on(submit_queued(api, "stray", **hpc), "gpu001")  # no such pair any more
+    assert capacity_pass(later())["strays"] == 1
     borrowed.refresh_from_db()
     stray.refresh_from_db()
     assert (borrowed.state, stray.state) == ("running", "pending")
@@ -296,18 +207,18 @@ def test_cpu_work_on_the_idle_cores_of_a_pool_its_own_borrows_from_is_no_stray(a
 def test_a_lease_needs_idle_nodes_another_pool_and_a_sane_length(site):
     pool = Pool.objects.get(name="inference-agent")
     with pytest.raises(ValueError, match="idle node"):
-        _lease(count=99)
+        lend(count=99)
     with pytest.raises(ValueError, match="another pool"):
         open_lease(
             pool=pool, queue=Queue.objects.get(name="inference-agent"), count=1, duration_s=60
         )
     with pytest.raises(ValueError, match="at most"):
-        _lease(1, hours=100)
+        lend(1, hours=100)
 
 
 def test_nodes_already_lent_are_not_lent_twice(site):
-    first = {n.name for n in _lease(3).nodes.all()}
-    second = {n.name for n in _lease(3).nodes.all()}
+    first = {n.name for n in lend(3).nodes.all()}
+    second = {n.name for n in lend(3).nodes.all()}
     assert not first & second
 
 
@@ -369,15 +280,15 @@ def test_leases_api_lists_history_and_only_admins_lend(admin_api, api):
 def test_an_admin_ends_a_lease_early_and_the_next_pass_takes_the_nodes_back(
     admin_api, api, django_capture_on_commit_callbacks
 ):
-    lease = _lease(1)
+    lease = lend(1)
     [lent] = [n.name for n in lease.nodes.all()]
-    task = _run(_submit(api, "borrower", **TRAINING), lent)
+    task = run_on(submit_queued(api, "borrower", **TRAINING), lent)
     assert api.post(f"/api/v1/leases/{lease.pk}/end/").status_code == 404  # not theirs to see
     assert admin_api.post("/api/v1/leases/999999/end/").status_code == 404
     response = admin_api.post(f"/api/v1/leases/{lease.pk}/end/")
     assert response.status_code == 200, response.json()
     assert response.json()["reason"].endswith("ended early by admin")
-    assert capacity_pass(_later())["leases_reclaimed"] == 1
+    assert capacity_pass(later())["leases_reclaimed"] == 1
     task.refresh_from_db()
     assert (task.state, task.preemptions) == ("pending", 1)
     again = admin_api.post(f"/api/v1/leases/{lease.pk}/end/")
@@ -385,7 +296,7 @@ def test_an_admin_ends_a_lease_early_and_the_next_pass_takes_the_nodes_back(
 
 
 def test_the_capacity_page_is_for_platform_admins(site, browser):
-    _lease(1)
+    lend(1)
     admin = Client_for(User.objects.filter(is_superuser=True).first())
     page = admin.get("/capacity/")
     assert page.status_code == 200
@@ -421,7 +332,7 @@ def test_an_unhealthy_node_is_drained_with_its_reason_and_an_alert(site):
 
 
 def test_a_node_that_is_down_loses_its_work_which_is_retried_elsewhere(api, site):
-    task = _run(_submit(api, "victim", retry_count=1, **INFERENCE), "inf002")
+    task = run_on(submit_queued(api, "victim", retry_count=1, **INFERENCE), "inf002")
     get_backend("fake").set_health("inf002", NodeHealth(ok=False, down=True, reason="no answer"))
     assert health_pass() == {"drained": 1, "failed": 1}
     task.refresh_from_db()
@@ -448,7 +359,7 @@ def test_a_drain_or_resume_from_the_portal_reaches_the_backend(site):
 
 
 def test_a_node_marked_down_fails_its_work(api, site):
-    task = _run(_submit(api, "on-bad-node", **INFERENCE), "inf005")
+    task = run_on(submit_queued(api, "on-bad-node", **INFERENCE), "inf005")
     node = Node.objects.get(name="inf005")
     services.nodes_set_state(nodes=[node], state="down", reason="pulled", by="root")
     nodes_apply([node.pk])
@@ -461,34 +372,25 @@ def test_a_node_marked_down_fails_its_work(api, site):
 
 
 def test_a_task_not_started_in_time_is_alerted_and_resubmitted(api, site):
-    task = _submit(api, "slow-start", **INFERENCE)
-    assert capacity_pass(_later(60))["startup_timeouts"] == 0
-    assert capacity_pass(_later(301))["startup_timeouts"] == 1
+    task = submit_queued(api, "slow-start", **INFERENCE)
+    assert capacity_pass(later(60))["startup_timeouts"] == 0
+    assert capacity_pass(later(301))["startup_timeouts"] == 1
     task.refresh_from_db()
     assert task.state == "pending" and task.preemptions == 1
     assert "not started within 5min" in task.reason
     assert Alert.objects.filter(kind=Alert.Kind.STARTUP, task=task).count() == 1
     # A queue that does not resubmit only says why.
     Queue.objects.filter(name="inference-agent").update(startup_resubmit=False)
-    other = _submit(api, "stuck", **INFERENCE)
-    assert capacity_pass(_later(301))["startup_timeouts"] == 1
+    other = submit_queued(api, "stuck", **INFERENCE)
+    assert capacity_pass(later(301))["startup_timeouts"] == 1
     other.refresh_from_db()
     assert other.state == "queued" and other.reason.startswith("not started within 5min")
 
 
-def test_a_task_started_since_the_last_poll_is_not_timed_out(api, site):
-    task = _submit(api, "just-started", **INFERENCE)
-    get_backend("fake").finish(task.backend_id, JobState.RUNNING, nodes=("inf001",))
-    assert capacity_pass(_later(301))["startup_timeouts"] == 0
-    task.refresh_from_db()
-    assert (task.state, task.preemptions) == ("running", 0)
-    assert not Alert.objects.filter(task=task).exists()
-
-
 def test_a_task_waiting_for_room_is_not_timed_out(api, one_inference_node):
     for i in range(4):
-        _run(_submit(api, f"busy{i}", **INFERENCE), "inf001")
-    waiting = _submit(api, "waits-its-turn", **INFERENCE)
-    assert capacity_pass(_later(301))["startup_timeouts"] == 0
+        run_on(submit_queued(api, f"busy{i}", **INFERENCE), "inf001")
+    waiting = submit_queued(api, "waits-its-turn", **INFERENCE)
+    assert capacity_pass(later(301))["startup_timeouts"] == 0
     waiting.refresh_from_db()
     assert waiting.state == "queued" and not Alert.objects.filter(task=waiting).exists()
