@@ -143,7 +143,47 @@ def _load_json(text: str) -> Any:
     # Cheap pre-check: a document with few brackets cannot be deep, skip the walk.
     if text.count("{") + text.count("[") > _MAX_DEPTH and _depth(data) > _MAX_DEPTH:
         raise _document_error(f"the descriptor is nested more than {_MAX_DEPTH} levels deep")
+    # An escape such as \ud800 decodes to half a surrogate pair: no character, which no
+    # store, log or answer can encode. Only escapes make one (the text itself is UTF-8).
+    if "\\u" in text and (where := _unpaired(data, "")) is not None:
+        path, value = where
+        raise _document_error(
+            f"the descriptor is not valid Unicode: an unpaired surrogate escape in {path} "
+            f"({_escaped(value)})"
+        )
     return data
+
+
+def _unpaired(data: Any, path: str) -> tuple[str, str] | None:
+    """Where the first key or string of `data` holding an unpaired surrogate is, and it."""
+    if isinstance(data, str):
+        return None if _encodes(data) else (path or "the document", data)
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not _encodes(key):
+                return (f"a key of {path}" if path else "a key", key)
+            found = _unpaired(value, f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            found = _unpaired(value, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str) -> str:
+    """`text` with every unpaired surrogate written as its escape (safe to print)."""
+    return _short(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def _depth(data: Any) -> int:
@@ -288,7 +328,10 @@ def _yaml_scalar(loader: Any, event: Any) -> Any:
         # for `cpus: 010` or `walltime: 1:30`. Keep such text as a string so the field's own
         # check reports what was written.
         if _DECIMAL_RE.fullmatch(value):
-            return int(value.replace("_", ""))
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:  # beyond Python's limit of digits (4300)
+                raise _Refused(f"an integer of {len(value)} digits", event.start_mark) from None
         if explicit:
             raise _Refused(f'"{_short(value)}" is not a decimal integer', event.start_mark)
         return value

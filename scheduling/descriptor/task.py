@@ -120,6 +120,13 @@ def _task_values(data: dict, errors: list[FieldError], *, in_workflow: bool) -> 
     retry_count = _optional_int(get("retry_count"), "retry_count", 0, _MAX_RETRIES, 0, errors)
     fail_action = _optional_choice(get("fail_action"), "fail_action", FAIL_ACTIONS, "abort", errors)
     trigger_file = _trigger(get("trigger"), errors)
+    if wait_timeout is not None and get("depends_on") is None and get("trigger") is None:
+        _add(
+            errors,
+            "wait_timeout",
+            "limits a wait for depends_on or a trigger; this task has neither",
+            get("wait_timeout"),
+        )
     workdir = _file_path(get("workdir"), "workdir", errors)
     inputs = _inputs(get("inputs"), errors)
     priority = _optional_choice(get("priority"), "priority", PRIORITIES, "normal", errors)

@@ -2,7 +2,8 @@
 
 Mapping (docs/slurm.md): queue ↔ partition, project ↔ account, whole-node ↔
 `--exclusive`, gpus ↔ `--gres=gpu:N` per node (or `--gpus=N` when no node count is given),
-walltime ↔ `--time`, estimate ↔ `--time-min`, the attempt key ↔ `--job-name`, so `find(key)`
+a GPU model ↔ `--constraint` (a node feature), walltime ↔ `--time` (the estimate is not
+passed: see `sbatch_command`), the attempt key ↔ `--job-name`, so `find(key)`
 finds a job a crashed dispatcher already made and `--dependency=singleton` stops a duplicate
 from ever running beside it.
 
@@ -194,6 +195,9 @@ class SlurmBackend(SlurmAccounts, SlurmCapacity, SlurmUsage, SlurmPrepull, Slurm
             argv += ["--nodes=1", "--ntasks=1", f"--cpus-per-task={res.cpus}"]
             if res.gpus:
                 argv.append(f"--gres=gpu:{res.gpus}")
+        if res.gpu_type:
+            # Each node's GPU model is one of its features (the generated slurm.conf).
+            argv.append(f"--constraint={res.gpu_type}")
         if spec.walltime_s:
             argv.append(f"--time={_minutes(spec.walltime_s)}")
         # The estimate is not passed as --time-min: Slurm 22.05's backfill may lower a job's

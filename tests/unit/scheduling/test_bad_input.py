@@ -187,3 +187,33 @@ def test_an_image_is_refused_never_ignored(api):
     assert error["field"] == "image"
     assert "no image registry configured" in error["message"]
     assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/tasks/", "/api/v1/tasks/preview/", "/api/v1/tasks/batch/", "/api/v1/workflows/"],
+)
+@pytest.mark.parametrize("where", ["name", "env", "secret_env", "command"])
+def test_half_a_surrogate_pair_anywhere_is_a_400_that_does_not_echo_it(api, path, where):
+    task = descriptor(name="t1")
+    if where == "name":
+        task["name"] = "\ud800"
+    elif where == "command":
+        task["command"] = ["echo", "\ud800"]
+    else:
+        task[where] = {"A": "x\ud800"}
+    body = {
+        "/api/v1/tasks/batch/": {"tasks": [task]},
+        "/api/v1/workflows/": {
+            "kind": "Workflow",
+            "name": "wf",
+            "project": "materials",
+            "tasks": [task],
+        },
+    }.get(path, task)
+    # json.dumps writes the lone surrogate as the escape \ud800, as a hostile client would.
+    response = api.generic("POST", path, json.dumps(body), content_type="application/json")
+    assert response.status_code == 400, response.content
+    [error] = response.json()["errors"]  # a preview answers its own fields beside them
+    assert "unpaired surrogate escape" in error["message"]
+    assert not Task.objects.exists()

@@ -215,6 +215,20 @@ def test_a_single_process_task_asks_one_node_and_cpus_per_task(backend):
     assert {"--nodes=1", "--ntasks=1", "--cpus-per-task=2", "--gres=gpu:1"} <= set(argv)
 
 
+def test_a_gpu_model_asked_for_is_a_constraint_on_the_nodes_features(backend):
+    spec = TaskSpec(
+        name="a",
+        project="materials",
+        command=("true",),
+        resources=Resources(cpus=2, gpus=1, gpu_type="L40S"),
+    )
+    argv, _ = backend.sbatch_command(request(spec, HPC, "ai-inference"))
+    assert {"--gres=gpu:1", "--constraint=L40S"} <= set(argv)
+    spec = TaskSpec(name="a", project="materials", command=("true",), resources=Resources(gpus=1))
+    argv, _ = backend.sbatch_command(request(spec, HPC, "ai-inference"))
+    assert not [a for a in argv if a.startswith("--constraint")]  # any model will do
+
+
 def test_an_environment_name_outside_the_allowlist_is_refused(backend):
     from scheduling.backends import BackendError
 

@@ -118,6 +118,32 @@ def test_a_string_with_a_lone_surrogate_is_rejected():
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
+        ('{"name": "\\ud800"}', "escape in name (\\ud800)"),
+        ('{"env": {"A": ["x", "\\udfff"]}}', "escape in env.A[1] (\\udfff)"),
+        ('{"env": {"\\ud800B": "x"}}', "escape in a key of env (\\ud800B)"),
+        ('{"\\ud83d": 1}', "escape in a key (\\ud83d)"),
+    ],
+)
+def test_a_json_escape_of_half_a_surrogate_pair_is_rejected_and_never_echoed(text, fragment):
+    error = document_error(text)
+    assert fragment in error.message
+    error.message.encode("utf-8")  # printable: an answer can carry it
+
+
+def test_a_json_escape_of_a_whole_surrogate_pair_is_its_character():
+    assert parse_document('{"name": "\\ud83d\\ude00", "b": "\\\\ud800"}', max_bytes=MAX) == {
+        "name": "\U0001f600",
+        "b": "\\ud800",  # an escaped backslash, then text
+    }
+
+
+def test_a_yaml_integer_beyond_pythons_digit_limit_is_refused_not_a_crash():
+    assert "an integer of 4301 digits" in document_error("retry_count: " + "1" * 4301).message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
         ('{"a": 1,}', "invalid JSON at line 1, column 9"),
         ('{\n  "a": [1,\n', "invalid JSON at line 3"),
         ('{"a": NaN}', "NaN is not valid JSON"),

@@ -55,6 +55,7 @@ from tests.unit.scheduling.descriptor.helpers import (
         ({"walltime": "forever"}, "walltime", "such as 90s", "forever"),
         ({"estimate": 0}, "estimate", "longer than 0", 0),
         ({"wait_timeout": "400d"}, "wait_timeout", "at most 365d", "400d"),
+        ({"wait_timeout": "1h"}, "wait_timeout", "this task has neither", "1h"),
         ({"walltime": "1h", "estimate": "2h"}, "estimate", "not be longer than walltime", "2h"),
         ({"command": "python train.py"}, "command", "for a shell line use script", None),
         ({"command": []}, "command", "non-empty list of strings", "[]"),
