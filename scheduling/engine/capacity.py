@@ -461,11 +461,11 @@ def startup_timeouts(now: datetime) -> int:
         for task in late:
             if place(TaskSpec.from_dict(task.spec), policy, room, now=now.timestamp()) is None:
                 continue  # waiting for room, not stuck
-            if not _as_the_backend_says(task, []):
-                continue  # started meanwhile (now recorded), or its backend cannot say
             subject = f"task #{task.pk} attempt {task.attempts} not started"
             if Alert.objects.filter(task=task, kind=Alert.Kind.STARTUP, subject=subject).exists():
                 continue
+            if not _as_the_backend_says(task, []):
+                continue  # started meanwhile (now recorded), or its backend cannot say
             why = (
                 f"not started within {limit} of its dispatch although its pool had room "
                 f"(queue {queue.name}'s start-up timeout)"
