@@ -1,6 +1,9 @@
-"""`manage.py check`: the configuration the local backend cannot honour on this machine."""
+"""`manage.py check`: the configuration the local backend cannot honour on this machine, and
+storage that a job could fill together with the portal's own files."""
 
 from __future__ import annotations
+
+import os
 
 from django.conf import settings
 from django.core import checks
@@ -8,7 +11,7 @@ from django.db import DatabaseError
 
 from scheduling import host
 from scheduling.decisions.processes import concurrency_error, per_job_error
-from scheduling.models import Queue
+from scheduling.models import Queue, StorageArea
 
 
 @checks.register(checks.Tags.compatibility)
@@ -47,3 +50,46 @@ def local_process_limits(app_configs=None, **kwargs) -> list[checks.CheckMessage
                 )
             )
     return found
+
+
+@checks.register(checks.Tags.compatibility)
+def storage_apart_from_var(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """A storage area on the file system of the var folder: a job's writes there are bounded
+    by that file system's quotas only (docs/security.md, "Limits"), so a job that fills the
+    area fills the portal's database and logs too. The demo's areas live there on purpose."""
+    var = _device(str(settings.VAR_DIR))
+    demo = os.path.realpath(settings.SWITCHYARD_DEMO_STORAGE_DIR)
+    try:
+        areas = list(StorageArea.objects.order_by("name"))
+    except DatabaseError:
+        return []  # not migrated yet
+    found: list[checks.CheckMessage] = []
+    for area in areas:
+        base = area.path.split("{", 1)[0]
+        real = os.path.realpath(base)
+        if real == demo or real.startswith(demo + os.sep):
+            continue
+        if var is not None and _device(base) == var:
+            found.append(
+                checks.Warning(
+                    f"storage area {area.name} ({area.path}) is on the file system that holds "
+                    f"the var folder ({settings.VAR_DIR}): a job that fills the area fills "
+                    "the portal's database and logs too",
+                    hint="put the area on a file system of its own, with quotas",
+                    obj=area,
+                    id="switchyard.W103",
+                )
+            )
+    return found
+
+
+def _device(path: str) -> int | None:
+    """The device of `path`'s deepest existing folder (an area's folders may not exist yet)."""
+    while True:
+        try:
+            return os.stat(path).st_dev
+        except OSError:
+            parent = os.path.dirname(path.rstrip("/")) or "/"
+            if parent == path:
+                return None
+            path = parent

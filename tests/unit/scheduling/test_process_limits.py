@@ -84,3 +84,20 @@ def test_the_seeded_site_on_the_local_backend_passes_the_check():
     call_command("seed_demo", backend="local", quiet=True)
     assert Queue.objects.get(name="inference-agent").max_concurrency == 500
     assert errors() == []
+
+
+def test_a_storage_area_on_the_var_folders_file_system_is_reported(site, settings, tmp_path):
+    from scheduling.models import StorageArea
+
+    settings.VAR_DIR = tmp_path / "var"
+    settings.VAR_DIR.mkdir()
+    scratch = str(tmp_path / "scratch/{project}")
+    StorageArea.objects.create(name="scratch", path=scratch, owner="project")
+    StorageArea.objects.create(name="elsewhere", path="/proc/nothing/{project}", owner="project")
+
+    warned = {m.obj.name: m for m in checks.run_checks() if m.id == "switchyard.W103"}
+
+    # Not another file system's, nor the demo site's own (under its storage folder).
+    assert set(warned) == {"scratch"}
+    assert warned["scratch"].msg.startswith(f"storage area scratch ({scratch}) is on the file")
+    assert "fills the portal's database and logs too" in warned["scratch"].msg
