@@ -66,9 +66,9 @@ def storage_apart_from_var(app_configs=None, **kwargs) -> list[checks.CheckMessa
     found: list[checks.CheckMessage] = []
     for area in areas:
         base = area.path.split("{", 1)[0]
-        real = os.path.realpath(base)
-        if real == demo or real.startswith(demo + os.sep):
+        if _inside(base, demo):
             continue
+        # An area not mounted here (a web-only host) cannot be told apart: not reported.
         if var is not None and _device(base) == var:
             found.append(
                 checks.Warning(
@@ -84,12 +84,16 @@ def storage_apart_from_var(app_configs=None, **kwargs) -> list[checks.CheckMessa
 
 
 def _device(path: str) -> int | None:
-    """The device of `path`'s deepest existing folder (an area's folders may not exist yet)."""
-    while True:
-        try:
-            return os.stat(path).st_dev
-        except OSError:
-            parent = os.path.dirname(path.rstrip("/")) or "/"
-            if parent == path:
-                return None
-            path = parent
+    """The device of the file system `path` is on; None where it is not (yet) there."""
+    try:
+        return os.stat(path).st_dev
+    except (OSError, ValueError):  # ValueError: a NUL in the path
+        return None
+
+
+def _inside(path: str, folder: str) -> bool:
+    try:
+        real = os.path.realpath(path)
+    except ValueError:  # a NUL in the path
+        return False
+    return real == folder or real.startswith(folder + os.sep)

@@ -18,11 +18,12 @@ from datetime import datetime, timedelta
 from typing import cast
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from scheduling import outbox
+from scheduling import hooks, outbox
 from scheduling.backends import BackendError, Job, JobState
 from scheduling.backends.base import LeaseView
 from scheduling.decisions.humanize import format_duration
@@ -178,8 +179,15 @@ def preempt(now: datetime) -> int:
             )
             if decision is None:
                 continue
-            if not _as_the_backend_says(task, [by_key[key] for key in decision.victims]):
-                break  # the picture was a poll behind: the next pass decides on the new one
+            said = _ask_backends([task, *(by_key[key] for key in decision.victims)])
+            if said is None:
+                break  # its backend does not answer: nothing is stopped in this pool now
+            gone = {key for key in decision.victims if said.get(int(key)) is not JobState.RUNNING}
+            if gone or said.get(task.pk) is not JobState.PENDING:
+                # A poll behind: a victim that ended (or went back to its queue) holds no room
+                # for the waiting tasks after this one; this one is decided at the next pass.
+                running = [r for r in running if r.key not in gone]
+                continue
             what = f"task #{task.pk} ({task.name}, {LEVELS[task.level]}-level {task.type})"
             done = [
                 key
@@ -212,25 +220,15 @@ def preempt(now: datetime) -> int:
     return preempted
 
 
-def _as_the_backend_says(waiting: Task, victims: list[Task]) -> bool:
-    """Whether the backend still has `waiting` pending and every victim running (asked only
-    when a preemption or a start-up timeout is decided). Unreachable: not this pass."""
-    state = _ask_backends([waiting, *victims])
-    return (
-        state is not None
-        and state.get(waiting.pk) is JobState.PENDING
-        and all(state.get(victim.pk) is JobState.RUNNING for victim in victims)
-    )
-
-
 def _still_running(tasks: list[Task]) -> list[Task]:
-    """Of running tasks about to be requeued, those whose jobs still run: one that has just
-    ended is recorded as it ended, never run again. A backend that does not answer cannot
-    tell: all are kept, as before there was this check."""
+    """Of running tasks about to be requeued, all but those whose jobs have ended: one that
+    has just ended is recorded as it ended, never run again. A job its backend put back in
+    its queue is requeued too (its cancel is what frees a lease's nodes). A backend that
+    does not answer cannot tell: all are kept, as before there was this check."""
     state = _ask_backends(tasks)
     if state is None:
         return tasks
-    return [task for task in tasks if state.get(task.pk) is JobState.RUNNING]
+    return [t for t in tasks if (s := state.get(t.pk)) is None or not s.finished]
 
 
 def _ask_backends(tasks: list[Task]) -> dict[int, JobState] | None:
@@ -245,16 +243,19 @@ def _ask_backends(tasks: list[Task]) -> dict[int, JobState] | None:
     for task in tasks:
         if task.backend_id:
             by_alias.setdefault(task.backend, []).append(task)
-    said: list[tuple[Task, Job]] = []
+    jobs: dict[int, Job] = {}
     for alias, group in by_alias.items():
         try:
-            jobs = get_backend(alias).poll([t.backend_id for t in group])
-        except BackendError as exc:
+            found = get_backend(alias).poll([t.backend_id for t in group])
+        except (BackendError, ImproperlyConfigured) as exc:
             log.warning("capacity pass: backend %s did not answer: %s", alias, exc)
             return None
-        said += [(t, jobs[t.backend_id]) for t in group if t.backend_id in jobs]
-    apply_jobs(said)
-    return {task.pk: job.state for task, job in said}
+        jobs.update({t.pk: found[t.backend_id] for t in group if t.backend_id in found})
+    # Applied to the tasks as they are now (a cancel may have been asked meanwhile).
+    fresh = Task.objects.filter(pk__in=list(jobs)).order_by("pk")
+    with hooks.gathered():
+        apply_jobs([(t, jobs[t.pk]) for t in fresh if t.backend_id == jobs[t.pk].backend_id])
+    return {pk: job.state for pk, job in jobs.items()}
 
 
 # -- leases -------------------------------------------------------------------------------
@@ -458,13 +459,17 @@ def startup_timeouts(now: datetime) -> int:
         held = [a for o in running_on({n.name for n in nodes}) for a in o.allocations]
         room = [free_view(n, held) for n in nodes]
         limit = format_duration(timeout_s)
+        stuck = []
         for task in late:
             if place(TaskSpec.from_dict(task.spec), policy, room, now=now.timestamp()) is None:
                 continue  # waiting for room, not stuck
             subject = f"task #{task.pk} attempt {task.attempts} not started"
-            if Alert.objects.filter(task=task, kind=Alert.Kind.STARTUP, subject=subject).exists():
-                continue
-            if not _as_the_backend_says(task, []):
+            alerted = Alert.objects.filter(task=task, kind=Alert.Kind.STARTUP, subject=subject)
+            if not alerted.exists():
+                stuck.append((task, subject))
+        said = _ask_backends([task for task, _ in stuck]) if stuck else None
+        for task, subject in stuck:
+            if said is None or said.get(task.pk) is not JobState.PENDING:
                 continue  # started meanwhile (now recorded), or its backend cannot say
             why = (
                 f"not started within {limit} of its dispatch although its pool had room "

@@ -107,3 +107,42 @@ def test_a_stray_whose_job_has_just_ended_is_recorded_so_not_run_again(api, site
     task.refresh_from_db()
     assert (task.state, task.preemptions) == ("failed", 0)  # as it ended, not requeued
     assert Attempt.objects.get(task=task, number=1).state == "failed"
+
+
+def test_a_victim_its_backend_put_back_in_its_queue_does_not_stall_preemption(
+    api, one_inference_node
+):
+    low = [run_on(submit_queued(api, f"low{i}", LOW, **INFERENCE), "inf001") for i in range(4)]
+    submit_queued(api, "urgent", HIGH, **INFERENCE)
+    # Slurm requeued the most recent one (a node failure): its GPU is free, the portal
+    # still shows it running.
+    get_backend("fake").finish(low[3].backend_id, JobState.PENDING)
+
+    assert capacity_pass(later())["preempted"] == 0  # its room is there already
+    assert capacity_pass(later(2))["preempted"] == 0
+    assert Task.objects.filter(preemptions__gt=0).count() == 0
+
+
+def test_at_a_lease_end_a_job_put_back_in_its_queue_is_still_cancelled(api, site):
+    lease = lend(1, hours=1)
+    [lent] = [n.name for n in lease.nodes.all()]
+    task = run_on(
+        submit_queued(api, "borrower", **{**TRAINING, "walltime": "50m", "estimate": "40m"}), lent
+    )
+    get_backend("fake").finish(task.backend_id, JobState.PENDING)  # requeued by Slurm
+
+    assert capacity_pass(lease.ends_at + timedelta(seconds=1))["leases_reclaimed"] == 1
+    lease.refresh_from_db()
+    assert (lease.state, lease.requeued) == ("ended", 1)
+    assert get_backend("fake").jobs_for("fake")[task.key].state is JobState.CANCELLED
+
+
+def test_start_up_timeouts_ask_the_backend_once_for_all_late_tasks(api, site):
+    late = [submit_queued(api, f"slow{i}", **INFERENCE) for i in range(3)]
+    backend = get_backend("fake")
+    polls = len([c for c in backend.calls if c[0] == "poll"])
+
+    assert capacity_pass(later(301))["startup_timeouts"] == 3
+
+    asked = [c for c in backend.calls if c[0] == "poll"][polls:]
+    assert [sorted(ids) for _, (ids,) in asked] == [sorted(t.backend_id for t in late)]

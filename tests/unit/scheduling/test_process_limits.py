@@ -91,13 +91,18 @@ def test_a_storage_area_on_the_var_folders_file_system_is_reported(site, setting
 
     settings.VAR_DIR = tmp_path / "var"
     settings.VAR_DIR.mkdir()
+    (tmp_path / "scratch").mkdir()
     scratch = str(tmp_path / "scratch/{project}")
     StorageArea.objects.create(name="scratch", path=scratch, owner="project")
-    StorageArea.objects.create(name="elsewhere", path="/proc/nothing/{project}", owner="project")
+    StorageArea.objects.create(name="elsewhere", path="/proc/{project}", owner="project")
+    # Not mounted on this host: it cannot be told apart, so it is not reported.
+    StorageArea.objects.create(name="absent", path=str(tmp_path / "nfs/{user}"), owner="user")
+    StorageArea.objects.create(name="nul", path=str(tmp_path / "a\0b/{user}"), owner="user")
 
     warned = {m.obj.name: m for m in checks.run_checks() if m.id == "switchyard.W103"}
 
-    # Not another file system's, nor the demo site's own (under its storage folder).
+    # Not another file system's, nor the demo site's own (under its storage folder), nor one
+    # that is not there.
     assert set(warned) == {"scratch"}
     assert warned["scratch"].msg.startswith(f"storage area scratch ({scratch}) is on the file")
     assert "fills the portal's database and logs too" in warned["scratch"].msg
