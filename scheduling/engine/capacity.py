@@ -18,20 +18,19 @@ from datetime import datetime, timedelta
 from typing import cast
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from scheduling import hooks, outbox
-from scheduling.backends import BackendError, Job, JobState
+from scheduling import outbox
+from scheduling.backends import BackendError, JobState
 from scheduling.backends.base import LeaseView
 from scheduling.decisions.humanize import format_duration
 from scheduling.decisions.levels import LEVELS
 from scheduling.decisions.place import free_view, place
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.engine.admission import release_held
-from scheduling.engine.follow import apply_jobs
+from scheduling.engine.follow import follow_now
 from scheduling.engine.images import prepull_timeouts
 from scheduling.engine.registry import get_backend
 from scheduling.models import (
@@ -179,7 +178,7 @@ def preempt(now: datetime) -> int:
             )
             if decision is None:
                 continue
-            said = _ask_backends([task, *(by_key[key] for key in decision.victims)])
+            said = follow_now([task, *(by_key[key] for key in decision.victims)])
             if said is None:
                 break  # its backend does not answer: nothing is stopped in this pool now
             gone = {key for key in decision.victims if said.get(int(key)) is not JobState.RUNNING}
@@ -225,37 +224,10 @@ def _still_running(tasks: list[Task]) -> list[Task]:
     has just ended is recorded as it ended, never run again. A job its backend put back in
     its queue is requeued too (its cancel is what frees a lease's nodes). A backend that
     does not answer cannot tell: all are kept, as before there was this check."""
-    state = _ask_backends(tasks)
+    state = follow_now(tasks)
     if state is None:
         return tasks
     return [t for t in tasks if (s := state.get(t.pk)) is None or not s.finished]
-
-
-def _ask_backends(tasks: list[Task]) -> dict[int, JobState] | None:
-    """What the backends say of these tasks' jobs now, applied at once; None when one does
-    not answer.
-
-    The portal learns of a start or an end a poll late. Stopping work on that picture would
-    preempt for a task its backend has just started, stop a second task for room a job's end
-    has just freed, or run a finished task again. One poll of these few jobs per backend.
-    """
-    by_alias: dict[str, list[Task]] = {}
-    for task in tasks:
-        if task.backend_id:
-            by_alias.setdefault(task.backend, []).append(task)
-    jobs: dict[int, Job] = {}
-    for alias, group in by_alias.items():
-        try:
-            found = get_backend(alias).poll([t.backend_id for t in group])
-        except (BackendError, ImproperlyConfigured) as exc:
-            log.warning("capacity pass: backend %s did not answer: %s", alias, exc)
-            return None
-        jobs.update({t.pk: found[t.backend_id] for t in group if t.backend_id in found})
-    # Applied to the tasks as they are now (a cancel may have been asked meanwhile).
-    fresh = Task.objects.filter(pk__in=list(jobs)).order_by("pk")
-    with hooks.gathered():
-        apply_jobs([(t, jobs[t.pk]) for t in fresh if t.backend_id == jobs[t.pk].backend_id])
-    return {pk: job.state for pk, job in jobs.items()}
 
 
 # -- leases -------------------------------------------------------------------------------
@@ -467,7 +439,7 @@ def startup_timeouts(now: datetime) -> int:
             alerted = Alert.objects.filter(task=task, kind=Alert.Kind.STARTUP, subject=subject)
             if not alerted.exists():
                 stuck.append((task, subject))
-        said = _ask_backends([task for task, _ in stuck]) if stuck else None
+        said = follow_now([task for task, _ in stuck]) if stuck else None
         for task, subject in stuck:
             if said is None or said.get(task.pk) is not JobState.PENDING:
                 continue  # started meanwhile (now recorded), or its backend cannot say

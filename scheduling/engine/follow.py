@@ -7,21 +7,24 @@ run from the state service.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
 from config.bulk import update_rows
 from scheduling import hooks, outbox
-from scheduling.backends import BackendUnavailable, Job, JobState
+from scheduling.backends import BackendError, BackendUnavailable, Job, JobState
 from scheduling.decisions import lifecycle
 from scheduling.engine.admission import release_held
 from scheduling.engine.registry import get_backend
 from scheduling.models import ACTIVE_STATES, Attempt, Task, TaskState
 from scheduling.states import AttemptEnd, Move, attempts_end, task_set_state, tasks_set_state
 
+log = logging.getLogger(__name__)
 S = TaskState
 
 SCHEDULER_UNREACHABLE = "scheduler unreachable"
@@ -79,6 +82,34 @@ def backend_poll(alias: str) -> int:
                 [(t, news[t.pk]) for t in tasks if t.backend_id == news[t.pk].backend_id]
             )
     return changed
+
+
+def follow_now(tasks: list[Task]) -> dict[int, JobState] | None:
+    """What the backends say of these tasks' jobs now, applied at once as a poll applies it;
+    None when a backend does not answer.
+
+    The portal learns of a start or an end a poll late. Whoever would stop work on that
+    picture asks first (scheduling/engine/capacity.py): else it would preempt for a task its
+    backend has just started, stop a second task for room a job's end has just freed, or
+    run a finished task again. One poll of these few jobs per backend.
+    """
+    by_alias: dict[str, list[Task]] = {}
+    for task in tasks:
+        if task.backend_id:
+            by_alias.setdefault(task.backend, []).append(task)
+    jobs: dict[int, Job] = {}
+    for alias, group in by_alias.items():
+        try:
+            found = get_backend(alias).poll([t.backend_id for t in group])
+        except (BackendError, ImproperlyConfigured) as exc:
+            log.warning("backend %s did not answer: %s", alias, exc)
+            return None
+        jobs.update({t.pk: found[t.backend_id] for t in group if t.backend_id in found})
+    # Applied to the tasks as they are now (a cancel may have been asked meanwhile).
+    fresh = Task.objects.filter(pk__in=list(jobs)).order_by("pk")
+    with hooks.gathered():
+        apply_jobs([(t, jobs[t.pk]) for t in fresh if t.backend_id == jobs[t.pk].backend_id])
+    return {pk: job.state for pk, job in jobs.items()}
 
 
 def _same(job: Job, state: str, reason: str, cancel_requested_at) -> bool:
