@@ -159,7 +159,8 @@ class Driver:
 
 
 def bwrap_true() -> dict[str, Any]:
-    from scheduling.backends.local.launch import SITE_ENV, job_account
+    from scheduling.backends.local.accounts import job_account
+    from scheduling.backends.local.launch import SITE_ENV
     from scheduling.backends.sandbox import sandbox_argv
 
     account = job_account(None, "switchyard-job")

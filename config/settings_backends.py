@@ -18,6 +18,10 @@ SWITCHYARD_JOB_ACCOUNT = env_str("SWITCHYARD_JOB_ACCOUNT", "switchyard-job")
 SWITCHYARD_JOB_MAX_PROCESSES = env_int("SWITCHYARD_JOB_MAX_PROCESSES", 512)
 SWITCHYARD_JOB_MAX_OUTPUT_MB = env_int("SWITCHYARD_JOB_MAX_OUTPUT_MB", 64)
 SWITCHYARD_JOB_MAX_DISK_MB = env_int("SWITCHYARD_JOB_MAX_DISK_MB", 10 * 1024)
+# Each local job's own control group, which holds it to the memory and CPUs it asked for:
+# `auto` (as root, in the worker's cgroup v1 memory and cpu groups), `off` (the watchdog
+# alone), or a cgroup v2 folder delegated to the portal (docs/security.md, "Limits").
+SWITCHYARD_JOB_CGROUP = env_str("SWITCHYARD_JOB_CGROUP", "auto")
 SWITCHYARD_JOB_RETENTION_HOURS = env_int("SWITCHYARD_JOB_RETENTION_HOURS", 7 * 24)
 # Ended jobs' folders of one user / one project together: past it the oldest go before their
 # retention ends (0: no total).
@@ -74,6 +78,7 @@ COMPUTE_BACKENDS: dict[str, dict[str, Any]] = {
             "max_processes": SWITCHYARD_JOB_MAX_PROCESSES,
             "max_output_bytes": SWITCHYARD_JOB_MAX_OUTPUT_MB << 20,
             "max_disk_bytes": SWITCHYARD_JOB_MAX_DISK_MB << 20,
+            "cgroups": SWITCHYARD_JOB_CGROUP,
             "retention_s": SWITCHYARD_JOB_RETENTION_HOURS * 3600,
             "max_folder_bytes_per_user": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_USER << 30,
             "max_folder_bytes_per_project": SWITCHYARD_JOB_FOLDERS_MAX_GB_PER_PROJECT << 30,

@@ -14,6 +14,7 @@ class SchedulingConfig(AppConfig):
         from scheduling import hooks, notifications
         from scheduling import tasks as _celery_tasks  # noqa: F401 - registers them
         from scheduling.engine import admission, registry, sandboxes, settle, usage
+        from scheduling.engine import checks as _engine_checks  # noqa: F401 - registers them
         from scheduling.selectors import site_view_invalidate
 
         hooks.on_task_end(settle.after_ends)

@@ -1,5 +1,6 @@
 """`manage.py check`: the configuration the local backend cannot honour on this machine, and
-storage that a job could fill together with the portal's own files."""
+storage that a job could fill together with the portal's own files (its jobs' control groups:
+engine/checks.py)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ from scheduling.backends.base import (
     Run,
     SubmitRequest,
 )
+from scheduling.backends.local import cgroup, launch, limits, pulls, warm
 from scheduling.backends.local import images as local_images
-from scheduling.backends.local import launch, limits, pulls, warm
 from scheduling.backends.local import usage as job_usage
 from scheduling.backends.local.crosspool import BorrowingSource, LocalCrossPool
 from scheduling.backends.local.folders import FolderTotals
@@ -91,6 +91,7 @@ class LocalBackend(LocalSessions, LocalImages, LocalCrossPool, Backend):
         retention_s: float = 7 * 86400,
         max_folder_bytes_per_user: int | None = None,
         max_folder_bytes_per_project: int | None = None,
+        cgroups: str = "auto",
         health_probe: str | Callable[..., dict[str, NodeHealth]] = (
             "scheduling.backends.local.health.host_probe"
         ),
@@ -108,6 +109,9 @@ class LocalBackend(LocalSessions, LocalImages, LocalCrossPool, Backend):
         # Jobs of researchers without a cluster account of their own run as this account.
         self.job_account = job_account
         self.limits = limits.JobLimits(max_processes, max_output_bytes, max_disk_bytes)
+        # Where each job's control group goes (cgroup.py: memory and CPUs held to its
+        # request by the kernel), or why jobs have none and the watchdog alone bounds them.
+        self.cgroups, self.cgroups_off = cgroup.locate(cgroups, self.root)
         # The machine's process ids, which the jobs of a queue share (decisions/processes.py).
         self.pid_max = host_pid_max()
         # Ended jobs' folders are removed this long after they end (their log is kept).
@@ -315,12 +319,18 @@ class LocalBackend(LocalSessions, LocalImages, LocalCrossPool, Backend):
             # Retires the jobs that ended since the last pass.
             self._live_allocations(find_dead=True)
             warm.instances(self.store)  # clears warm sandboxes that ended
+            if self.cgroups:  # groups a supervisor could not remove as its job ended
+                cgroup.sweep(self.cgroups, self._ended)
         removed = 0
         for key in self.store.expired(older_than=cutoff):
             if KEY_RE.match(key):
                 self.store.archive(key)
                 removed += 1
         return removed + self.folder_totals.keep(self.store)
+
+    def _ended(self, key: str) -> bool:
+        state = self.store.read_state(key) if KEY_RE.match(key) else None
+        return state is None or state["state"] in FINAL
 
     # -- scheduling pass ---------------------------------------------------------------
 

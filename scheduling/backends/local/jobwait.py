@@ -42,7 +42,11 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
     start = time.monotonic()
     deadline = start + walltime if walltime else None
     sandbox_pid = shim.sandbox[0] if shim.sandbox else None
-    limits = jobwatch.Limits(plan.get("limits") or {}, pid, start, sandbox_pid)
+    oom_kills = None
+    if shim.cgroups:
+        folders, cgroup = shim.cgroups, supervisor._cgroup()
+        oom_kills = lambda: cgroup.oom_kills(folders)  # noqa: E731
+    limits = jobwatch.Limits(plan.get("limits") or {}, pid, start, sandbox_pid, oom_kills)
     shim.watch = limits
     gpus = gpu_sampler(plan.get("gpu_watch"), start)
     kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
@@ -108,6 +112,10 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
         if out_r >= 0 and out_r in ready:
             out_r = pump(shim, out_r)
 
+    if why is None and oom_kills is not None and oom_kills():
+        # The kernel killed its main process for its memory limit before the watchdog looked.
+        limits.next_watch = 0.0
+        why, broken = "limit", limits.check(time.monotonic()) or ""
     # Whatever is left of the job's process group (background children) goes with it:
     # a finished job leaves no processes behind.
     signal_group(pid, _signal.SIGKILL)

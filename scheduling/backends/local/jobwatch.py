@@ -1,9 +1,11 @@
 """What a running job uses, read from /proc and its folder: the supervisor's watchdog.
 
-cgroups are not available on every machine this runs on (docs/security.md), so the limits a
-job asked for are watched from outside: the supervisor samples the job's process tree a few
-times a second (with the files it holds in its tmpfs mounts, which are memory) and its folder
-every few seconds, and kills the job with a reason that names the limit it broke. Standard
+Control groups are not available on every machine this runs on (docs/security.md), so the
+limits a job asked for are watched from outside as well: the supervisor samples the job's
+process tree a few times a second (with the files it holds in its tmpfs mounts, which are
+memory) and its folder every few seconds, and kills the job with a reason that names the
+limit it broke. Where the job has a control group (cgroup.py), the kernel holds its memory to
+the request first, and a process of it killed for that ends the whole job here. Standard
 library `os` only: the supervisor imports this by path.
 """
 
@@ -204,9 +206,17 @@ class Limits:
     DISK_S = 2.0  # the folder
 
     def __init__(
-        self, limits: dict, root_pid: int, now: float, sandbox_pid: int | None = None
+        self,
+        limits: dict,
+        root_pid: int,
+        now: float,
+        sandbox_pid: int | None = None,
+        oom_kills=None,
     ) -> None:
         self.memory = limits.get("memory_bytes")
+        # The job's control group (cgroup.py): how many of its processes the kernel killed
+        # for its memory limit, which ends the whole job.
+        self.oom_kills = oom_kills
         self.memory_field = limits.get("memory_field", "resources.memory")
         self.processes = limits.get("max_processes")
         self.processes_note = limits.get("processes_note") or ""
@@ -246,8 +256,14 @@ class Limits:
                 memory -= min(shmem, mapped_from(tree, self.sandbox_pid, self.tmpfs))
             self.peak_memory = max(self.peak_memory, memory)
             self.cpu_ms = max(self.cpu_ms, tree_cpu_ms(tree))
+            where = ", ".join(f"{size_text(n)} in {m}" for m, n in held if n >= _MIB // 2)
+            if self.memory and self.oom_kills is not None and self.oom_kills():
+                return (
+                    f"memory limit: the job used all of the {size_text(self.memory)} it asked "
+                    f"for ({self.memory_field}){f', {where},' if where else ''} and the "
+                    "kernel refused it more; killed"
+                )
             if self.memory and memory > self.memory:
-                where = ", ".join(f"{size_text(n)} in {m}" for m, n in held if n >= _MIB // 2)
                 return (
                     f"memory limit: the job used {size_text(memory)}"
                     f"{f' ({where})' if where else ''}, over the "

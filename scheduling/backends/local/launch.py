@@ -1,4 +1,4 @@
-"""Starting a local job: the account it runs as, its launch plan, its supervisor.
+"""Starting a local job: its launch plan and its supervisor (its account: accounts.py).
 
 The plan is everything the supervisor (`shim.py`) needs to run the command: argv (the
 sandbox in front of the command, for every type of task), an environment built from
@@ -16,7 +16,6 @@ import contextlib
 import logging
 import marshal
 import os
-import pwd
 import re
 import shutil
 import signal
@@ -105,42 +104,6 @@ def validate(request: SubmitRequest) -> None:
             raise BackendError(f"env.{name}: must not contain NUL")
 
 
-def job_account(run_as: str | None, service_account: str) -> tuple[int, int] | None:
-    """The (uid, gid) a job runs as: the researcher's own account, else the service account.
-
-    A worker that is not root cannot change user: its jobs run as itself (never root, since
-    it is not), and a researcher's mapped account it cannot become is refused. Raises
-    JobAccountError saying why a job cannot run.
-    """
-    if os.geteuid() != 0:
-        if run_as and _uid_of(run_as) != os.geteuid():
-            raise JobAccountError(
-                f"this worker is not root, so it cannot run jobs as {run_as!r} (the researcher's "
-                "cluster account); run the worker as root, or remove the mapping"
-            )
-        return None
-    name = run_as or service_account
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        what = "the researcher's cluster account" if run_as else "the job service account"
-        raise JobAccountError(f"no Unix account {name!r} ({what}) on this machine") from None
-    if entry.pw_uid == 0 or entry.pw_gid == 0:
-        raise JobAccountError(f"refusing to run a job as {name!r}: it is root (uid or gid 0)")
-    return entry.pw_uid, entry.pw_gid
-
-
-class JobAccountError(Exception):
-    pass
-
-
-def _uid_of(name: str) -> int | None:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        return None
-
-
 def launch_plan(
     store: JobStore,
     key: str,
@@ -156,13 +119,16 @@ def launch_plan(
     image: CachedImage | None = None,
     pin: list[str] | None = None,
     api_web: str = "",
+    cgroups: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """What the supervisor runs: the command in the sandbox, as `account`, within `limits`;
     over `image`'s root file system when the task has one (images.py).
 
     `blocked` (sandbox.job_network()) gives the job a network kept from those networks,
     connected through `slirp4netns` (batch types); None leaves it none (agent and sandbox
-    tasks). `api_web`: the portal's web address, for a batch task with `sandboxes: true`."""
+    tasks). `api_web`: the portal's web address, for a batch task with `sandboxes: true`.
+    `cgroups` (cgroup.locate()): where the job's own control group goes, which holds it to
+    the memory and CPUs it asked for; None: the watchdog alone."""
     spec = request.spec
     jobdir = store.jobdir(key)
     work, home = os.path.join(jobdir, "work"), os.path.join(jobdir, "home")
@@ -289,6 +255,16 @@ def launch_plan(
             "disk_bytes": limits.max_disk_bytes,
             "disk_paths": own,
             "tmpfs": [*TMPFS, *(session.tmpfs if session else ())],  # memory too
+        },
+        # The kernel's limits (cgroup.py): its memory booked, and the CPUs it asked for on
+        # each node it holds (a whole node's, when it was given one).
+        "cgroup": None
+        if cgroups is None
+        else {
+            "where": cgroups,
+            "memory_bytes": memory_bytes,
+            "cpus": sum(max(a.cpus, spec.resources.cpus) for a in allocations)
+            or spec.resources.cpus,
         },
     }
 

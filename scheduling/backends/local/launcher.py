@@ -41,6 +41,7 @@ CODE_FILES = (
     "shim.py",
     "jobwait.py",
     "jobwatch.py",
+    "cgroup.py",
     "../jobnet.py",
     "../gpuwatch.py",
     "../session/box.py",
@@ -154,6 +155,7 @@ class Launcher:
         shim._jobwait()  # likewise
         shim._jobnet()  # likewise, for batch jobs
         shim._box()  # likewise, for live sandboxes
+        shim._cgroup()  # likewise, for jobs in control groups
 
         self.shim = shim
         # The backend waits for this process: it returns once the server (a child: the lock

@@ -11,18 +11,13 @@ into output.log up to the cap, and writes the job's state to `<jobdir>/state.jso
 Start-up speed is the scheduling latency users see (submit -> running), and on this machine
 every stdlib import counts (`json` alone pulls in `re` and `enum`: ~30 ms; Django ~200 ms).
 So this file imports nothing from the project, and until the child runs it uses only `os`,
-`sys`, `_signal` and the built-in `marshal`: the launch plan comes from the launcher (or,
-spawned directly, as `launch.marshal` beside the job), the child is started with a bare fork/exec, and `state.json` is written by
-the small JSON writer below. The modules the wait loop needs are imported once the child is
-running. A batch job's network is connected by `jobnet.py` (beside the backends, imported by
-path like the watchdog, already imported in a launcher's fork) while its sandbox waits. The
-backend imports this file as the module `shim` (launch.py: cached bytecode); `python -I -S
-shim.py <jobdir>` and `python -m scheduling.backends.local.shim <jobdir>` work too, only
-slower.
-
-What a job needs until its command runs is here, in the one module every start loads,
-rather than spread over imports that each start would pay for; the wait loop, needed only
-once the command runs, is `jobwait.py`, imported by path then.
+`sys`, `_signal` and the built-in `marshal`: the plan comes from the launcher (or as
+`launch.marshal` beside the job), the child is started with a bare fork/exec, `state.json` is
+written by the small JSON writer below. What a job needs until its command runs is here, in
+the one module every start loads; the wait loop (`jobwait.py`), a batch job's network
+(`jobnet.py`) and its control group (`cgroup.py`) are imported by path when needed (already
+imported in a launcher's fork). The backend imports this file as the module `shim`;
+`python -I -S shim.py <jobdir>` works too, only slower.
 
 bwrap's environment is exactly `plan["env"]`, the site's own (PATH, LANG), and this
 process's own never reaches it; the job's (`plan["job_env"]`: the task's env, its image's
@@ -118,6 +113,7 @@ class Shim:
         self.image_fd: int | None = None  # the pin on the job's image (pin_image)
         self.listen_fd = -1  # a live sandbox's listening socket, until the sandbox has it
         self.egress: tuple[int, ...] | None = None  # its proxy (session/egress.py), if any
+        self.cgroups: list[str] = []  # the job's own control groups (cgroup.py), if any
         self.claimed_at = 0.0  # when a warm sandbox was handed to a session (jobwait.py)
         self.warm_state_path = ""  # then: the warm sandbox's own state, ended with the session
 
@@ -156,6 +152,8 @@ class Shim:
         )
         if self.warm_state_path:
             write_state(self.warm_state_path, self.state)
+        if self.cgroups:  # its processes are gone (or going): so is its group (idempotent)
+            _cgroup().remove(self.cgroups)
 
     def cancelled(self) -> bool:
         return os.path.exists(self.marker_path)
@@ -234,6 +232,12 @@ class Shim:
                 )
             except Exception as exc:  # noqa: BLE001 (its EgressError, whichever path imported it)
                 self.finish("failed", f"the sandbox API's relay did not start: {exc}")
+                return
+        if plan.get("cgroup"):  # the kernel's limits, before anything of the job runs
+            try:
+                self.cgroups = _cgroup().make(plan["cgroup"], os.path.basename(self.jobdir))
+            except Exception as exc:  # noqa: BLE001 (its CgroupError, imported by path)
+                self.finish("failed", str(exc))
                 return
         try:
             pid, sandbox_pid, out_r = self.spawn(argv, plan["env"], plan["cwd"], run_as)
@@ -326,9 +330,12 @@ class Shim:
         argv = [argv[0], "--info-fd", str(info_w), *wait, *argv[1:]]
         prepare = self.plan.get("prepare")
         nolinks = _nolinks() if prepare else None
+        join = _cgroup().join if self.cgroups else None
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here, only exec or _exit
             try:
+                if join is not None:  # while still root: the job cannot leave it after
+                    join(self.cgroups)
                 os.setsid()
                 os.dup2(null_fd, 0)
                 os.dup2(out_w, 1)
@@ -422,33 +429,31 @@ def _beside(name: str, folder: str = ""):
     return __import__(name)
 
 
-def _jobwatch():
-    """The watchdog (jobwatch.py)."""
+def _cgroup():  # the job's own control group (cgroup.py)
+    return _beside("cgroup")
+
+
+def _jobwatch():  # the watchdog (jobwatch.py)
     return _beside("jobwatch")
 
 
-def _nolinks():
-    """The no-link walk (nolinks.py, shared with the Slurm batch script)."""
+def _nolinks():  # the no-link walk (nolinks.py, shared with the Slurm batch script)
     return _beside("nolinks")
 
 
-def _jobwait():
-    """The wait loop (jobwait.py), imported once the child runs."""
+def _jobwait():  # the wait loop (jobwait.py), imported once the child runs
     return _beside("jobwait")
 
 
-def _box():
-    """A live sandbox's socket and mounts (session/box.py)."""
+def _box():  # a live sandbox's socket and mounts (session/box.py)
     return _beside("box", "../session")
 
 
-def _egress():
-    """A live sandbox's proxy (session/egress.py)."""
+def _egress():  # a live sandbox's proxy (session/egress.py)
     return _beside("egress", "../session")
 
 
-def _jobnet():
-    """The job network module (jobnet.py, beside the backends)."""
+def _jobnet():  # the job network module (jobnet.py, beside the backends)
     return _beside("jobnet", "..")
 
 

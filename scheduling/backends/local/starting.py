@@ -13,8 +13,8 @@ from typing import Protocol
 from django.conf import settings
 
 from scheduling.backends.base import SubmitRequest
+from scheduling.backends.local import accounts, launch, limits, pulls
 from scheduling.backends.local import images as local_images
-from scheduling.backends.local import launch, limits, pulls
 from scheduling.backends.local.jobstore import JobStore
 from scheduling.backends.local.shim import BWRAP_MISSING
 from scheduling.backends.sandbox import BlockedNetworksError, job_network
@@ -32,6 +32,7 @@ class Backend(Protocol):
     limits: limits.JobLimits
     pid_max: int
     slirp4netns: str
+    cgroups: dict[str, str] | None  # where its jobs' control groups go (cgroup.py)
 
     def _inventory(self) -> dict[str, tuple[NodeView, ...]]: ...
 
@@ -48,9 +49,9 @@ def prepare_start(
         backend._fail_unstarted(key, BWRAP_MISSING)
         return None
     try:
-        account = launch.job_account(request.extra.get("run_as"), backend.job_account)
+        account = accounts.job_account(request.extra.get("run_as"), backend.job_account)
         networks = job_network(request.type)  # what it must not reach; None: no network
-    except (launch.JobAccountError, BlockedNetworksError) as exc:
+    except (accounts.JobAccountError, BlockedNetworksError) as exc:
         backend._fail_unstarted(key, str(exc))
         return None
     why = unreachable_by_others(backend.root) if account else None
@@ -98,6 +99,7 @@ def prepare_start(
         slirp4netns=backend.slirp4netns,
         image=image,
         pin=local_images.pin_of(backend.root, image),  # held by the supervisor while it runs
+        cgroups=backend.cgroups,
         api_web=settings.SWITCHYARD_WEB_ADDR,  # a batch task's relay to the sandbox API
     )
     plan["state"] = state  # the supervisor continues from this state

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 from scheduling.backends.base import SubmitRequest, WarmSpec, WarmView
 from scheduling.backends.imagebox import CannotRun
+from scheduling.backends.local import accounts, launch, limits
 from scheduling.backends.local import images as local_images
-from scheduling.backends.local import launch, limits
 from scheduling.backends.local.jobstore import FINAL, JobStore, read_json, remove_tree, unlink
 from scheduling.backends.local.jobstore import write_json_atomic as write_json
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement, QueuePolicy
@@ -45,6 +45,7 @@ class LocalBackend(Protocol):
     kill_grace_s: float
     limits: limits.JobLimits
     pid_max: int
+    cgroups: dict[str, str] | None  # where its jobs' control groups go (cgroup.py)
     _children: dict[str, subprocess.Popen[bytes]]
 
     def _inventory(self) -> dict[str, tuple[NodeView, ...]]: ...
@@ -233,12 +234,13 @@ def _plan(backend: LocalBackend, shape: Shape) -> tuple[str, dict[str, Any]] | N
             placement,
             bwrap=bwrap,
             grace_s=backend.kill_grace_s,
-            account=launch.job_account(None, backend.job_account),
+            account=accounts.job_account(None, backend.job_account),
             limits=limits.limits_for(
                 backend.limits, request, backend._inventory(), pid_max=backend.pid_max
             ),
             image=image,
             pin=local_images.pin_of(backend.root, image),
+            cgroups=backend.cgroups,
         )
     except CannotRun:  # its image has no python3: this pool stays empty
         remove_tree(store.jobdir(key))

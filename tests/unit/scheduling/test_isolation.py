@@ -239,10 +239,11 @@ def test_a_service_account_that_is_root_is_refused(make):
 
 
 # -- limits -------------------------------------------------------------------------------
+# Memory: the watchdog alone, as without control groups (the kernel's: test_cgroup_limits.py).
 
 
 def test_a_job_over_its_memory_request_is_killed_with_that_reason(make):
-    backend = make()
+    backend = make(cgroups="off")  # the watchdog alone
     touch = "x = bytearray(1536 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\n"
     backend.submit(
         request("greedy", ["python3", "-c", touch + "import time; time.sleep(30)"], memory_mib=256)
@@ -263,7 +264,7 @@ def test_a_job_within_its_memory_request_runs(make):
 
 def test_files_written_to_tmp_and_dev_shm_count_as_memory_and_kill_the_job_naming_them(make):
     """tmpfs is memory: 48 MiB in /tmp and 48 MiB in /dev/shm are over a 64 MiB request."""
-    backend = make()
+    backend = make(cgroups="off")  # the watchdog alone
     fill = "head -c 48M /dev/zero > /tmp/a && head -c 48M /dev/zero > /dev/shm/b && sleep 5"
     backend.submit(request("tmpfs-hog", ["bash", "-c", fill], memory_mib=64))
     job = finished(backend, "tmpfs-hog", timeout=30)
@@ -280,7 +281,7 @@ def test_a_tmpfs_write_past_the_memory_request_stops_at_the_request_and_kills_th
     """256 MiB written beyond a 64 MiB request: /tmp holds no more than the request (the
     write fails, no space left), and what it holds there is over the request with the
     job's own processes."""
-    backend = make()
+    backend = make(cgroups="off")  # the watchdog alone
     fill = "head -c 320M /dev/zero > /tmp/big; sleep 5"
     backend.submit(request("tmp-big", ["bash", "-c", fill], memory_mib=64))
     job = finished(backend, "tmp-big", timeout=30)
@@ -295,7 +296,7 @@ def test_a_tmpfs_write_past_the_memory_request_stops_at_the_request_and_kills_th
 
 def test_an_anonymous_memory_file_counts_as_memory(make):
     """memfd_create: memory in no mount and, written but not mapped, in no RSS."""
-    backend = make()
+    backend = make(cgroups="off")  # the watchdog alone
     job_code = """
 import os, time
 fd = os.memfd_create("hoard")
@@ -318,7 +319,7 @@ def test_a_mapped_tmpfs_file_counts_once(make):
     """A file in /dev/shm that the job maps is in its shared memory and in the mount: the
     watchdog counts it once. 96 MiB mapped in /dev/shm fit a 192 MiB request; another
     120 MiB written to /tmp do not, and the reason shows each counted once."""
-    backend = make()
+    backend = make(cgroups="off")  # the watchdog alone
     job_code = """
 import mmap, os, time
 fd = os.open("/dev/shm/shared", os.O_RDWR | os.O_CREAT, 0o600)

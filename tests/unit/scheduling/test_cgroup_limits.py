@@ -1,0 +1,206 @@
+"""The kernel's limits on a local job: its own control group holds it to the memory and CPUs
+it asked for, including the memory the watchdog cannot see (docs/security.md, "Limits").
+
+Real jobs in real control groups: the worker must be root (as in CI, where a machine
+without them fails these tests rather than skipping them). The same attacks under the
+watchdog alone show each hole the group closes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduling.backends.base import JobState
+from scheduling.backends.local import cgroup
+from scheduling.decisions.types import NodeView
+from tests.conftest import in_ci
+from tests.unit.scheduling.local_backend.helpers import finished, request, running
+
+NODE = NodeView(name="n1", cpus=8, memory_mib=16 * 1024, gpus=0)
+
+if os.geteuid() != 0 and not in_ci():
+    pytestmark = pytest.mark.skip("control groups are made only when the worker is root")
+
+
+@pytest.fixture
+def make(make):
+    def _make(**options):
+        backend = make([NODE], **options)
+        if options.get("cgroups", "auto") == "auto":
+            assert backend.cgroups, backend.cgroups_off  # in CI: never a silent fallback
+        return backend
+
+    return _make
+
+
+# A memory file written, sent to the job's own socket and closed: the only descriptor left is
+# in flight, so no process holds it and no /proc file shows it.
+IN_FLIGHT = """
+import os, socket, time
+a, b = socket.socketpair(socket.AF_UNIX)
+for _ in range(3):
+    fd = os.memfd_create("hidden")
+    for _ in range(64):
+        os.write(fd, bytes(1 << 20))
+    socket.send_fds(a, [b"x"], [fd])
+    os.close(fd)
+print("hid 192 MiB", flush=True)
+time.sleep(3)
+print("still running", flush=True)
+"""
+
+# A System V segment written 16 MiB at a time, each attached only while it is written: no
+# process maps more than 16 MiB of it at once, and its IPC namespace keeps it whole.
+SYSV = """
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget(0, 192 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+assert shmid >= 0, ctypes.get_errno()
+for part in range(12):
+    at = libc.shmat(shmid, None, 0)
+    ctypes.memset(at + (part << 24), 1, 1 << 24)
+    libc.shmdt(ctypes.c_void_p(at))
+    time.sleep(0.3)  # the watchdog looks meanwhile
+print("hid 192 MiB", flush=True)
+time.sleep(3)
+print("still running", flush=True)
+"""
+
+
+@pytest.mark.parametrize("code", [IN_FLIGHT, SYSV], ids=["memfd-in-flight", "sysv-shm"])
+def test_memory_the_watchdog_cannot_see_is_held_to_the_request_by_the_group(make, code):
+    hidden = ["python3", "-c", code]
+    watchdog = make(cgroups="off")
+    watchdog.submit(request("unseen", hidden, memory_mib=64))
+    job = finished(watchdog, "unseen", timeout=30)
+    # The hole: 192 MiB held past a 64 MiB request, the job never stopped.
+    assert job.state is JobState.SUCCEEDED, (job.reason, watchdog.log("unseen"))
+    assert watchdog.log("unseen") == "hid 192 MiB\nstill running\n"
+
+    backend = make()
+    backend.submit(request("seen", hidden, memory_mib=64))
+    job = finished(backend, "seen", timeout=30)
+    assert job.state is JobState.FAILED, (job.reason, backend.log("seen"))
+    assert job.reason == (
+        "memory limit: the job used all of the 64 MiB it asked for (resources.memory) "
+        "and the kernel refused it more; killed"
+    )
+    assert "hid" not in backend.log("seen")
+
+
+def test_files_in_tmp_and_dev_shm_are_memory_the_group_counts(make):
+    """48 MiB in /tmp and 48 MiB in /dev/shm are over a 64 MiB request: the kernel refuses
+    the second write part way (what the job's tmpfs held is named when the watchdog saw it
+    before the job was gone)."""
+    backend = make()
+    fill = "head -c 48M /dev/zero > /tmp/a && head -c 48M /dev/zero > /dev/shm/b; sleep 5"
+    backend.submit(request("tmpfs", ["bash", "-c", fill], memory_mib=64))
+    job = finished(backend, "tmpfs", timeout=30)
+    assert job.state is JobState.FAILED, (job.reason, backend.log("tmpfs"))
+    assert re.fullmatch(
+        r"memory limit: the job used all of the 64 MiB it asked for \(resources\.memory\)"
+        r"(, 48 MiB in /tmp, \d+ MiB in /dev/shm,)? and the kernel refused it more; killed",
+        job.reason,
+    ), job.reason
+
+
+def test_a_job_within_its_request_runs_and_its_group_goes_with_it(make):
+    backend = make()
+    fits = "x = bytearray(100 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('ok')"
+    backend.submit(request("fits", ["python3", "-c", fits], memory_mib=192))
+    job = finished(backend, "fits", timeout=30)
+    assert (job.state, backend.log("fits")) == (JobState.SUCCEEDED, "ok\n")
+    assert not any(Path(base, "fits").exists() for base in backend.cgroups.values())
+
+
+def test_the_group_holds_the_request_and_the_cpus_and_the_job_cannot_leave_it(make):
+    backend = make()
+    escape = (
+        "exec 2>/dev/null; for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/cgroup.procs; do "
+        'echo 0 > "$f" && echo "LEFT via $f"; done; '
+        "mount -t cgroup -o memory none /mnt && echo MOUNTED; echo tried; sleep 30"
+    )
+    backend.submit(request("held", ["bash", "-c", escape], cpus=2, memory_mib=96))
+    assert running(backend, "held").state is JobState.RUNNING
+    state = backend.store.read_state("held")
+    deadline = time.monotonic() + 10
+    while "tried" not in backend.log("held") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert backend.log("held") == "tried\n"
+    memory = Path(backend.cgroups["memory"], "held")
+    cpu = Path(backend.cgroups["cpu"], "held")
+    assert (memory / "memory.limit_in_bytes").read_text() == f"{96 << 20}\n"
+    assert (cpu / "cpu.cfs_quota_us").read_text() == f"{2 * cgroup.PERIOD_US}\n"
+    # Every process of the job is in it: the sandbox's too.
+    job_pids = {int(p) for p in (memory / "cgroup.procs").read_text().split()}
+    assert state["child_pid"] in job_pids and state["sandbox_pid"] in job_pids
+    assert {int(p) for p in (cpu / "cgroup.procs").read_text().split()} == job_pids
+    backend.cancel("held")
+    assert finished(backend, "held").state is JobState.CANCELLED
+    assert not memory.exists() and not cpu.exists()
+
+
+def test_a_job_gets_no_more_cpu_time_than_the_cpus_it_asked_for(make):
+    """Three busy processes in a job that asked for one CPU, for 2 s: the kernel gives them
+    one CPU's worth (the watchdog alone lets them take every idle core)."""
+    backend = make()
+    spin = (
+        "import os, time\n"
+        "for _ in range(2):\n"
+        "    if os.fork() == 0: break\n"
+        "end = time.monotonic() + 2\n"
+        "while time.monotonic() < end: pass\n"
+        "t = os.times()\n"
+        "print(round(t.user + t.system, 2), flush=True)\n"
+    )
+    backend.submit(request("spin", ["python3", "-c", spin], cpus=1, memory_mib=128))
+    job = finished(backend, "spin", timeout=30)
+    assert job.state is JobState.SUCCEEDED, (job.reason, backend.log("spin"))
+    used = sum(float(line) for line in backend.log("spin").split())
+    # One CPU for 2 s, with the quota's period of slack; without the group, up to 6 s.
+    assert used <= 2.0 * 1.15 + 0.1, backend.log("spin")
+
+
+def test_locate_names_why_a_job_has_no_group(tmp_path):
+    assert cgroup.locate("off", str(tmp_path)) == (
+        None,
+        "switched off (SWITCHYARD_JOB_CGROUP=off)",
+    )
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    where, why = cgroup.locate(str(plain), str(tmp_path))
+    assert where is None and why.startswith(f"{plain} is not a cgroup v2 folder: ")
+    (plain / "cgroup.subtree_control").write_text("cpu io\n")
+    where, why = cgroup.locate(str(plain), str(tmp_path))
+    assert (where, why) == (
+        None,
+        f"{plain}/cgroup.subtree_control lacks memory (write '+memory +cpu' to it)",
+    )
+    (plain / "cgroup.subtree_control").write_text("cpu io memory\n")  # delegated
+    where, why = cgroup.locate(str(plain), str(tmp_path))
+    assert why == "" and where is not None
+    assert list(where) == ["unified"] and where["unified"].startswith(f"{plain}/root-")
+
+
+@pytest.mark.django_db
+def test_manage_py_check_reports_a_cgroup_folder_that_cannot_hold_jobs_groups(settings, tmp_path):
+    from django.core import checks
+
+    local = settings.COMPUTE_BACKENDS["local"]
+    assert "switchyard.E104" not in {m.id for m in checks.run_checks()}
+    options = {**local["OPTIONS"], "cgroups": str(tmp_path)}
+    settings.COMPUTE_BACKENDS = {
+        **settings.COMPUTE_BACKENDS,
+        "local": {**local, "OPTIONS": options},
+    }
+    [error] = [m for m in checks.run_checks() if m.id == "switchyard.E104"]
+    assert error.msg == (
+        f"SWITCHYARD_JOB_CGROUP: {tmp_path} is not a cgroup v2 folder: No such file or "
+        f"directory; got {tmp_path}"
+    )
