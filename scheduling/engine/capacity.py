@@ -58,16 +58,30 @@ S = TaskState
 
 
 def capacity_pass(now: datetime | None = None) -> dict[str, int]:
+    """Every step, in order, each whatever became of the ones before it: a step that fails
+    (a bug, a database error) is logged and the pass goes on, then raises its error at the
+    end, so that the failure shows where the pass's result is recorded."""
     now = now or timezone.now()
-    return {
-        "leases_reclaimed": reclaim_due_leases(now),
-        "leases_opened": open_scheduled_leases(now),
-        "leases_prepull_timed_out": prepull_timeouts(now),
-        "leases_applied": apply_leases(now),
-        "strays": requeue_strays(now),
-        "preempted": preempt(now),
-        "startup_timeouts": startup_timeouts(now),
+    steps = {
+        "leases_reclaimed": reclaim_due_leases,
+        "leases_opened": open_scheduled_leases,
+        "leases_prepull_timed_out": prepull_timeouts,
+        "leases_applied": apply_leases,
+        "strays": requeue_strays,
+        "preempted": preempt,
+        "startup_timeouts": startup_timeouts,
     }
+    done: dict[str, int] = {}
+    failed: list[Exception] = []
+    for name, step in steps.items():
+        try:
+            done[name] = step(now)
+        except Exception as exc:  # noqa: BLE001 - the other steps still run; raised below
+            log.exception("capacity pass: %s failed; the other steps go on", name)
+            failed.append(exc)
+    if failed:
+        raise failed[0]
+    return done
 
 
 # -- requeue ------------------------------------------------------------------------------

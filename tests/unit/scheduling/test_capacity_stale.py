@@ -146,3 +146,19 @@ def test_start_up_timeouts_ask_the_backend_once_for_all_late_tasks(api, site):
 
     asked = [c for c in backend.calls if c[0] == "poll"][polls:]
     assert [sorted(ids) for _, (ids,) in asked] == [sorted(t.backend_id for t in late)]
+
+
+def test_a_step_that_fails_leaves_the_others_to_run_then_fails_the_pass(
+    api, one_inference_node, monkeypatch
+):
+    """A bug in an earlier step (here, the lease reclaim) no longer skips preemption."""
+    low = [run_on(submit_queued(api, f"low{i}", LOW, **INFERENCE), "inf001") for i in range(4)]
+    submit_queued(api, "urgent", HIGH, **INFERENCE)
+
+    def broken(now):
+        raise RuntimeError("a bug in the lease reclaim")
+
+    monkeypatch.setattr("scheduling.engine.capacity.reclaim_due_leases", broken)
+    with pytest.raises(RuntimeError, match="a bug in the lease reclaim"):
+        capacity_pass(later())
+    assert sum(t.preemptions for t in Task.objects.filter(pk__in=[t.pk for t in low])) == 1
