@@ -42,11 +42,11 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
     start = time.monotonic()
     deadline = start + walltime if walltime else None
     sandbox_pid = shim.sandbox[0] if shim.sandbox else None
-    oom_kills = None
+    over_limit = None
     if shim.cgroups:
         folders, cgroup = shim.cgroups, supervisor._cgroup()
-        oom_kills = lambda: cgroup.oom_kills(folders)  # noqa: E731
-    limits = jobwatch.Limits(plan.get("limits") or {}, pid, start, sandbox_pid, oom_kills)
+        over_limit = lambda: cgroup.over_limit(folders)  # noqa: E731
+    limits = jobwatch.Limits(plan.get("limits") or {}, pid, start, sandbox_pid, over_limit)
     shim.watch = limits
     gpus = gpu_sampler(plan.get("gpu_watch"), start)
     kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
@@ -112,7 +112,7 @@ def wait(shim, pid: int, out_r: int, jobwatch) -> None:
         if out_r >= 0 and out_r in ready:
             out_r = pump(shim, out_r)
 
-    if why is None and oom_kills is not None and oom_kills():
+    if why is None and over_limit is not None and over_limit():
         # The kernel killed its main process for its memory limit before the watchdog looked.
         limits.next_watch = 0.0
         why, broken = "limit", limits.check(time.monotonic()) or ""

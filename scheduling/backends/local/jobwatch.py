@@ -211,12 +211,12 @@ class Limits:
         root_pid: int,
         now: float,
         sandbox_pid: int | None = None,
-        oom_kills=None,
+        over_limit=None,
     ) -> None:
         self.memory = limits.get("memory_bytes")
-        # The job's control group (cgroup.py): how many of its processes the kernel killed
-        # for its memory limit, which ends the whole job.
-        self.oom_kills = oom_kills
+        # The job's control group (cgroup.py): whether the kernel killed a process of it for
+        # its memory limit, which ends the whole job.
+        self.over_limit = over_limit
         self.memory_field = limits.get("memory_field", "resources.memory")
         self.processes = limits.get("max_processes")
         self.processes_note = limits.get("processes_note") or ""
@@ -257,7 +257,7 @@ class Limits:
             self.peak_memory = max(self.peak_memory, memory)
             self.cpu_ms = max(self.cpu_ms, tree_cpu_ms(tree))
             where = ", ".join(f"{size_text(n)} in {m}" for m, n in held if n >= _MIB // 2)
-            if self.memory and self.oom_kills is not None and self.oom_kills():
+            if self.memory and self.over_limit is not None and self.over_limit():
                 return (
                     f"memory limit: the job used all of the {size_text(self.memory)} it asked "
                     f"for ({self.memory_field}){f', {where},' if where else ''} and the "

@@ -119,7 +119,7 @@ def launch_plan(
     image: CachedImage | None = None,
     pin: list[str] | None = None,
     api_web: str = "",
-    cgroups: dict[str, str] | None = None,
+    cgroups: dict | None = None,
 ) -> dict[str, Any]:
     """What the supervisor runs: the command in the sandbox, as `account`, within `limits`;
     over `image`'s root file system when the task has one (images.py).
@@ -256,15 +256,14 @@ def launch_plan(
             "disk_paths": own,
             "tmpfs": [*TMPFS, *(session.tmpfs if session else ())],  # memory too
         },
-        # The kernel's limits (cgroup.py): its memory booked, and the CPUs it asked for on
-        # each node it holds (a whole node's, when it was given one).
+        # The kernel's limits (cgroup.py): its memory booked, and the CPUs it was given (what
+        # it asked for, spread over its nodes; a whole node's, where it was given one).
         "cgroup": None
         if cgroups is None
         else {
-            "where": cgroups,
+            **cgroups,
             "memory_bytes": memory_bytes,
-            "cpus": sum(max(a.cpus, spec.resources.cpus) for a in allocations)
-            or spec.resources.cpus,
+            "cpus": sum(a.cpus for a in allocations) or spec.resources.cpus,
         },
     }
 

@@ -63,7 +63,7 @@ class LocalSessions:
     limits: limits.JobLimits
     pid_max: int
     slirp4netns: str
-    cgroups: dict[str, str] | None
+    cgroups: dict | None
     _children: dict[str, subprocess.Popen[bytes]]
     _sockets: dict[str, str]
     _claims: dict[str, str]

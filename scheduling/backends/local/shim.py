@@ -140,6 +140,8 @@ class Shim:
         if self.image_fd is not None:  # its image is no longer used: it may be evicted now
             os.close(self.image_fd)
             self.image_fd = None
+        if self.cgroups:  # its processes are gone (or going): so is its group, before its end
+            _cgroup().remove(self.cgroups)
         self.update_state(
             state=state,
             reason=reason,
@@ -152,8 +154,6 @@ class Shim:
         )
         if self.warm_state_path:
             write_state(self.warm_state_path, self.state)
-        if self.cgroups:  # its processes are gone (or going): so is its group (idempotent)
-            _cgroup().remove(self.cgroups)
 
     def cancelled(self) -> bool:
         return os.path.exists(self.marker_path)
@@ -334,8 +334,8 @@ class Shim:
         pid = os.fork()
         if pid == 0:  # the child: no Python-level cleanup may run here, only exec or _exit
             try:
-                if join is not None:  # while still root: the job cannot leave it after
-                    join(self.cgroups)
+                # Its control group joined while still root: the job cannot leave it after.
+                failed = join(self.cgroups) if join is not None else ""
                 os.setsid()
                 os.dup2(null_fd, 0)
                 os.dup2(out_w, 1)
@@ -356,7 +356,7 @@ class Shim:
                 os.umask(self.plan.get("umask", 0o077))
                 # Its working folder made and its inputs linked, as the job's own account,
                 # following no link on the way.
-                failed = nolinks.prepare(prepare) if nolinks is not None else ""
+                failed = failed or (nolinks.prepare(prepare) if nolinks is not None else "")
                 if failed:
                     os.write(err_w, b"!" + failed.encode())
                     os._exit(127)

@@ -32,7 +32,7 @@ class Backend(Protocol):
     limits: limits.JobLimits
     pid_max: int
     slirp4netns: str
-    cgroups: dict[str, str] | None  # where its jobs' control groups go (cgroup.py)
+    cgroups: dict | None  # where its jobs' control groups go (cgroup.py)
 
     def _inventory(self) -> dict[str, tuple[NodeView, ...]]: ...
 

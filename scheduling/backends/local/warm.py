@@ -45,7 +45,7 @@ class LocalBackend(Protocol):
     kill_grace_s: float
     limits: limits.JobLimits
     pid_max: int
-    cgroups: dict[str, str] | None  # where its jobs' control groups go (cgroup.py)
+    cgroups: dict | None  # where its jobs' control groups go (cgroup.py)
     _children: dict[str, subprocess.Popen[bytes]]
 
     def _inventory(self) -> dict[str, tuple[NodeView, ...]]: ...

@@ -38,6 +38,11 @@ def make(make):
     return _make
 
 
+def group(backend, hierarchy: str, key: str) -> Path:
+    """Where the job `key` of `backend` has its group in `hierarchy` (cgroup.py)."""
+    return Path(backend.cgroups["where"][hierarchy], f"{backend.cgroups['tag']}-{key}")
+
+
 # A memory file written, sent to the job's own socket and closed: the only descriptor left is
 # in flight, so no process holds it and no /proc file shows it.
 IN_FLIGHT = """
@@ -116,7 +121,8 @@ def test_a_job_within_its_request_runs_and_its_group_goes_with_it(make):
     backend.submit(request("fits", ["python3", "-c", fits], memory_mib=192))
     job = finished(backend, "fits", timeout=30)
     assert (job.state, backend.log("fits")) == (JobState.SUCCEEDED, "ok\n")
-    assert not any(Path(base, "fits").exists() for base in backend.cgroups.values())
+    assert not group(backend, "memory", "fits").exists()
+    assert not group(backend, "cpu", "fits").exists()
 
 
 def test_the_group_holds_the_request_and_the_cpus_and_the_job_cannot_leave_it(make):
@@ -133,8 +139,7 @@ def test_the_group_holds_the_request_and_the_cpus_and_the_job_cannot_leave_it(ma
     while "tried" not in backend.log("held") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert backend.log("held") == "tried\n"
-    memory = Path(backend.cgroups["memory"], "held")
-    cpu = Path(backend.cgroups["cpu"], "held")
+    memory, cpu = group(backend, "memory", "held"), group(backend, "cpu", "held")
     assert (memory / "memory.limit_in_bytes").read_text() == f"{96 << 20}\n"
     assert (cpu / "cpu.cfs_quota_us").read_text() == f"{2 * cgroup.PERIOD_US}\n"
     # Every process of the job is in it: the sandbox's too.
@@ -185,7 +190,9 @@ def test_locate_names_why_a_job_has_no_group(tmp_path):
     (plain / "cgroup.subtree_control").write_text("cpu io memory\n")  # delegated
     where, why = cgroup.locate(str(plain), str(tmp_path))
     assert why == "" and where is not None
-    assert list(where) == ["unified"] and where["unified"].startswith(f"{plain}/root-")
+    assert where["where"] == {"unified": str(plain)} and where["tag"].startswith("r")
+    # Another backend's folder: another tag, so two jobs of one key never share a group.
+    assert cgroup.locate(str(plain), str(tmp_path / "other"))[0]["tag"] != where["tag"]
 
 
 @pytest.mark.django_db
@@ -204,3 +211,35 @@ def test_manage_py_check_reports_a_cgroup_folder_that_cannot_hold_jobs_groups(se
         f"SWITCHYARD_JOB_CGROUP: {tmp_path} is not a cgroup v2 folder: No such file or "
         f"directory; got {tmp_path}"
     )
+
+
+@pytest.mark.parametrize(
+    ("files", "blamed"),
+    [
+        ({"memory.events": "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"}, True),
+        # Killed by the host's out-of-memory killer: the job never reached its limit.
+        ({"memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\n"}, False),
+        (
+            {
+                "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+                "memory.limit_in_bytes": "67108864\n",
+                "memory.max_usage_in_bytes": "67108864\n",
+            },
+            True,
+        ),
+        (
+            {
+                "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+                "memory.limit_in_bytes": "67108864\n",
+                "memory.max_usage_in_bytes": "20000000\n",
+            },
+            False,
+        ),
+    ],
+    ids=["v2-own-limit", "v2-host", "v1-own-limit", "v1-host"],
+)
+def test_only_a_kill_at_the_jobs_own_limit_is_blamed_on_its_request(tmp_path, files, blamed):
+    """The counters as cgroup v2 and v1 write them (v2 does not run on this machine)."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert cgroup.over_limit([str(tmp_path)]) is blamed
