@@ -112,6 +112,13 @@ class LocalBackend(LocalSessions, LocalImages, LocalCrossPool, Backend):
         # Where each job's control group goes (cgroup.py: memory and CPUs held to its
         # request by the kernel), or why jobs have none and the watchdog alone bounds them.
         self.cgroups, self.cgroups_off = cgroup.locate(cgroups, self.root)
+        # A folder named for them that cannot hold them: jobs fail saying so, rather than
+        # run without the limits the site asked for.
+        self.cgroups_refused = (
+            f"SWITCHYARD_JOB_CGROUP: {self.cgroups_off}"
+            if self.cgroups is None and cgroups not in ("auto", "off")
+            else ""
+        )
         # The machine's process ids, which the jobs of a queue share (decisions/processes.py).
         self.pid_max = host_pid_max()
         # Ended jobs' folders are removed this long after they end (their log is kept).

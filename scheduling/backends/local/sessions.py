@@ -64,6 +64,7 @@ class LocalSessions:
     pid_max: int
     slirp4netns: str
     cgroups: dict | None
+    cgroups_refused: str
     _children: dict[str, subprocess.Popen[bytes]]
     _sockets: dict[str, str]
     _claims: dict[str, str]

@@ -33,6 +33,7 @@ class Backend(Protocol):
     pid_max: int
     slirp4netns: str
     cgroups: dict | None  # where its jobs' control groups go (cgroup.py)
+    cgroups_refused: str  # why no job may start (a configured folder that cannot hold them)
 
     def _inventory(self) -> dict[str, tuple[NodeView, ...]]: ...
 
@@ -45,8 +46,9 @@ def prepare_start(
     """Mark the job starting; its supervisor's launch plan, or None if it failed.
     `state` is the job's pending state as this pass read it (under the lock)."""
     bwrap = shutil.which(backend.bwrap)
-    if bwrap is None:  # never fall back to running a task without its sandbox
-        backend._fail_unstarted(key, BWRAP_MISSING)
+    # Never run a task without its sandbox, or without the control groups the site asked for.
+    if bwrap is None or backend.cgroups_refused:
+        backend._fail_unstarted(key, backend.cgroups_refused or BWRAP_MISSING)
         return None
     try:
         account = accounts.job_account(request.extra.get("run_as"), backend.job_account)

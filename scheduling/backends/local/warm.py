@@ -46,6 +46,7 @@ class LocalBackend(Protocol):
     limits: limits.JobLimits
     pid_max: int
     cgroups: dict | None  # where its jobs' control groups go (cgroup.py)
+    cgroups_refused: str  # why no job may start (starting.py)
     _children: dict[str, subprocess.Popen[bytes]]
 
     def _inventory(self) -> dict[str, tuple[NodeView, ...]]: ...
@@ -219,7 +220,7 @@ def _plan(backend: LocalBackend, shape: Shape) -> tuple[str, dict[str, Any]] | N
     )
     placement = Placement(allocations=(NodeAllocation(node="", cpus=cpus, memory_mib=memory),))
     bwrap = shutil.which(backend.bwrap)
-    if bwrap is None:
+    if bwrap is None or backend.cgroups_refused:
         return None
     image, why = local_images.prepare(backend.root, request, placement)
     if why:

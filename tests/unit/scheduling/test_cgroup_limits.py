@@ -172,6 +172,18 @@ def test_a_job_gets_no_more_cpu_time_than_the_cpus_it_asked_for(make):
     assert used <= 2.0 * 1.15 + 0.1, backend.log("spin")
 
 
+def test_a_configured_folder_that_cannot_hold_groups_fails_jobs_rather_than_run_them(
+    make, tmp_path
+):
+    backend = make(cgroups=str(tmp_path))
+    backend.submit(request("unbounded", ["true"]))
+    job = finished(backend, "unbounded")
+    assert (job.state, job.reason) == (
+        JobState.FAILED,
+        f"SWITCHYARD_JOB_CGROUP: {tmp_path} is not a cgroup v2 folder: No such file or directory",
+    )
+
+
 def test_locate_names_why_a_job_has_no_group(tmp_path):
     assert cgroup.locate("off", str(tmp_path)) == (
         None,
