@@ -36,6 +36,8 @@ system-deps:
 	@# slirp4netns runs as the job's account: /dev/net/tun as udev sets it (some containers have 0600).
 	@test "$$(id -u)" != 0 || test ! -c /dev/net/tun || chmod 0666 /dev/net/tun
 	@bash docker/job-accounts.sh switchyard-job
+	@# Each local job's control group without a wait at every start (docs/security.md).
+	@bash docker/cgroup-dynmods.sh
 	@command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 		|| bash docker/install-packages.sh redis-server postgresql
 	@# Open MPI (mpicc, and the PMIx library Slurm's mpi/pmix loads): the multi-node tests

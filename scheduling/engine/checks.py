@@ -16,7 +16,8 @@ from scheduling.backends.local import cgroup
 def local_job_cgroups(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """Each local job's control group (docs/security.md, "Limits"): a folder configured for
     them that cannot hold them is an error; a root worker on `auto` that cannot make them runs
-    its jobs under the watchdog alone, which is worth a warning."""
+    its jobs under the watchdog alone, and a host whose cgroup2 lacks favordynmods makes each
+    start wait, which are worth a warning."""
     found: list[checks.CheckMessage] = []
     for alias, config in settings.COMPUTE_BACKENDS.items():
         options = config.get("OPTIONS", {})
@@ -24,6 +25,16 @@ def local_job_cgroups(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             continue
         setting = options.get("cgroups", "auto")
         where, why = cgroup.locate(setting, options["root"])
+        if where is not None and not cgroup.favors_dynmods():
+            found.append(
+                checks.Warning(
+                    f"backend {alias}: each job's start waits for an RCU grace period as its "
+                    "first process joins its control group, and no process on the host may "
+                    "fork meanwhile: mount cgroup2 with favordynmods",
+                    hint="docker/cgroup-dynmods.sh (docs/security.md, Limits)",
+                    id="switchyard.W105",
+                )
+            )
         if where is not None or setting == "off":
             continue
         if setting != "auto":

@@ -122,6 +122,22 @@ def _own_groups() -> dict[str, str]:
     return found
 
 
+def favors_dynmods(mounts: str = "/proc/mounts") -> bool:
+    """Whether a cgroup2 mount has `favordynmods` (docker/cgroup-dynmods.sh). Without it,
+    moving a process into a group waits for an RCU grace period (some 5 ms), and every fork
+    on the host waits with it: a cost each job's start pays."""
+    try:
+        with open(mounts) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "cgroup2" and "favordynmods" in fields[3].split(","):
+            return True
+    return False
+
+
 # -- in the supervisor ----------------------------------------------------------------------
 
 

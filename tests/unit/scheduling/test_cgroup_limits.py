@@ -255,3 +255,12 @@ def test_only_a_kill_at_the_jobs_own_limit_is_blamed_on_its_request(tmp_path, fi
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     assert cgroup.over_limit([str(tmp_path)]) is blamed
+
+
+def test_favordynmods_is_read_from_the_cgroup2_mount(tmp_path):
+    mounts = tmp_path / "mounts"
+    v1 = "cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n"
+    mounts.write_text(v1 + "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n")
+    assert not cgroup.favors_dynmods(str(mounts))
+    mounts.write_text(v1 + "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime,favordynmods 0 0\n")
+    assert cgroup.favors_dynmods(str(mounts))
