@@ -88,15 +88,19 @@ def _delegated(folder: str) -> tuple[dict[str, str] | None, str]:
     return {"unified": folder}, ""
 
 
+def _lines(path: str) -> list[str]:
+    """A /proc file's lines (none if it cannot be read)."""
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
 def _v1_mounts() -> dict[str, tuple[str, str]]:
     """controller -> (mount point, the hierarchy's folder mounted there), cgroup v1 only."""
     found: dict[str, tuple[str, str]] = {}
-    try:
-        with open("/proc/self/mountinfo") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return found
-    for line in lines:
+    for line in _lines("/proc/self/mountinfo"):
         head, _, tail = line.partition(" - ")
         fields, rest = head.split(), tail.split()
         if len(fields) < 5 or len(rest) < 3 or rest[0] != "cgroup":
@@ -109,12 +113,7 @@ def _v1_mounts() -> dict[str, tuple[str, str]]:
 def _own_groups() -> dict[str, str]:
     """controller -> this process's group in its v1 hierarchy (/proc/self/cgroup)."""
     found: dict[str, str] = {}
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return found
-    for line in lines:
+    for line in _lines("/proc/self/cgroup"):
         _, controllers, path = line.split(":", 2)
         for controller in controllers.split(","):
             if controller:
@@ -126,12 +125,7 @@ def favors_dynmods(mounts: str = "/proc/mounts") -> bool:
     """Whether a cgroup2 mount has `favordynmods` (docker/cgroup-dynmods.sh). Without it,
     moving a process into a group waits for an RCU grace period (some 5 ms), and every fork
     on the host waits with it: a cost each job's start pays."""
-    try:
-        with open(mounts) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return False
-    for line in lines:
+    for line in _lines(mounts):
         fields = line.split()
         if len(fields) >= 4 and fields[2] == "cgroup2" and "favordynmods" in fields[3].split(","):
             return True

@@ -191,6 +191,11 @@ def folder_usage(paths: list[str], max_entries: int) -> tuple[int, int]:
     return used, entries
 
 
+def _where(held: list[tuple[str, int]]) -> str:
+    """What the job's tmpfs mounts and memory files hold, in words (half a MiB or more)."""
+    return ", ".join(f"{size_text(n)} in {m}" for m, n in held if n >= _MIB // 2)
+
+
 def size_text(n: int) -> str:
     """`268435456` → `256 MiB`, `1610612736` → `1.5 GiB`."""
     if n >= 1024 * _MIB:
@@ -256,14 +261,15 @@ class Limits:
                 memory -= min(shmem, mapped_from(tree, self.sandbox_pid, self.tmpfs))
             self.peak_memory = max(self.peak_memory, memory)
             self.cpu_ms = max(self.cpu_ms, tree_cpu_ms(tree))
-            where = ", ".join(f"{size_text(n)} in {m}" for m, n in held if n >= _MIB // 2)
             if self.memory and self.over_limit is not None and self.over_limit():
+                where = _where(held)
                 return (
                     f"memory limit: the job used all of the {size_text(self.memory)} it asked "
                     f"for ({self.memory_field}){f', {where},' if where else ''} and the "
                     "kernel refused it more; killed"
                 )
             if self.memory and memory > self.memory:
+                where = _where(held)
                 return (
                     f"memory limit: the job used {size_text(memory)}"
                     f"{f' ({where})' if where else ''}, over the "
