@@ -25,7 +25,7 @@ def local_job_cgroups(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
             continue
         setting = options.get("cgroups", "auto")
         where, why = cgroup.locate(setting, options["root"])
-        if where is not None and not cgroup.favors_dynmods():
+        if where is not None and cgroup.lacks_dynmods():
             found.append(
                 checks.Warning(
                     f"backend {alias}: each job's start waits for an RCU grace period as its "

@@ -65,13 +65,23 @@ def _auto() -> tuple[dict[str, str] | None, str]:
         if not os.access(group, os.W_OK):
             return None, f"{group} is not writable by the worker"
         where[controller] = os.path.join(group, FOLDER)
-    if not os.path.exists(os.path.join(os.path.dirname(where["memory"]), "memory.limit_in_bytes")):
-        return None, f"{os.path.dirname(where['memory'])} has no memory.limit_in_bytes"
+    for controller, name in (("memory", "memory.limit_in_bytes"), ("cpu", "cpu.cfs_quota_us")):
+        group = os.path.dirname(where[controller])
+        if not os.path.exists(os.path.join(group, name)):
+            return None, f"{group} has no {name}"
     return where, ""
 
 
 def _delegated(folder: str) -> tuple[dict[str, str] | None, str]:
     """A cgroup v2 folder the site delegated to the portal, with the controllers enabled."""
+    if not os.path.isabs(folder):
+        return None, f"{folder} is not an absolute path"
+    if os.path.realpath(folder) != os.path.normpath(folder):
+        return None, f"{folder} is a link (name the folder it leads to)"
+    if not any(
+        folder == mount or folder.startswith(mount.rstrip("/") + "/") for mount in _v2_mounts()
+    ):
+        return None, f"{folder} is not on a cgroup2 file system"
     try:
         with open(os.path.join(folder, "cgroup.subtree_control")) as f:
             enabled = f.read().split()
@@ -110,6 +120,17 @@ def _v1_mounts() -> dict[str, tuple[str, str]]:
     return found
 
 
+def _v2_mounts() -> list[str]:
+    """The mount points of cgroup2 file systems (/proc/self/mountinfo)."""
+    found = []
+    for line in _lines("/proc/self/mountinfo"):
+        head, _, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if len(fields) >= 5 and rest and rest[0] == "cgroup2":
+            found.append(fields[4])
+    return found
+
+
 def _own_groups() -> dict[str, str]:
     """controller -> this process's group in its v1 hierarchy (/proc/self/cgroup)."""
     found: dict[str, str] = {}
@@ -121,15 +142,19 @@ def _own_groups() -> dict[str, str]:
     return found
 
 
-def favors_dynmods(mounts: str = "/proc/mounts") -> bool:
-    """Whether a cgroup2 mount has `favordynmods` (docker/cgroup-dynmods.sh). Without it,
-    moving a process into a group waits for an RCU grace period (some 5 ms), and every fork
-    on the host waits with it: a cost each job's start pays."""
+def lacks_dynmods(mounts: str = "/proc/mounts") -> bool:
+    """Whether the host mounts cgroup2 without `favordynmods` (docker/cgroup-dynmods.sh sets
+    it; the switch is the kernel's, one for all hierarchies, so a v1 mount with it counts).
+    Without it, moving a process into a group waits for an RCU grace period (some 5 ms), and
+    every fork on the host waits with it: a cost each job's start pays. A host with no
+    cgroup2 mount has nowhere the script could set it: False."""
+    v2 = flagged = False
     for line in _lines(mounts):
         fields = line.split()
-        if len(fields) >= 4 and fields[2] == "cgroup2" and "favordynmods" in fields[3].split(","):
-            return True
-    return False
+        if len(fields) >= 4 and fields[2] in ("cgroup", "cgroup2"):
+            v2 = v2 or fields[2] == "cgroup2"
+            flagged = flagged or "favordynmods" in fields[3].split(",")
+    return v2 and not flagged
 
 
 # -- in the supervisor ----------------------------------------------------------------------
@@ -139,7 +164,7 @@ def make(limits: dict, key: str) -> list[str]:
     """The job's groups, made with its limits (the launch plan's `cgroup`: where, tag, its
     memory in bytes, its CPUs): the folders, which its child joins (`join`)."""
     memory_bytes = limits["memory_bytes"]
-    quota = str(max(1000, round(limits["cpus"] * PERIOD_US)))
+    quota = max(1000, round(limits["cpus"] * PERIOD_US))
     made: list[str] = []
     try:
         for hierarchy, base in limits["where"].items():
@@ -159,13 +184,73 @@ def make(limits: dict, key: str) -> list[str]:
                     _write(folder, "memory.memsw.limit_in_bytes", str(memory_bytes))
                 else:
                     _write(folder, "memory.swappiness", "0", missing_ok=True)
+                _notice_oom(folder)
             elif hierarchy == "cpu":
                 _write(folder, "cpu.cfs_period_us", str(PERIOD_US))
-                _write(folder, "cpu.cfs_quota_us", quota)
+                _write(folder, "cpu.cfs_quota_us", str(max(1000, min(quota, _quota_above(base)))))
     except OSError as exc:
         remove(made)
         raise CgroupError(f"the job's control group could not be made: {exc}") from exc
     return made
+
+
+# cgroup v1: per job's memory group, an eventfd the kernel signals when the group's own limit
+# (or a group's above it) sets the out-of-memory killer to work, never the host's; and the
+# groups whose eventfd has been signalled. v1 counts kills by any killer, the host's included.
+_OOM_NOTICE: dict[str, int] = {}
+_OOM_SEEN: set[str] = set()
+
+
+def _notice_oom(folder: str) -> None:
+    """Ask the kernel for the group's out-of-memory notices (cgroup.event_control); where it
+    cannot, `over_limit` goes by the job's peak alone."""
+    try:
+        notice = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return
+    try:
+        control = os.open(os.path.join(folder, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _write(folder, "cgroup.event_control", f"{notice} {control}")
+        finally:
+            os.close(control)
+    except OSError:
+        os.close(notice)
+        return
+    _OOM_NOTICE[folder] = notice
+
+
+def _noticed_oom(folder: str) -> bool:
+    """Whether the kernel signalled the group's eventfd (True where none was set)."""
+    notice = _OOM_NOTICE.get(folder)
+    if notice is None or folder in _OOM_SEEN:
+        return True
+    try:
+        if os.eventfd_read(notice) > 0:
+            _OOM_SEEN.add(folder)
+    except BlockingIOError:
+        pass
+    return folder in _OOM_SEEN
+
+
+def _quota_above(folder: str) -> int:
+    """cgroup v1 refuses a group more CPU time than a group above it has (v2 takes it and
+    applies the smaller): the least quota per `PERIOD_US` of `folder` and the groups above
+    it, up to the hierarchy's root (no quota: unbounded)."""
+    least = 1 << 62
+    while True:
+        quota = _counters(folder, "cpu.cfs_quota_us", whole=True)
+        period = _counters(folder, "cpu.cfs_period_us", whole=True)
+        if quota is None or period is None:  # past the hierarchy's root (or not made yet)
+            if not os.path.exists(folder) and folder != os.path.dirname(folder):
+                folder = os.path.dirname(folder)
+                continue
+            return least
+        if quota[b""] > 0 and period[b""] > 0:
+            least = min(least, quota[b""] * PERIOD_US // period[b""])
+        if folder == os.path.dirname(folder):
+            return least
+        folder = os.path.dirname(folder)
 
 
 def _mkdir(folder: str) -> None:
@@ -208,15 +293,15 @@ def over_limit(folders: list[str]) -> bool:
     limit (not because the host, or a group above the job's, ran out)."""
     for folder in folders:
         v2 = _counters(folder, "memory.events")
-        if v2 is not None:
-            return v2.get(b"oom_kill", 0) > 0 and v2.get(b"max", 0) > 0
+        if v2 is not None:  # `oom`: the group's own limit (or a group's below it) reached
+            return v2.get(b"oom_kill", 0) > 0 and v2.get(b"oom", 0) > 0
         v1 = _counters(folder, "memory.oom_control")
-        if v1 is not None:  # its peak at its limit (failcnt stays 0 on some kernels)
+        if v1 is not None:  # noticed, and its peak at its own limit (not a group's above)
             limit, peak = (
                 (_counters(folder, name, whole=True) or {}).get(b"", 0)
                 for name in ("memory.limit_in_bytes", "memory.max_usage_in_bytes")
             )
-            return v1.get(b"oom_kill", 0) > 0 and peak >= limit
+            return v1.get(b"oom_kill", 0) > 0 and peak >= limit and _noticed_oom(folder)
     return False
 
 
@@ -243,6 +328,10 @@ def remove(folders: list[str], *, wait_s: float = 2.0) -> None:
 
     end = time.monotonic() + wait_s
     for folder in folders:
+        notice = _OOM_NOTICE.pop(folder, None)
+        if notice is not None:  # signalled as the group goes: no longer read
+            os.close(notice)
+        _OOM_SEEN.discard(folder)
         while True:
             try:
                 os.rmdir(folder)

@@ -180,17 +180,29 @@ def test_a_configured_folder_that_cannot_hold_groups_fails_jobs_rather_than_run_
     job = finished(backend, "unbounded")
     assert (job.state, job.reason) == (
         JobState.FAILED,
-        f"SWITCHYARD_JOB_CGROUP: {tmp_path} is not a cgroup v2 folder: No such file or directory",
+        f"SWITCHYARD_JOB_CGROUP: {tmp_path} is not on a cgroup2 file system",
     )
 
 
-def test_locate_names_why_a_job_has_no_group(tmp_path):
+def test_locate_names_why_a_job_has_no_group(tmp_path, monkeypatch):
     assert cgroup.locate("off", str(tmp_path)) == (
         None,
         "switched off (SWITCHYARD_JOB_CGROUP=off)",
     )
     plain = tmp_path / "plain"
     plain.mkdir()
+    assert cgroup.locate("plain", str(tmp_path)) == (None, "plain is not an absolute path")
+    assert cgroup.locate(str(plain), str(tmp_path)) == (
+        None,
+        f"{plain} is not on a cgroup2 file system",
+    )
+    (tmp_path / "link").symlink_to(plain)
+    assert cgroup.locate(str(tmp_path / "link"), str(tmp_path)) == (
+        None,
+        f"{tmp_path / 'link'} is a link (name the folder it leads to)",
+    )
+    # cgroup v2 does not run on this machine: the folder stands in for a cgroup2 mount.
+    monkeypatch.setattr(cgroup, "_v2_mounts", lambda: [str(tmp_path)])
     where, why = cgroup.locate(str(plain), str(tmp_path))
     assert where is None and why.startswith(f"{plain} is not a cgroup v2 folder: ")
     (plain / "cgroup.subtree_control").write_text("cpu io\n")
@@ -220,8 +232,7 @@ def test_manage_py_check_reports_a_cgroup_folder_that_cannot_hold_jobs_groups(se
     }
     [error] = [m for m in checks.run_checks() if m.id == "switchyard.E104"]
     assert error.msg == (
-        f"SWITCHYARD_JOB_CGROUP: {tmp_path} is not a cgroup v2 folder: No such file or "
-        f"directory; got {tmp_path}"
+        f"SWITCHYARD_JOB_CGROUP: {tmp_path} is not on a cgroup2 file system; got {tmp_path}"
     )
 
 
@@ -231,6 +242,8 @@ def test_manage_py_check_reports_a_cgroup_folder_that_cannot_hold_jobs_groups(se
         ({"memory.events": "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"}, True),
         # Killed by the host's out-of-memory killer: the job never reached its limit.
         ({"memory.events": "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\n"}, False),
+        # It reached its limit (page cache is reclaimed there), and later the host killed it.
+        ({"memory.events": "low 0\nhigh 0\nmax 5\noom 0\noom_kill 1\n"}, False),
         (
             {
                 "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
@@ -248,7 +261,7 @@ def test_manage_py_check_reports_a_cgroup_folder_that_cannot_hold_jobs_groups(se
             False,
         ),
     ],
-    ids=["v2-own-limit", "v2-host", "v1-own-limit", "v1-host"],
+    ids=["v2-own-limit", "v2-host", "v2-host-after-reclaim", "v1-own-limit", "v1-host"],
 )
 def test_only_a_kill_at_the_jobs_own_limit_is_blamed_on_its_request(tmp_path, files, blamed):
     """The counters as cgroup v2 and v1 write them (v2 does not run on this machine)."""
@@ -257,10 +270,78 @@ def test_only_a_kill_at_the_jobs_own_limit_is_blamed_on_its_request(tmp_path, fi
     assert cgroup.over_limit([str(tmp_path)]) is blamed
 
 
-def test_favordynmods_is_read_from_the_cgroup2_mount(tmp_path):
+def test_on_cgroup_v1_a_kill_is_blamed_on_the_limit_only_when_the_kernel_noticed_it(tmp_path):
+    """v1 counts kills by any killer: its peak at its limit (page cache counts) and a later
+    kill by the host's would look like its own. The kernel's notice tells them apart."""
+    files = {
+        "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+        "memory.limit_in_bytes": "67108864\n",
+        "memory.max_usage_in_bytes": "67108864\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    folder = str(tmp_path)
+    cgroup._OOM_NOTICE[folder] = notice = os.eventfd(0, os.EFD_NONBLOCK)
+    try:
+        assert not cgroup.over_limit([folder])  # the host's killer: no notice
+        os.eventfd_write(notice, 1)
+        assert cgroup.over_limit([folder])
+        assert cgroup.over_limit([folder])  # read once, remembered
+    finally:
+        cgroup.remove([folder], wait_s=0)
+    assert folder not in cgroup._OOM_NOTICE and folder not in cgroup._OOM_SEEN
+
+
+def _own_v1(controller: str) -> Path:
+    where, why = cgroup.locate("auto", "/nonexistent")
+    assert where is not None, why
+    return Path(where["where"][controller]).parent
+
+
+def test_the_kernel_notices_a_groups_own_out_of_memory_kill():
+    base = _own_v1("memory") / f"test-oom-{os.getpid()}"
+    limits = {"where": {"memory": str(base)}, "tag": "t", "memory_bytes": 32 << 20, "cpus": 1}
+    [folder] = cgroup.make(limits, "oom")
+    try:
+        assert folder in cgroup._OOM_NOTICE and not cgroup.over_limit([folder])
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child)
+            try:
+                cgroup.join([folder])
+                _held = b"x" * (96 << 20)
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(child, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9
+        assert cgroup.over_limit([folder])
+    finally:
+        cgroup.remove([folder])
+        base.rmdir()
+
+
+def test_a_job_gets_no_more_cpu_time_than_the_groups_above_it_allow():
+    """cgroup v1 refuses a group a quota over its parent's (the job would fail to start):
+    it gets its parent's."""
+    base = _own_v1("cpu") / f"test-quota-{os.getpid()}"
+    base.mkdir()
+    try:
+        (base / "cpu.cfs_quota_us").write_text("50000")  # half a CPU for all below it
+        limits = {"where": {"cpu": str(base)}, "tag": "t", "memory_bytes": 1 << 30, "cpus": 4}
+        [folder] = cgroup.make(limits, "big")
+        try:
+            assert Path(folder, "cpu.cfs_quota_us").read_text().strip() == "50000"
+        finally:
+            cgroup.remove([folder])
+    finally:
+        base.rmdir()
+
+
+def test_favordynmods_is_read_from_the_cgroup_mounts(tmp_path):
     mounts = tmp_path / "mounts"
     v1 = "cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n"
     mounts.write_text(v1 + "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n")
-    assert not cgroup.favors_dynmods(str(mounts))
+    assert cgroup.lacks_dynmods(str(mounts))
     mounts.write_text(v1 + "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime,favordynmods 0 0\n")
-    assert cgroup.favors_dynmods(str(mounts))
+    assert not cgroup.lacks_dynmods(str(mounts))
+    mounts.write_text(v1)  # no cgroup2 for the script to set it on: nothing to warn of
+    assert not cgroup.lacks_dynmods(str(mounts))
