@@ -84,6 +84,11 @@ class QueueEditForm(forms.Form):
         help_text="E.g. 10m; empty: never.",
     )
     startup_resubmit = forms.BooleanField(required=False, label="… and submit it again")
+    wait_bound = DurationField(
+        required=False,
+        label="A task waiting longer than this goes first, and nothing passes it",
+        help_text="E.g. 2h; empty: no bound (levels and quotas decide the order).",
+    )
     over_concurrency = forms.ChoiceField(
         choices=[("queue", "waits for a free place"), ("refuse", "is refused, saying why")],
         label="A live sandbox asked for while the most are running",
@@ -177,7 +182,13 @@ class QueueEditForm(forms.Form):
     def changes(self) -> dict[str, Any]:
         """The cleaned form as the queue's values (what `queue_form_data` takes)."""
         data = self.cleaned_data
-        seconds = {"max_walltime", "default_walltime", "startup_timeout", "idle_scale_in"}
+        seconds = {
+            "max_walltime",
+            "default_walltime",
+            "startup_timeout",
+            "idle_scale_in",
+            "wait_bound",
+        }
         changes = {f"{name}_s": data[name] for name in seconds}
         for name in ("policy", "task_types", "allocation", "requires_estimate", "preemptible"):
             changes[name] = data[name]
@@ -229,7 +240,13 @@ def queue_initial(queue: Queue) -> dict[str, Any]:
         for name in QueueEditForm.declared_fields
         if hasattr(queue, name) and name not in ("egress_allow", "warm_pool")
     }
-    for name in ("max_walltime", "default_walltime", "startup_timeout", "idle_scale_in"):
+    for name in (
+        "max_walltime",
+        "default_walltime",
+        "startup_timeout",
+        "idle_scale_in",
+        "wait_bound",
+    ):
         initial[name] = duration_text(getattr(queue, f"{name}_s"))
     initial["egress_allow"] = "\n".join(str(h) for h in queue.egress_allow or [])
     initial["warm_pool"] = "\n".join(f"{n} {t}".strip() for t, n in (queue.warm_pool or {}).items())

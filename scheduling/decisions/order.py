@@ -14,6 +14,10 @@ fair share.
   quota, so a lender gets its room back as borrowed work ends, and its next job is the one
   the pool's reservation protects.
 - Then the time it became ready (first come, first served), then its id.
+- **Past its queue's bound** (`wait_bound_s`): a task ready for longer than that goes before
+  every task of its pool that is not, whatever its level, quota or weight, and among those
+  past it the first ready goes first: as the first that cannot start it gets its pool's first
+  reservation, so it is never passed again (docs/policy.md, "A bound on waiting").
 
 `priority_value` packs the same order into one integer for backends that take a number
 (the local backend's start order, Slurm's job priority). Pure; the clock is a parameter.
@@ -26,7 +30,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from scheduling.decisions.humanize import format_duration
 from scheduling.decisions.levels import HIGH
+
+# Not a level a task is at: where a task past its queue's bound stands in the start order.
+OVERDUE = HIGH + 1
 
 _TIME = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])$")
 
@@ -174,13 +182,28 @@ def order_key(
 ) -> tuple:
     """Sort ascending: higher level first; at one level, a task on its project's own quota
     before one admitted on borrowed room; then higher weight and share, then earlier, then
-    lower id."""
+    lower id. `OVERDUE` (past its queue's bound) before every level, earlier first."""
+    if level >= OVERDUE:
+        return (-OVERDUE, False, 0.0, 0.0, ready_at, task_id)
     return (-level, borrowed, -round(weight, 3), -round(share, 3), ready_at, task_id)
+
+
+def overdue(waited_s: float, bound_s: int | None) -> bool:
+    """Whether a task ready for `waited_s` is past its queue's bound (None: no bound)."""
+    return bound_s is not None and waited_s > bound_s
+
+
+def overdue_reason(queue: str, bound_s: int | None) -> str:
+    return (
+        f"waited past queue {queue}'s bound of {format_duration(bound_s or 0)}: it goes before "
+        "every task of its pool that has not, and nothing passes it"
+    )
 
 
 _LEVEL_BAND = 100_000_000
 _OWN_ROOM_BAND = 50_000_000
 _WEIGHT_BAND = 1_000
+OVERDUE_VALUE = (OVERDUE + 1) * _LEVEL_BAND
 
 
 def priority_value(
@@ -191,8 +214,11 @@ def priority_value(
 
     Level bands of 10⁸; within one, a task on its own quota 5 × 10⁷ above one on borrowed
     room; then the weight in thousandths (up to 10) times 10³, then the share factor in
-    thousandths. Ties go to the backend's own order (first submitted).
+    thousandths. Ties go to the backend's own order (first submitted). `OVERDUE`: one number
+    above every band, the same for all, so those past their bound go first submitted first.
     """
+    if level >= OVERDUE:
+        return OVERDUE_VALUE
     weight_milli = max(0, min(9_999, round(weight * 1000)))
     share_milli = max(0, min(999, round(share * 999)))
     own = 0 if borrowed else _OWN_ROOM_BAND
@@ -201,6 +227,9 @@ def priority_value(
 
 def on_room(value: int, *, borrowed: bool) -> int:
     """`value` (a `priority_value`) for a task admitted on its own quota or on borrowed room:
-    the same level, weight and share, in the band its admission puts it in."""
+    the same level, weight and share, in the band its admission puts it in (past its bound:
+    the same)."""
+    if value >= OVERDUE_VALUE:
+        return value
     level, rest = divmod(value, _LEVEL_BAND)
     return level * _LEVEL_BAND + (0 if borrowed else _OWN_ROOM_BAND) + rest % _OWN_ROOM_BAND

@@ -29,6 +29,9 @@ class QueuePolicy:
     # is refused ("refuse"); one without an exec for `idle_scale_in_s` (None: 120) ends.
     over_concurrency: str = "queue"
     idle_scale_in_s: int | None = None
+    # A task ready for longer than this goes before every task of the pool not past it, and
+    # is never passed again (docs/policy.md, "A bound on waiting"); None: no bound.
+    wait_bound_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,7 +118,7 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
         rules = {r for t in tasks for r in site.quota_rules(t.project.slug, queue)}
         usage: dict = with_budgets(queue_usage(queue_id), rules, now)
         shares = share_factors_for(site, queue, now)
-        for task in ordered(site, tasks, queue=queue, shares=shares, minute=minute):
+        for task in ordered(site, tasks, queue=queue, shares=shares, minute=minute, now=now):
             project, user = task.project.slug, task.owner.get_username()
             ask = ask_of(task, project, queue, user)
             cohort = site.quota_cohort(project, queue)

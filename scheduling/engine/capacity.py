@@ -176,7 +176,7 @@ def preempt(now: datetime) -> int:
             )
         }
         for task in ordered(
-            site, waiting, queue=waiting[0].queue.name, shares={}, minute=site_minute(now)
+            site, waiting, queue=waiting[0].queue.name, shares={}, minute=site_minute(now), now=now
         ):
             queue = site.queues.get(task.queue.name)
             if queue is None:

@@ -20,13 +20,14 @@ from django.utils import timezone
 from config.bulk import bulk_insert
 from portal.notify import notify
 from scheduling.backends import BackendError
-from scheduling.decisions.levels import LEVELS
+from scheduling.decisions.levels import LEVELS, Level
+from scheduling.decisions.order import OVERDUE, OVERDUE_VALUE, overdue_reason
 from scheduling.engine.admission import release_held
 from scheduling.engine.registry import get_backend
 from scheduling.models import PriorityRequest, Task, TaskEvent, TaskState
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
-from scheduling.selectors.policy import site_minute, task_level, task_value
+from scheduling.selectors.policy import past_bound, site_minute, task_level, task_value
 
 log = logging.getLogger(__name__)
 # A floor's key: a task id, or a (project id, queue id) scope.
@@ -105,6 +106,7 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
     rows = [_Row(*values) for values in unstarted.values_list(*_FIELDS)]
     shares = {q: share_factors_for(site, q, now) for q in {t.queue for t in rows}}
     changed, events, pushes = [], [], defaultdict(list)
+    moved = 0
     for task in rows:
         queue = task.queue
         floor = max(
@@ -119,8 +121,9 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
             default=None,
             key=lambda f: f[0],
         )
+        arm = site.arm(task.canary_id)
         lvl = task_level(
-            site.arm(task.canary_id),
+            arm,
             task_type=task.type,
             queue=queue,
             ready_at=task.ready_at or now,
@@ -128,25 +131,30 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
             now=now,
             floor=floor,
         )
+        bound = past_bound(arm, queue=queue, ready_at=task.ready_at or now, now=now)
+        if bound is not None:  # it goes first, and nothing passes it (docs/policy.md)
+            lvl = Level(lvl.level, f"{lvl.reason}; {overdue_reason(queue, bound)}")
         value = task_value(
             site,
-            level=lvl.level,
+            level=OVERDUE if bound is not None else lvl.level,
             task_type=task.type,
             queue=queue,
             share=shares[queue].get(task.project, 1.0),
             minute=minute,
             borrowed=bool(task.borrowed),
         )
+        said = []
+        if value == OVERDUE_VALUE != task.priority_value:
+            said.append(overdue_reason(queue, bound))
         if lvl.level != task.level:
-            events.append(
-                TaskEvent(
-                    task_id=task.pk,
-                    at=now,
-                    from_state=task.state,
-                    to_state=task.state,
-                    message=f"level {LEVELS[task.level]} → {lvl.name}: {lvl.reason}",
-                )
+            said.append(f"level {LEVELS[task.level]} → {lvl.name}: {lvl.reason}")
+            moved += 1
+        events += [
+            TaskEvent(
+                task_id=task.pk, at=now, from_state=task.state, to_state=task.state, message=m
             )
+            for m in said
+        ]
         if (lvl.level, lvl.reason, value) != (task.level, task.level_reason, task.priority_value):
             task.level, task.level_reason = lvl.level, lvl.reason
             if value != task.priority_value and task.state == S.QUEUED and task.backend_id:
@@ -165,7 +173,7 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
     bulk_insert(events)  # COPY on PostgreSQL (config/bulk.py)
     for alias, jobs in pushes.items():
         _push(alias, jobs)
-    return len(events)
+    return moved
 
 
 def _push(alias: str, jobs: list[tuple[str, int]]) -> None:

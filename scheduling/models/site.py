@@ -211,6 +211,13 @@ class Queue(models.Model):
         help_text='Time-of-day weights by task type, e.g. [{"from": "08:00", "to": "20:00", '
         '"weights": {"agent": 2}}] (docs/policy.md).',
     )
+    wait_bound_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="A task ready for longer than this many seconds goes before every task of "
+        "the pool that is not, and nothing passes it any more (docs/policy.md). Empty: no "
+        "bound.",
+    )
     admins = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
         related_name="administered_queues",
@@ -234,6 +241,10 @@ class Queue(models.Model):
         if local and (why := concurrency_error(self.max_concurrency, host.pid_max())):
             raise ValidationError({"max_concurrency": why})
         errors = {}
+        if self.wait_bound_s is not None and self.wait_bound_s < 60:
+            errors["wait_bound_s"] = (
+                f"expected at least 60 (seconds), or empty for no bound; got {self.wait_bound_s}"
+            )
         if bad := egress_list_problem(self.egress_allow):
             errors["egress_allow"] = f"expected {bad[0]}; got {bad[1]!r}"
         if bad := warm_pool_problem(self.warm_pool):

@@ -142,7 +142,9 @@ def _start(
     )
     me = _New(level.level, task_type, spec.project, now, now)
     shares = share_factors_for(site, queue, now)
-    order = ordered(site, [*peers, me], queue=queue, shares=shares, minute=site_minute(now))
+    order = ordered(
+        site, [*peers, me], queue=queue, shares=shares, minute=site_minute(now), now=now
+    )
     place = order.index(me)
     ahead = [Ahead(TaskSpec.from_dict(peer.spec), policy) for peer in order[:place]]
     nodes = site.pool_nodes.get(policy.pool, ())

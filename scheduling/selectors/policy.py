@@ -14,7 +14,7 @@ from datetime import datetime
 from django.conf import settings
 
 from scheduling.decisions import levels as L
-from scheduling.decisions.order import order_key, priority_value, weight_at
+from scheduling.decisions.order import OVERDUE, order_key, overdue, priority_value, weight_at
 from scheduling.selectors.site import SiteView
 
 
@@ -47,6 +47,14 @@ def task_level(
     return L.level(waiting, rule, now)
 
 
+def past_bound(site: SiteView, *, queue: str, ready_at: datetime, now: datetime) -> int | None:
+    """The bound of `queue` where a task ready since `ready_at` has waited past it (it then
+    stands at `order.OVERDUE` in the start order), else None."""
+    policy = site.queues.get(queue)
+    bound = policy.wait_bound_s if policy is not None else None
+    return bound if overdue((now - ready_at).total_seconds(), bound) else None
+
+
 def task_value(
     site: SiteView,
     *,
@@ -70,15 +78,24 @@ def ordered(
     queue: str,
     shares: Mapping[str, float],
     minute: int,
+    now: datetime | None = None,
 ) -> list:
     """Tasks (with .level, .type, .project.slug or .project_slug, .ready_at, .pk) in the order
-    they should start: level, the time of day's weight, fair share, then first come."""
+    they should start: level, the time of day's weight, fair share, then first come; with
+    `now`, those ready past the queue's bound first (`order.OVERDUE`)."""
+    policy = site.queues.get(queue)
+    bound = policy.wait_bound_s if policy is not None and now is not None else None
+
+    def late(task) -> bool:
+        if bound is None or now is None or task.ready_at is None:
+            return False
+        return overdue((now - task.ready_at).total_seconds(), bound)
 
     def key(task) -> tuple:
         slug = getattr(task, "project_slug", None) or task.project.slug
         ready = task.ready_at or task.submitted_at
         return order_key(
-            level=task.level,
+            level=OVERDUE if late(task) else task.level,
             weight=weight_at(site.weights.get(queue, ()), task.type, minute),
             share=shares.get(slug, 1.0),
             ready_at=ready.timestamp(),

@@ -55,6 +55,7 @@ def queue_policy(queue: Queue) -> QueuePolicy:
         policy=queue.policy,
         over_concurrency=queue.over_concurrency,
         idle_scale_in_s=queue.idle_scale_in_s,
+        wait_bound_s=queue.wait_bound_s,
     )
 
 

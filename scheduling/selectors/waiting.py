@@ -135,7 +135,7 @@ def _queue_order(queue_id: int, queue: str, now: datetime) -> list[Task]:
     for peer in peers:
         peer.project_slug = slugs.get(peer.project_id, "")  # type: ignore[attr-defined]  # read back with getattr by ordered()
     shares = share_factors_for(site, queue, now)
-    return ordered(site, peers, queue=queue, shares=shares, minute=site_minute(now))
+    return ordered(site, peers, queue=queue, shares=shares, minute=site_minute(now), now=now)
 
 
 PoolStart = Callable[..., float | None]

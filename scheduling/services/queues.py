@@ -33,6 +33,7 @@ EDITABLE = (
     "startup_timeout_s",
     "startup_resubmit",
     "weight_schedule",
+    "wait_bound_s",
     # Live sandboxes (docs/sandboxes.md).
     "over_concurrency",
     "idle_scale_in_s",

@@ -156,6 +156,7 @@ def queue_list(request: SignedInRequest) -> HttpResponse:
                 "lenders": lenders.get(queue.pool.name, []),
                 "max_walltime": format_duration(queue.max_walltime_s or 0),
                 "idle_end": format_duration(queue.idle_scale_in_s or 0),
+                "wait_bound": format_duration(queue.wait_bound_s or 0),
             }
         )
     to_decide = inbox_for(request.user).count() if is_decider(request.user) else 0

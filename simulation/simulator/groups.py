@@ -22,7 +22,7 @@ import itertools
 import math
 from collections import defaultdict
 
-from scheduling.decisions.order import priority_value, weight_at
+from scheduling.decisions.order import OVERDUE, priority_value, weight_at
 from scheduling.decisions.place import cpu_ratio, free_view, place
 from scheduling.decisions.reserve import Busy, Plan
 from scheduling.decisions.schedule import Fail, PoolRoom, Start, WaitingJob, schedule_pass
@@ -52,6 +52,7 @@ class Groups(Predictions):
     sim: Sim
     pool_of_queue: dict[str, str]
     level: dict[str, int]
+    overdue: set[str]  # SitePolicy's: waiting past their queue's bound
     seq: dict[str, int]
     groups: dict[str, dict[tuple, dict[tuple, dict[str, SimJob]]]]
     where: dict[str, tuple[str, tuple, tuple]]
@@ -197,9 +198,11 @@ class Groups(Predictions):
         return self._lent_of[1]
 
     def _rank(self, job: SimJob) -> tuple:
-        """Its place in the order: level, type, project, and whether it was admitted on
-        borrowed room (which goes after its level's own-quota work)."""
-        return (self.level[job.key], job.type, job.project, self._borrows(job))
+        """Its place in the order: level (`OVERDUE` past its queue's bound), type, project,
+        and whether it was admitted on borrowed room (which goes after its level's own-quota
+        work)."""
+        level = OVERDUE if job.key in self.overdue else self.level[job.key]
+        return (level, job.type, job.project, self._borrows(job))
 
     def _bucket(self, job: SimJob) -> None:
         pool = self.pool_of_queue[job.queue]

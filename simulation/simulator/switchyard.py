@@ -20,23 +20,22 @@ from datetime import UTC, datetime, timedelta
 
 from scheduling.decisions.lend import Loan
 from scheduling.decisions.levels import Waiting, cap_of, level, next_change, rule_for
-from scheduling.decisions.order import Run as UsageRun
 from scheduling.decisions.order import (
+    OVERDUE,
     decay_rate,
     decayed,
     decayed_usage,
     order_key,
+    overdue,
     share_factors,
     weight_at,
 )
+from scheduling.decisions.order import Run as UsageRun
 from scheduling.decisions.place import cpu_ratio, place
 from scheduling.decisions.predict import History
 from scheduling.decisions.preempt import Running, whom_to_preempt
 from scheduling.decisions.quota import Admit, Ask, QuotaRule, Reject, Usage, admit
-from scheduling.decisions.schedule import (
-    WaitingJob,
-    schedule_pass,
-)
+from scheduling.decisions.schedule import WaitingJob, schedule_pass
 from simulation.simulator.crosspool import CrossPool
 from simulation.simulator.groups import Groups, push
 from simulation.simulator.leases import Leases
@@ -65,6 +64,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         self._filing()  # groups.py: the waiting jobs, filed
         self.fresh: dict[str, dict[str, SimJob]] = defaultdict(dict)  # ready since the last pass
         self.level: dict[str, int] = {}
+        self.overdue: set[str] = set()  # waiting past their queue's bound (order.OVERDUE)
         self.seq: dict[str, int] = {}
         self._seq = itertools.count()
         self.admitted: set[str] = set()
@@ -129,13 +129,18 @@ class SitePolicy(Leases, Groups, CrossPool):
             job = self.sim.waiting.get(key)
             if job is not None:
                 level = self._level(job, now)
-                if level != self.level[key]:
+                queue = self.sim.site.queues[job.queue]
+                late = overdue(now - self.sim.ready[key], queue.wait_bound_s)
+                if level != self.level[key] or late != (key in self.overdue):
                     self._unbucket(job)
                     self.level[key] = level
+                    if late:  # first in its pool's order: the plan is made anew for it
+                        self.overdue.add(key)
+                        self.sim.freed.add(queue.pool)
+                        self.sim.dirty.add(queue.pool)
                     self._bucket(job)
-                pool = self.sim.site.queues[job.queue].pool
-                if pool in self.preemptible:
-                    self.sim.dirty.add(pool)
+                if queue.pool in self.preemptible:
+                    self.sim.dirty.add(queue.pool)
         elif kind == LEASE_OPEN:
             self._open_lease(int(key), now)
         elif kind == LEASE_END:
@@ -346,7 +351,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         def order(job: SimJob) -> tuple:
             weight = weight_at(site.weights.get(job.queue, ()), job.type, minute)
             return order_key(
-                level=self.level[job.key],
+                level=OVERDUE if job.key in self.overdue else self.level[job.key],
                 weight=weight,
                 share=1.0,
                 ready_at=sim.ready[job.key],
@@ -383,6 +388,7 @@ class SitePolicy(Leases, Groups, CrossPool):
 
     def _start(self, job: SimJob, placement, now: float) -> None:
         self.sim.start(job, placement, now)
+        self.overdue.discard(job.key)
         self._plan_started(job)
         if self.sim.site.queues[job.queue].policy == "fairshare":
             units = float(job.spec.resources.gpus or job.spec.resources.cpus)
@@ -423,6 +429,7 @@ class SitePolicy(Leases, Groups, CrossPool):
         pool = self.pool_of_queue[job.queue]
         self.fresh[pool][job.key] = job
         self.seq[job.key] = next(self._seq)
+        self.overdue.discard(job.key)  # ready again (requeued): its wait starts again
         self.level[job.key] = self._level(job, now)
         self._predict(job)
         self._bucket(job)
@@ -432,11 +439,15 @@ class SitePolicy(Leases, Groups, CrossPool):
         sim.dirty.add(pool)
 
     def _level(self, job: SimJob, now: float) -> int:
+        """Its level now, with a tick where that moves next or it passes its queue's bound."""
+        ready = self.sim.ready[job.key]
+        bound = self.sim.site.queues[job.queue].wait_bound_s
         rule = rule_for(self.sim.site.level_rules, job.type, job.queue)
-        task = Waiting(
-            job.type, job.queue, _clock(self.sim.ready[job.key]), cap=cap_of(job.spec.priority)
-        )
+        task = Waiting(job.type, job.queue, _clock(ready), cap=cap_of(job.spec.priority))
         moves = next_change(task, rule, _clock(now))
+        until = None if bound is None else ready + bound - now  # the time to its bound
+        if until is not None and until >= 0 and (moves is None or until < moves):
+            moves = until
         if moves is not None:  # a millisecond late, so the level has surely moved
             self.sim.at(now + moves + 0.001, TICK, job.key)
         return level(task, rule, _clock(now)).level

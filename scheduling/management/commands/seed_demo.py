@@ -148,6 +148,7 @@ class Command(BaseCommand):
                     warm_pool=site.warm_pools.get(q.name, {}),
                     idle_scale_in_s=q.idle_scale_in_s,
                     over_concurrency=q.over_concurrency,
+                    wait_bound_s=q.wait_bound_s,
                 ),
             )
         LeaseSchedule.objects.all().delete()

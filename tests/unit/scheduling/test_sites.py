@@ -75,6 +75,7 @@ def test_default_site_queues_and_rules_are_the_seeds():
         requires_estimate=True,
         allocation="whole-node",
         policy="priority-quota",
+        wait_bound_s=6 * H,  # past it, nothing passes a training (docs/policy.md)
     )
     assert queues["inference-agent"] == QueuePolicy(
         name="inference-agent",
@@ -97,6 +98,7 @@ def test_default_site_queues_and_rules_are_the_seeds():
         default_walltime_s=72 * H,
         allocation="pack",
         policy="fairshare",
+        wait_bound_s=24 * H,
     )
     assert [(r.order, r.match_type, r.queue) for r in site.rules] == [
         (10, "ai-training", "training"),
