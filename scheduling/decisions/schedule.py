@@ -35,7 +35,6 @@ class WaitingJob:
     priority: int = 0  # higher starts first
     seq: int = 0  # submit order among equal priorities
     sandboxed: bool = False  # needs the sandbox to run at all
-    ready_at: float | None = None  # when it became ready to start (for `starve_after_s`)
     runtime_s: float | None = None  # its planned runtime (a prediction); None: its walltime
 
     @property
@@ -106,7 +105,6 @@ def schedule_pass(
     rooms: Mapping[str, PoolRoom] | None = None,
     busy: Iterable[Busy] | Callable[[], Iterable[Busy]] | None = None,
     reserve: int = RESERVED_JOBS,
-    starve_after_s: float | None = None,
     plans: Mapping[str, Plan] | None = None,
     backfill: str = "priority",
 ) -> list[Decision]:
@@ -123,10 +121,10 @@ def schedule_pass(
     With `busy` (the running work with its planned ends; `now` then required), the first
     `reserve` jobs of each pool that cannot start get a reservation at the earliest planned
     end that frees room for them, and a job behind them starts only where it leaves every
-    reservation intact (docs/policy.md, "Reservations"); a job ready for longer than
-    `starve_after_s` gets one whatever `reserve` says, so it is never passed again. `plans`,
-    when the caller keeps a pool's reservations across calls (the simulator's batches): its
-    `Plan`. Without either the pass backfills with no reservation.
+    reservation intact (docs/policy.md, "Reservations"; a job past its queue's bound on
+    waiting comes first in the order, and so takes the first). `plans`, when the caller keeps
+    a pool's reservations across calls (the simulator's batches): its `Plan`. Without either
+    the pass backfills with no reservation.
     """
     booked: dict[str, list[NodeAllocation]] = {}  # nodes this pass placed on: all they hold
     # Jobs this pass started per queue, beside `running` (a dict, not a Counter: making a
@@ -256,13 +254,7 @@ def schedule_pass(
             if not late:
                 passed = plan is not None and job.key in plan.passed
                 failed_at[shape] = (end_key[0] if passed else -math.inf, end_key[1])
-            starving = (
-                starve_after_s is not None
-                and job.ready_at is not None
-                and now is not None
-                and now - job.ready_at > starve_after_s
-            )
-            if plan is not None and plan.full and not starving:
+            if plan is not None and plan.full:
                 # A reservation an earlier pass made for a job behind this one moves to it.
                 plan.yield_to(job.key)
             if plan is not None:
@@ -270,7 +262,7 @@ def schedule_pass(
             span = _planned(job)
             if (
                 plan is not None
-                and (not plan.full or starving)
+                and not plan.full
                 and span < unreservable.get(shape, math.inf)  # a shorter one found none
             ):
                 reservation = plan.make(job.key, job.spec, queue, planned, free.views)

@@ -381,11 +381,7 @@ class Groups(Predictions):
                     continue
                 job = sim.waiting[key]
                 queue = site.queues[group[0][0]]
-                batch.append(
-                    WaitingJob(
-                        key, job.spec, queue, -prio, seq, ready_at=sim.ready[key], runtime_s=planned
-                    )
-                )
+                batch.append(WaitingJob(key, job.spec, queue, -prio, seq, runtime_s=planned))
                 push_next(group, i + 1)
             size *= 2
             if not batch:

@@ -279,7 +279,6 @@ class SitePolicy(Leases, Groups, CrossPool):
                         site.queues[shape[0]],
                         prio,
                         self.seq[job.key],
-                        ready_at=sim.ready[job.key],
                         runtime_s=self._planned(job),
                     )
                 )

@@ -15,7 +15,7 @@ import pytest
 
 from scheduling.decisions.borrow import Borrowing
 from scheduling.decisions.levels import HIGH, LOW, MEDIUM, LevelRule
-from scheduling.decisions.order import priority_value, weight_at
+from scheduling.decisions.order import OVERDUE, priority_value, weight_at
 from scheduling.decisions.place import place
 from scheduling.decisions.reserve import Plan
 from scheduling.decisions.schedule import Fail, Start, WaitingJob, schedule_pass
@@ -50,7 +50,7 @@ class OneCall(SitePolicy):
             if job.queue not in shares:
                 shares[job.queue] = self._shares(job.queue, now)
             value = priority_value(
-                level=self.level[job.key],
+                level=OVERDUE if job.key in self.overdue else self.level[job.key],
                 weight=weight_at(site.weights.get(job.queue, ()), job.type, minute),
                 share=shares[job.queue].get(job.project, 1.0),
                 borrowed=job.key in self.cohorts.borrowed,
@@ -62,7 +62,6 @@ class OneCall(SitePolicy):
                     site.queues[job.queue],
                     value,
                     self.seq[job.key],
-                    ready_at=sim.ready[job.key],
                     runtime_s=self._planned(job),
                 )
             )
@@ -125,6 +124,12 @@ def _site_and_jobs(seed: int):
             "ag", "ag", (), preemptible=True, cpu_oversubscription=rng.choice((1, 4))
         ),
         "inf": QueuePolicy("inf", "ag", ()),
+    }
+    # A bound on waiting in some queues, from a stream of its own (the draws below unchanged).
+    bounds = random.Random(seed + 100_000)
+    queues = {
+        name: dataclasses.replace(q, wait_bound_s=bounds.choice((None, None, 60, 150)))
+        for name, q in queues.items()
     }
     rules = (
         LevelRule(

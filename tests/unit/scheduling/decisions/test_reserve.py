@@ -18,14 +18,14 @@ RUNNING = {"n1": [A], "n2": [B]}
 BUSY = [Busy(A, 100.0), Busy(B, 50.0)]
 
 
-def _job(key, cpus, walltime, *, priority=0, seq=0, ready_at=None):
+def _job(key, cpus, walltime, *, priority=0, seq=0):
     spec = TaskSpec(
         name=key,
         project="p",
         resources=Resources(cpus=cpus, memory_mib=1024),
         walltime_s=walltime,
     )
-    return WaitingJob(key, spec, Q, priority, seq, ready_at=ready_at)
+    return WaitingJob(key, spec, Q, priority, seq)
 
 
 def _pass(jobs, **kwargs):
@@ -87,18 +87,6 @@ def test_behind_the_reservation_the_shortest_goes_first():
     assert isinstance(by_priority["sixty"], Start) and isinstance(by_priority["ten"], Wait)
     shortest = _pass(jobs, backfill="shortest", reserve=1)
     assert isinstance(shortest["ten"], Start) and isinstance(shortest["sixty"], Wait)
-
-
-def test_a_job_waiting_past_the_bound_is_reserved_even_behind_another_reservation():
-    jobs = [
-        _job("big", 8, 60, priority=9, seq=0, ready_at=0.0),
-        _job("old", 4, 60, priority=1, seq=1, ready_at=-7200.0),
-    ]
-    plain = _pass(jobs, reserve=1)
-    assert plain["old"].reserved is None  # one reservation asked for, one given
-    bounded = _pass(jobs, starve_after_s=3600, reserve=1)
-    reserved = bounded["old"].reserved
-    assert reserved is not None and reserved.at == 160.0  # after big's, on the room it leaves
 
 
 def test_by_default_the_first_two_that_cannot_start_are_reserved_and_backfill_keeps_both():
