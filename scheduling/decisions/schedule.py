@@ -21,6 +21,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from scheduling.decisions.order import OVERDUE_VALUE
 from scheduling.decisions.place import cpu_ratio, free_view, place, usable_cpus
 from scheduling.decisions.reserve import RESERVED_JOBS, Busy, Plan, Reservation
 from scheduling.decisions.types import NodeAllocation, NodeView, Placement, QueuePolicy
@@ -145,6 +146,13 @@ def schedule_pass(
     # longer one of the same request meets more in its window: none either)
     unreservable: dict[tuple, float] = {}
     deferred: list[WaitingJob] = []
+    # Per pool, the jobs past their queue's bound on waiting: each gets a reservation of its
+    # own beside the `reserve` first (they come first in the order), so none is passed.
+    overdue_in: dict[str, int] = {}
+    for job in waiting:
+        if job.priority >= OVERDUE_VALUE:
+            pool = job.queue.pool if job.queue.pool in pools else ""
+            overdue_in[pool] = overdue_in.get(pool, 0) + 1
 
     def in_order():
         """Priority order; with `backfill="shortest"`, a job whose pool's reservations are all
@@ -211,6 +219,7 @@ def schedule_pass(
             plan = plan_of[pool] = (plans or {}).get(pool) or Plan(
                 nodes, busy or (), now=now or 0.0, reserve=reserve, drained=drained
             )
+            plan.reserve = max(plan.reserve, reserve + overdue_in.get(pool, 0))
         planned = job.planned_s
         ends = None if planned is None or now is None else now + planned
         placement = None

@@ -138,7 +138,8 @@ def release_held(queue_ids: list[int] | None = None, *, now=None) -> int:
                     to=S.PENDING,
                     reason="waiting for the dispatcher",
                     message=f"released: {_room(decision)}",
-                    fields={"hold": ""},
+                    # Ready from now: the wait its quota held it is not a wait for room.
+                    fields={"hold": "", "ready_at": now},
                 ):
                     outbox.dispatch(task.pk)
                     released += 1

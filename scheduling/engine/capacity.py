@@ -102,6 +102,7 @@ def requeue(task: Task, *, reason: str, event: str | None = None) -> bool:
             "preemptions": task.preemptions + 1,
             "dispatch_lease_until": None,
             "not_before": None,
+            "ready_at": timezone.now(),  # its wait starts again, as the simulator counts it
         },
     )
     if not moved:

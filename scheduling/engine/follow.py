@@ -250,6 +250,7 @@ def _retry(task: Task, job: Job, outcome: lifecycle.Retry, now) -> bool:
             # The next attempt is admitted again: what this one held is free meanwhile.
             "admitted": False,
             "borrowed": "",
+            "ready_at": now + timedelta(seconds=outcome.backoff_s),  # its wait starts again
         },
     )
     if moved:

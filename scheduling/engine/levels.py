@@ -27,7 +27,7 @@ from scheduling.engine.registry import get_backend
 from scheduling.models import PriorityRequest, Task, TaskEvent, TaskState
 from scheduling.selectors import site_view
 from scheduling.selectors.fairshare import share_factors_for
-from scheduling.selectors.policy import past_bound, site_minute, task_level, task_value
+from scheduling.selectors.policy import READY, past_bound, site_minute, task_level, task_value
 
 log = logging.getLogger(__name__)
 # A floor's key: a task id, or a (project id, queue id) scope.
@@ -131,9 +131,13 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
             now=now,
             floor=floor,
         )
-        bound = past_bound(arm, queue=queue, ready_at=task.ready_at or now, now=now)
-        if bound is not None:  # it goes first, and nothing passes it (docs/policy.md)
-            lvl = Level(lvl.level, f"{lvl.reason}; {overdue_reason(queue, bound)}")
+        # Past its queue's bound it goes first, and nothing passes it (docs/policy.md); a
+        # held task's wait does not count.
+        bound = (
+            past_bound(arm, queue=queue, ready_at=task.ready_at or now, now=now)
+            if task.state in READY
+            else None
+        )
         value = task_value(
             site,
             level=OVERDUE if bound is not None else lvl.level,
@@ -149,6 +153,8 @@ def relevel(now: datetime | None = None, *, tasks: Q | None = None) -> int:
         if lvl.level != task.level:
             said.append(f"level {LEVELS[task.level]} → {lvl.name}: {lvl.reason}")
             moved += 1
+        if bound is not None:
+            lvl = Level(lvl.level, f"{lvl.reason}; {overdue_reason(queue, bound)}")
         events += [
             TaskEvent(
                 task_id=task.pk, at=now, from_state=task.state, to_state=task.state, message=m

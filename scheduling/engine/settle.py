@@ -94,7 +94,8 @@ def settle_waiting(task_ids: Iterable[int]) -> None:
             to=S.PENDING,
             reason="waiting for the dispatcher",
             message=f"released: {what}",
-            fields={"waiting_since": None},
+            # Ready from now: its levels and its queue's bound on waiting count from here.
+            fields={"waiting_since": None, "ready_at": timezone.now()},
             settle=False,
         ):
             outbox.dispatch(task.pk)

@@ -14,6 +14,7 @@ from datetime import datetime
 from django.conf import settings
 
 from scheduling.decisions import levels as L
+from scheduling.decisions import lifecycle
 from scheduling.decisions.order import OVERDUE, order_key, overdue, priority_value, weight_at
 from scheduling.selectors.site import SiteView
 
@@ -45,6 +46,11 @@ def task_level(
         floor_reason=floor[2] if floor else "",
     )
     return L.level(waiting, rule, now)
+
+
+# The states in which a task's wait counts against its queue's bound: not while held (for a
+# dependency, a trigger or its quota), whatever its clock says.
+READY = (lifecycle.PENDING, lifecycle.QUEUED)
 
 
 def past_bound(site: SiteView, *, queue: str, ready_at: datetime, now: datetime) -> int | None:
@@ -82,13 +88,16 @@ def ordered(
 ) -> list:
     """Tasks (with .level, .type, .project.slug or .project_slug, .ready_at, .pk) in the order
     they should start: level, the time of day's weight, fair share, then first come; with
-    `now`, those ready past the queue's bound first (`order.OVERDUE`)."""
-    policy = site.queues.get(queue)
-    bound = policy.wait_bound_s if policy is not None and now is not None else None
+    `now`, those ready past their queue's bound first (`order.OVERDUE`): `queue`'s, or for a
+    task loaded with its `queue_id`, its own queue's (a pool's tasks of several queues)."""
+    names = {number: name for name, number in site.queue_ids.items()}
 
     def late(task) -> bool:
-        if bound is None or now is None or task.ready_at is None:
+        loaded = getattr(task, "__dict__", {})  # fields not loaded are not read (a query each)
+        if now is None or task.ready_at is None or loaded.get("state", "queued") not in READY:
             return False
+        policy = site.queues.get(names.get(loaded.get("queue_id", -1), queue))
+        bound = policy.wait_bound_s if policy is not None else None
         return overdue((now - task.ready_at).total_seconds(), bound)
 
     def key(task) -> tuple:

@@ -24,7 +24,7 @@ from collections import defaultdict
 
 from scheduling.decisions.order import OVERDUE, priority_value, weight_at
 from scheduling.decisions.place import cpu_ratio, free_view, place
-from scheduling.decisions.reserve import Busy, Plan
+from scheduling.decisions.reserve import RESERVED_JOBS, Busy, Plan
 from scheduling.decisions.schedule import Fail, PoolRoom, Start, WaitingJob, schedule_pass
 from scheduling.spec import Resources, TaskSpec
 from simulation.simulator.model import SimJob
@@ -159,6 +159,9 @@ class Groups(Predictions):
         plan.passed.clear()
         plan.blocked.clear()
         plan.whole_pass = not fresh  # else only new arrivals are offered
+        # Each task past its bound takes one more (schedule_pass: every one keeps its own).
+        late = sum(1 for key in self.overdue if self.where.get(key, ("",))[0] == pool)
+        plan.reserve = RESERVED_JOBS + late
         return plan
 
     def _never(self, pool: str, nodes: tuple):

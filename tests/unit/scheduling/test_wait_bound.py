@@ -98,6 +98,46 @@ def test_a_task_past_its_queues_bound_goes_first_and_the_backend_hears_of_it(api
     assert task.events.filter(message=said).count() == 1
 
 
+TRAINING = {
+    "type": "ai-training",
+    "estimate": "1h",
+    "walltime": "2h",
+    "resources": {"nodes": 2, "gpus": 16, "cpus": 16, "memory": "8Gi"},
+}
+
+
+@pytest.mark.django_db
+def test_a_wait_its_quota_held_does_not_count_its_clock_starts_at_release(api, site):
+    from scheduling import engine
+    from scheduling.backends import JobState
+    from scheduling.services.quotas import quota_set
+
+    quota_set(project="materials", queue="training", resource="gpus", limit=32, borrowing_limit=0)
+    Queue.objects.filter(name="training").update(wait_bound_s=600)
+    site_view_invalidate()
+    tasks = []
+    for i in range(3):
+        response = submit(api, descriptor(name=f"t{i}", **TRAINING))
+        assert response.status_code == 201, response.json()
+        tasks.append(Task.objects.get(pk=response.json()["id"]))
+        engine.task_dispatch(tasks[-1].pk)
+    first, _, held = (Task.objects.get(pk=t.pk) for t in tasks)
+    assert (held.state, held.hold) == ("waiting", "quota")
+    relevel(now=held.ready_at + timedelta(hours=2))  # held: its wait does not count
+    held.refresh_from_db()
+    assert held.priority_value < OVERDUE_VALUE and "bound" not in held.level_reason
+    get_backend("fake").finish(first.backend_id, JobState.SUCCEEDED, exit_code=0)
+    engine.backend_poll("fake")
+    released = Task.objects.get(pk=held.pk)
+    assert released.state == "pending" and released.ready_at > held.ready_at
+    relevel(now=released.ready_at + timedelta(seconds=599))
+    released.refresh_from_db()
+    assert released.priority_value < OVERDUE_VALUE
+    relevel(now=released.ready_at + timedelta(seconds=601))
+    released.refresh_from_db()
+    assert released.priority_value == OVERDUE_VALUE
+
+
 @pytest.mark.django_db
 def test_the_bound_is_edited_with_the_queue_and_shown_on_the_queues_page(site):
     api = APIClient()
@@ -163,3 +203,56 @@ def test_in_the_simulator_a_big_low_job_past_the_bound_is_never_passed_again():
     late = 60 + 3600
     held = [o.end for o in run.outcomes.values() if o.key != "hpc" and o.start <= late < o.end]
     assert run.outcomes["hpc"].start == max(held)
+
+
+def test_in_the_simulator_every_job_past_the_bound_keeps_its_place():
+    # Three whole-node HPC runs behind the same stream: past the bound each has a
+    # reservation of its own (beyond the pool's two), so they run one after another and no
+    # agent, shorter as they are, starts between them.
+    jobs = [_job(f"hpc{i}", "hpc-simulation", 60 + 10 * i, 1800, 8) for i in range(3)]
+    jobs += [_job(f"a{i:03d}", "agent", 150 * i, 600, 4) for i in range(96)]
+    run = simulate(jobs, _stream_site(3600), "switchyard")
+    first, second, third = (run.outcomes[f"hpc{i}"] for i in range(3))
+    assert second.start == first.end and third.start == second.end
+    assert first.wait <= 3600 + 600 + 1
+
+
+def test_schedule_pass_gives_each_job_past_its_bound_a_reservation_in_every_pool():
+    """Two pools in one pass (the local backend's): in each, three whole-pool jobs past
+    their bound that cannot start each get a reservation, beyond the usual two, one after
+    the other; a short job with no bound behind them does not start in their room."""
+    from scheduling.decisions.reserve import Busy
+    from scheduling.decisions.schedule import Start, Wait, WaitingJob, schedule_pass
+    from scheduling.decisions.types import NodeAllocation
+
+    pools, busy, running, jobs = {}, [], {}, []
+    for pool in ("p", "r"):
+        queue = QueuePolicy(name=pool, pool=pool, task_types=())
+        node = NodeView(f"{pool}1", cpus=4, memory_mib=16384)
+        held = NodeAllocation(node.name, 2, 1024)  # half the node until 100
+        pools[pool], running[node.name] = (node,), [held]
+        busy.append(Busy(held, 100.0))
+        for i in range(3):
+            spec = TaskSpec(
+                name=f"{pool}-late{i}",
+                project="p",
+                resources=Resources(cpus=4, memory_mib=1024),
+                walltime_s=60,
+            )
+            jobs.append(WaitingJob(f"{pool}-late{i}", spec, queue, OVERDUE_VALUE, i))
+        spec = TaskSpec(
+            name=f"{pool}-short", project="p", resources=Resources(cpus=2, memory_mib=1024),
+            walltime_s=150,
+        )  # fmt: skip
+        jobs.append(WaitingJob(f"{pool}-short", spec, queue, 1, 9))
+    decided = {
+        d.key: d
+        for d in schedule_pass(
+            jobs, pools=pools, allocations=running, running={}, now=0.0, busy=busy
+        )
+    }
+    for pool in ("p", "r"):
+        at = [decided[f"{pool}-late{i}"].reserved for i in range(3)]
+        assert [r.at if r else None for r in at] == [100.0, 160.0, 220.0]
+        short = decided[f"{pool}-short"]
+        assert isinstance(short, Wait) and not isinstance(short, Start)
