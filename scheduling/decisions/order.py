@@ -16,8 +16,8 @@ fair share.
 - Then the time it became ready (first come, first served), then its id.
 - **Past its queue's bound** (`wait_bound_s`): a task ready for longer than that goes before
   every task of its pool that is not, whatever its level, quota or weight, and among those
-  past it the first ready goes first: as the first that cannot start it gets its pool's first
-  reservation, so it is never passed again (docs/policy.md, "A bound on waiting").
+  past it the first ready goes first; each that cannot start gets a reservation of its own
+  (`schedule_pass`), so it is never passed again (docs/policy.md, "A bound on waiting").
 
 `priority_value` packs the same order into one integer for backends that take a number
 (the local backend's start order, Slurm's job priority). Pure; the clock is a parameter.

@@ -122,10 +122,10 @@ def schedule_pass(
     With `busy` (the running work with its planned ends; `now` then required), the first
     `reserve` jobs of each pool that cannot start get a reservation at the earliest planned
     end that frees room for them, and a job behind them starts only where it leaves every
-    reservation intact (docs/policy.md, "Reservations"; a job past its queue's bound on
-    waiting comes first in the order, and so takes the first). `plans`, when the caller keeps
-    a pool's reservations across calls (the simulator's batches): its `Plan`. Without either
-    the pass backfills with no reservation.
+    reservation intact (docs/policy.md, "Reservations"); a job past its queue's bound on
+    waiting (`order.OVERDUE_VALUE`) comes first and gets one beside those. `plans`, when the
+    caller keeps a pool's reservations across calls (the simulator's batches): its `Plan`.
+    Without either the pass backfills with no reservation.
     """
     booked: dict[str, list[NodeAllocation]] = {}  # nodes this pass placed on: all they hold
     # Jobs this pass started per queue, beside `running` (a dict, not a Counter: making a
