@@ -94,7 +94,11 @@ def ordered(
 
     def late(task) -> bool:
         loaded = getattr(task, "__dict__", {})  # fields not loaded are not read (a query each)
-        if now is None or task.ready_at is None or loaded.get("state", "queued") not in READY:
+        if (
+            now is None
+            or task.ready_at is None
+            or loaded.get("state", lifecycle.QUEUED) not in READY
+        ):
             return False
         policy = site.queues.get(names.get(loaded.get("queue_id", -1), queue))
         bound = policy.wait_bound_s if policy is not None else None
