@@ -38,7 +38,8 @@ def held_task(site, api, start_worker):
     start_worker(extra_env={"SWITCHYARD_POLICY_MS": "500"})
     hpc = {"type": "hpc-simulation", "walltime": "10m", "resources": {"cpus": 1}}
     busy = submit(api, descriptor(name="busy", command=["sleep", "300"], **hpc)).json()["id"]
-    wait_for(lambda: Task.objects.get(pk=busy).admitted, timeout=30, what="the busy task admitted")
+    # The worker was just started: on a loaded machine its first dispatch took over 30 s.
+    wait_for(lambda: Task.objects.get(pk=busy).admitted, timeout=90, what="the busy task admitted")
     waits = submit(api, descriptor(name="waits", command=["true"], **hpc)).json()["id"]
     yield waits
     for pk in (busy, waits):
