@@ -76,8 +76,9 @@ def _delegated(folder: str) -> tuple[dict[str, str] | None, str]:
     """A cgroup v2 folder the site delegated to the portal, with the controllers enabled."""
     if not os.path.isabs(folder):
         return None, f"{folder} is not an absolute path"
-    if os.path.realpath(folder) != os.path.normpath(folder):
-        return None, f"{folder} is a link (name the folder it leads to)"
+    named, folder = folder, os.path.normpath("/" + folder.lstrip("/"))  # `//x/`: /x
+    if os.path.realpath(folder) != folder:
+        return None, f"{named} is a link (name the folder it leads to)"
     if not any(
         folder == mount or folder.startswith(mount.rstrip("/") + "/") for mount in _v2_mounts()
     ):

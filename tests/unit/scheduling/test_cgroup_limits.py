@@ -215,6 +215,8 @@ def test_locate_names_why_a_job_has_no_group(tmp_path, monkeypatch):
     where, why = cgroup.locate(str(plain), str(tmp_path))
     assert why == "" and where is not None
     assert where["where"] == {"unified": str(plain)} and where["tag"].startswith("r")
+    # Written with a doubled slash or a trailing one: the same folder, not "a link".
+    assert cgroup.locate(f"/{plain}/", str(tmp_path))[0]["where"] == {"unified": str(plain)}
     # Another backend's folder: another tag, so two jobs of one key never share a group.
     assert cgroup.locate(str(plain), str(tmp_path / "other"))[0]["tag"] != where["tag"]
 

@@ -53,6 +53,17 @@ def test_diamond_releases_d_only_after_both_b_and_c(flow):
     assert wf.ended_at is not None
 
 
+def test_a_released_step_is_ready_from_its_release_so_its_level_clock_runs(flow):
+    flow.submit(task("a"), task("b", "a"))
+    assert flow.task("b").ready_at is None  # waiting on a: not ready, no clock
+    flow.finish("a", JobState.SUCCEEDED, exit_code=0)
+    b = flow.task("b")
+    released = b.events.get(to_state="pending")
+    assert b.ready_at is not None
+    assert abs((b.ready_at - released.at).total_seconds()) < 5
+    assert b.ready_at > flow.task("a").submitted_at
+
+
 def test_b_failing_with_skip_lets_d_run_and_the_workflow_succeeds(flow):
     flow.submit(task("a"), task("b", "a", fail_action="skip"), task("c", "a"), task("d", "b", "c"))
     flow.finish("a", JobState.SUCCEEDED, exit_code=0)
